@@ -1,0 +1,1 @@
+"""The libp2p host: announcements, lookup protocol, discovery. Arrives with issue 5."""
