@@ -1,0 +1,23 @@
+"""Settings of a Cairn node (defaults < config file < environment < flags)."""
+
+from config.settings import (
+    DEFAULT_API_PORT,
+    ApiSettings,
+    IpfsSettings,
+    LogSettings,
+    Settings,
+    default_home,
+    iter_fields,
+    load_settings,
+)
+
+__all__ = [
+    "DEFAULT_API_PORT",
+    "ApiSettings",
+    "IpfsSettings",
+    "LogSettings",
+    "Settings",
+    "default_home",
+    "iter_fields",
+    "load_settings",
+]

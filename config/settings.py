@@ -1,0 +1,187 @@
+"""Cairn settings: defaults < ``$CAIRN_HOME/config.toml`` < ``CAIRN_*`` environment < CLI flags.
+
+Every setting is a field of one of the section dataclasses below; its ``doc`` metadata is the text
+``docs/configuration.md`` shows (a test checks the two agree). A setting ``section.key`` is read from
+the TOML table ``[section]`` key ``key`` and from the environment variable ``CAIRN_SECTION_KEY``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, get_type_hints
+
+from node.errors import ConfigError
+
+DEFAULT_API_PORT = 7420
+
+
+def _doc(text: str, **kw: Any) -> Any:
+    return field(metadata={"doc": text}, **kw)
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    host: str = _doc("Address the HTTP API binds. Loopback by default; anything else exposes the node.", default="127.0.0.1")
+    port: int = _doc("Port of the HTTP API; 0 picks a free port (the chosen one is in `cairn status`).", default=DEFAULT_API_PORT)
+    max_upload_bytes: int = _doc("Largest request body the API accepts, in bytes.", default=1 << 30)
+
+
+@dataclass(frozen=True)
+class IpfsSettings:
+    api: str = _doc(
+        "Address of an external Kubo RPC API (`/ip4/127.0.0.1/tcp/5001` or `http://127.0.0.1:5001`). "
+        "Empty: the node runs its own Kubo with its repo under `$CAIRN_HOME/kubo`.",
+        default="",
+    )
+    binary: str = _doc("Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), else `ipfs` on PATH if it is v0.42.0.", default="")
+    api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
+    gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
+    swarm_port: int = _doc("Managed Kubo: swarm (libp2p TCP) port on 127.0.0.1; 0 picks a free port.", default=0)
+    bootstrap: list[str] = _doc("Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list)
+    timeout: float = _doc("Seconds an RPC call to Kubo may take before it fails (fetches of absent CIDs never hang).", default=30.0)
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str = _doc("Log level: debug, info, warning, error.", default="info")
+    format: str = _doc("Log format: `text` (key=value) or `json` (one object per line).", default="text")
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    api: ApiSettings = field(default_factory=ApiSettings)
+    ipfs: IpfsSettings = field(default_factory=IpfsSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.toml"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"home": str(self.home)}
+        for name in SECTIONS:
+            out[name] = dataclasses.asdict(getattr(self, name))
+        return out
+
+
+SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "log": LogSettings}
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("CAIRN_HOME") or Path.home() / ".cairn").expanduser()
+
+
+def iter_fields() -> list[tuple[str, Any, str, str]]:
+    """Every setting as (dotted key, default, type name, doc): the source of docs/configuration.md."""
+    rows = []
+    for section, cls in SECTIONS.items():
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            rows.append((f"{section}.{f.name}", default, _type_name(hints[f.name]), f.metadata["doc"]))
+    return rows
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) if tp in (str, int, float, bool) else "list of strings"
+
+
+def _coerce(key: str, tp: Any, value: Any, origin: str) -> Any:
+    """Convert a value from TOML/env/flags to the field's type, or say exactly what is wrong."""
+    try:
+        if tp is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                return value.lower() in ("1", "true", "yes", "on")
+            raise ValueError
+        if tp is int:
+            if isinstance(value, bool):
+                raise ValueError
+            return int(value)
+        if tp is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+        # list[str]
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ValueError
+    except (TypeError, ValueError):
+        raise ConfigError(f"{origin}: {key} must be {_type_name(tp)}, got {value!r}") from None
+
+
+def load_settings(
+    home: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings of one node. ``overrides`` are CLI flags as dotted keys (``{"api.port": 0}``)."""
+    env = os.environ if env is None else env
+    home_path = Path(home).expanduser() if home is not None else default_home(env)
+    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+
+    cfg = home_path / "config.toml"
+    if cfg.exists():
+        try:
+            data = tomllib.loads(cfg.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{cfg}: not valid TOML: {e}") from None
+        for section, table in data.items():
+            if section not in SECTIONS or not isinstance(table, dict):
+                raise ConfigError(f"{cfg}: unknown section [{section}] (known: {', '.join(SECTIONS)})")
+            for key, value in table.items():
+                values[section][key] = (value, str(cfg))
+
+    for dotted, *_ in iter_fields():
+        section, key = dotted.split(".")
+        var = f"CAIRN_{section}_{key}".upper()
+        if var in env:
+            values[section][key] = (env[var], f"environment {var}")
+
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown setting {dotted}")
+        values[section][key] = (value, f"flag {dotted}")
+
+    built: dict[str, Any] = {}
+    for section, cls in SECTIONS.items():
+        hints = get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, (value, origin) in values[section].items():
+            if key not in names:
+                raise ConfigError(f"{origin}: unknown setting {section}.{key} (known: {', '.join(sorted(names))})")
+            kwargs[key] = _coerce(f"{section}.{key}", hints[key], value, origin)
+        built[section] = cls(**kwargs)
+    settings = Settings(home=home_path, **built)
+    _check(settings)
+    return settings
+
+
+def _check(s: Settings) -> None:
+    for key, port in (("api.port", s.api.port), ("ipfs.api_port", s.ipfs.api_port),
+                      ("ipfs.gateway_port", s.ipfs.gateway_port), ("ipfs.swarm_port", s.ipfs.swarm_port)):
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key} must be a port number (0-65535), got {port}")
+    if s.log.level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(f"log.level must be one of debug, info, warning, error, got {s.log.level!r}")
+    if s.log.format not in ("text", "json"):
+        raise ConfigError(f"log.format must be text or json, got {s.log.format!r}")
+    if s.api.max_upload_bytes <= 0:
+        raise ConfigError("api.max_upload_bytes must be positive")

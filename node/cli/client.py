@@ -1,0 +1,65 @@
+"""A small synchronous client of a running node's HTTP API, for the CLI.
+
+The CLI never reaches into a running daemon's internals: it finds the node of its ``CAIRN_HOME``
+through ``node.json`` and talks to it over HTTP, with the token from ``api.token``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from node.errors import CairnError, NodeNotRunning
+from node.home import Home
+
+
+class RemoteError(CairnError):
+    """An error the node answered with; its message is the node's."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NodeClient:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    @classmethod
+    def for_home(cls, home: Home) -> "NodeClient":
+        info = home.read_runtime()
+        if info is None:
+            raise NodeNotRunning(f"no node is running for {home.path} (start one with `cairn node start`)")
+        token = home.token() if home.token_file.exists() else None
+        return cls(info["api"], token)
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> tuple[int, bytes]:
+        req = urllib.request.Request(self.base_url + path, data=body, method=method)
+        if body is not None:
+            req.add_header("Content-Type", content_type)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            payload = e.read()
+            try:
+                message = json.loads(payload)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = payload.decode(errors="replace").strip() or e.reason
+            raise RemoteError(message, e.code) from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            reason = getattr(e, "reason", e)
+            raise NodeNotRunning(f"the node at {self.base_url} does not answer: {reason}") from None
+
+    def get_json(self, path: str) -> Any:
+        return json.loads(self.request("GET", path)[1])
+
+    def post_json(self, path: str, body: bytes, content_type: str = "application/json") -> Any:
+        return json.loads(self.request("POST", path, body, content_type)[1])

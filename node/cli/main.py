@@ -1,0 +1,173 @@
+"""The `cairn` command: parse arguments, call the node (over its HTTP API) or the model, render."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from config import default_home, load_settings
+from node import __version__
+from node.cli.client import NodeClient
+from node.errors import CairnError, InvalidInput
+from node.home import Home
+from node.model import cid_str, dagjson, decode_object, encode, holium_data, parse_cid
+from node.model.cid import cid_for
+
+
+def _home(args: argparse.Namespace) -> Home:
+    return Home(Path(args.home).expanduser() if args.home else default_home())
+
+
+def _read_input(path: str | None) -> bytes:
+    if path in (None, "-"):
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
+
+
+# -- commands -------------------------------------------------------------------------------
+
+def cmd_init(args: argparse.Namespace) -> int:
+    home = _home(args)
+    created = home.init()
+    ident = home.identity()
+    print(f"{'initialised' if created else 'already initialised'} {home.path}")
+    print(f"peer id   {ident.peer_id}")
+    print(f"node key  {ident.node_key}")
+    return 0
+
+
+def cmd_node_start(args: argparse.Namespace) -> int:
+    from node import logs
+    from node.daemon import serve
+
+    settings = load_settings(args.home, overrides={
+        "api.host": args.api_host, "api.port": args.api_port,
+        "ipfs.api": args.ipfs_api, "ipfs.binary": args.ipfs_binary, "log.level": args.log_level,
+    })
+    logs.setup(settings.log.level, settings.log.format)
+    asyncio.run(serve(settings))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    home = _home(args)
+    try:
+        info = NodeClient.for_home(home).get_json("/api/v0/node")
+    except CairnError as e:
+        if args.json:
+            print(json.dumps({"running": False, "home": str(home.path), "error": e.message}))
+        else:
+            print(f"not running ({e.message})")
+        return 1
+    info["running"] = True
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    kubo = info["kubo"]
+    print(f"running    {info['api']}")
+    print(f"peer id    {info['peer_id']}")
+    print(f"node key   {info['node_key']}")
+    print(f"kubo       {kubo.get('version', '?')} {kubo.get('state')} at {kubo.get('api')}"
+          f" ({'managed' if kubo.get('managed') else 'external'})")
+    for addr in kubo.get("swarm", []):
+        print(f"  swarm    {addr}")
+    return 0
+
+
+def cmd_dag_put(args: argparse.Namespace) -> int:
+    body = _read_input(args.file)
+    dagjson.loads(body)  # refuse bad input before reaching for the node
+    client = NodeClient.for_home(_home(args))
+    print(client.post_json("/api/v0/dag" + ("" if args.pin else "?pin=false"), body)["cid"])
+    return 0
+
+
+def cmd_dag_get(args: argparse.Namespace) -> int:
+    cid = parse_cid(args.cid)
+    _, body = NodeClient.for_home(_home(args)).request("GET", f"/api/v0/dag/{cid_str(cid)}")
+    sys.stdout.write(body.decode() + "\n")
+    return 0
+
+
+def cmd_cid(args: argparse.Namespace) -> int:
+    """What `dag put` would store, computed locally: no node, no Kubo."""
+    obj = dagjson.loads(_read_input(args.file))
+    decode_object(obj)
+    print(cid_str(cid_for(encode(obj), "dag-cbor")))
+    return 0
+
+
+def cmd_holium_import(args: argparse.Namespace) -> int:
+    fmt = args.format or holium_data.format_of(args.file)
+    body = _read_input(args.file)
+    client = NodeClient.for_home(_home(args))
+    out = client.post_json(f"/api/v0/holium/import?format={fmt}", body, "application/octet-stream")
+    print(out["cid"])
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
+    p.add_argument("--version", action="version", version=f"cairn {__version__}")
+    p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, parent: Any = sub) -> argparse.ArgumentParser:
+        sp = parent.add_parser(name, help=help, description=help)
+        sp.set_defaults(func=fn)
+        return sp
+
+    add("init", cmd_init, "create the data directory, config, node key and API token")
+
+    node = sub.add_parser("node", help="run the node daemon").add_subparsers(dest="node_command", required=True, metavar="COMMAND")
+    sp = add("start", cmd_node_start, "run the node in the foreground (Ctrl-C stops it)", node)
+    sp.add_argument("--api-host", help="HTTP API bind address (api.host)")
+    sp.add_argument("--api-port", type=int, help="HTTP API port, 0 = free port (api.port)")
+    sp.add_argument("--ipfs-api", help="use this external Kubo RPC API instead of a managed one (ipfs.api)")
+    sp.add_argument("--ipfs-binary", help="Kubo binary for the managed Kubo (ipfs.binary)")
+    sp.add_argument("--log-level", help="debug, info, warning, error (log.level)")
+
+    sp = add("status", cmd_status, "say whether the node of this home is running")
+    sp.add_argument("--json", action="store_true", help="print one JSON object")
+
+    dag = sub.add_parser("dag", help="store and read IPLD objects").add_subparsers(dest="dag_command", required=True, metavar="COMMAND")
+    sp = add("put", cmd_dag_put, "store a DAG-JSON object as DAG-CBOR in Kubo, pin it, print its CID", dag)
+    sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
+    sp.add_argument("--no-pin", dest="pin", action="store_false", help="store without pinning")
+    sp = add("get", cmd_dag_get, "print an object as DAG-JSON", dag)
+    sp.add_argument("cid")
+
+    sp = add("cid", cmd_cid, "print the CID `dag put` would give, computed locally (no node needed)")
+    sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
+
+    holium = sub.add_parser("holium", help="Holium data trees").add_subparsers(dest="holium_command", required=True, metavar="COMMAND")
+    sp = add("import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID", holium)
+    sp.add_argument("file")
+    sp.add_argument("--format", choices=["json", "csv", "cbor"], help="default: from the file extension")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CairnError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
