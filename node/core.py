@@ -14,10 +14,18 @@ from node import __version__
 from node.home import Home
 from node.identity import Identity
 from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.model import Block, cid_str, decode, decode_object, encode, holium_data, verify_block
+from node.errors import InvalidInput
+from node.model import Block, decode, decode_object, encode, holium_data, verify_block
 from node.model.cid import cid_for
 
 log = logging.getLogger("cairn.node")
+
+_HOLIUM_IMPORTERS = {
+    "json": holium_data.import_json,
+    "csv": holium_data.import_csv,
+    "cbor": holium_data.import_cbor,
+    "bin": holium_data.import_bin,
+}
 
 
 class Node:
@@ -44,7 +52,11 @@ class Node:
         if ipfs.api:
             url = api_url_from_address(ipfs.api)
             self.kubo = KuboClient(url, timeout=ipfs.timeout)
-            await self.kubo.version()  # fail now, clearly, if the external Kubo is unreachable
+            try:
+                await self.kubo.version()  # fail now, clearly, if the external Kubo is unreachable
+            except BaseException:
+                await self.kubo.close()
+                raise
             self.kubo_state = "up"
         else:
             self.managed = ManagedKubo(
@@ -123,8 +135,7 @@ class Node:
         try:
             version = await self._kubo().version(timeout=5.0)
             ident = await self._kubo().id(timeout=5.0)
-            kubo.update(version=version.get("Version"), peer_id=ident.get("ID"),
-                        swarm=list(ident.get("Addresses") or []))
+            kubo.update(version=version.version, peer_id=ident.id, swarm=list(ident.addresses))
         except KuboError as e:
             kubo["state"] = "down"
             kubo["error"] = e.message
@@ -158,15 +169,16 @@ class Node:
     async def dag_get(self, cid: CID) -> Any:
         data = await self._kubo().block_get(cid)
         verify_block(cid, data)
-        return decode(data) if cid.codec.name in ("dag-cbor", "cbor") else data
+        return decode(data, cid.codec.code) if cid.codec.name in ("dag-cbor", "cbor") else data
 
     async def holium_import(self, data: bytes, fmt: str) -> tuple[CID, int]:
         """Import JSON/CSV/CBOR as a Holium data tree; store every block, pin the root recursively."""
-        root, blocks = holium_data.import_bytes(data, fmt)
+        importer = _HOLIUM_IMPORTERS.get(fmt)
+        if importer is None:
+            raise InvalidInput(f"unknown data format {fmt!r}: use {', '.join(_HOLIUM_IMPORTERS)}")
+        root, blocks = importer(data)
         for block in blocks:  # children come before parents, so a crash never leaves a dangling parent
             await self.put_block(block)
         await self._kubo().pin_add(root, recursive=True)
         return root, len(blocks)
 
-
-__all__ = ["Node", "cid_str"]

@@ -14,7 +14,7 @@ from node import __version__
 from node.cli.client import NodeClient
 from node.errors import CairnError, InvalidInput
 from node.home import Home
-from node.model import cid_str, dagjson, decode_object, encode, holium_data, parse_cid
+from node.model import cid_str, dagjson, decode_object, encode, parse_cid
 from node.model.cid import cid_for
 
 
@@ -104,8 +104,13 @@ def cmd_cid(args: argparse.Namespace) -> int:
     return 0
 
 
+_HOLIUM_FORMATS = {".json": "json", ".csv": "csv", ".cbor": "cbor", ".bin": "bin"}
+
+
 def cmd_holium_import(args: argparse.Namespace) -> int:
-    fmt = args.format or holium_data.format_of(args.file)
+    fmt = args.format or _HOLIUM_FORMATS.get(Path(args.file).suffix.lower())
+    if fmt is None:
+        raise InvalidInput(f"cannot tell the format of {args.file}: name it with --format json|csv|cbor|bin")
     body = _read_input(args.file)
     client = NodeClient.for_home(_home(args))
     out = client.post_json(f"/api/v0/holium/import?format={fmt}", body, "application/octet-stream")
@@ -152,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     holium = sub.add_parser("holium", help="Holium data trees").add_subparsers(dest="holium_command", required=True, metavar="COMMAND")
     sp = add("import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID", holium)
     sp.add_argument("file")
-    sp.add_argument("--format", choices=["json", "csv", "cbor"], help="default: from the file extension")
+    sp.add_argument("--format", choices=["json", "csv", "cbor", "bin"], help="default: from the file extension")
     return p
 
 

@@ -1,0 +1,53 @@
+"""IPFS layer: an async client of Kubo's RPC API and the node's own managed Kubo daemon."""
+
+from node.ipfs.addr import api_base_url, api_url_from_address
+from node.ipfs.car import CarSummary, CarVerifier, read_car
+from node.ipfs.client import (
+    AddResult,
+    BlockStat,
+    KeyInfo,
+    KuboClient,
+    KuboVersion,
+    NamePublished,
+    NodeIdentity,
+    PeerInfo,
+)
+from node.ipfs.errors import (
+    KuboCIDMismatch,
+    KuboError,
+    KuboNotFound,
+    KuboRPCError,
+    KuboStartError,
+    KuboTimeout,
+    KuboTruncated,
+    KuboUnreachable,
+)
+from node.ipfs.managed import KUBO_VERSION, ExitInfo, ManagedKubo, find_kubo_binary
+
+__all__ = [
+    "KUBO_VERSION",
+    "AddResult",
+    "BlockStat",
+    "CarSummary",
+    "CarVerifier",
+    "read_car",
+    "ExitInfo",
+    "KeyInfo",
+    "KuboCIDMismatch",
+    "KuboClient",
+    "KuboError",
+    "KuboNotFound",
+    "KuboRPCError",
+    "KuboStartError",
+    "KuboTimeout",
+    "KuboTruncated",
+    "KuboUnreachable",
+    "KuboVersion",
+    "ManagedKubo",
+    "NamePublished",
+    "NodeIdentity",
+    "PeerInfo",
+    "api_base_url",
+    "api_url_from_address",
+    "find_kubo_binary",
+]

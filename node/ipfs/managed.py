@@ -1,0 +1,449 @@
+"""The node's own Kubo daemon: init its repo, start it on loopback ports, watch it, restart it.
+
+The process is a plain ``subprocess.Popen`` polled from asyncio, not an asyncio subprocess, so a
+ManagedKubo is bound to no event loop (a test session can start it in one loop and use it from others).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import inspect
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+
+from node.errors import ConfigError
+from node.ipfs.addr import api_base_url
+from node.ipfs.errors import KuboError, KuboStartError
+
+log = logging.getLogger(__name__)
+
+KUBO_VERSION = "0.42.0"
+PID_FILE = "cairn-daemon.pid"  # ours, inside the repo: lets a restarted node find a daemon it orphaned
+
+State = Literal["up", "down", "restarting"]
+OnChange = Callable[[State], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    returncode: int | None
+    at: float  # time.time() when noticed
+    log_tail: str
+
+
+def find_kubo_binary(configured: str | os.PathLike[str] | None = None, version: str = KUBO_VERSION) -> Path:
+    """The Kubo to run: the configured path, else the build cache, else an ``ipfs`` of that version on PATH."""
+    if configured:
+        path = Path(configured).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise ConfigError(f"the configured Kubo binary {path} does not exist or is not executable")
+    cache = os.environ.get("CAIRN_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn"
+    )
+    cached = Path(cache) / "kubo" / f"v{version}" / "ipfs"
+    if cached.is_file() and os.access(cached, os.X_OK):
+        return cached
+    on_path = shutil.which("ipfs")
+    if on_path and _version_of(Path(on_path)) == version:
+        return Path(on_path)
+    raise ConfigError(
+        f"Kubo {version} not found (looked at {cached} and for an `ipfs` {version} on PATH): "
+        "run `make run` or scripts/setup/kubo.sh to build it, or set the Kubo binary in the config"
+    )
+
+
+def _version_of(binary: Path) -> str | None:
+    try:
+        out = subprocess.run([str(binary), "version", "--number"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _repo_locked(repo: Path) -> bool:
+    """Is a live process holding the repo? Kubo takes a POSIX record lock (fcntl) on repo.lock."""
+    lock = repo / "repo.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _is_our_daemon(pid: int, binary: Path) -> bool:
+    """Is ``pid`` a running ``<binary> daemon``? Guards against signalling a recycled PID."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) >= 2 and os.path.realpath(os.fsdecode(argv[0])) == os.path.realpath(binary) and argv[1] == b"daemon"
+
+
+def _tcp_port(multiaddr: str) -> int | None:
+    parts = multiaddr.split("/")
+    return int(parts[parts.index("tcp") + 1]) if "tcp" in parts else None
+
+
+class ManagedKubo:
+    def __init__(
+        self,
+        repo: Path,
+        binary: Path,
+        *,
+        api_port: int = 0,
+        gateway_port: int = 0,
+        swarm_port: int = 0,
+        bootstrap: list[str] | None = None,
+        log_path: Path | None = None,
+        config: Mapping[str, Any] | None = None,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        """``config``: extra Kubo settings by dotted key, e.g. ``{"Pubsub.Enabled": True}``."""
+        self.repo = Path(repo)
+        self.binary = Path(binary)
+        self.ports = {"api": api_port, "gateway": gateway_port, "swarm": swarm_port}
+        self.bootstrap = list(bootstrap or [])
+        self.log_path = Path(log_path) if log_path else self.repo.with_name(self.repo.name + ".log")
+        self.config = dict(config or {})
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.restarts = 0
+        self.last_exit: ExitInfo | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._api_url: str | None = None
+        self._gateway_url: str | None = None
+        self._identity: dict[str, Any] = {}
+        self._bound: dict[str, int] = {}  # ports the last run really got (port 0 = Kubo's pick)
+        self._log_offset = 0
+        self._stopping = False
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def api_url(self) -> str:
+        if self._api_url is None:
+            raise KuboError("the managed Kubo is not started")
+        return self._api_url
+
+    @property
+    def gateway_url(self) -> str | None:
+        return self._gateway_url
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def peer_id(self) -> str | None:
+        return self._identity.get("ID")
+
+    @property
+    def swarm_addrs(self) -> list[str]:
+        """Full multiaddrs (with /p2p/<peer id>) other daemons can ``swarm connect`` to."""
+        return list(self._identity.get("Addresses") or [])
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "IPFS_PATH": str(self.repo), "IPFS_TELEMETRY": "off"}
+
+    # --- start -----------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Start the daemon (initialising the repo the first time); returns the API base URL."""
+        if self.alive():
+            return self.api_url
+        self._stopping = False
+        await asyncio.to_thread(self._prepare_repo, self.ports)
+        await self._launch()
+        return self.api_url
+
+    async def _launch(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as logf:
+            self._log_offset = logf.tell()
+            # Own session: a Ctrl-C meant for the node does not hit Kubo; the node stops it in order.
+            self._proc = subprocess.Popen(
+                [str(self.binary), "daemon", "--enable-gc=false"],
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        (self.repo / PID_FILE).write_text(str(self._proc.pid))
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self._terminate()
+            raise
+
+    def _prepare_repo(self, ports: Mapping[str, int]) -> None:
+        try:
+            self._init_and_configure(ports)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            raise KuboStartError(f"cannot prepare the Kubo repo {self.repo}: {e}") from e
+
+    def _init_and_configure(self, ports: Mapping[str, int]) -> None:
+        self.repo.mkdir(parents=True, exist_ok=True)
+        if not (self.repo / "config").exists():
+            # test profile: loopback, no bootstrap peers, no mDNS.
+            out = subprocess.run(
+                [str(self.binary), "init", "--profile=test"],
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if out.returncode != 0:
+                raise KuboStartError(f"`ipfs init` failed in {self.repo}: {(out.stderr or out.stdout).strip()}")
+        self._clear_stale()
+        self._write_config(ports)
+
+    def _clear_stale(self) -> None:
+        """Remove what a dead daemon left (api file, repo.lock); stop a daemon a crashed node orphaned."""
+        if _repo_locked(self.repo):
+            pid = self._recorded_pid()
+            if pid is None or not _is_our_daemon(pid, self.binary):
+                raise KuboStartError(
+                    f"the Kubo repo {self.repo} is in use by another process; stop it or pick another repo"
+                )
+            log.warning("stopping Kubo pid %s left running by an earlier node", pid)
+            _kill_and_wait(pid, self.stop_timeout)
+        for name in ("api", "gateway", "repo.lock", PID_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.repo / name).unlink()
+
+    def _recorded_pid(self) -> int | None:
+        try:
+            return int((self.repo / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _write_config(self, ports: Mapping[str, int]) -> None:
+        # Edit the JSON directly: one read and one atomic write instead of an `ipfs config` run per key.
+        path = self.repo / "config"
+        cfg = json.loads(path.read_text())
+        addrs = cfg.setdefault("Addresses", {})
+        addrs["API"] = f"/ip4/127.0.0.1/tcp/{ports['api']}"
+        addrs["Gateway"] = f"/ip4/127.0.0.1/tcp/{ports['gateway']}"
+        addrs["Swarm"] = [f"/ip4/127.0.0.1/tcp/{ports['swarm']}"]
+        cfg["Bootstrap"] = list(self.bootstrap)
+        for dotted, value in self.config.items():
+            node = cfg
+            *parents, leaf = dotted.split(".")
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = value
+        tmp = path.with_name("config.cairn-tmp")
+        tmp.write_text(json.dumps(cfg, indent=2))
+        os.chmod(tmp, 0o600)  # the config holds the node's private key
+        os.replace(tmp, path)
+
+    async def _wait_ready(self) -> None:
+        """Poll (no fixed sleeps) until the API answers ``id``; fail fast if the process exits."""
+        assert self._proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+            while True:
+                if self._proc.poll() is not None:
+                    raise KuboStartError(
+                        f"Kubo exited with code {self._proc.returncode} while starting "
+                        f"(repo {self.repo}); its log:\n{self.log_tail()}"
+                    )
+                if time.monotonic() > deadline:
+                    raise KuboStartError(
+                        f"Kubo did not answer within {self.start_timeout:g} s (repo {self.repo}); its log:\n"
+                        f"{self.log_tail()}"
+                    )
+                # Kubo writes <repo>/api when its API listens and <repo>/gateway a moment later.
+                url, gateway = self._read_url("api"), self._read_url("gateway")
+                if url is not None and gateway is not None:
+                    try:
+                        async with http.post(f"{url}/api/v0/id") as resp:
+                            if resp.status == 200:
+                                self._identity = await resp.json(content_type=None)
+                                self._api_url = url
+                                self._gateway_url = gateway
+                                self._remember_ports()
+                                return
+                    except (aiohttp.ClientError, TimeoutError):
+                        pass
+                await asyncio.sleep(0.02)
+
+    def _read_url(self, name: str) -> str | None:
+        try:
+            text = (self.repo / name).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return api_base_url(text) if text else None
+
+    def _remember_ports(self) -> None:
+        swarm = [p for a in self.swarm_addrs if (p := _tcp_port(a))]
+        for key, url in (("api", self._api_url), ("gateway", self._gateway_url)):
+            if url:
+                self._bound[key] = int(url.rsplit(":", 1)[1])
+        if swarm:
+            self._bound["swarm"] = swarm[0]
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of what the current (or last) run wrote to its log."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    # --- stop ------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """SIGTERM our daemon, SIGKILL it if it has not exited within ``stop_timeout``."""
+        self._stopping = True
+        await self._terminate()
+
+    async def _terminate(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_timeout
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if proc.poll() is None:
+                log.warning("Kubo pid %s ignored SIGTERM for %g s; killing it", proc.pid, self.stop_timeout)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await asyncio.to_thread(proc.wait)
+        if self._recorded_pid() == proc.pid:  # another ManagedKubo may own the repo by now
+            with contextlib.suppress(FileNotFoundError):
+                (self.repo / PID_FILE).unlink()
+
+    # --- supervise -------------------------------------------------------------------------
+
+    async def supervise(
+        self,
+        on_change: OnChange | None = None,
+        *,
+        poll_interval: float = 0.1,
+        backoff: float = 0.2,
+        max_backoff: float = 30.0,
+        stable_after: float = 60.0,
+    ) -> None:
+        """Run as a task: restart the daemon when it dies, with growing backoff; cancel to stop watching.
+
+        The backoff goes back to ``backoff`` once a run has stayed up ``stable_after`` seconds. After a
+        restart with port 0 configured, the ports of the previous run are tried first, so peers and
+        clients find it where it was; ``api_url`` may still change (read it on "up").
+        """
+        delay = backoff
+        up_since = time.monotonic()
+        # A process we started counts as up, even if it died before this task first ran.
+        state: State = "up" if self._proc is not None else "down"
+
+        async def moved(new: State) -> None:
+            nonlocal state
+            if new != state:
+                state = new
+                await self._notify(on_change, new)
+
+        while True:
+            if self.alive() or self._stopping:
+                await asyncio.sleep(poll_interval)
+                continue
+            if self._proc is not None:  # it died, or the last restart attempt did
+                self.last_exit = ExitInfo(self._proc.returncode, time.time(), self.log_tail())
+                log.warning("Kubo pid %s exited with code %s", self._proc.pid, self._proc.returncode)
+                self._proc = None
+            await moved("down")
+            if time.monotonic() - up_since >= stable_after:
+                delay = backoff
+            await asyncio.sleep(delay)
+            if self._stopping or self.alive():  # stopped, or started by someone else, meanwhile
+                continue
+            await moved("restarting")
+            try:
+                await self._restart()
+            except KuboError as e:
+                log.warning("restarting Kubo failed: %s", e)
+                delay = min(delay * 2, max_backoff)
+                await moved("down")
+                continue
+            self.restarts += 1
+            up_since = time.monotonic()
+            delay = min(delay * 2, max_backoff)
+            await moved("up")
+
+    async def _restart(self) -> None:
+        sticky = {k: v or self._bound.get(k, 0) for k, v in self.ports.items()}
+        try:
+            await asyncio.to_thread(self._prepare_repo, sticky)
+            await self._launch()
+        except KuboStartError:
+            if sticky == self.ports:
+                raise
+            # A port of the last run was taken meanwhile: let Kubo pick new ones.
+            await asyncio.to_thread(self._prepare_repo, self.ports)
+            await self._launch()
+
+    @staticmethod
+    async def _notify(on_change: OnChange | None, state: State) -> None:
+        if on_change is None:
+            return
+        try:
+            result = on_change(state)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:  # a broken listener must not stop the supervision
+            log.exception("Kubo state listener failed on %r", state)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a dead child not yet reaped still has a /proc entry)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _kill_and_wait(pid: int, timeout: float) -> None:
+    """Stop a daemon this process did not start (found by our PID file), by its PID only."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _running(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _running(pid) and time.monotonic() < deadline + 5:
+            time.sleep(0.02)

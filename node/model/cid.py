@@ -1,0 +1,107 @@
+"""CIDs: computing, parsing, printing and verifying them.
+
+DESIGN.md "Object rules": every object is addressed by a CIDv1 whose multihash is BLAKE3-256
+(code 0x1e, 32 bytes), printed in lower-case base32 (``b…``). Holium schema v0 "Reference
+schema" fixes the same hash. Links inside DAG-CBOR are ``multiformats.CID`` values, so that is
+the one CID type used everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import blake3
+from multiformats import CID, multihash
+
+from node.model.errors import HashMismatch, InvalidCID, quote
+
+DAG_CBOR = 0x71  # objects (Cairn uses dag-cbor so IPFS follows links; DESIGN.md "Object rules")
+CBOR = 0x51  # Holium scalar leaves (plain CBOR, no links; holium-rs linked_data_tree)
+RAW = 0x55  # raw bytes (UnixFS raw leaves, module bytecode in holium-rs)
+DAG_PB = 0x70  # UnixFS nodes (bulk data added through Kubo)
+BLAKE3 = 0x1E
+
+CODECS: dict[str, int] = {"dag-cbor": DAG_CBOR, "cbor": CBOR, "raw": RAW, "dag-pb": DAG_PB}
+
+__all__ = [
+    "CID", "DAG_CBOR", "CBOR", "RAW", "DAG_PB", "BLAKE3", "CODECS",
+    "cid_for", "parse_cid", "cid_str", "verify_block", "codec_code",
+]
+
+
+def codec_code(codec: str | int) -> int:
+    """Multicodec code for a codec name ("dag-cbor", "cbor", "raw", "dag-pb") or code."""
+    if isinstance(codec, int) and not isinstance(codec, bool):
+        if codec in CODECS.values():
+            return codec
+    elif isinstance(codec, str) and codec in CODECS:
+        return CODECS[codec]
+    known = ", ".join(CODECS)
+    raise InvalidCID(f"unsupported codec {codec!r}: use one of {known}")
+
+
+def cid_for(data: bytes, codec: str | int = "dag-cbor") -> CID:
+    """CIDv1 of ``data`` under ``codec``, hashed with BLAKE3-256 (DESIGN.md "Object rules")."""
+    digest = blake3.blake3(data).digest()
+    return CID("base32", 1, codec_code(codec), multihash.wrap(digest, "blake3"))
+
+
+def parse_cid(text: str | CID) -> CID:
+    """Parse a CID string (any multibase CIDv1, or a base58 CIDv0 ``Qm…``).
+
+    The returned CID keeps its version (a v0 link and its v1 form are different bytes inside
+    DAG-CBOR); print it with :func:`cid_str` to get the canonical base32 v1 form.
+    """
+    if isinstance(text, CID):
+        return text
+    if not isinstance(text, str):
+        raise InvalidCID(f"expected a CID string, got {type(text).__name__}")
+    if not text:
+        raise InvalidCID("invalid CID \"\": empty string")
+    if text != text.strip():
+        raise InvalidCID(f"invalid CID {quote(text)}: surrounding whitespace")
+    try:
+        cid = CID.decode(text)
+    except Exception as exc:  # multiformats raises many unrelated types (KeyError, ValueError, …)
+        reason = _reason(exc)
+        raise InvalidCID(f"invalid CID {quote(text)}: {reason}") from None
+    return cid
+
+
+def _reason(exc: Exception) -> str:
+    msg = str(exc).strip("'\" ") or type(exc).__name__
+    if "multibase" in msg.lower() and "prefix" in msg.lower():
+        return "unknown multibase prefix (expected b… base32 CIDv1 or Qm… CIDv0)"
+    return msg.rstrip(".")
+
+
+def cid_str(cid: CID | str) -> str:
+    """Canonical text of a CID: CIDv1, base32 lower case (a v0 CID is shown as its v1 form)."""
+    c = parse_cid(cid)
+    if c.version == 0:
+        c = c.set(version=1, base="base32")
+    return c.encode("base32")
+
+
+def verify_block(cid: CID | str, data: bytes) -> None:
+    """Check that ``data`` hashes to ``cid`` with the CID's own hash function.
+
+    Fetched blocks are always hash-checked (DESIGN.md "Resolving a query"). Supports BLAKE3,
+    SHA2-256 and identity multihashes; raises HashMismatch naming the CID when they differ.
+    """
+    c = parse_cid(cid)
+    name = c.hashfun.name
+    expected = c.raw_digest
+    if name == "blake3":
+        actual = blake3.blake3(data).digest(length=len(expected))
+    elif name == "sha2-256":
+        actual = hashlib.sha256(data).digest()
+    elif name == "identity":
+        actual = bytes(data)
+    else:
+        raise InvalidCID(f"cannot verify {cid_str(c)}: hash function {name} is not supported")
+    if actual != expected:
+        raise HashMismatch(
+            f"block does not match its CID {cid_str(c)}: "
+            f"{name} digest is {actual.hex()[:16]}…, expected {expected.hex()[:16]}…"
+        )

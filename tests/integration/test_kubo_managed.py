@@ -1,0 +1,262 @@
+"""ManagedKubo: the node's own daemon, started, stopped, supervised, recovered (real Kubo 0.42)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from node.ipfs import KuboClient, KuboStartError, ManagedKubo
+
+pytestmark = pytest.mark.kubo
+
+
+def process_running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def until(check: Callable[[], bool], deadline: float = 15.0, what: str = "condition") -> None:
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not met within {deadline} s")
+        await asyncio.sleep(0.02)
+
+
+async def test_start_stop(kubo_binary: Path, tmp_path: Path) -> None:
+    node = ManagedKubo(tmp_path / "repo", kubo_binary, log_path=tmp_path / "kubo.log", bootstrap=[])
+    url = await node.start()
+    try:
+        assert node.alive() and node.pid is not None and process_running(node.pid)
+        assert url == node.api_url and url.startswith("http://127.0.0.1:")
+        assert node.gateway_url is not None and node.gateway_url.startswith("http://127.0.0.1:")
+        assert node.swarm_addrs and node.swarm_addrs[0].startswith("/ip4/127.0.0.1/tcp/")
+        assert node.swarm_addrs[0].endswith(f"/p2p/{node.peer_id}")
+        cfg = json.loads((tmp_path / "repo" / "config").read_text())
+        assert cfg["Bootstrap"] == [] and cfg["Discovery"]["MDNS"]["Enabled"] is False
+        assert await node.start() == url  # already running: nothing to do
+        async with KuboClient(url) as client:
+            assert (await client.id()).id == node.peer_id
+    finally:
+        pid = node.pid
+        await node.stop()
+    assert not node.alive() and pid is not None and not process_running(pid)
+    assert not (tmp_path / "repo" / "api").exists()  # a clean shutdown removes it
+    assert "Daemon is ready" in (tmp_path / "kubo.log").read_text()
+
+
+async def test_restart_keeps_identity_and_blocks(kubo_binary: Path, tmp_path: Path) -> None:
+    node = ManagedKubo(tmp_path / "repo", kubo_binary, config={"Pubsub.Enabled": True})
+    await node.start()
+    peer = node.peer_id
+    async with KuboClient(node.api_url) as client:
+        cid = await client.block_put(b"kept across restarts", pin=True)
+    await node.stop()
+    await node.start()
+    try:
+        assert node.peer_id == peer
+        async with KuboClient(node.api_url) as client:
+            assert await client.block_get(cid, offline=True) == b"kept across restarts"
+        cfg = json.loads((tmp_path / "repo" / "config").read_text())
+        assert cfg["Pubsub"]["Enabled"] is True
+    finally:
+        await node.stop()
+
+
+async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
+    states: list[str] = []
+
+    async def on_change(state: str) -> None:  # async listeners are awaited
+        states.append(state)
+
+    async with KuboClient(kubo.api_url) as client:
+        cid = await client.block_put(os.urandom(32), pin=True)
+    old_pid, old_url = kubo.pid, kubo.api_url
+    assert old_pid is not None
+    task = asyncio.create_task(kubo.supervise(on_change, poll_interval=0.02, backoff=0.05))
+    try:
+        os.kill(old_pid, signal.SIGKILL)
+        await until(lambda: kubo.restarts == 1 and kubo.alive(), what="restart after SIGKILL")
+        assert states == ["down", "restarting", "up"]
+        assert kubo.last_exit is not None and kubo.last_exit.returncode == -signal.SIGKILL
+        assert kubo.pid != old_pid
+        assert kubo.api_url == old_url  # ports of the previous run are reused when free
+        async with KuboClient(kubo.api_url) as client:
+            assert (await client.id()).id == kubo.peer_id
+            assert await client.pin_ls(cid) == {cid: "recursive"}
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    # No longer supervised: a second death stays dead.
+    pid = kubo.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await until(lambda: not kubo.alive(), what="daemon exit")
+    await asyncio.sleep(0.2)  # give a (wrongly) surviving supervisor the time it would need
+    assert kubo.restarts == 1 and not kubo.alive()
+
+
+async def test_supervise_does_not_restart_after_stop(kubo: ManagedKubo) -> None:
+    states: list[str] = []
+    task = asyncio.create_task(kubo.supervise(states.append, poll_interval=0.02, backoff=0.02))
+    try:
+        await kubo.stop()
+        await asyncio.sleep(0.2)
+        assert not kubo.alive() and kubo.restarts == 0 and states == []
+    finally:
+        task.cancel()
+
+
+async def test_stale_api_file_and_lock_after_sigkill(kubo_binary: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    node = ManagedKubo(repo, kubo_binary)
+    await node.start()
+    pid = node.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await until(lambda: not node.alive(), what="daemon exit")
+    # What a killed daemon leaves behind: an api file naming a dead port, and repo.lock.
+    assert (repo / "api").exists() and (repo / "repo.lock").exists()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    (repo / "api").write_text(f"/ip4/127.0.0.1/tcp/{dead_port}")
+
+    fresh = ManagedKubo(repo, kubo_binary)  # a new node process finding the leftovers
+    try:
+        url = await fresh.start()
+        assert url != f"http://127.0.0.1:{dead_port}"
+        async with KuboClient(url) as client:
+            assert (await client.id()).id == node.peer_id
+    finally:
+        await fresh.stop()
+
+
+async def test_orphaned_daemon_of_an_earlier_node_is_replaced(kubo_binary: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    crashed = ManagedKubo(repo, kubo_binary)  # a node that died without stopping its Kubo
+    await crashed.start()
+    orphan = crashed.pid
+    assert orphan is not None
+    successor = ManagedKubo(repo, kubo_binary)
+    try:
+        await successor.start()
+        assert not crashed.alive()  # recognised by the PID file and binary, stopped by PID
+        assert successor.pid != orphan and successor.alive()
+    finally:
+        await successor.stop()
+        await crashed.stop()
+
+
+async def test_repo_used_by_a_foreign_daemon_is_refused(kubo_binary: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    first = ManagedKubo(repo, kubo_binary)
+    await first.start()
+    try:
+        (repo / "cairn-daemon.pid").unlink()  # now nothing says it is ours
+        with pytest.raises(KuboStartError, match="in use by another process"):
+            await ManagedKubo(repo, kubo_binary).start()
+        assert first.alive()
+    finally:
+        await first.stop()
+
+
+async def test_start_failure_reports_log_tail(kubo_binary: Path, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        node = ManagedKubo(tmp_path / "repo", kubo_binary, api_port=port)
+        started = time.monotonic()
+        with pytest.raises(KuboStartError, match="address already in use") as info:
+            await node.start()
+    assert time.monotonic() - started < 10
+    assert "exited with code 1" in str(info.value)
+    assert not node.alive()
+
+
+async def test_two_managed_daemons_connect(
+    kubo: ManagedKubo, kubo_factory: Callable[..., Awaitable[ManagedKubo]]
+) -> None:
+    # bootstrap list = the first daemon: the second dials it on start.
+    second = await kubo_factory(bootstrap=[kubo.swarm_addrs[0]])
+    async with KuboClient(second.api_url) as client:
+
+        async def connected() -> bool:
+            return kubo.peer_id in [p.id for p in await client.swarm_peers()]
+
+        end = time.monotonic() + 15
+        while not await connected():
+            assert time.monotonic() < end, "bootstrap peer never connected"
+            await asyncio.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_supervise_backs_off_while_restart_fails(kubo_binary: Path, tmp_path: Path) -> None:
+    port = free_port()
+    node = ManagedKubo(tmp_path / "repo", kubo_binary, api_port=port)
+    await node.start()
+    states: list[str] = []
+    task = None
+    try:
+        with socket.socket() as squatter:  # the fixed API port is taken while the daemon is down
+            pid = node.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await until(lambda: not node.alive(), what="daemon exit")
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("127.0.0.1", port))
+            squatter.listen()
+            # Supervision starts after the death, so the squatter surely wins the port.
+            task = asyncio.create_task(node.supervise(states.append, poll_interval=0.02, backoff=0.02, max_backoff=0.1))
+            await until(lambda: states.count("restarting") >= 2, what="two failed restarts")
+            assert node.restarts == 0 and node.last_exit is not None
+            assert "address already in use" in node.last_exit.log_tail
+        await until(lambda: node.restarts == 1 and node.alive(), what="restart once the port is free")
+        assert states[:4] == ["down", "restarting", "down", "restarting"] and states[-1] == "up"
+        assert node.api_url == f"http://127.0.0.1:{port}"
+    finally:
+        if task is not None:
+            task.cancel()
+        await node.stop()
+
+
+async def test_restart_moves_when_its_old_port_is_taken(kubo: ManagedKubo) -> None:
+    old_url = kubo.api_url
+    old_port = int(old_url.rsplit(":", 1)[1])
+    task = None
+    try:
+        with socket.socket() as squatter:
+            pid = kubo.pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await until(lambda: not kubo.alive(), what="daemon exit")
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("127.0.0.1", old_port))
+            squatter.listen()
+            task = asyncio.create_task(kubo.supervise(poll_interval=0.02, backoff=0.02))
+            await until(lambda: kubo.restarts == 1 and kubo.alive(), what="restart on a new port")
+            assert kubo.api_url != old_url  # port 0 configured: Kubo picked another one
+            async with KuboClient(kubo.api_url) as client:
+                assert (await client.id()).id == kubo.peer_id
+    finally:
+        if task is not None:
+            task.cancel()

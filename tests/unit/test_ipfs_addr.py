@@ -1,0 +1,36 @@
+"""Kubo API address parsing: config may hold a multiaddr or a URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from node.errors import ConfigError
+from node.ipfs import api_base_url
+
+
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("/ip4/127.0.0.1/tcp/5001", "http://127.0.0.1:5001"),
+        ("/ip4/127.0.0.1/tcp/5001/http", "http://127.0.0.1:5001"),
+        ("/ip6/::1/tcp/5001", "http://[::1]:5001"),
+        ("/dns4/kubo.internal/tcp/5001", "http://kubo.internal:5001"),
+        ("/dns/kubo/tcp/443/https", "https://kubo:443"),
+        ("http://127.0.0.1:5001", "http://127.0.0.1:5001"),
+        ("http://127.0.0.1:5001/", "http://127.0.0.1:5001"),
+        ("http://127.0.0.1:5001/api/v0", "http://127.0.0.1:5001"),
+        ("127.0.0.1:5001", "http://127.0.0.1:5001"),
+        ("  /ip4/10.0.0.2/tcp/45011\n", "http://10.0.0.2:45011"),  # as read from <repo>/api
+    ],
+)
+def test_api_base_url(given: str, url: str) -> None:
+    assert api_base_url(given) == url
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["/unix/tmp/kubo.sock", "/ip4/127.0.0.1/udp/5001", "/ip4/127.0.0.1", "ftp://host:21", "http://", "http://h:port"],
+)
+def test_api_base_url_rejects(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        api_base_url(bad)
