@@ -3,6 +3,7 @@
 from config.settings import (
     DEFAULT_API_PORT,
     ApiSettings,
+    DatasetSettings,
     IpfsSettings,
     LogSettings,
     Settings,
@@ -14,6 +15,7 @@ from config.settings import (
 __all__ = [
     "DEFAULT_API_PORT",
     "ApiSettings",
+    "DatasetSettings",
     "IpfsSettings",
     "LogSettings",
     "Settings",

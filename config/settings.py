@@ -46,6 +46,16 @@ class IpfsSettings:
 
 
 @dataclass(frozen=True)
+class DatasetSettings:
+    rows_per_slice: int = _doc(
+        "Rows per Parquet slice. Peers must agree on it for identical data to give identical slice CIDs; "
+        "memory during ingest is bounded by one slice.",
+        default=1 << 20,
+    )
+    pull_timeout: float = _doc("Seconds a pull may wait for any one block or slice from a peer.", default=60.0)
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str = _doc("Log level: debug, info, warning, error.", default="info")
     format: str = _doc("Log format: `text` (key=value) or `json` (one object per line).", default="text")
@@ -56,6 +66,7 @@ class Settings:
     home: Path
     api: ApiSettings = field(default_factory=ApiSettings)
     ipfs: IpfsSettings = field(default_factory=IpfsSettings)
+    datasets: DatasetSettings = field(default_factory=DatasetSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
     @property
@@ -69,7 +80,7 @@ class Settings:
         return out
 
 
-SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "log": LogSettings}
+SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "datasets": DatasetSettings, "log": LogSettings}
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -183,5 +194,7 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"log.level must be one of debug, info, warning, error, got {s.log.level!r}")
     if s.log.format not in ("text", "json"):
         raise ConfigError(f"log.format must be text or json, got {s.log.format!r}")
+    if s.datasets.rows_per_slice <= 0:
+        raise ConfigError("datasets.rows_per_slice must be positive")
     if s.api.max_upload_bytes <= 0:
         raise ConfigError("api.max_upload_bytes must be positive")

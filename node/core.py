@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, AsyncIterator
 
-from multiformats import CID
 
 from config import Settings
 from node import __version__
+from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, pull, slice_of_dataset
 from node.home import Home
+from node.index import Index
 from node.identity import Identity
 from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.errors import InvalidInput
-from node.model import Block, decode, decode_object, encode, holium_data, verify_block
+from node.errors import CairnError, InvalidInput
+from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 
 log = logging.getLogger("cairn.node")
@@ -41,6 +43,18 @@ class Node:
         self.kubo_state = "down"
         self.started_at: float | None = None
         self.api_url: str | None = None  # set by the HTTP face once it listens
+        self.index: Index | None = None
+        self._datasets: Datasets | None = None
+
+    @property
+    def datasets(self) -> Datasets:
+        if self._datasets is None:
+            raise CairnError("the node has not started")
+        return self._datasets
+
+    @datasets.setter
+    def datasets(self, value: Datasets) -> None:
+        self._datasets = value
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -67,11 +81,15 @@ class Node:
                 swarm_port=ipfs.swarm_port,
                 bootstrap=list(ipfs.bootstrap),
                 log_path=self.home.logs / "kubo.log",
+                # Re-hash every block read from the blockstore: what we serve is checked against its CID.
+                config={"Datastore.HashOnRead": True},
             )
             url = await self.managed.start()
             self.kubo = KuboClient(url, timeout=ipfs.timeout)
             self.kubo_state = "up"
             self._supervisor = asyncio.create_task(self.managed.supervise(self._on_kubo_change))
+        self.index = Index(self.home.path / "index.sqlite")
+        self.datasets = Datasets(self.kubo, self.index, self.home.path, self.settings.datasets.rows_per_slice)
         self.started_at = time.time()
         log.info("node started", extra={"peer_id": self.identity.peer_id, "kubo": url})
 
@@ -91,6 +109,8 @@ class Node:
             self._supervisor = None
         if self.kubo is not None:
             await self.kubo.close()
+        if self.index is not None:
+            self.index.close()
         if self.managed is not None:
             await self.managed.stop()
         self.kubo_state = "down"
@@ -182,3 +202,97 @@ class Node:
         await self._kubo().pin_add(root, recursive=True)
         return root, len(blocks)
 
+
+    # -- datasets ---------------------------------------------------------------------------
+
+    async def add_dataset(self, source: Any, *, name: str, create: bool, options: ReadOptions,
+                          strategy: str = "append", primary_key: list[str] | None = None,
+                          info: dict[str, Any] | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        r = await self.datasets.add(source, name=name, create=create, options=options, strategy=strategy,
+                                    primary_key=primary_key, info=info)
+        return {
+            "name": r.name, "id": r.dataset_id, "head": cid_str(r.head),
+            "previous": cid_str(r.previous) if r.previous else None,
+            "rows_read": r.rows_read, "rows_added": r.rows_added, "schema_changed": r.schema_changed,
+            "slices": [{"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash}
+                       for s in r.slices],
+            "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+        }
+
+    async def list_datasets(self) -> list[dict[str, Any]]:
+        out = []
+        for row in self.datasets.index.datasets():
+            v = await self.datasets.version(parse_cid(row.head))
+            out.append({"name": row.name, "id": row.id, "head": row.head, "rows": v.rows,
+                        "slices": len(v.slices), "owned": bool(row.key_name), "updated": row.updated})
+        return out
+
+    async def dataset(self, ref: str) -> dict[str, Any]:
+        row, v = await self.datasets.resolve(ref)
+        logical, rows = await self.datasets.version_hash(v)
+        return {
+            "name": row.name if row else None,
+            "id": v.dataset_id,
+            "head": cid_str(v.head),
+            "ipns": row.ipns if row else None,
+            "seq": v.seq,
+            "rows": rows,
+            "logicalHash": logical,
+            "structure": cid_str(v.structure_cid) if v.structure_cid else None,
+            "abstractStructure": cid_str(v.abstract_cid) if v.abstract_cid else None,
+            "schema": [list(c) for c in v.structure.schema] if v.structure else [],
+            "merge": v.merge,
+            "info": v.info,
+            "slices": [{"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash,
+                        "offset": s.offset} for s in v.slices],
+        }
+
+    async def dataset_log(self, ref: str) -> list[dict[str, Any]]:
+        _, v = await self.datasets.resolve(ref)
+        return [{"cid": cid_str(cid), "seq": b.seq, "time": b.time, "event": _plain(b.event)} for cid, b in v.blocks]
+
+    async def dataset_version(self, ref: str) -> "Version":
+        return (await self.datasets.resolve(ref))[1]
+
+    async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
+        r = await pull(self.datasets, source, name=name, timeout=self.settings.datasets.pull_timeout)
+        return {"name": r.name, "id": r.dataset_id, "head": cid_str(r.head), "blocks": r.blocks,
+                "slices": r.slices, "bytes": r.bytes}
+
+    # -- transfer protocol and gateway --------------------------------------------------------
+
+    async def odf_head(self, dataset: str) -> CID:
+        return (await self.datasets.resolve(dataset))[1].head
+
+    async def odf_block(self, dataset: str, cid: CID) -> bytes:
+        return await block_of_dataset(self.datasets, dataset, cid)
+
+    async def odf_data(self, dataset: str, cid: CID) -> Path:
+        return await slice_of_dataset(self.datasets, dataset, cid)
+
+    async def raw_block(self, cid: CID) -> bytes:
+        """One block from Kubo, checked against its CID (the client re-hashes it)."""
+        return await self._kubo().block_get(cid, timeout=self.settings.ipfs.timeout)
+
+    def car_export(self, cid: CID) -> AsyncIterator[bytes]:
+        """The DAG under ``cid`` as a CAR stream; every block is hash-checked as it passes."""
+        return self._kubo().dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True)
+
+    def cat(self, cid: CID) -> AsyncIterator[bytes]:
+        """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
+        Kubo) and bitswap checks every block it fetches."""
+        return self._kubo().cat(cid, timeout=self.settings.ipfs.timeout)
+
+
+def _plain(value: Any) -> Any:
+    """IPLD → JSON for display: links as CID strings."""
+    if isinstance(value, CID):
+        return cid_str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    return value

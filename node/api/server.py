@@ -7,12 +7,19 @@ Every error is ``{"error": {"type": …, "message": …}}`` with the status its 
 from __future__ import annotations
 
 import hmac
+import os
+import re
+import tempfile
+from pathlib import Path
 import logging
 from typing import Awaitable, Callable
 
 from aiohttp import web
+from multidict import MultiMapping
 
+from node.api import export
 from node.core import Node
+from node.datasets import ReadOptions
 from node.errors import CairnError, InvalidInput, Unauthorized
 from node.model import cid_str, dagjson, parse_cid
 
@@ -87,6 +94,166 @@ async def holium_import(request: web.Request) -> web.Response:
     return web.json_response({"cid": cid_str(root), "blocks": count})
 
 
+# -- datasets ---------------------------------------------------------------------------------
+
+def _read_options(q: MultiMapping[str]) -> ReadOptions:
+    overrides: dict[str, str] = {}
+    for spec in q.getall("type", []):
+        col, sep, typ = spec.partition("=")
+        if not sep or not col or not typ:
+            raise InvalidInput(f"type override {spec!r} must look like COLUMN=TYPE")
+        overrides[col] = typ
+    header = q.get("header", "true").lower()
+    if header not in ("true", "false"):
+        raise InvalidInput("header must be true or false")
+    columns = q.get("columns")
+    return ReadOptions(
+        format=q.get("format") or None,
+        compression=q.get("compression") or None,
+        delimiter=q.get("delimiter") or None,
+        header=header == "true",
+        column_names=columns.split(",") if columns else None,
+        schema_overrides=overrides,
+        event_time=q.get("event_time") or None,
+    )
+
+
+def _info(q: MultiMapping[str]) -> dict[str, object] | None:
+    info: dict[str, object] = {k: q[k] for k in ("title", "description", "license") if q.get(k)}
+    if q.getall("keyword", []):
+        info["keywords"] = list(q.getall("keyword"))
+    return info or None
+
+
+async def _spool(request: web.Request, dest: Path, limit: int) -> int:
+    """Stream the request body to ``dest``, never holding it whole; refuse past ``limit`` bytes."""
+    size = 0
+    with open(dest, "wb") as f:
+        async for chunk in request.content.iter_chunked(1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"upload larger than api.max_upload_bytes ({limit} bytes): refused")
+            f.write(chunk)
+    return size
+
+
+class TooLarge(CairnError):
+    status = 413
+
+
+async def datasets_add(request: web.Request) -> web.Response:
+    q = request.query
+    name, to = q.get("name"), q.get("to")
+    if bool(name) == bool(to):
+        raise InvalidInput("give exactly one of name= (create a dataset) or to= (append to one)")
+    node = _node(request)
+    options = _read_options(q)
+    pk = [c for c in q.get("primary_key", "").split(",") if c]
+    tmp = node.home.path / "tmp"
+    tmp.mkdir(exist_ok=True)
+    # The reader tells formats by extension: keep the uploaded file's (e.g. ".csv.gz").
+    suffix = "".join(Path(q.get("filename", "")).suffixes[-2:])
+    if not re.fullmatch(r"(\.[A-Za-z0-9]{1,10}){0,2}", suffix):
+        suffix = ""
+    fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
+    os.close(fd)
+    path = Path(path_s)
+    try:
+        await _spool(request, path, node.settings.api.max_upload_bytes)
+        out = await node.add_dataset(path, name=name or to or "", create=bool(name), options=options,
+                                     strategy=q.get("merge", "append"), primary_key=pk, info=_info(q))
+    finally:
+        path.unlink(missing_ok=True)
+    return web.json_response(out, status=201 if name else 200)
+
+
+async def datasets_list(request: web.Request) -> web.Response:
+    return web.json_response({"datasets": await _node(request).list_datasets()})
+
+
+async def dataset_get(request: web.Request) -> web.Response:
+    return web.json_response(await _node(request).dataset(request.match_info["ref"]))
+
+
+async def dataset_log(request: web.Request) -> web.Response:
+    return web.json_response({"blocks": await _node(request).dataset_log(request.match_info["ref"])})
+
+
+async def dataset_data(request: web.Request) -> web.StreamResponse:
+    fmt = request.query.get("format", "jsonl")
+    limit_s = request.query.get("limit")
+    try:
+        limit = int(limit_s) if limit_s is not None else None
+        if limit is not None and limit < 0:
+            raise ValueError
+    except ValueError:
+        raise InvalidInput(f"limit must be a non-negative integer, got {limit_s!r}") from None
+    node = _node(request)
+    version = await node.dataset_version(request.match_info["ref"])
+    writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
+    resp = web.StreamResponse(headers={"Content-Type": writer.content_type, "X-Cairn-Version": cid_str(version.head)})
+    await resp.prepare(request)
+    async for chunk in export.stream(node.datasets.tables(version), writer, limit):
+        await resp.write(chunk)
+    await resp.write_eof()
+    return resp
+
+
+async def pull(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+        source, name = body["source"], body.get("name")
+        if not isinstance(source, str) or (name is not None and not isinstance(name, str)):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise InvalidInput('body must be JSON {"source": URL or CID, "name": optional local name}') from None
+    return web.json_response(await _node(request).pull_dataset(source, name))
+
+
+# -- transfer protocol and gateway ------------------------------------------------------------
+
+async def odf_head(request: web.Request) -> web.Response:
+    head = await _node(request).odf_head(request.match_info["dataset"])
+    return web.Response(text=cid_str(head), content_type="text/plain")
+
+
+async def odf_block(request: web.Request) -> web.Response:
+    cid = parse_cid(request.match_info["cid"])
+    data = await _node(request).odf_block(request.match_info["dataset"], cid)
+    return web.Response(body=data, content_type="application/octet-stream")
+
+
+async def odf_data(request: web.Request) -> web.StreamResponse:
+    cid = parse_cid(request.match_info["cid"])
+    path = await _node(request).odf_data(request.match_info["dataset"], cid)
+    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+
+async def gateway(request: web.Request) -> web.StreamResponse:
+    cid = parse_cid(request.match_info["cid"])
+    node = _node(request)
+    accept = request.headers.get("Accept", "")
+    if "application/vnd.ipld.raw" in accept:
+        return web.Response(body=await node.raw_block(cid), content_type="application/vnd.ipld.raw",
+                            headers={"X-Ipfs-Roots": cid_str(cid)})
+    if "application/vnd.ipld.car" in accept:
+        chunks = node.car_export(cid)
+        content_type = "application/vnd.ipld.car; version=1"
+    elif cid.codec.name in ("dag-cbor", "cbor"):
+        return web.Response(text=dagjson.dumps(await node.dag_get(cid)), content_type="application/json")
+    else:
+        chunks = node.cat(cid)
+        content_type = "application/octet-stream"
+    first = await anext(chunks, b"")  # errors (absent CID, timeout) still become a clean error answer
+    resp = web.StreamResponse(headers={"Content-Type": content_type, "X-Ipfs-Roots": cid_str(cid)})
+    await resp.prepare(request)
+    await resp.write(first)
+    async for chunk in chunks:  # a failure past this point cuts the stream: the client sees it short
+        await resp.write(chunk)
+    await resp.write_eof()
+    return resp
+
+
 def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app = web.Application(middlewares=[errors_middleware], client_max_size=max_body)
     app[NODE_KEY] = node
@@ -96,5 +263,15 @@ def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app.router.add_post("/api/v0/dag", require_token(dag_put))
     app.router.add_get("/api/v0/dag/{cid}", dag_get)
     app.router.add_post("/api/v0/holium/import", require_token(holium_import))
+    app.router.add_post("/api/v0/datasets", require_token(datasets_add))
+    app.router.add_get("/api/v0/datasets", datasets_list)
+    app.router.add_get("/api/v0/datasets/{ref}", dataset_get)
+    app.router.add_get("/api/v0/datasets/{ref}/log", dataset_log)
+    app.router.add_get("/api/v0/datasets/{ref}/data", dataset_data)
+    app.router.add_post("/api/v0/pull", require_token(pull))
+    app.router.add_get("/odf/{dataset}/refs/head", odf_head)
+    app.router.add_get("/odf/{dataset}/blocks/{cid}", odf_block)
+    app.router.add_get("/odf/{dataset}/data/{cid}", odf_data)
+    app.router.add_get("/ipfs/{cid}", gateway)
     return app
 

@@ -24,7 +24,7 @@ class RemoteError(CairnError):
 
 
 class NodeClient:
-    def __init__(self, base_url: str, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 3600.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -37,16 +37,24 @@ class NodeClient:
         token = home.token() if home.token_file.exists() else None
         return cls(info["api"], token)
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                content_type: str = "application/json") -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: Any = None,
+                content_type: str = "application/json", length: int | None = None) -> tuple[int, bytes]:
+        with self.open(method, path, body, content_type, length) as resp:
+            return resp.status, resp.read()
+
+    def open(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+             length: int | None = None) -> Any:
+        """The response as a file (stream it); ``body`` may be bytes, a file, or an iterable of chunks
+        (sent chunked when ``length`` is unknown)."""
         req = urllib.request.Request(self.base_url + path, data=body, method=method)
         if body is not None:
             req.add_header("Content-Type", content_type)
+        if length is not None:
+            req.add_header("Content-Length", str(length))
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, resp.read()
+            return urllib.request.urlopen(req, timeout=self.timeout)
         except urllib.error.HTTPError as e:
             payload = e.read()
             try:
@@ -61,5 +69,6 @@ class NodeClient:
     def get_json(self, path: str) -> Any:
         return json.loads(self.request("GET", path)[1])
 
-    def post_json(self, path: str, body: bytes, content_type: str = "application/json") -> Any:
-        return json.loads(self.request("POST", path, body, content_type)[1])
+    def post_json(self, path: str, body: Any, content_type: str = "application/json",
+                  length: int | None = None) -> Any:
+        return json.loads(self.request("POST", path, body, content_type, length)[1])

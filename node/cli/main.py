@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
@@ -118,6 +119,106 @@ def cmd_holium_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_add(args: argparse.Namespace) -> int:
+    from node.cli.progress import upload_progress
+
+    params: list[tuple[str, str]] = [("name", args.name)] if args.name else [("to", args.to)]
+    for key in ("format", "compression", "delimiter", "event_time", "merge", "title", "description", "license"):
+        value = getattr(args, key)
+        if value:
+            params.append((key, value))
+    if args.no_header:
+        params.append(("header", "false"))
+    if args.columns:
+        params.append(("columns", args.columns))
+    if args.primary_key:
+        params.append(("primary_key", args.primary_key))
+    params += [("type", t) for t in args.type or []]
+    params += [("keyword", k) for k in args.keyword or []]
+    client = NodeClient.for_home(_home(args))
+    if args.file == "-":
+        source, length = sys.stdin.buffer, None
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            raise InvalidInput(f"cannot read {args.file}: no such file")
+        params.append(("filename", path.name))
+        source, length = path.open("rb"), path.stat().st_size
+    query = urllib.parse.urlencode(params)
+    with upload_progress(source, length, quiet=args.json) as body:
+        out = client.post_json(f"/api/v0/datasets?{query}", body, "application/octet-stream", length)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    verb = "created" if args.name else "appended to"
+    print(f"{verb} {out['name']}: {out['rows_added']} rows added of {out['rows_read']} read, "
+          f"{len(out['slices'])} slices, {out['elapsed_ms'] / 1000:.2f} s")
+    print(f"head  {out['head']}")
+    print(f"id    {out['id']}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    rows = NodeClient.for_home(_home(args)).get_json("/api/v0/datasets")["datasets"]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"{r['name']:<24} {r['rows']:>12} rows  {r['head']}  {'' if r['owned'] else '(pulled)'}".rstrip())
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    ref = urllib.parse.quote(args.ref, safe="")
+    blocks = NodeClient.for_home(_home(args)).get_json(f"/api/v0/datasets/{ref}/log")["blocks"]
+    if args.json:
+        print(json.dumps(blocks, indent=2))
+        return 0
+    for b in blocks:
+        ev = dict(b["event"])
+        kind = ev.pop("kind")
+        if kind == "AddData":
+            detail = f"rows {ev['offsets'][0]}..{ev['offsets'][1]} in {len(ev['slices'])} slices, " \
+                     f"merge {ev['merge']['strategy']}, logical hash {ev['logicalHash']}"
+        elif kind == "SetDataSchema":
+            detail = f"structure {ev['structure']}"
+        else:
+            detail = json.dumps(ev, ensure_ascii=False)
+        print(f"{b['seq']:>4}  {b['cid']}  {b['time']}  {kind:<14} {detail}")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(
+        Path(args.output).suffix if args.output else "", "jsonl")
+    ref = urllib.parse.quote(args.ref, safe="")
+    query = urllib.parse.urlencode([("format", fmt)] + ([("limit", str(args.limit))] if args.limit is not None else []))
+    client = NodeClient.for_home(_home(args))
+    with client.open("GET", f"/api/v0/datasets/{ref}/data?{query}") as resp:
+        if args.output in (None, "-"):
+            while chunk := resp.read(1 << 20):
+                sys.stdout.buffer.write(chunk)
+        else:
+            tmp = Path(args.output + ".part")
+            with open(tmp, "wb") as f:
+                while chunk := resp.read(1 << 20):
+                    f.write(chunk)
+            tmp.replace(args.output)  # a failed download never leaves a truncated file under the name
+            print(f"wrote {args.output} ({fmt}) from version {resp.headers.get('X-Cairn-Version')}", file=sys.stderr)
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    body = json.dumps({"source": args.source, "name": args.name}).encode()
+    out = NodeClient.for_home(_home(args)).post_json("/api/v0/pull", body)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"pulled {out['name']}: {out['blocks']} blocks, {out['slices']} slices verified ({out['bytes']} bytes fetched)")
+    print(f"head  {out['head']}")
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +259,40 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID", holium)
     sp.add_argument("file")
     sp.add_argument("--format", choices=["json", "csv", "cbor", "bin"], help="default: from the file extension")
+    sp = add("add", cmd_add, "ingest CSV/TSV, JSON Lines or Parquet (gzip/zstd too) as a dataset version")
+    sp.add_argument("file", help="the file, or - for stdin")
+    target = sp.add_mutually_exclusive_group(required=True)
+    target.add_argument("--name", help="create a dataset with this name")
+    target.add_argument("--to", help="append to this dataset")
+    sp.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help="default: from the file name or its bytes")
+    sp.add_argument("--compression", choices=["gzip", "zstd", "none"], help="default: from the file name or its bytes")
+    sp.add_argument("--delimiter", help="CSV field delimiter (default , for csv, tab for tsv)")
+    sp.add_argument("--no-header", action="store_true", help="the CSV has no header row")
+    sp.add_argument("--columns", help="column names, comma-separated (with --no-header)")
+    sp.add_argument("--type", action="append", metavar="COL=TYPE", help="override a column's type (repeatable)")
+    sp.add_argument("--event-time", help="the column that holds each row's event time")
+    sp.add_argument("--merge", choices=["append", "ledger", "snapshot"], help="merge strategy (default append)")
+    sp.add_argument("--primary-key", metavar="COL[,COL…]", help="key columns for ledger and snapshot")
+    sp.add_argument("--title")
+    sp.add_argument("--description")
+    sp.add_argument("--license")
+    sp.add_argument("--keyword", action="append")
+    sp.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    sp = add("ls", cmd_ls, "list the datasets of this node")
+    sp.add_argument("--json", action="store_true")
+    sp = add("log", cmd_log, "a dataset's metadata chain, newest block first")
+    sp.add_argument("ref", help="a name, a dataset id (did:key) or a block CID")
+    sp.add_argument("--json", action="store_true")
+    sp = add("get", cmd_get, "write a dataset version's rows to a file")
+    sp.add_argument("ref", help="a name, a dataset id, or a block CID (a frozen version)")
+    sp.add_argument("-o", "--output", help="output file (default: stdout)")
+    sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="default: from the -o extension, else jsonl")
+    sp.add_argument("--limit", type=int, help="at most this many rows")
+    sp = add("pull", cmd_pull, "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything")
+    sp.add_argument("source", help="http://HOST:PORT/odf/NAME, or a head block CID")
+    sp.add_argument("--name", help="local name (default: the remote name)")
+    sp.add_argument("--json", action="store_true")
     return p
 
 

@@ -136,6 +136,18 @@ def decode(data: bytes, codec: str | int = "dag-cbor") -> Any:
         check_ipld(value)
     except EncodingError as exc:
         raise EncodingError(str(exc).replace("cannot encode value", "invalid DAG-CBOR: value", 1)) from None
+    return _base32_links(value)
+
+
+def _base32_links(value: Any) -> Any:
+    """dag_cbor decodes links as base58btc CIDs; Cairn prints CIDv1 in base32 everywhere (DESIGN.md),
+    so ``str(link)`` of a decoded link is the same text as the CID that was encoded."""
+    if isinstance(value, CID):
+        return value.set(base="base32") if value.version == 1 else value
+    if isinstance(value, list):
+        return [_base32_links(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _base32_links(v) for k, v in value.items()}
     return value
 
 

@@ -1,0 +1,26 @@
+"""Datasets: ingest, structures, metadata chains, logical hashes, reading and pulling versions."""
+
+from node.datasets.chain import SliceRef, Version, build_version
+from node.datasets.logical_hash import LogicalHash, LogicalHasher, canonical_type
+from node.datasets.readers import ReadOptions, open_input
+from node.datasets.service import AddResult, Datasets, SchemaChangeRefused
+from node.datasets.transfer import PullRefused, PullResult, block_of_dataset, pull, slice_of_dataset
+
+__all__ = [
+    "AddResult",
+    "Datasets",
+    "LogicalHash",
+    "LogicalHasher",
+    "PullRefused",
+    "PullResult",
+    "block_of_dataset",
+    "pull",
+    "slice_of_dataset",
+    "ReadOptions",
+    "SchemaChangeRefused",
+    "SliceRef",
+    "Version",
+    "build_version",
+    "canonical_type",
+    "open_input",
+]

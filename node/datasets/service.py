@@ -1,0 +1,360 @@
+"""Datasets: ingest into slices and a signed metadata chain, resolve references, read versions.
+
+The head of a dataset moves only after every slice and block is stored in Kubo and pinned
+(recursively, from the new head): a failure anywhere before leaves the previous head intact and
+nothing half-published visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, BinaryIO, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from node import identity
+from node.datasets import merge as merging
+from node.datasets.chain import SliceRef, Version, build_version
+from node.datasets.logical_hash import LogicalHasher, canonical_type
+from node.datasets.readers import ReadOptions, open_input
+from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
+from node.errors import CairnError, InvalidInput, NotFound
+from node.index import DatasetRow, Index
+from node.ipfs import KuboClient
+from node.model import CID, Block, InvalidObject, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
+
+log = logging.getLogger("cairn.datasets")
+
+DEFAULT_ROWS_PER_SLICE = 1 << 20
+Progress = Callable[[int, int], None]  # (bytes read, rows read)
+
+
+class SchemaChangeRefused(InvalidInput):
+    pass
+
+
+@dataclass(frozen=True)
+class AddResult:
+    name: str
+    dataset_id: str
+    head: CID
+    previous: CID | None
+    rows_read: int
+    rows_added: int
+    slices: list[SliceRef]
+    schema_changed: bool
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _structure(schema: pa.Schema) -> Structure:
+    return Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in schema))
+
+
+def evolve(old: Structure, new: pa.Schema) -> list[str]:
+    """Column order for new data under an existing structure; refuses all but added columns."""
+    new_types = {f.name: canonical_type(f.type) for f in new}
+    for name, typ in old.schema:
+        if name not in new_types:
+            raise SchemaChangeRefused(f"schema change refused: column {name!r} is missing "
+                                      "(only adding columns is allowed)")
+        if new_types[name] != typ:
+            raise SchemaChangeRefused(f"schema change refused: column {name!r} would change type "
+                                      f"{typ} -> {new_types[name]} (only adding columns is allowed)")
+    return old.names + [n for n in new.names if n not in old.names]
+
+
+class Datasets:
+    def __init__(self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE) -> None:
+        self.kubo = kubo
+        self.index = index
+        self.keys_dir = home / "keys"
+        self.cache_dir = home / "cache" / "slices"
+        self.tmp_dir = home / "tmp"
+        for d in (self.keys_dir, self.cache_dir, self.tmp_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.rows_per_slice = rows_per_slice
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._blocks: dict[CID, MetadataBlock] = {}  # immutable: a cache never goes stale
+        self._structures: dict[CID, Structure] = {}
+
+    # -- objects ------------------------------------------------------------------------------
+
+    async def _put(self, block: Block) -> None:
+        await self.kubo.block_put(block.data, codec=block.cid.codec.name)
+
+    async def _get_object(self, cid: CID, timeout: float | None = None) -> Any:
+        data = await self.kubo.block_get(cid, timeout=timeout)  # verified against the CID by the client
+        return decode_object(decode(data))
+
+    async def block(self, cid: CID, timeout: float | None = None) -> MetadataBlock:
+        if cid not in self._blocks:
+            obj = await self._get_object(cid, timeout)
+            if not isinstance(obj, MetadataBlock):
+                raise InvalidInput(f"{cid} is not a dataset metadata block (mb_0)")
+            self._blocks[cid] = obj
+        return self._blocks[cid]
+
+    async def structure(self, cid: CID, timeout: float | None = None) -> Structure:
+        if cid not in self._structures:
+            obj = await self._get_object(cid, timeout)
+            if not isinstance(obj, Structure):
+                raise InvalidObject(f"{cid} is not a structure (st_0)")
+            self._structures[cid] = obj
+        return self._structures[cid]
+
+    async def version(self, head: CID, timeout: float | None = None) -> Version:
+        blocks: list[tuple[CID, MetadataBlock]] = []
+        cid: CID | None = head
+        while cid is not None:
+            b = await self.block(cid, timeout)
+            blocks.append((cid, b))
+            cid = b.prev
+        structures = {}
+        for _, b in blocks:
+            if b.kind == "SetDataSchema":
+                structures[b.event["structure"]] = await self.structure(b.event["structure"], timeout)
+        return build_version(head, blocks, structures)
+
+    # -- references ---------------------------------------------------------------------------
+
+    async def resolve(self, ref: str) -> tuple[DatasetRow | None, Version]:
+        """A name, a dataset id (did:key) or a block CID (a frozen version) → its version."""
+        row = self.index.dataset(ref) if not ref.startswith("did:") else self.index.dataset_by_id(ref)
+        if row is not None:
+            return row, await self.version(parse_cid(row.head))
+        if ref.startswith("did:"):
+            raise NotFound(f"no dataset with id {ref} on this node")
+        try:
+            cid = parse_cid(ref)
+        except CairnError:
+            raise NotFound(f"no dataset named {ref!r} (and it is not a block CID)") from None
+        v = await self.version(cid, timeout=30.0)
+        return self.index.dataset_by_id(v.dataset_id), v
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _new_key(self) -> tuple[Ed25519PrivateKey, str, str, str | None]:
+        ident = identity.generate()
+        did = ident.node_key
+        key_name = "cairn-" + did.removeprefix("did:key:")
+        path = self.keys_dir / f"{key_name}.pem"
+        identity.save(ident, path)
+        ipns = await self.kubo.key_import(key_name, path.read_bytes())
+        return ident.private_key, did, key_name, ipns
+
+    def _load_key(self, key_name: str) -> Ed25519PrivateKey:
+        return identity.load(self.keys_dir / f"{key_name}.pem").private_key
+
+    async def add(self, source: str | Path | BinaryIO, *, name: str, create: bool, options: ReadOptions,
+                  strategy: str = "append", primary_key: list[str] | None = None,
+                  info: dict[str, Any] | None = None, progress: Progress | None = None) -> AddResult:
+        if strategy not in ("append", "ledger", "snapshot"):
+            raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
+        if not name or "/" in name or name.startswith("did:"):
+            raise InvalidInput(f"invalid dataset name {name!r}")
+        pk = list(primary_key or [])
+        async with self._lock(name):
+            row = self.index.dataset(name)
+            if create and row is not None:
+                raise InvalidInput(f"dataset {name!r} already exists: append with --to {name}")
+            if not create and row is None:
+                raise NotFound(f"no dataset named {name!r}: create it with --name {name}")
+            old = await self.version(parse_cid(row.head)) if row else None
+            if old is not None and old.merge["strategy"] != strategy and old.rows:
+                raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")
+            work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
+            try:
+                return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+
+    async def _add(self, source: Any, name: str, row: DatasetRow | None, old: Version | None,
+                   options: ReadOptions, strategy: str, pk: list[str], info: dict[str, Any] | None,
+                   progress: Progress | None, work: Path) -> AddResult:
+        prior_tables = [t for t in await self._prior_tables(old)] if old and strategy != "append" else []
+        inp = await asyncio.to_thread(open_input, source, options)
+        try:
+            schema = inp.schema
+            merging.check_primary_key(schema, strategy, pk)
+            user_struct = old.structure if old and old.structure else None
+            if user_struct is not None and strategy == "snapshot":
+                user_struct = Structure(user_struct.format, user_struct.schema[1:])  # without op
+            order = evolve(user_struct, schema) if user_struct else schema.names
+            schema = pa.schema([schema.field(n) for n in order])
+            batches: Iterator[pa.RecordBatch] = (b.select(order) for b in inp.batches)
+            if strategy == "ledger":
+                seen = {k for t in prior_tables for k in merging._keys(t, pk)}
+                batches = merging.ledger(batches, pk, seen)
+            elif strategy == "snapshot":
+                state = merging.fold_state(prior_tables, pk)
+                batches = merging.snapshot(batches, schema, pk, state)
+                schema = merging.with_op(schema)
+            structure = _structure(schema)
+            start = old.rows if old else 0
+            event_max: list[Any] = []
+
+            def tracked() -> Iterator[pa.RecordBatch]:
+                for b in batches:
+                    if options.event_time and b.num_rows:
+                        event_max.append(pc.max(b.column(options.event_time)).as_py())
+                    if progress:
+                        progress(inp.bytes_read, inp.rows_read)
+                    yield b
+
+            total = LogicalHasher(schema)
+            slices: list[SliceRef] = []
+            files: list[tuple[Path, CID]] = []
+            gen = iter_slices(tracked(), schema, self.rows_per_slice)
+            offset = start
+            while True:
+                path = work / f"slice-{len(slices)}.parquet"
+                made = await asyncio.to_thread(_write_next, gen, path, total)
+                if made is None:
+                    break
+                rows, lh = made
+                added = await self.kubo.add(path, pin=False)
+                slices.append(SliceRef(added.cid, rows, added.file_size, lh, offset))
+                files.append((path, added.cid))
+                offset += rows
+            if progress:
+                progress(inp.bytes_read, inp.rows_read)
+            rows_read = inp.rows_read
+        finally:
+            inp.close()
+
+        added_rows = offset - start
+        if old is not None and added_rows == 0 and not info and structure == old.structure:
+            # Nothing new (e.g. a ledger that had seen every row): the chain stays as it is.
+            return AddResult(name, old.dataset_id, old.head, old.head, rows_read, 0, [], False)
+
+        blocks: list[Block] = []
+        if old is None:
+            key, did, key_name, ipns = await self._new_key()
+            prev, seq = None, 0
+            chain = [{"kind": "Seed", "datasetId": did, "datasetKind": "root"}]
+        else:
+            assert row is not None
+            key, did, key_name, ipns = self._load_key(row.key_name), old.dataset_id, row.key_name, row.ipns
+            prev, seq = old.head, old.seq + 1
+            chain = []
+        schema_changed = old is None or old.structure != structure
+        if schema_changed:
+            st_block, abs_block = block_of(structure), block_of(structure.abstract())
+            blocks += [st_block, abs_block]
+            chain.append({"kind": "SetDataSchema", "structure": st_block.cid, "abstract": abs_block.cid})
+        if added_rows:
+            ev: dict[str, Any] = {
+                "kind": "AddData",
+                "slices": [{"data": s.cid, "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in slices],
+                "offsets": [start, offset - 1],
+                "rows": added_rows,
+                "logicalHash": str(total.finish()),
+                "merge": {"strategy": strategy, "primaryKey": pk},
+            }
+            if event_max and any(v is not None for v in event_max):
+                ev["eventTime"] = max(v for v in event_max if v is not None).isoformat()
+            chain.append(ev)
+        if info:
+            chain.append({"kind": "SetInfo", **info})
+
+        for event in chain:
+            mb = MetadataBlock(prev, seq, _now(), event).signed(key.sign)
+            blk = block_of(mb)
+            blocks.append(blk)
+            self._blocks[blk.cid] = mb
+            prev, seq = blk.cid, seq + 1
+        for blk in blocks:
+            await self._put(blk)
+        head = prev
+        assert head is not None
+        await self.kubo.pin_add(head, recursive=True)  # slices, structures and chain: all or nothing
+
+        # Everything is stored and pinned: now, and only now, the head moves.
+        if row is None:
+            self.index.create_dataset(name, did, cid_str(head), ipns, key_name)
+        elif not self.index.move_head(name, row.head, cid_str(head)):
+            raise CairnError(f"dataset {name!r} moved while this ingest ran; nothing was changed")
+        if old is not None:
+            await self.kubo.pin_rm(old.head, recursive=True)  # covered by the new recursive pin
+        for path, cid in files:  # keep the local copies: reads and queries need no round trip
+            os.replace(path, self.cache_dir / f"{cid}.parquet")
+        await self._publish(key_name, head)
+        return AddResult(name, did, head, old.head if old else None, rows_read, added_rows, slices, schema_changed)
+
+    async def _publish(self, key_name: str, head: CID) -> None:
+        try:
+            await self.kubo.name_publish(head, key=key_name, allow_offline=True)
+        except CairnError as e:  # the local head is authoritative; IPNS is how others follow it
+            log.warning("IPNS publish failed", extra={"key": key_name, "head": cid_str(head), "error": e.message})
+
+    async def _prior_tables(self, old: Version | None) -> list[pa.Table]:
+        return [t async for t in self.tables(old)] if old else []
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def slice_path(self, s: SliceRef, timeout: float | None = None) -> Path:
+        """The slice as a local file, fetched from IPFS once (Kubo verifies every block it fetches)."""
+        path = self.cache_dir / f"{s.cid}.parquet"
+        if path.exists():
+            return path
+        tmp = path.with_suffix(f".{os.getpid()}.part")
+        with open(tmp, "wb") as f:
+            async for chunk in self.kubo.cat(s.cid, timeout=timeout):
+                f.write(chunk)
+        os.replace(tmp, path)
+        return path
+
+    async def tables(self, v: Version) -> AsyncIterator[pa.Table]:
+        """The version's rows, slice by slice; older slices get nulls for columns added later."""
+        target: pa.Schema | None = None
+        if v.slices:
+            target = (await asyncio.to_thread(read_slice, await self.slice_path(v.slices[-1]))).schema
+        for s in v.slices:
+            t = await asyncio.to_thread(read_slice, await self.slice_path(s))
+            if target is not None and t.schema.names != target.names:
+                t = pa.table({f.name: t.column(f.name) if f.name in t.schema.names
+                              else pa.nulls(t.num_rows, f.type) for f in target}, schema=target)
+            yield t
+
+    async def version_hash(self, v: Version) -> tuple[str, int]:
+        """Logical hash of all the version's rows in order (cached: a version never changes)."""
+        cached = self.index.version_facts(cid_str(v.head))
+        if cached:
+            return cached
+        hasher: LogicalHasher | None = None
+        async for t in self.tables(v):
+            hasher = hasher or LogicalHasher(t.schema)
+            await asyncio.to_thread(hasher.update, t)
+        if hasher is None:
+            return ("", 0)
+        facts = (str(hasher.finish()), hasher.rows)
+        self.index.set_version_facts(cid_str(v.head), *facts)
+        return facts
+
+
+def _write_next(gen: Iterator[pa.Table], path: Path, total: LogicalHasher) -> tuple[int, str] | None:
+    """Write the next slice to ``path``; its rows and logical hash (None when the input is done)."""
+    table = next(gen, None)
+    if table is None:
+        return None
+    write_parquet_slice(table, str(path))
+    total.update(table)
+    own = LogicalHasher(table.schema)
+    own.update(table)
+    return table.num_rows, str(own.finish())
+

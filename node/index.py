@@ -1,0 +1,94 @@
+"""The node's local index (SQLite, WAL): names → dataset heads, and cached facts about versions.
+
+SQLite is the node's memory of what it holds; IPFS holds the objects themselves. Every write is
+one transaction, so a crash leaves either the old or the new state, never half of one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS datasets (
+    name     TEXT PRIMARY KEY,
+    id       TEXT NOT NULL UNIQUE,      -- did:key of the dataset key
+    head     TEXT NOT NULL,             -- CID of the newest mb_0 block
+    ipns     TEXT,                      -- IPNS name of the dataset key (k51…)
+    key_name TEXT NOT NULL,             -- the key's name in Kubo's keystore
+    created  REAL NOT NULL,
+    updated  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS version_facts (
+    head         TEXT PRIMARY KEY,      -- a version (block CID)
+    logical_hash TEXT NOT NULL,         -- over all rows of the version, in order
+    rows         INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class DatasetRow:
+    name: str
+    id: str
+    head: str
+    ipns: str | None
+    key_name: str
+    created: float
+    updated: float
+
+
+class Index:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _one(self, sql: str, args: tuple[object, ...]) -> DatasetRow | None:
+        with self._lock:
+            row = self._db.execute(sql, args).fetchone()
+        return DatasetRow(*row) if row else None
+
+    def dataset(self, name: str) -> DatasetRow | None:
+        return self._one("SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE name = ?", (name,))
+
+    def dataset_by_id(self, dataset_id: str) -> DatasetRow | None:
+        return self._one("SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE id = ?", (dataset_id,))
+
+    def datasets(self) -> list[DatasetRow]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, id, head, ipns, key_name, created, updated FROM datasets ORDER BY name").fetchall()
+        return [DatasetRow(*r) for r in rows]
+
+    def create_dataset(self, name: str, dataset_id: str, head: str, ipns: str | None, key_name: str) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.execute("INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (name, dataset_id, head, ipns, key_name, now, now))
+
+    def move_head(self, name: str, old: str, new: str) -> bool:
+        """Compare-and-set: moves the head only if nobody moved it since ``old`` was read."""
+        with self._lock:
+            cur = self._db.execute("UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?",
+                                   (new, time.time(), name, old))
+        return cur.rowcount == 1
+
+    def version_facts(self, head: str) -> tuple[str, int] | None:
+        with self._lock:
+            row = self._db.execute("SELECT logical_hash, rows FROM version_facts WHERE head = ?", (head,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def set_version_facts(self, head: str, logical_hash: str, rows: int) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO version_facts VALUES (?, ?, ?)", (head, logical_hash, rows))

@@ -1,0 +1,256 @@
+"""Datasets end to end on real nodes (each its own Kubo): ingest, chains, merges, reads, pull, tamper."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from aiohttp import web
+
+from tests.fixtures.nodes import NodeProcess
+
+CSV = b"id,city,pop\n1,Paris,2100000\n2,Lyon,520000\n3,Nice,340000\n"
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess, NodeProcess]]:
+    base = tmp_path_factory.mktemp("ds")
+    a = NodeProcess(base / "a").start()
+    b = NodeProcess(base / "b").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+def add(node: NodeProcess, path: Path, *args: str, ok: bool = True) -> Any:
+    r = node.cli("add", str(path), "--json", *args)
+    if ok:
+        assert r.returncode == 0, r.stderr.decode()
+        return json.loads(r.stdout)
+    assert r.returncode != 0
+    return r.stderr.decode().strip()
+
+
+def info(node: NodeProcess, ref: str) -> dict[str, Any]:
+    status, body = node.get(f"/api/v0/datasets/{urllib.request.quote(ref, safe='')}")
+    assert status == 200, body
+    return body
+
+
+def rows(node: NodeProcess, ref: str) -> list[dict[str, Any]]:
+    r = node.cli("get", ref, "--format", "jsonl")
+    assert r.returncode == 0, r.stderr.decode()
+    return [json.loads(line) for line in r.stdout.decode().splitlines()]
+
+
+def write(tmp: Path, name: str, data: bytes) -> Path:
+    p = tmp / name
+    p.write_bytes(data)
+    return p
+
+
+def test_csv_jsonl_parquet_ingest_and_same_logical_hash(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    table = pacsv.read_csv(io.BytesIO(CSV))
+    jsonl = b"".join(json.dumps(r).encode() + b"\n" for r in table.to_pylist())
+    pq_path = tmp_path / "cities.parquet"
+    pq.write_table(table, pq_path, compression="snappy", row_group_size=1)  # another encoding entirely
+    outs = {
+        "csv": add(a, write(tmp_path, "cities.csv", CSV), "--name", "c-csv"),
+        "gz": add(a, write(tmp_path, "cities.csv.gz", gzip.compress(CSV)), "--name", "c-gz"),
+        "jsonl": add(a, write(tmp_path, "cities.jsonl", jsonl), "--name", "c-jsonl"),
+        "parquet": add(a, pq_path, "--name", "c-parquet"),
+    }
+    assert all(o["rows_added"] == 3 for o in outs.values())
+    infos = {k: info(a, o["name"]) for k, o in outs.items()}
+    assert len({i["logicalHash"] for i in infos.values()}) == 1
+    assert len({i["structure"] for i in infos.values()}) == 1
+    assert len({i["slices"][0]["cid"] for i in infos.values()}) == 1  # same rows → same slice bytes
+    assert len({i["id"] for i in infos.values()}) == 4  # but four datasets, four keys
+    assert rows(a, "c-parquet") == table.to_pylist()
+    listed = {d["name"] for d in a.get("/api/v0/datasets")[1]["datasets"]}
+    assert {"c-csv", "c-gz", "c-jsonl", "c-parquet"} <= listed
+
+
+def test_two_nodes_same_file_same_cids(nodes: Any, tmp_path: Path) -> None:
+    a, b = nodes
+    p = write(tmp_path, "same.csv", CSV + b"4,Lille,230000\n")
+    ia, ib = info(a, add(a, p, "--name", "same")["name"]), info(b, add(b, p, "--name", "same")["name"])
+    assert [s["cid"] for s in ia["slices"]] == [s["cid"] for s in ib["slices"]]
+    assert (ia["structure"], ia["abstractStructure"]) == (ib["structure"], ib["abstractStructure"])
+    assert ia["logicalHash"] == ib["logicalHash"] and ia["id"] != ib["id"]
+
+
+def test_append_chain_and_frozen_versions(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    first = add(a, write(tmp_path, "v1.csv", CSV), "--name", "grow", "--title", "Cities")
+    second = add(a, write(tmp_path, "v2.csv", b"id,city,pop\n4,Lille,230000\n"), "--to", "grow")
+    assert second["previous"] == first["head"] and second["rows_added"] == 1
+    log = json.loads(a.cli("log", "grow", "--json").stdout)
+    kinds = [b["event"]["kind"] for b in log]
+    assert kinds == ["AddData", "SetInfo", "AddData", "SetDataSchema", "Seed"]  # newest first
+    assert [b["seq"] for b in log] == [4, 3, 2, 1, 0]
+    assert log[0]["event"]["offsets"] == [3, 3] and log[2]["event"]["offsets"] == [0, 2]
+    # A block CID is a frozen version: it still reads as it was.
+    assert len(rows(a, first["head"])) == 3
+    assert len(rows(a, "grow")) == 4
+    assert info(a, "grow")["info"]["title"] == "Cities"
+    assert rows(a, info(a, "grow")["id"]) == rows(a, "grow")  # by dataset id
+
+
+def test_added_column_allowed_other_schema_changes_refused(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    head = add(a, write(tmp_path, "s1.csv", CSV), "--name", "evolve")["head"]
+    err = add(a, write(tmp_path, "s2.csv", b"id,city\n9,Metz\n"), "--to", "evolve", ok=False)
+    assert "column 'pop' is missing" in err
+    err = add(a, write(tmp_path, "s3.csv", b"id,city,pop\n9,Metz,many\n"), "--to", "evolve", ok=False)
+    assert "column 'pop' would change type" in err
+    assert info(a, "evolve")["head"] == head
+    out = add(a, write(tmp_path, "s4.csv", b"id,city,pop,region\n9,Metz,120000,GE\n"), "--to", "evolve")
+    assert out["schema_changed"] is True
+    got = rows(a, "evolve")
+    assert got[0]["region"] is None and got[-1]["region"] == "GE"
+
+
+def test_malformed_csv_names_the_line_and_keeps_head(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    head = add(a, write(tmp_path, "ok.csv", CSV), "--name", "strict")["head"]
+    bad = write(tmp_path, "bad.csv", b"id,city,pop\n5,Brest,140000\n6,Caen\n7,Tours,130000\n")
+    err = add(a, bad, "--to", "strict", ok=False)
+    assert err.startswith("error: ") and "line 3" in err, err
+    assert info(a, "strict")["head"] == head
+
+
+def test_ledger_skips_seen_rows(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "l1.csv", CSV), "--name", "ledger", "--merge", "ledger", "--primary-key", "id")
+    out = add(a, write(tmp_path, "l2.csv", b"id,city,pop\n3,Nice,1\n4,Lille,230000\n4,Lille,2\n"),
+              "--to", "ledger", "--merge", "ledger", "--primary-key", "id")
+    assert (out["rows_read"], out["rows_added"]) == (3, 1)
+    assert [r["id"] for r in rows(a, "ledger")] == [1, 2, 3, 4]
+    log = json.loads(a.cli("log", "ledger", "--json").stdout)
+    assert log[0]["event"]["merge"] == {"strategy": "ledger", "primaryKey": ["id"]}
+
+
+def test_snapshot_records_changes_with_odf_op_codes(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "n1.csv", CSV), "--name", "snap", "--merge", "snapshot", "--primary-key", "id")
+    # Lyon corrected, Nice gone, Lille new, Paris unchanged.
+    out = add(a, write(tmp_path, "n2.csv", b"id,city,pop\n1,Paris,2100000\n2,Lyon,530000\n4,Lille,230000\n"),
+              "--to", "snap", "--merge", "snapshot", "--primary-key", "id")
+    assert out["rows_added"] == 4
+    got = rows(a, "snap")
+    assert [(r["op"], r["id"]) for r in got[:3]] == [(0, 1), (0, 2), (0, 3)]
+    assert [(r["op"], r["id"], r["pop"]) for r in got[3:]] == [(2, 2, 520000), (3, 2, 530000), (0, 4, 230000), (1, 3, 340000)]
+
+
+def test_merge_needs_a_primary_key(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    err = add(a, write(tmp_path, "k.csv", CSV), "--name", "nokey", "--merge", "ledger", ok=False)
+    assert "primary key" in err
+    assert a.get("/api/v0/datasets/nokey")[0] == 404
+
+
+def test_pull_verifies_and_serves_same_bytes(nodes: Any, tmp_path: Path) -> None:
+    a, b = nodes
+    add(a, write(tmp_path, "p1.csv", CSV), "--name", "shared")
+    add(a, write(tmp_path, "p2.csv", b"id,city,pop\n4,Lille,230000\n"), "--to", "shared")
+    r = b.cli("pull", f"{a.api}/odf/shared", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    out = json.loads(r.stdout)
+    assert out["name"] == "shared" and out["slices"] == 2
+    ia, ib = info(a, "shared"), info(b, "shared")
+    assert ia["head"] == ib["head"] and ia["logicalHash"] == ib["logicalHash"]
+    assert rows(a, "shared") == rows(b, "shared")
+    # Pulling again after A appends fast-forwards.
+    add(a, write(tmp_path, "p3.csv", b"id,city,pop\n5,Brest,140000\n"), "--to", "shared")
+    assert b.cli("pull", f"{a.api}/odf/shared").returncode == 0
+    assert info(b, "shared")["head"] == info(a, "shared")["head"]
+
+
+def test_gateway_serves_verified_raw_and_car(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "g.csv", CSV), "--name", "gw")
+    i = info(a, "gw")
+    head = i["head"]
+    req = urllib.request.Request(f"{a.api}/ipfs/{head}", headers={"Accept": "application/vnd.ipld.raw"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        raw = r.read()
+    from node.model import cid_for, cid_str
+
+    assert cid_str(cid_for(raw, "dag-cbor")) == head
+    req = urllib.request.Request(f"{a.api}/ipfs/{head}", headers={"Accept": "application/vnd.ipld.car"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        car = r.read()
+    from node.ipfs.car import read_car
+
+    roots, blocks = read_car(car)
+    cids = {cid_str(c) for c, _ in blocks}
+    assert cid_str(roots[0]) == head and i["slices"][0]["cid"] in cids and i["structure"] in cids
+    with urllib.request.urlopen(f"{a.api}/ipfs/{i['slices'][0]['cid']}", timeout=10) as r:
+        assert pq.read_table(io.BytesIO(r.read())).num_rows == 3
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{a.api}/ipfs/not-a-cid", timeout=10)
+    assert e.value.code == 400
+
+
+def test_upload_needs_the_token(nodes: Any) -> None:
+    a, _ = nodes
+    req = urllib.request.Request(f"{a.api}/api/v0/datasets?name=x", data=CSV, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 401
+
+
+def test_oversized_upload_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    n = NodeProcess(tmp_path / "small").start(env={"CAIRN_API_MAX_UPLOAD_BYTES": "1000"})
+    try:
+        ok = add(n, write(tmp_path, "fits.csv", CSV), "--name", "small")
+        big = write(tmp_path, "big.csv", b"id,city,pop\n" + b"".join(b"%d,X,1\n" % i for i in range(500)))
+        err = add(n, big, "--to", "small", ok=False)
+        assert "larger than api.max_upload_bytes" in err, err
+        assert info(n, "small")["head"] == ok["head"]
+        assert not any((n.home / "tmp").iterdir())  # the partial upload is gone
+    finally:
+        n.stop()
+
+
+def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: int) -> None:
+    a, b = nodes
+    add(a, write(tmp_path, "t.csv", CSV), "--name", "tamper")
+    victim = info(a, "tamper")["head"]
+
+    async def run() -> str:
+        async def relay(request: web.Request) -> web.Response:
+            with urllib.request.urlopen(a.api + request.path, timeout=10) as r:
+                body = r.read()
+            if victim in request.path:
+                body = body[:-1] + bytes([body[-1] ^ 1])  # one bit flipped
+            return web.Response(body=body)
+
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", relay)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", free_port).start()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *b.cli_argv("pull", f"http://127.0.0.1:{free_port}/odf/tamper", "--name", "tampered"),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=b.cli_env())
+            _, err = await proc.communicate()
+            assert proc.returncode == 1
+            return err.decode().strip()
+        finally:
+            await runner.cleanup()
+
+    err = asyncio.run(run())
+    assert victim in err and "does not match its CID" in err, err
+    assert b.get("/api/v0/datasets/tampered")[0] == 404
