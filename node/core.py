@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 
 from config import Settings
@@ -207,10 +207,13 @@ class Node:
 
     async def add_dataset(self, source: Any, *, name: str, create: bool, options: ReadOptions,
                           strategy: str = "append", primary_key: list[str] | None = None,
-                          info: dict[str, Any] | None = None) -> dict[str, Any]:
+                          info: dict[str, Any] | None = None,
+                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Ingest a file as a new dataset (``create``) or a new version of one; ``progress`` gets
+        (bytes read, rows read) as the input is consumed."""
         started = time.perf_counter()
         r = await self.datasets.add(source, name=name, create=create, options=options, strategy=strategy,
-                                    primary_key=primary_key, info=info)
+                                    primary_key=primary_key, info=info, progress=progress)
         return {
             "name": r.name, "id": r.dataset_id, "head": cid_str(r.head),
             "previous": cid_str(r.previous) if r.previous else None,

@@ -6,12 +6,14 @@ Every error is ``{"error": {"type": …, "message": …}}`` with the status its 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import json
 import os
 import re
+import logging
 import tempfile
 from pathlib import Path
-import logging
 from typing import Awaitable, Callable
 
 from aiohttp import web
@@ -141,7 +143,9 @@ class TooLarge(CairnError):
     status = 413
 
 
-async def datasets_add(request: web.Request) -> web.Response:
+async def datasets_add(request: web.Request) -> web.StreamResponse:
+    """Upload a file (streamed to disk, size-limited), then ingest it. With ``progress=true`` the answer is
+    NDJSON: ``{"bytes", "rows"}`` lines while ingesting, then ``{"result": …}`` or ``{"error": …}``."""
     q = request.query
     name, to = q.get("name"), q.get("to")
     if bool(name) == bool(to):
@@ -158,13 +162,41 @@ async def datasets_add(request: web.Request) -> web.Response:
     fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
     os.close(fd)
     path = Path(path_s)
+    task: asyncio.Future[dict[str, object]] | None = None
     try:
         await _spool(request, path, node.settings.api.max_upload_bytes)
-        out = await node.add_dataset(path, name=name or to or "", create=bool(name), options=options,
-                                     strategy=q.get("merge", "append"), primary_key=pk, info=_info(q))
+        state = {"bytes": 0, "rows": 0}
+
+        def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
+            state["bytes"], state["rows"] = nbytes, rows
+
+        ingest = node.add_dataset(path, name=name or to or "", create=bool(name), options=options,
+                                  strategy=q.get("merge", "append"), primary_key=pk, info=_info(q),
+                                  progress=progress)
+        # The ingest runs as its own task: a client that goes away does not cut it half-way.
+        task = asyncio.ensure_future(ingest)
+        if q.get("progress") != "true":
+            return web.json_response(await asyncio.shield(task), status=201 if name else 200)
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        while not task.done():
+            await asyncio.wait([task], timeout=0.25)
+            await resp.write(json.dumps(state).encode() + b"\n")
+        try:
+            final: dict[str, object] = {"result": task.result()}
+        except CairnError as e:
+            final = {"error": {"type": type(e).__name__, "message": e.message, "status": e.status}}
+        except Exception as e:
+            log.exception("ingest failed")
+            final = {"error": {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}}
+        await resp.write(json.dumps(final).encode() + b"\n")
+        await resp.write_eof()
+        return resp
     finally:
-        path.unlink(missing_ok=True)
-    return web.json_response(out, status=201 if name else 200)
+        if task is None or task.done():
+            path.unlink(missing_ok=True)
+        else:
+            task.add_done_callback(lambda _: path.unlink(missing_ok=True))
 
 
 async def datasets_list(request: web.Request) -> web.Response:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from config import default_home, load_settings
 from node import __version__
-from node.cli.client import NodeClient
+from node.cli.client import NodeClient, RemoteError
 from node.errors import CairnError, InvalidInput
 from node.home import Home
 from node.model import cid_str, dagjson, decode_object, encode, parse_cid
@@ -144,9 +144,21 @@ def cmd_add(args: argparse.Namespace) -> int:
             raise InvalidInput(f"cannot read {args.file}: no such file")
         params.append(("filename", path.name))
         source, length = path.open("rb"), path.stat().st_size
+    params.append(("progress", "true"))
     query = urllib.parse.urlencode(params)
-    with upload_progress(source, length, quiet=args.json) as body:
-        out = client.post_json(f"/api/v0/datasets?{query}", body, "application/octet-stream", length)
+    with upload_progress(source, length, quiet=args.json) as (body, on_progress):
+        with client.open("POST", f"/api/v0/datasets?{query}", body, "application/octet-stream", length) as resp:
+            out = None
+            for line in resp:
+                msg = json.loads(line)
+                if "result" in msg:
+                    out = msg["result"]
+                elif "error" in msg:
+                    raise RemoteError(msg["error"]["message"], msg["error"].get("status", 500))
+                else:
+                    on_progress(msg["bytes"], msg["rows"])
+    if out is None:
+        raise RemoteError("the node closed the connection before the ingest finished", 502)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

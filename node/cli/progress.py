@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -26,12 +26,20 @@ class _Reading:
 
 
 @contextlib.contextmanager
-def upload_progress(f: BinaryIO, total: int | None, quiet: bool = False) -> Iterator[object]:
+def upload_progress(f: BinaryIO, total: int | None, quiet: bool = False) -> Iterator[tuple[object, Callable[[int, int], None]]]:
+    """The body to send and a callback for the node's ingest progress (bytes of input read, rows)."""
     if quiet or not sys.stderr.isatty():
-        yield f if total is not None else iter(lambda: f.read(1 << 20), b"")
+        yield (f if total is not None else iter(lambda: f.read(1 << 20), b"")), (lambda b, r: None)
         return
-    columns = [TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TextColumn("then ingesting on the node…")]
+    columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TextColumn("{task.fields[rows]}")]
     with Progress(*columns, transient=True) as bar:
-        task = bar.add_task("upload", total=total)
-        yield _Reading(f, lambda n: bar.advance(task, n))
+        upload = bar.add_task("upload", total=total, rows="")
+        ingest = bar.add_task("ingest", total=total, rows="", start=False)
+
+        def on_progress(nbytes: int, rows: int) -> None:
+            if not bar.tasks[ingest].started:
+                bar.start_task(ingest)
+            bar.update(ingest, completed=nbytes, rows=f"{rows:,} rows")
+
+        yield _Reading(f, lambda n: bar.advance(upload, n)), on_progress

@@ -612,65 +612,62 @@ def _csv_rows(data: bytes, pattern: re.Pattern[bytes], limit: int | None = None)
     return rows
 
 
-def _csv_cut(buf: bytes, eol: bytes, pattern: re.Pattern[bytes], delimiter: int) -> int:
+def _csv_cut(buf: bytes, eol: bytes, rows: re.Pattern[bytes], delimiter: int) -> int:
     """Where to cut ``buf`` (which starts at a row boundary): just after the last complete
     row; 0 if there is none. Exact for pyarrow's dialect, and fast when the data is RFC 4180:
 
-    - no quote in the buffer: the last line terminator;
-    - else the last terminator preceded by an even number of quotes (of the last few), if
-      every quote before it is where RFC 4180 puts one (:func:`_quotes_are_rfc`): then that
-      parity is exactly pyarrow's quoting state;
-    - else (stray quotes inside unquoted fields, or a quoted field spanning many lines at the
-      end) the buffer is lexed row by row with :func:`_row_pattern`.
+    - no quote before the last line terminator: that terminator;
+    - else the last terminator preceded by an even number of quotes, if every quote before it
+      is where RFC 4180 puts one (:func:`_rfc_quotes`): then that parity is exactly pyarrow's
+      quoting state;
+    - else (stray quotes inside unquoted fields, or a quoted field spanning the last lines)
+      the buffer is lexed with :func:`_complete_rows_pattern`.
     """
     last = buf.rfind(eol)
     if last < 0:
         return 0
-    if buf.find(b'"') < 0:
+    first_quote = buf.find(b'"', 0, last)
+    if first_quote < 0:
         return last + 1
-    total = buf.count(b'"')
-    after, end, pos = 0, len(buf), last
-    for _ in range(16):
-        after += buf.count(b'"', pos, end)
-        if (total - after) % 2 == 0:
-            if _quotes_are_rfc(buf, pos + 1, delimiter):
-                return pos + 1
-            break
-        end = pos
-        pos = buf.rfind(eol, 0, pos)
-        if pos < 0:
-            break
-    return _csv_complete_end(buf, pattern)
+    data = pa.Array.from_buffers(pa.uint8(), last + 1, [None, pa.py_buffer(buf)])
+    quotes = pc.indices_nonzero(pc.equal(data, pa.scalar(34, pa.uint8())))
+    n = len(quotes)
+    cut = last + 1
+    if n % 2:
+        # the last terminator is inside quotes: try the last one before the unmatched quote
+        opening = quotes[n - 1].as_py()
+        before = buf.rfind(eol, 0, opening)
+        if before < 0 or (n > 1 and before < quotes[n - 2].as_py()):
+            return _csv_complete_end(buf, rows)
+        cut, n = before + 1, n - 1
+        quotes = quotes.slice(0, n)
+    if _rfc_quotes(data, quotes, delimiter):
+        return cut
+    return _csv_complete_end(buf, rows)
 
 
 _ALLOWED_AROUND_QUOTES: dict[int, pa.Array] = {}
 
 
-def _quotes_are_rfc(buf: bytes, end: int, delimiter: int) -> bool:
-    """Whether the (even number of) quotes in ``buf[:end]`` pair up as RFC 4180 quoting:
-    taking them two by two, each opening quote follows a delimiter, a line end, the start of
-    the buffer or the previous closing quote (``""``), and each closing quote is followed by
-    a delimiter, a line end, the end or the next opening quote. Then a line end is inside
-    quotes exactly when an odd number of quotes precedes it. Vectorised (pyarrow.compute)."""
+def _rfc_quotes(data: pa.Array, quotes: pa.Array, delimiter: int) -> bool:
+    """Whether the (even number of) quotes at positions ``quotes`` of ``data`` pair up as RFC
+    4180 quoting: taken two by two, each opening quote follows a delimiter, a line end, the
+    start or the previous closing quote (``""``), and each closing quote is followed by a
+    delimiter, a line end, the end or the next opening quote. Then a line end is inside quotes
+    exactly when an odd number of quotes precedes it, as pyarrow's lexer sees it.
+    Vectorised (pyarrow.compute, which runs without the GIL)."""
+    if len(quotes) == 0:
+        return True
     allowed = _ALLOWED_AROUND_QUOTES.get(delimiter)
     if allowed is None:
         allowed = _ALLOWED_AROUND_QUOTES.setdefault(delimiter, pa.array([delimiter, 10, 13, 34], pa.uint8()))
-    data = pa.Array.from_buffers(pa.uint8(), end, [None, pa.py_buffer(buf)])
-    quotes = pc.indices_nonzero(pc.equal(data, pa.scalar(34, pa.uint8())))
-    n = len(quotes)
-    if n == 0:
-        return True
-    if n % 2:
-        return False
     pairs = pa.FixedSizeListArray.from_arrays(quotes, 2)
-    opening = pc.list_element(pairs, 0)
-    closing = pc.list_element(pairs, 1)
-    # (an opening quote at 0 is "preceded" by itself, a closing one at end-1 "followed" by
-    # itself: both are quotes, so both are allowed, as the start and the end are)
-    before = pc.take(data, pc.max_element_wise(pc.subtract(opening, 1), 0))
+    # (an opening quote at 0 is "preceded" by itself and a closing one at the end "followed"
+    # by itself: quotes, so allowed, as the start and the end are)
+    before = pc.take(data, pc.max_element_wise(pc.subtract(pc.list_element(pairs, 0), 1), 0))
     if not pc.all(pc.is_in(before, value_set=allowed)).as_py():
         return False
-    after = pc.take(data, pc.min_element_wise(pc.add(closing, 1), end - 1))
+    after = pc.take(data, pc.min_element_wise(pc.add(pc.list_element(pairs, 1), 1), len(data) - 1))
     return bool(pc.all(pc.is_in(after, value_set=allowed)).as_py())
 
 

@@ -254,3 +254,27 @@ def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: in
     err = asyncio.run(run())
     assert victim in err and "does not match its CID" in err, err
     assert b.get("/api/v0/datasets/tampered")[0] == 404
+
+
+def test_stdin_compressed_input(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "plain.csv", CSV), "--name", "from-file")
+    r = a.cli("add", "-", "--name", "piped", "--format", "csv", "--json", input=gzip.compress(CSV))
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["rows_added"] == 3
+    assert info(a, "piped")["logicalHash"] == info(a, "from-file")["logicalHash"]
+
+
+def test_get_writes_csv_and_parquet_files(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "src.csv", CSV), "--name", "to-get")
+    for fmt in ("csv", "parquet"):
+        out = tmp_path / f"out.{fmt}"
+        r = a.cli("get", "to-get", "-o", str(out))
+        assert r.returncode == 0, r.stderr.decode()
+        table = pacsv.read_csv(out) if fmt == "csv" else pq.read_table(out)
+        assert table.to_pylist() == pacsv.read_csv(io.BytesIO(CSV)).to_pylist()
+    r = a.cli("get", "to-get", "--limit", "2")
+    assert len(r.stdout.decode().splitlines()) == 2
+    r = a.cli("get", "nope")
+    assert r.returncode == 1 and "nope" in r.stderr.decode()
