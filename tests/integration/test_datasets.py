@@ -223,10 +223,14 @@ def test_oversized_upload_is_refused_and_nothing_changes(tmp_path: Path) -> None
         n.stop()
 
 
-def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: int) -> None:
+@pytest.mark.parametrize("what", ["head block", "structure", "slice"])
+def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: int, what: str) -> None:
     a, b = nodes
-    add(a, write(tmp_path, "t.csv", CSV), "--name", "tamper")
-    victim = info(a, "tamper")["head"]
+    name = "tamper-" + what.replace(" ", "-")
+    unique = CSV + f"9,{name},1\n".encode()  # content B has never seen, so B must fetch every piece
+    add(a, write(tmp_path, "t.csv", unique), "--name", name)
+    i = info(a, name)
+    victim = {"head block": i["head"], "structure": i["structure"], "slice": i["slices"][0]["cid"]}[what]
 
     async def run() -> str:
         async def relay(request: web.Request) -> web.Response:
@@ -243,7 +247,7 @@ def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: in
         await web.TCPSite(runner, "127.0.0.1", free_port).start()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *b.cli_argv("pull", f"http://127.0.0.1:{free_port}/odf/tamper", "--name", "tampered"),
+                *b.cli_argv("pull", f"http://127.0.0.1:{free_port}/odf/{name}", "--name", "tampered"),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=b.cli_env())
             _, err = await proc.communicate()
             assert proc.returncode == 1
@@ -254,6 +258,27 @@ def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: in
     err = asyncio.run(run())
     assert victim in err and "does not match its CID" in err, err
     assert b.get("/api/v0/datasets/tampered")[0] == 404
+    assert not list((b.home / "cache" / "slices").glob(f"{i['slices'][0]['cid']}*"))  # nothing kept
+
+
+def test_pull_by_cid_over_ipfs(nodes: Any, tmp_path: Path) -> None:
+    """B's Kubo fetches the chain and slices from A's Kubo by CID (bitswap), then verifies them."""
+    a, b = nodes
+    add(a, write(tmp_path, "c.csv", CSV), "--name", "by-cid")
+    head = info(a, "by-cid")["head"]
+    ka, kb = a.get("/api/v0/node")[1]["kubo"], b.get("/api/v0/node")[1]["kubo"]
+
+    async def connect() -> None:
+        from node.ipfs import KuboClient
+
+        async with KuboClient(kb["api"]) as kubo:
+            await kubo.swarm_connect(ka["swarm"][0])
+
+    asyncio.run(connect())
+    r = b.cli("pull", head, "--name", "fetched-by-cid", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert info(b, "fetched-by-cid")["logicalHash"] == info(a, "by-cid")["logicalHash"]
+    assert rows(b, "fetched-by-cid") == rows(a, "by-cid")
 
 
 def test_stdin_compressed_input(nodes: Any, tmp_path: Path) -> None:

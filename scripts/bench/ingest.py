@@ -1,0 +1,446 @@
+"""Benchmark: `cairn add` of a CSV vs pyarrow CSV→Parquet plus `ipfs add`, in the same run.
+
+Prints one JSON object on stdout (progress goes to stderr):
+
+1. Generates a deterministic CSV of about ``--size-mb`` MB (10^6 bytes): id int64, ts (ISO 8601
+   timestamp), user (string, 100 000 distinct), amount float64, category (8 values), flag bool;
+   written by ``pyarrow.csv`` with its default quoting (strings quoted; ``--quoting none`` to
+   write them bare).
+2. **Cairn**: starts a fresh node (own temp home, free ports, its own managed Kubo), times
+   ``cairn --home H add FILE --name bench --json`` end to end (CLI start, HTTP upload, ingest,
+   answer), then reads the peak RSS (``VmHWM``) of the node process and of its Kubo from
+   ``/proc/PID/status``, and stops the node by its PID (SIGTERM; the node stops its Kubo).
+3. **Baseline**: what the same work costs done directly. A separate process streams the CSV
+   into one Parquet file (``pyarrow.csv.open_csv`` with Cairn's 4 MiB blocks, ``ParquetWriter``
+   with Cairn's slice writer options: zstd level 1, row groups of ``rows_per_slice`` rows),
+   then ``ipfs add --cid-version 1 --hash blake3 --raw-leaves --chunker size-1048576 --pin``
+   adds that file to a fresh Kubo repo (``init --profile=test``, no daemon). Its time is the
+   two together; its peak RSS the larger of the two processes' (``wait4`` rusage).
+
+``ratio_throughput`` = Cairn MB/s / baseline MB/s over the same input bytes (DESIGN.md target:
+≥ 0.8). ``memory_bounded`` gives the numbers behind "memory bounded by slice size" (the node's
+peak and its growth during the ingest against one slice's Arrow size, and the input size);
+comparing two input sizes shows whether the peak grows with the input.
+
+    .venv/bin/python scripts/bench/ingest.py [--size-mb 1024] [--keep] [--quoting needed|none]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.csv as pacsv  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+MB = 1_000_000
+GEN_ROWS = 1 << 20  # rows generated (and written to the CSV) per chunk
+SEED = 20240101
+CATEGORIES = ["books", "electronics", "food", "garden", "music", "sports", "toys", "travel"]
+USERS = 100_000
+EPOCH_2024 = 1_704_067_200
+
+
+def say(msg: str) -> None:
+    print(f"[ingest bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _uniform(n: int, seed: int) -> pa.Array:
+    return pc.random(n, initializer=seed)
+
+
+def _ints_below(r: pa.Array, bound: int) -> pa.Array:
+    return pc.cast(pc.floor(pc.multiply(r, float(bound))), pa.int64())
+
+
+def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
+    """Write about ``size_bytes`` of CSV to ``path``, deterministically; returns the row count."""
+    base = pa.array(range(GEN_ROWS), pa.int64())
+    users = pa.array([f"user_{i}" for i in range(USERS)], pa.string())
+    cats = pa.array(CATEGORIES, pa.string())
+    rows = 0
+    chunk = 0
+    options = pacsv.WriteOptions(include_header=True, quoting_style=quoting)
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.string()), ("user", pa.string()),
+                        ("amount", pa.float64()), ("category", pa.string()), ("flag", pa.bool_())])
+    with pa.OSFile(str(path), "wb") as sink, pacsv.CSVWriter(sink, schema, write_options=options) as writer:
+        while sink.tell() < size_bytes:
+            seed = SEED + 16 * chunk
+            ids = pc.add(base, rows)
+            # one row every ~3 s from 2024-01-01, jittered
+            secs = pc.add(pc.add(pc.multiply(ids, 3), _ints_below(_uniform(GEN_ROWS, seed + 1), 3)), EPOCH_2024)
+            ts = pc.replace_substring(pc.cast(pc.cast(secs, pa.timestamp("s")), pa.string()), " ", "T",
+                                      max_replacements=1)
+            table = pa.table({
+                "id": ids,
+                "ts": ts,
+                "user": pc.take(users, _ints_below(_uniform(GEN_ROWS, seed + 2), USERS)),
+                "amount": pc.round(pc.multiply(_uniform(GEN_ROWS, seed + 3), 1000.0), 2),
+                "category": pc.take(cats, _ints_below(_uniform(GEN_ROWS, seed + 4), len(CATEGORIES))),
+                "flag": pc.less(_uniform(GEN_ROWS, seed + 5), 0.3),
+            }, schema=schema)
+            left = size_bytes - sink.tell()
+            if chunk > 0 and left < sink.tell() / rows * GEN_ROWS:  # the last, partial chunk
+                table = table.slice(0, max(1, int(left / (sink.tell() / rows))))
+            writer.write_table(table)
+            rows += table.num_rows
+            chunk += 1
+    return rows
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def run_measured(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
+                 stdout_path: Path | None = None) -> tuple[float, float, int, str]:
+    """Run ``argv`` to completion: (wall seconds, peak RSS MB of the process, exit code, stdout)."""
+    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
+    err = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        for f in (out, err):
+            if f is not subprocess.DEVNULL:
+                f.close()
+    text = stdout_path.read_text() if stdout_path else ""
+    return seconds, usage.ru_maxrss * 1024 / MB, proc.returncode, text  # ru_maxrss: KiB on Linux
+
+
+def proc_status_mb(pid: int, key: str) -> float | None:
+    """``VmHWM`` / ``VmRSS`` of a live process, in MB (10^6 bytes)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024 / MB
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is as good as gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def cairn_argv() -> list[str]:
+    script = Path(sys.executable).with_name("cairn")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
+
+
+def http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+class BenchNode:
+    """A Cairn node process with its own home (as tests/fixtures/nodes.py runs one)."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kubo_pid: int | None = None
+        self.api = ""
+        self.log_path = home.parent / f"{home.name}.log"
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        runtime = self.home / "node.json"
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the node exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
+            if runtime.exists():
+                try:
+                    info = json.loads(runtime.read_text())
+                except ValueError:
+                    info = {}
+                if info.get("pid") == self.proc.pid and info.get("api"):
+                    self.api = info["api"]
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the node did not listen within {timeout}s")
+            time.sleep(0.05)
+        kubo = http_json(self.api + "/api/v0/node")["kubo"]
+        self.kubo_pid = kubo.get("pid")
+        say(f"node pid {self.proc.pid} at {self.api}; managed Kubo pid {self.kubo_pid} at {kubo.get('api')}")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                say(f"node pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
+                self.proc.kill()
+                self.proc.wait(10)
+        # The node stops its Kubo; make sure (by its PID) that it is gone.
+        if self.kubo_pid is not None and not wait_gone(self.kubo_pid, 15.0):
+            say(f"managed Kubo pid {self.kubo_pid} still running: SIGTERM")
+            try:
+                os.kill(self.kubo_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            if not wait_gone(self.kubo_pid, 15.0):
+                try:
+                    os.kill(self.kubo_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if hasattr(self, "_log"):
+            self._log.close()
+
+
+# --------------------------------------------------------------------------- Cairn
+
+
+def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
+    env = {**os.environ, "IPFS_TELEMETRY": "off"}
+    env.pop("CAIRN_HOME", None)
+    from config import load_settings  # the defaults (and whatever CAIRN_* the caller set)
+
+    settings = load_settings(work / "cairn-home", env=env)
+    rows_per_slice = settings.datasets.rows_per_slice
+    if input_bytes > settings.api.max_upload_bytes:  # the bench's own node takes a bigger upload
+        env["CAIRN_API_MAX_UPLOAD_BYTES"] = str(input_bytes + (64 << 20))
+    node = BenchNode(work / "cairn-home", env)
+    try:
+        node.start()
+        assert node.proc is not None
+        rss_before = proc_status_mb(node.proc.pid, "VmRSS")
+        hwm_before = proc_status_mb(node.proc.pid, "VmHWM")
+        kubo_before = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None
+        say(f"cairn add {csv_path.name} ({input_bytes / MB:.0f} MB)…")
+        os.sync()
+        argv = [*cairn_argv(), "--home", str(node.home), "add", str(csv_path), "--name", "bench", "--json"]
+        seconds, cli_rss, code, out = run_measured(argv, env=env, log=work / "cairn-add.stderr",
+                                                   stdout_path=work / "cairn-add.json")
+        if code != 0:
+            raise RuntimeError(f"cairn add exited with {code}: {(work / 'cairn-add.stderr').read_text()[-2000:]}")
+        result = json.loads(out)
+        node_hwm = proc_status_mb(node.proc.pid, "VmHWM")
+        kubo_hwm = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None
+        slices = result["slices"]
+        first = node.home / "cache" / "slices" / f"{slices[0]['cid']}.parquet" if slices else None
+        slice_arrow_mb = pq.read_table(first).nbytes / MB if first and first.exists() else None
+        slice_parquet_mb = slices[0]["size"] / MB if slices else None
+    finally:
+        node.stop()
+    rows = result["rows_added"]
+    say(f"cairn: {rows} rows in {seconds:.1f} s ({input_bytes / MB / seconds:.1f} MB/s), "
+        f"node {result['elapsed_ms'] / 1000:.1f} s, {len(slices)} slices")
+    return {
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(rows / seconds),
+        "mb_per_s": round(input_bytes / MB / seconds, 2),
+        "node_peak_rss_mb": round(node_hwm, 1) if node_hwm else None,
+        "kubo_peak_rss_mb": round(kubo_hwm, 1) if kubo_hwm else None,
+        "slices": len(slices),
+        "rows": rows,
+        "node_elapsed_seconds": round(result["elapsed_ms"] / 1000, 3),  # the node's own count: after the upload
+        "upload_and_cli_seconds": round(seconds - result["elapsed_ms"] / 1000, 3),
+        "cli_peak_rss_mb": round(cli_rss, 1),
+        "parquet_mb": round(sum(s["size"] for s in slices) / MB, 2),
+        "_memory": {
+            "node_rss_before_ingest_mb": round(rss_before, 1) if rss_before else None,
+            "node_peak_before_ingest_mb": round(hwm_before, 1) if hwm_before else None,
+            "kubo_peak_before_ingest_mb": round(kubo_before, 1) if kubo_before else None,
+            "rows_per_slice": rows_per_slice,
+            "slice_arrow_mb": round(slice_arrow_mb, 1) if slice_arrow_mb else None,
+            "slice_parquet_mb": round(slice_parquet_mb, 1) if slice_parquet_mb else None,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+def convert(csv_path: str, parquet_path: str, spec: str) -> None:
+    """The baseline's pyarrow half (run in its own process, which imports nothing of Cairn):
+    streaming CSV → one Parquet file, row groups of ``rows`` rows."""
+    opts = json.loads(spec)
+    row_group_rows = opts["rows"]
+    reader = pacsv.open_csv(csv_path, read_options=pacsv.ReadOptions(block_size=opts["block_size"], use_threads=True))
+    schema = reader.schema
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    with pq.ParquetWriter(parquet_path, schema, **opts["writer"]) as writer:
+        for batch in reader:
+            while batch.num_rows:
+                take = min(row_group_rows - count, batch.num_rows)
+                pending.append(batch.slice(0, take))
+                count += take
+                batch = batch.slice(take)
+                if count == row_group_rows:
+                    writer.write_table(pa.Table.from_batches(pending, schema=schema), row_group_size=row_group_rows)
+                    pending, count = [], 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending, schema=schema), row_group_size=row_group_rows)
+
+
+def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_group_rows: int) -> dict[str, Any]:
+    from node.ipfs import find_kubo_binary
+
+    ipfs = str(find_kubo_binary())
+    repo = work / "baseline-kubo"
+    env = {**os.environ, "IPFS_PATH": str(repo), "IPFS_TELEMETRY": "off"}
+    out = subprocess.run([ipfs, "init", "--profile=test"], env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
+    parquet_path = work / "baseline.parquet"
+    from node.datasets.readers import DEFAULT_BLOCK_SIZE
+    from node.datasets.slices import WRITER_OPTIONS  # the same Parquet: zstd 1, pages, dictionaries
+
+    spec = json.dumps({"rows": row_group_rows, "block_size": DEFAULT_BLOCK_SIZE, "writer": WRITER_OPTIONS})
+    say("baseline: pyarrow CSV → Parquet…")
+    os.sync()
+    py_s, py_rss, code, _ = run_measured(
+        [sys.executable, __file__, "--convert", str(csv_path), str(parquet_path), spec],
+        log=work / "baseline-convert.stderr")
+    if code != 0:
+        raise RuntimeError(f"baseline conversion failed: {(work / 'baseline-convert.stderr').read_text()[-2000:]}")
+    say(f"baseline: ipfs add ({parquet_path.stat().st_size / MB:.0f} MB of Parquet)…")
+    os.sync()
+    add_s, add_rss, code, cid = run_measured(
+        [ipfs, "add", "--cid-version", "1", "--hash", "blake3", "--raw-leaves", "--chunker", "size-1048576",
+         "--pin", "--quieter", str(parquet_path)],
+        env=env, log=work / "baseline-add.stderr", stdout_path=work / "baseline-add.out")
+    if code != 0:
+        raise RuntimeError(f"ipfs add failed: {(work / 'baseline-add.stderr').read_text()[-2000:]}")
+    seconds = py_s + add_s
+    say(f"baseline: {seconds:.1f} s (pyarrow {py_s:.1f} s, ipfs add {add_s:.1f} s) → {cid.strip()}")
+    return {
+        "seconds": round(seconds, 3),
+        "rows_per_s": round(rows / seconds),
+        "mb_per_s": round(input_bytes / MB / seconds, 2),
+        "peak_rss_mb": round(max(py_rss, add_rss), 1),
+        "pyarrow_seconds": round(py_s, 3),
+        "ipfs_add_seconds": round(add_s, 3),
+        "pyarrow_peak_rss_mb": round(py_rss, 1),
+        "ipfs_add_peak_rss_mb": round(add_rss, 1),
+        "parquet_mb": round(parquet_path.stat().st_size / MB, 2),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def kubo_version() -> str | None:
+    try:
+        from node.ipfs import find_kubo_binary
+
+        out = subprocess.run([str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or None
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=1024, help="CSV size in MB (10^6 bytes); default 1024")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (CSV, homes, repos, logs)")
+    parser.add_argument("--quoting", choices=["needed", "none"], default="needed",
+                        help="pyarrow CSV quoting: needed (default: strings quoted) or none")
+    parser.add_argument("--convert", nargs=3, metavar=("CSV", "PARQUET", "SPEC"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.convert:
+        convert(*args.convert)
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
+
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-ingest-"))
+    try:
+        csv_path = work / "input.csv"
+        say(f"generating {args.size_mb:g} MB of CSV in {work}…")
+        t0 = time.perf_counter()
+        rows = generate_csv(csv_path, int(args.size_mb * MB), args.quoting)
+        input_bytes = csv_path.stat().st_size
+        say(f"{rows} rows, {input_bytes / MB:.1f} MB in {time.perf_counter() - t0:.1f} s")
+        os.sync()
+
+        cairn = bench_cairn(work, csv_path, input_bytes)
+        if cairn["rows"] != rows:
+            raise RuntimeError(f"cairn added {cairn['rows']} rows, the CSV has {rows}")
+        memory = cairn.pop("_memory")
+        del cairn["rows"]
+        baseline = bench_baseline(work, csv_path, input_bytes, rows, memory["rows_per_slice"])
+
+        peak, before, slice_mb = cairn["node_peak_rss_mb"], memory["node_rss_before_ingest_mb"], memory["slice_arrow_mb"]
+        growth = round(peak - before, 1) if peak and before else None
+        result = {
+            "bench": "ingest",
+            "input_mb": round(input_bytes / MB, 1),
+            "rows": rows,
+            "quoting": args.quoting,
+            "cairn": cairn,
+            "baseline": baseline,
+            "ratio_throughput": round(cairn["mb_per_s"] / baseline["mb_per_s"], 3),
+            "target_ratio": 0.8,
+            "memory_bounded": {
+                **memory,
+                "node_peak_rss_mb": peak,
+                "node_rss_growth_mb": growth,
+                "growth_per_slice_arrow": round(growth / slice_mb, 2) if growth and slice_mb else None,
+                "node_peak_over_input": round(peak / (input_bytes / MB), 3) if peak else None,
+                "baseline_peak_rss_mb": baseline["peak_rss_mb"],
+            },
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "pyarrow": pa.__version__,
+                "kubo": kubo_version(),
+                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+            },
+        }
+        print(json.dumps(result, indent=2))
+    finally:
+        if args.keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
