@@ -31,7 +31,7 @@ from node.datasets.slices import canonical_slice_schema
 from node.errors import InvalidInput
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 # --------------------------------------------------------------------------- helpers
@@ -77,10 +77,9 @@ def read_all(source, **options) -> pa.Table:
 
 
 def read_error(source, **options) -> str:
-    with pytest.raises(InvalidInput) as info:
-        with open_input(source, ReadOptions(**options)) as inp:
-            for _ in inp.batches:
-                pass
+    with pytest.raises(InvalidInput) as info, open_input(source, ReadOptions(**options)) as inp:
+        for _ in inp.batches:
+            pass
     message = info.value.message
     assert "\n" not in message
     return message
@@ -95,7 +94,7 @@ def sample_rows(n: int = N) -> list[dict]:
             "id": i,
             "qty": None if i % 11 == 3 else (i * 7) % 1000 - 500,
             "price": round((i % 97) * 1.25 + 0.5, 2),
-            "name": f"item {i % 50}, \"q\"" if i % 13 == 0 else f"item-{i % 50}",
+            "name": f'item {i % 50}, "q"' if i % 13 == 0 else f"item-{i % 50}",
             "ok": i % 3 == 0,
             "at": dt.datetime(2024, 1, 1) + dt.timedelta(seconds=i * 3671),
         }
@@ -256,7 +255,9 @@ def test_parquet_normalised_schema_no_dictionary_large_string_or_metadata(tmp_pa
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     got = read_all(path)
-    assert got.schema == pa.schema([("s", pa.string()), ("l", pa.string()), ("b", pa.binary()), ("i", pa.int32())])
+    assert got.schema == pa.schema(
+        [("s", pa.string()), ("l", pa.string()), ("b", pa.binary()), ("i", pa.int32())]
+    )
     assert got.schema.metadata is None
     assert all(f.metadata is None for f in got.schema)
     assert got.column("s").to_pylist() == ["a", "b", None, "a"]
@@ -328,9 +329,16 @@ def test_schema_overrides_csv():
         ]
     )
     assert t.column("f").to_pylist() == [decimal.Decimal("1.25"), decimal.Decimal("2.00")]
-    t = read_all(io.BytesIO(b"id,ts\n007,2024-01-01T00:00:00Z\n"), schema_overrides={"id": "string", "ts": "timestamp[ms, UTC]"})
+    t = read_all(
+        io.BytesIO(b"id,ts\n007,2024-01-01T00:00:00Z\n"),
+        schema_overrides={"id": "string", "ts": "timestamp[ms, UTC]"},
+    )
     assert t.column("id").to_pylist() == ["007"]
     assert t.schema.field("ts").type == pa.timestamp("ms", tz="UTC")
+    # decimal256 (which pyarrow's CSV reader cannot convert to): read as text, then cast
+    t = read_all(io.BytesIO(b"a\n1.5\nNA\n"), schema_overrides={"a": "decimal(40,3)"})
+    assert t.schema == pa.schema([("a", pa.decimal256(40, 3))])
+    assert t.column("a").to_pylist() == [decimal.Decimal("1.500"), None]
 
 
 def test_schema_overrides_jsonl_and_parquet(tmp_path):
@@ -404,7 +412,10 @@ def test_event_time_csv_jsonl_parquet(tmp_path):
     pq.write_table(pa.table({"t": pa.array([0, 1_000_000_000], pa.timestamp("ns"))}), path)
     t = read_all(path, event_time="t")
     assert t.schema == pa.schema([("t", EVENT_TIME_TYPE)])
-    assert t.column("t").to_pylist() == [dt.datetime(1970, 1, 1, tzinfo=UTC), dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)]
+    assert t.column("t").to_pylist() == [
+        dt.datetime(1970, 1, 1, tzinfo=UTC),
+        dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
+    ]
 
 
 def test_event_time_errors(tmp_path):
@@ -424,7 +435,9 @@ def test_header_false():
     t = read_all(io.BytesIO(b"1,x\n2,y\n"), header=False)
     assert t.column_names == ["f0", "f1"]
     assert t.column("f0").to_pylist() == [1, 2]
-    t = read_all(io.BytesIO(b"1,x\n2,y\n"), header=False, column_names=["n", "s"], schema_overrides={"n": "int16"})
+    t = read_all(
+        io.BytesIO(b"1,x\n2,y\n"), header=False, column_names=["n", "s"], schema_overrides={"n": "int16"}
+    )
     assert t.schema == pa.schema([("n", pa.int16()), ("s", pa.string())])
     assert "2 column names given, the first row has 3" in read_error(
         io.BytesIO(b"1,x,y\n"), header=False, column_names=["a", "b"]
@@ -554,8 +567,10 @@ def test_invalid_json_line_in_later_block():
     rows[800] = '{"i": "eight hundred", "s": "v"}'
     msg = read_error(NonSeekable(("\n\n".join(rows) + "\n").encode()), block_size=500)
     assert msg.startswith("input: line 1601, column 'i': value 'eight hundred' does not fit type int64")
-    rows[800] = '[1, 2]'
-    assert "line 801: not a JSON object" in read_error(io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500)
+    rows[800] = "[1, 2]"
+    assert "line 801: not a JSON object" in read_error(
+        io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500
+    )
     rows[800] = '{"i": 800, "s": "v", "new": 1}'
     msg = read_error(io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500)
     assert "line 801: field 'new' is not among the fields found in the first" in msg
@@ -621,7 +636,7 @@ cell = st.text(alphabet=st.sampled_from(list('ab ,"\n\r\tx1é')), max_size=8)
 
 
 def _field(value: str, force_quotes: bool) -> str:
-    if force_quotes or value.startswith('"') or any(c in value for c in ',\r\n'):
+    if force_quotes or value.startswith('"') or any(c in value for c in ",\r\n"):
         return '"' + value.replace('"', '""') + '"'
     return value
 
@@ -672,7 +687,7 @@ def _write_big_csv(path, target_bytes: int) -> int:
     for i in range(20000):
         rows.append(
             f"{i},name_{i % 1000},{i * 0.25},{'true' if i % 3 else 'false'},"
-            f"2024-01-{1 + i % 28:02d} 12:{i % 60:02d}:00,\"quoted, text {i}\"\n"
+            f'2024-01-{1 + i % 28:02d} 12:{i % 60:02d}:00,"quoted, text {i}"\n'
         )
     block = "".join(rows).encode()
     written = 0
@@ -711,3 +726,41 @@ def test_bounded_memory_on_a_200mb_csv(tmp_path):
     )
     assert peak_alloc < 64 << 20
     assert peak_rss < 160 << 20 < size
+
+
+# --------------------------------------------------------------------------- more errors, determinism
+
+
+def test_line_numbers_count_blank_lines_and_json_inference_conflicts():
+    assert (
+        read_error(io.BytesIO(b"a,b\n1,2\n\n\n3,4,5\n"))
+        == "input: line 5: expected 2 fields, found 3: '3,4,5'"
+    )
+    msg = read_error(io.BytesIO(b'{"a": 1}\n\n{"a": "x"}\n'))
+    assert msg == (
+        "input: line 3, column 'a': value 'x' does not match the column's earlier values"
+        " (changed from number to string)"
+    )
+
+
+def test_tsv_with_quotes_and_custom_delimiter():
+    data = b'a\tb\n1\t"x\ty"\n2\t"multi\nline"\n'
+    t = read_all(io.BytesIO(data), format="tsv", block_size=8)
+    assert t.to_pylist() == [{"a": 1, "b": "x\ty"}, {"a": 2, "b": "multi\nline"}]
+    t = read_all(io.BytesIO(b"a|b\n1|x\n"), delimiter="|")
+    assert t.to_pylist() == [{"a": 1, "b": "x"}]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_results_do_not_depend_on_threads(monkeypatch, workers):
+    from node.datasets import readers
+
+    monkeypatch.setattr(readers, "_WORKERS", workers)
+    rows = sample_rows()
+    data = to_csv(rows)
+    t = read_all(io.BytesIO(data), block_size=2048)
+    assert t.equals(expected_table(rows))
+    lines = data.decode().split("\n")
+    lines[2500] = "x,y"
+    msg = read_error(io.BytesIO("\n".join(lines).encode()), block_size=2048)
+    assert msg.startswith("input: line 2501: expected 6 fields, found 2")
