@@ -56,6 +56,20 @@ class DatasetSettings:
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    master: str = _doc("Spark master for the worker: `local[2]` (in-process, default), `spark://HOST:PORT` for a standalone cluster.", default="local[2]")
+    conf: list[str] = _doc("Extra Spark settings as `key=value` items (the sandbox settings cannot be overridden).", default_factory=list)
+    autostart: bool = _doc("Start the Spark worker with the node (true), or at the first query that needs it (false).", default=True)
+    start_timeout: float = _doc("Seconds the Spark worker may take to start before queries fail.", default=180.0)
+    query_timeout: float = _doc("Seconds one Spark job may run before it is abandoned.", default=3600.0)
+
+
+@dataclass(frozen=True)
+class QuerySettings:
+    answer_rows: int = _doc("Rows a query answer carries by default (the whole result is always stored).", default=100)
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str = _doc("Log level: debug, info, warning, error.", default="info")
     format: str = _doc("Log format: `text` (key=value) or `json` (one object per line).", default="text")
@@ -67,6 +81,8 @@ class Settings:
     api: ApiSettings = field(default_factory=ApiSettings)
     ipfs: IpfsSettings = field(default_factory=IpfsSettings)
     datasets: DatasetSettings = field(default_factory=DatasetSettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    query: QuerySettings = field(default_factory=QuerySettings)
     log: LogSettings = field(default_factory=LogSettings)
 
     @property
@@ -80,7 +96,8 @@ class Settings:
         return out
 
 
-SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "datasets": DatasetSettings, "log": LogSettings}
+SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "datasets": DatasetSettings,
+                           "spark": SparkSettings, "query": QuerySettings, "log": LogSettings}
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:

@@ -11,12 +11,13 @@ from typing import Any, AsyncIterator, Callable
 
 from config import Settings
 from node import __version__
-from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, pull, slice_of_dataset
+from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
 from node.home import Home
+from node.resolve import Jobs, Resolver, SparkWorker
 from node.index import Index
 from node.identity import Identity
 from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.errors import CairnError, InvalidInput
+from node.errors import CairnError, InvalidInput, NotFound
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 
@@ -44,6 +45,10 @@ class Node:
         self.started_at: float | None = None
         self.api_url: str | None = None  # set by the HTTP face once it listens
         self.index: Index | None = None
+        self.worker: SparkWorker | None = None
+        self._worker_start: asyncio.Future[None] | None = None
+        self.resolver: Resolver | None = None
+        self.jobs: Jobs | None = None
         self._datasets: Datasets | None = None
 
     @property
@@ -90,6 +95,16 @@ class Node:
             self._supervisor = asyncio.create_task(self.managed.supervise(self._on_kubo_change))
         self.index = Index(self.home.path / "index.sqlite")
         self.datasets = Datasets(self.kubo, self.index, self.home.path, self.settings.datasets.rows_per_slice)
+        sp = self.settings.spark
+        self.worker = SparkWorker(_socket_path(self.home.path), master=sp.master,
+                                  conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
+                                  log_path=self.home.logs / "spark.log", start_timeout=sp.start_timeout)
+        # Spark takes seconds to warm up: the node serves at once, queries wait for the worker.
+        if sp.autostart:
+            self._ensure_worker()
+        self.resolver = Resolver(self.datasets, self.kubo, self.index, self.worker, self.identity,
+                                 self.datasets.tmp_dir, self.settings.datasets.rows_per_slice, sp.query_timeout)
+        self.jobs = Jobs()
         self.started_at = time.time()
         log.info("node started", extra={"peer_id": self.identity.peer_id, "kubo": url})
 
@@ -100,6 +115,13 @@ class Node:
         log.warning("managed kubo is %s", state, extra={"kubo_state": state})
 
     async def stop(self) -> None:
+        if self.jobs is not None:
+            await self.jobs.close()
+        if self._worker_start is not None:
+            self._worker_start.cancel()
+            await asyncio.gather(self._worker_start, return_exceptions=True)
+        if self.worker is not None:
+            await self.worker.stop()
         if self._supervisor is not None:
             self._supervisor.cancel()
             try:
@@ -159,9 +181,14 @@ class Node:
         except KuboError as e:
             kubo["state"] = "down"
             kubo["error"] = e.message
+        spark: dict[str, Any] = {"state": self.spark_state()}
+        if self.worker is not None:
+            spark.update(master=self.settings.spark.master, pid=self.worker.pid, jobs=self.worker.jobs_sent,
+                         restarts=self.worker.restarts)
         return {
             "version": __version__,
             "home": str(self.home.path),
+            "spark": spark,
             "api": self.api_url,
             "peer_id": self.identity.peer_id,
             "node_key": self.identity.node_key,
@@ -170,6 +197,98 @@ class Node:
             "kubo": kubo,
             "uptime_s": round(time.time() - self.started_at, 3) if self.started_at else 0.0,
         }
+
+    def _ensure_worker(self) -> "asyncio.Future[None]":
+        assert self.worker is not None
+        if self._worker_start is None:
+            self._worker_start = asyncio.ensure_future(self.worker.start())
+        return self._worker_start
+
+    def spark_state(self) -> str:
+        if self._worker_start is None:
+            return "down"
+        if not self._worker_start.done():
+            return "starting"
+        if self._worker_start.cancelled() or self._worker_start.exception() is not None:
+            return "failed"
+        return "up" if self.worker is not None and self.worker.alive() else "restarting"
+
+    # -- queries ----------------------------------------------------------------------------
+
+    async def query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None,
+                    on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Answer a SQL query over named inputs: from the index, or computed on Spark and published."""
+        assert self.resolver is not None
+        starting = self._ensure_worker()
+        if not starting.done() and on_event:
+            on_event("waiting", {"for": "spark worker to start"})
+        try:
+            await asyncio.shield(starting)
+        except CairnError:
+            raise
+        except Exception as e:
+            raise CairnError(f"the Spark worker could not start: {e}") from None
+        answer = await self.resolver.resolve(sql, inputs, on_event)
+        row = answer.execution
+        limit = self.settings.query.answer_rows if limit is None else limit
+        shown: list[list[Any]] = []
+        schema: list[list[str]] = []
+        for t in await self.resolver.result_tables(row):
+            if not schema:
+                schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, t.schema)]
+            shown += [list(r.values()) for r in t.slice(0, max(0, limit - len(shown))).to_pylist()]
+            if len(shown) >= limit:
+                break
+        return {
+            "query": cid_str(answer.query),
+            "invocation": cid_str(answer.invocation),
+            "execution": row.execution,
+            "receipt": row.receipt,
+            "source": answer.source,
+            "elapsed_ms": answer.elapsed_ms,
+            "logicalHash": row.logical_hash,
+            "row_count": row.rows,
+            "schema": schema,
+            "columns": list(answer.output_names),
+            "rows": shown,
+            "truncated": row.rows > len(shown),
+            "inputs": answer.versions,
+            "slices": list(row.slices),
+        }
+
+    def start_query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None) -> dict[str, Any]:
+        assert self.jobs is not None
+        job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, on_event=emit))
+        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
+
+    async def execution(self, cid: CID) -> dict[str, Any]:
+        from node.model import Receipt
+
+        row = self.index.executions_by_cid(cid_str(cid)) if self.index else None  # type: ignore[union-attr]
+        if row is None:
+            raise NotFound(f"no execution {cid_str(cid)} in this node's index")
+        receipt = decode_object(decode(await self._kubo().block_get(parse_cid(row.receipt))))
+        assert isinstance(receipt, Receipt)
+        return {
+            "execution": row.execution, "invocation": row.invocation, "query": row.query, "receipt": row.receipt,
+            "logicalHash": row.logical_hash, "rows": row.rows, "structure": row.structure,
+            "slices": list(row.slices), "source": row.source,
+            "signer": receipt.signer, "time": receipt.time, "engine": receipt.engine, "timings": receipt.timings,
+            "versions": [cid_str(v) for v in receipt.versions],
+        }
+
+    async def execution_tables(self, cid: CID, names: list[str] | None = None) -> list[Any]:
+        """The whole result of an execution, slice by slice; columns renamed to ``names`` if given."""
+        assert self.index is not None and self.resolver is not None
+        row = self.index.executions_by_cid(cid_str(cid))
+        if row is None:
+            raise NotFound(f"no execution {cid_str(cid)} in this node's index")
+        tables = await self.resolver.result_tables(row)
+        if names is not None:
+            if len(names) != tables[0].num_columns:
+                raise InvalidInput(f"names: expected {tables[0].num_columns} column names, got {len(names)}")
+            tables = [t.rename_columns(names) for t in tables]
+        return tables
 
     # -- objects ----------------------------------------------------------------------------
 
@@ -286,6 +405,17 @@ class Node:
         """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
         Kubo) and bitswap checks every block it fetches."""
         return self._kubo().cat(cid, timeout=self.settings.ipfs.timeout)
+
+
+def _socket_path(home: Path) -> Path:
+    """The worker's Unix socket: in the home, unless that path is past the 107-byte limit of sun_path."""
+    path = home / "spark.sock"
+    if len(str(path).encode()) <= 100:
+        return path
+    import hashlib
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"cairn-{hashlib.blake2b(str(home).encode(), digest_size=8).hexdigest()}.sock"
 
 
 def _plain(value: Any) -> Any:

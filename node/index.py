@@ -6,6 +6,7 @@ one transaction, so a crash leaves either the old or the new state, never half o
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -21,6 +22,18 @@ CREATE TABLE IF NOT EXISTS datasets (
     key_name TEXT NOT NULL,             -- the key's name in Kubo's keystore
     created  REAL NOT NULL,
     updated  REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    invocation   TEXT PRIMARY KEY,      -- iv_0 CID: the cache key
+    query        TEXT NOT NULL,         -- qy_0 CID
+    execution    TEXT NOT NULL,         -- ex_0 CID
+    receipt      TEXT NOT NULL,         -- rc_0 CID
+    logical_hash TEXT NOT NULL,
+    rows         INTEGER NOT NULL,
+    structure    TEXT NOT NULL,         -- st_0 of the result
+    slices       TEXT NOT NULL,         -- JSON list of output slice CIDs
+    source       TEXT NOT NULL,         -- computed | peer
+    created      REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS version_facts (
     head         TEXT PRIMARY KEY,      -- a version (block CID)
@@ -39,6 +52,20 @@ class DatasetRow:
     key_name: str
     created: float
     updated: float
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    invocation: str
+    query: str
+    execution: str
+    receipt: str
+    logical_hash: str
+    rows: int
+    structure: str
+    slices: tuple[str, ...]
+    source: str
+    created: float
 
 
 class Index:
@@ -83,6 +110,27 @@ class Index:
             cur = self._db.execute("UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?",
                                    (new, time.time(), name, old))
         return cur.rowcount == 1
+
+    def execution(self, invocation: str) -> "ExecutionRow | None":
+        with self._lock:
+            row = self._db.execute(
+                "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created "
+                "FROM executions WHERE invocation = ?", (invocation,)).fetchone()
+        if not row:
+            return None
+        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9])
+
+    def add_execution(self, e: "ExecutionRow") -> None:
+        """First writer wins: an invocation's answer, once recorded, is never replaced."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO executions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows,
+                              e.structure, json.dumps(list(e.slices)), e.source, e.created))
+
+    def executions_by_cid(self, execution: str) -> "ExecutionRow | None":
+        with self._lock:
+            row = self._db.execute("SELECT invocation FROM executions WHERE execution = ?", (execution,)).fetchone()
+        return self.execution(row[0]) if row else None
 
     def version_facts(self, head: str) -> tuple[str, int] | None:
         with self._lock:

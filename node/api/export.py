@@ -64,6 +64,11 @@ def writer_for(fmt: str) -> Writer:
         raise InvalidInput(f"unknown format {fmt!r}: use {', '.join(WRITERS)}") from None
 
 
+async def each(tables: list[pa.Table]) -> AsyncIterator[pa.Table]:
+    for t in tables:
+        yield t
+
+
 async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | None = None) -> AsyncIterator[bytes]:
     """The rows of ``tables`` (at most ``limit``) in ``writer``'s format, a chunk per table."""
     sink = _Sink()

@@ -242,6 +242,64 @@ async def pull(request: web.Request) -> web.Response:
     return web.json_response(await _node(request).pull_dataset(source, name))
 
 
+# -- queries ----------------------------------------------------------------------------------
+
+async def query(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise TypeError
+    except (ValueError, TypeError):
+        raise InvalidInput('body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}') from None
+    sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidInput('"sql" must be a non-empty string')
+    if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
+        raise InvalidInput('"inputs" must map input names to dataset references (name, id or block CID)')
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidInput('"limit" must be a non-negative integer')
+    node = _node(request)
+    if wait is False:
+        return web.json_response(node.start_query(sql, inputs, limit=limit), status=202)
+    return web.json_response(await node.query(sql, inputs, limit=limit))
+
+
+async def job_get(request: web.Request) -> web.Response:
+    assert _node(request).jobs is not None
+    return web.json_response(_node(request).jobs.get(request.match_info["id"]).view())  # type: ignore[union-attr]
+
+
+async def job_events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: every event of the job from its start, then live until it ends."""
+    jobs = _node(request).jobs
+    assert jobs is not None
+    job = jobs.get(request.match_info["id"])
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    async for kind, data in job.follow():
+        await resp.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+    if job.result is not None:
+        await resp.write(f"event: result\ndata: {json.dumps(job.result)}\n\n".encode())
+    await resp.write_eof()
+    return resp
+
+
+async def execution_get(request: web.Request) -> web.Response:
+    return web.json_response(await _node(request).execution(parse_cid(request.match_info["cid"])))
+
+
+async def execution_data(request: web.Request) -> web.StreamResponse:
+    writer = export.writer_for(request.query.get("format", "csv"))
+    names = [n for n in request.query.get("names", "").split(",") if n] or None
+    tables = await _node(request).execution_tables(parse_cid(request.match_info["cid"]), names)
+    resp = web.StreamResponse(headers={"Content-Type": writer.content_type})
+    await resp.prepare(request)
+    async for chunk in export.stream(export.each(tables), writer):
+        await resp.write(chunk)
+    await resp.write_eof()
+    return resp
+
+
 # -- transfer protocol and gateway ------------------------------------------------------------
 
 async def odf_head(request: web.Request) -> web.Response:
@@ -301,6 +359,11 @@ def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app.router.add_get("/api/v0/datasets/{ref}/log", dataset_log)
     app.router.add_get("/api/v0/datasets/{ref}/data", dataset_data)
     app.router.add_post("/api/v0/pull", require_token(pull))
+    app.router.add_post("/api/v0/query", query)
+    app.router.add_get("/api/v0/jobs/{id}", job_get)
+    app.router.add_get("/api/v0/jobs/{id}/events", job_events)
+    app.router.add_get("/api/v0/executions/{cid}", execution_get)
+    app.router.add_get("/api/v0/executions/{cid}/data", execution_data)
     app.router.add_get("/odf/{dataset}/refs/head", odf_head)
     app.router.add_get("/odf/{dataset}/blocks/{cid}", odf_block)
     app.router.add_get("/odf/{dataset}/data/{cid}", odf_data)

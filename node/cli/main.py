@@ -205,18 +205,9 @@ def cmd_get(args: argparse.Namespace) -> int:
         Path(args.output).suffix if args.output else "", "jsonl")
     ref = urllib.parse.quote(args.ref, safe="")
     query = urllib.parse.urlencode([("format", fmt)] + ([("limit", str(args.limit))] if args.limit is not None else []))
-    client = NodeClient.for_home(_home(args))
-    with client.open("GET", f"/api/v0/datasets/{ref}/data?{query}") as resp:
-        if args.output in (None, "-"):
-            while chunk := resp.read(1 << 20):
-                sys.stdout.buffer.write(chunk)
-        else:
-            tmp = Path(args.output + ".part")
-            with open(tmp, "wb") as f:
-                while chunk := resp.read(1 << 20):
-                    f.write(chunk)
-            tmp.replace(args.output)  # a failed download never leaves a truncated file under the name
-            print(f"wrote {args.output} ({fmt}) from version {resp.headers.get('X-Cairn-Version')}", file=sys.stderr)
+    version = _download(NodeClient.for_home(_home(args)), f"/api/v0/datasets/{ref}/data?{query}", args.output or "-")
+    if args.output not in (None, "-"):
+        print(f"wrote {args.output} ({fmt}) from version {version}", file=sys.stderr)
     return 0
 
 
@@ -229,6 +220,60 @@ def cmd_pull(args: argparse.Namespace) -> int:
     print(f"pulled {out['name']}: {out['blocks']} blocks, {out['slices']} slices verified ({out['bytes']} bytes fetched)")
     print(f"head  {out['head']}")
     return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    inputs: dict[str, str] = {}
+    for spec in args.input or []:
+        alias, sep, ref = spec.partition("=")
+        if not sep or not alias or not ref:
+            raise InvalidInput(f"--input {spec!r} must look like NAME=DATASET")
+        inputs[alias] = ref
+    whole = args.output is not None
+    body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit}
+    client = NodeClient.for_home(_home(args))
+    out = client.post_json("/api/v0/query", json.dumps(body).encode())
+    if whole:  # the whole result, straight from its slices
+        fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(Path(args.output).suffix, "csv")
+        names = urllib.parse.quote(",".join(out["columns"]))
+        _download(client, f"/api/v0/executions/{out['execution']}/data?format={fmt}&names={names}", args.output)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    if not whole:
+        _print_table(out["columns"], out["rows"])
+        if out["truncated"]:
+            print(f"… {out['row_count'] - len(out['rows'])} more rows (use -o FILE for all)")
+    print(f"{out['row_count']} rows, {out['source']} in {out['elapsed_ms']:.1f} ms", file=sys.stderr)
+    print(f"query       {out['query']}", file=sys.stderr)
+    print(f"invocation  {out['invocation']}", file=sys.stderr)
+    print(f"execution   {out['execution']}", file=sys.stderr)
+    return 0
+
+
+def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*columns, show_edge=False)
+    for r in rows:
+        table.add_row(*("∅" if v is None else str(v) for v in r))
+    Console().print(table)
+
+
+def _download(client: NodeClient, path: str, output: str) -> str | None:
+    """Stream a GET to a file (or stdout for -); returns the version header if the node sent one."""
+    with client.open("GET", path) as resp:
+        if output == "-":
+            while chunk := resp.read(1 << 20):
+                sys.stdout.buffer.write(chunk)
+        else:
+            tmp = Path(output + ".part")
+            with open(tmp, "wb") as f:
+                while chunk := resp.read(1 << 20):
+                    f.write(chunk)
+            tmp.replace(output)  # a failed download never leaves a truncated file under the name
+        return resp.headers.get("X-Cairn-Version")
 
 
 # -- parser ---------------------------------------------------------------------------------
@@ -301,6 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", help="output file (default: stdout)")
     sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="default: from the -o extension, else jsonl")
     sp.add_argument("--limit", type=int, help="at most this many rows")
+    sp = add("query", cmd_query, "answer a SQL query over datasets: from the index, or computed on Spark and published")
+    sp.add_argument("sql")
+    sp.add_argument("--input", "-i", action="append", metavar="NAME=DATASET", help="a table the SQL reads (repeatable)")
+    sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
+    sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
+    sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="format of -o (default: from its extension)")
+    sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     sp = add("pull", cmd_pull, "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything")
     sp.add_argument("source", help="http://HOST:PORT/odf/NAME, or a head block CID")
     sp.add_argument("--name", help="local name (default: the remote name)")

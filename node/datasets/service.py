@@ -11,8 +11,10 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, BinaryIO, Callable, Iterator
@@ -219,18 +221,16 @@ class Datasets:
             total = LogicalHasher(schema)
             slices: list[SliceRef] = []
             files: list[tuple[Path, CID]] = []
-            gen = iter_slices(tracked(), schema, self.rows_per_slice)
             offset = start
-            while True:
-                path = work / f"slice-{len(slices)}.parquet"
-                made = await asyncio.to_thread(_write_next, gen, path, total)
-                if made is None:
-                    break
-                rows, lh = made
-                added = await self.kubo.add(path, pin=False)
-                slices.append(SliceRef(added.cid, rows, added.file_size, lh, offset))
-                files.append((path, added.cid))
-                offset += rows
+            # Reading and cutting slice n+1 (one thread) overlaps writing slice n (another).
+            async with _Prefetch(iter_slices(tracked(), schema, self.rows_per_slice)) as tables:
+                async for table in tables:
+                    path = work / f"slice-{len(slices)}.parquet"
+                    rows, lh = await asyncio.to_thread(_write_slice, table, path, total)
+                    added = await self.kubo.add(path, pin=False)
+                    slices.append(SliceRef(added.cid, rows, added.file_size, lh, offset))
+                    files.append((path, added.cid))
+                    offset += rows
             if progress:
                 progress(inp.bytes_read, inp.rows_read)
             rows_read = inp.rows_read
@@ -347,11 +347,56 @@ class Datasets:
         return facts
 
 
-def _write_next(gen: Iterator[pa.Table], path: Path, total: LogicalHasher) -> tuple[int, str] | None:
-    """Write the next slice to ``path``; its rows and logical hash (None when the input is done)."""
-    table = next(gen, None)
-    if table is None:
-        return None
+class _Prefetch:
+    """Run a blocking iterator on its own thread, one item ahead of the consumer (bounded memory:
+    at most the item being consumed, one waiting, and the one being made)."""
+
+    _DONE = object()
+
+    def __init__(self, it: Iterator[pa.Table]) -> None:
+        self._it = it
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cairn-ingest-read", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            for item in self._it:
+                if not self._put(item):
+                    return
+            self._put(self._DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(e)
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    async def __aenter__(self) -> AsyncIterator[pa.Table]:
+        self._thread.start()
+        return self._items()
+
+    async def _items(self) -> AsyncIterator[pa.Table]:
+        while True:
+            item = await asyncio.to_thread(self._queue.get)
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._stop.set()  # a consumer that failed must not leave the reader blocked forever
+        await asyncio.to_thread(self._thread.join)
+
+
+def _write_slice(table: pa.Table, path: Path, total: LogicalHasher) -> tuple[int, str]:
+    """Write one slice to ``path``; its rows and logical hash (also fed to the version's hasher)."""
     write_parquet_slice(table, str(path))
     total.update(table)
     own = LogicalHasher(table.schema)

@@ -28,6 +28,7 @@ comparing two input sizes shows whether the peak grows with the input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -44,10 +45,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.csv as pacsv  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 MB = 1_000_000
 GEN_ROWS = 1 << 20  # rows generated (and written to the CSV) per chunk
@@ -82,7 +83,9 @@ def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
     options = pacsv.WriteOptions(include_header=True, quoting_style=quoting)
     schema = pa.schema([("id", pa.int64()), ("ts", pa.string()), ("user", pa.string()),
                         ("amount", pa.float64()), ("category", pa.string()), ("flag", pa.bool_())])
+    per_row: float | None = None
     with pa.OSFile(str(path), "wb") as sink, pacsv.CSVWriter(sink, schema, write_options=options) as writer:
+        header = sink.tell()
         while sink.tell() < size_bytes:
             seed = SEED + 16 * chunk
             ids = pc.add(base, rows)
@@ -98,10 +101,16 @@ def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
                 "category": pc.take(cats, _ints_below(_uniform(GEN_ROWS, seed + 4), len(CATEGORIES))),
                 "flag": pc.less(_uniform(GEN_ROWS, seed + 5), 0.3),
             }, schema=schema)
+            if per_row is None:  # bytes per row, from the first 64 Ki rows
+                probe = pa.BufferOutputStream()
+                pacsv.write_csv(table.slice(0, 1 << 16), probe, pacsv.WriteOptions(include_header=False,
+                                                                                  quoting_style=quoting))
+                per_row = probe.tell() / (1 << 16)
             left = size_bytes - sink.tell()
-            if chunk > 0 and left < sink.tell() / rows * GEN_ROWS:  # the last, partial chunk
-                table = table.slice(0, max(1, int(left / (sink.tell() / rows))))
+            if left < per_row * GEN_ROWS:  # the last, partial chunk
+                table = table.slice(0, max(1, round(left / per_row)))
             writer.write_table(table)
+            per_row = (sink.tell() - header) / (rows + table.num_rows)
             rows += table.num_rows
             chunk += 1
     return rows
@@ -110,23 +119,58 @@ def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
 # --------------------------------------------------------------------------- processes
 
 
-def run_measured(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
-                 stdout_path: Path | None = None) -> tuple[float, float, int, str]:
-    """Run ``argv`` to completion: (wall seconds, peak RSS MB of the process, exit code, stdout)."""
-    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
-    err = open(log, "ab") if log else subprocess.DEVNULL
+# Runs a command and reports its wall time and rusage. A small process of its own, because on
+# Linux a child's ru_maxrss counts the memory of the process it was forked from (the parent's
+# high-water mark is carried over at fork/exec), so measuring straight from this process (big
+# after generating the CSV) would report at least this process's peak for every child.
+_LAUNCHER = """
+import json, os, signal, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
     try:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        os.execvp(sys.argv[2], sys.argv[2:])
     finally:
-        for f in (out, err):
-            if f is not subprocess.DEVNULL:
-                f.close()
+        os._exit(127)
+signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGTERM))  # pass a stop on to the command
+_, status, usage = os.wait4(pid, 0)
+seconds = time.perf_counter() - t0
+with open(sys.argv[1], "w") as f:
+    json.dump({"seconds": seconds, "maxrss_kib": usage.ru_maxrss, "cpu": usage.ru_utime + usage.ru_stime,
+               "code": os.waitstatus_to_exitcode(status)}, f)
+"""
+
+
+def run_measured(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
+                 stdout_path: Path | None = None) -> tuple[float, float, float, int, str]:
+    """Run ``argv`` to completion: (wall seconds, peak RSS MB of that process, its CPU seconds
+    (user + system, all threads), exit code, stdout)."""
+    fd, report = tempfile.mkstemp(prefix="bench-rusage-", suffix=".json")
+    os.close(fd)
+    try:
+        with contextlib.ExitStack() as files:
+            out = files.enter_context(open(stdout_path, "wb")) if stdout_path else subprocess.DEVNULL
+            err = files.enter_context(open(log, "ab")) if log else subprocess.DEVNULL
+            proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, report, *argv], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            try:
+                if proc.wait() != 0:
+                    raise RuntimeError(f"the launcher of {argv[0]} failed with {proc.returncode}")
+            except BaseException:
+                if proc.poll() is None:  # interrupted: stop the command (the launcher passes SIGTERM on)
+                    proc.terminate()
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                raise
+        measured = json.loads(Path(report).read_text())
+    finally:
+        os.unlink(report)
     text = stdout_path.read_text() if stdout_path else ""
-    return seconds, usage.ru_maxrss * 1024 / MB, proc.returncode, text  # ru_maxrss: KiB on Linux
+    # ru_maxrss is in KiB on Linux
+    return measured["seconds"], measured["maxrss_kib"] * 1024 / MB, measured["cpu"], measured["code"], text
 
 
 def proc_status_mb(pid: int, key: str) -> float | None:
@@ -138,6 +182,17 @@ def proc_status_mb(pid: int, key: str) -> float | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a live process so far (all its threads)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pid_alive(pid: int) -> bool:
@@ -185,7 +240,7 @@ class BenchNode:
 
     def start(self, timeout: float = 120.0) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
         self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
         runtime = self.home / "node.json"
@@ -236,12 +291,16 @@ class BenchNode:
 # --------------------------------------------------------------------------- Cairn
 
 
+def _delta(before: float | None, after: float | None) -> float | None:
+    return round(after - before, 2) if before is not None and after is not None else None
+
+
 def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
     env = {**os.environ, "IPFS_TELEMETRY": "off"}
     env.pop("CAIRN_HOME", None)
-    from config import load_settings  # the defaults (and whatever CAIRN_* the caller set)
+    from config import load_settings
 
-    settings = load_settings(work / "cairn-home", env=env)
+    settings = load_settings(work / "cairn-home", env=env)  # the defaults, or the CAIRN_* the caller set
     rows_per_slice = settings.datasets.rows_per_slice
     if input_bytes > settings.api.max_upload_bytes:  # the bench's own node takes a bigger upload
         env["CAIRN_API_MAX_UPLOAD_BYTES"] = str(input_bytes + (64 << 20))
@@ -252,19 +311,23 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         rss_before = proc_status_mb(node.proc.pid, "VmRSS")
         hwm_before = proc_status_mb(node.proc.pid, "VmHWM")
         kubo_before = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None
+        node_cpu0, kubo_cpu0 = cpu_seconds(node.proc.pid), cpu_seconds(node.kubo_pid)
         say(f"cairn add {csv_path.name} ({input_bytes / MB:.0f} MB)…")
         os.sync()
         argv = [*cairn_argv(), "--home", str(node.home), "add", str(csv_path), "--name", "bench", "--json"]
-        seconds, cli_rss, code, out = run_measured(argv, env=env, log=work / "cairn-add.stderr",
-                                                   stdout_path=work / "cairn-add.json")
+        seconds, cli_rss, cli_cpu, code, out = run_measured(argv, env=env, log=work / "cairn-add.stderr",
+                                                            stdout_path=work / "cairn-add.json")
         if code != 0:
             raise RuntimeError(f"cairn add exited with {code}: {(work / 'cairn-add.stderr').read_text()[-2000:]}")
         result = json.loads(out)
         node_hwm = proc_status_mb(node.proc.pid, "VmHWM")
         kubo_hwm = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None
+        node_cpu1, kubo_cpu1 = cpu_seconds(node.proc.pid), cpu_seconds(node.kubo_pid)
         slices = result["slices"]
         first = node.home / "cache" / "slices" / f"{slices[0]['cid']}.parquet" if slices else None
-        slice_arrow_mb = pq.read_table(first).nbytes / MB if first and first.exists() else None
+        # Arrow size of one full slice (scaled from the first one, which is full unless it is the only one)
+        slice_arrow_mb = (pq.read_table(first).nbytes / slices[0]["rows"] * rows_per_slice / MB
+                          if first and first.exists() else None)
         slice_parquet_mb = slices[0]["size"] / MB if slices else None
     finally:
         node.stop()
@@ -283,6 +346,11 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         "upload_and_cli_seconds": round(seconds - result["elapsed_ms"] / 1000, 3),
         "cli_peak_rss_mb": round(cli_rss, 1),
         "parquet_mb": round(sum(s["size"] for s in slices) / MB, 2),
+        "cpu_seconds": {
+            "node": _delta(node_cpu0, node_cpu1),
+            "kubo": _delta(kubo_cpu0, kubo_cpu1),
+            "cli": round(cli_cpu, 2),
+        },
         "_memory": {
             "node_rss_before_ingest_mb": round(rss_before, 1) if rss_before else None,
             "node_peak_before_ingest_mb": round(hwm_before, 1) if hwm_before else None,
@@ -326,24 +394,26 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     ipfs = str(find_kubo_binary())
     repo = work / "baseline-kubo"
     env = {**os.environ, "IPFS_PATH": str(repo), "IPFS_TELEMETRY": "off"}
-    out = subprocess.run([ipfs, "init", "--profile=test"], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([ipfs, "init", "--profile=test"], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
     if out.returncode != 0:
         raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
     parquet_path = work / "baseline.parquet"
+    # The same Parquet as Cairn's slices (zstd 1, pages, dictionaries) from the same CSV blocks.
     from node.datasets.readers import DEFAULT_BLOCK_SIZE
-    from node.datasets.slices import WRITER_OPTIONS  # the same Parquet: zstd 1, pages, dictionaries
+    from node.datasets.slices import WRITER_OPTIONS
 
     spec = json.dumps({"rows": row_group_rows, "block_size": DEFAULT_BLOCK_SIZE, "writer": WRITER_OPTIONS})
     say("baseline: pyarrow CSV → Parquet…")
     os.sync()
-    py_s, py_rss, code, _ = run_measured(
+    py_s, py_rss, py_cpu, code, _ = run_measured(
         [sys.executable, __file__, "--convert", str(csv_path), str(parquet_path), spec],
         log=work / "baseline-convert.stderr")
     if code != 0:
         raise RuntimeError(f"baseline conversion failed: {(work / 'baseline-convert.stderr').read_text()[-2000:]}")
     say(f"baseline: ipfs add ({parquet_path.stat().st_size / MB:.0f} MB of Parquet)…")
     os.sync()
-    add_s, add_rss, code, cid = run_measured(
+    add_s, add_rss, add_cpu, code, cid = run_measured(
         [ipfs, "add", "--cid-version", "1", "--hash", "blake3", "--raw-leaves", "--chunker", "size-1048576",
          "--pin", "--quieter", str(parquet_path)],
         env=env, log=work / "baseline-add.stderr", stdout_path=work / "baseline-add.out")
@@ -361,6 +431,7 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
         "pyarrow_peak_rss_mb": round(py_rss, 1),
         "ipfs_add_peak_rss_mb": round(add_rss, 1),
         "parquet_mb": round(parquet_path.stat().st_size / MB, 2),
+        "cpu_seconds": {"pyarrow": round(py_cpu, 2), "ipfs_add": round(add_cpu, 2)},
     }
 
 
@@ -371,7 +442,8 @@ def kubo_version() -> str | None:
     try:
         from node.ipfs import find_kubo_binary
 
-        out = subprocess.run([str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True,
+                             timeout=30, check=False)
         return out.stdout.strip() or None
     except Exception:  # noqa: BLE001 - informational only
         return None
@@ -390,6 +462,7 @@ def main() -> None:
         return
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
 
+    load_before = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-ingest-"))
     try:
         csv_path = work / "input.csv"
@@ -432,6 +505,9 @@ def main() -> None:
                 "pyarrow": pa.__version__,
                 "kubo": kubo_version(),
                 "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+                # other work on the machine skews both sides: 1-minute load average before and after
+                "loadavg_before": round(load_before, 2),
+                "loadavg_after": round(os.getloadavg()[0], 2),
             },
         }
         print(json.dumps(result, indent=2))

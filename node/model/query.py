@@ -1,0 +1,145 @@
+"""Cairn's query kinds (DESIGN.md "Deterministic queries"): qy_0 Query, iv_0 Invocation, rc_0 Receipt.
+
+- ``qy_0`` {syntax, dialect, canonicalizer, statement, inputs: [abstract structure links]}: computable
+  before anything runs; same question over same-shaped data → same CID.
+- ``iv_0`` {query, inputs: [{structure, logicalHash, rows}]}: the cache key. An input's identity is the
+  content of the data asked for, not who published it, so independent peers build the same key.
+- ``rc_0`` a signed receipt: who computed which execution (``ex_0``) for which invocation, on which dataset
+  versions, with which engine, giving which logical hash and row count, in how long.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from multiformats import CID
+
+from node.model._shape import Ctx, want_int, want_link, want_list, want_map, want_str
+from node.model.codec import encode
+from node.model.errors import InvalidObject
+from node.model.kinds import Kind, register_kind
+
+
+@register_kind
+@dataclass(frozen=True)
+class Query(Kind):
+    typed_version: ClassVar[str] = "qy_0"
+    syntax: str
+    dialect: str
+    canonicalizer: str
+    statement: str
+    inputs: tuple[CID, ...]  # abstract structures, in the statement's input order (a, b, …)
+
+    def _content(self) -> Any:
+        return {"syntax": self.syntax, "dialect": self.dialect, "canonicalizer": self.canonicalizer,
+                "statement": self.statement, "inputs": list(self.inputs)}
+
+    @classmethod
+    def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
+        m = want_map(content, ctx, required=("syntax", "dialect", "canonicalizer", "statement", "inputs"))
+        return {
+            **{k: want_str(m[k], ctx.at(k)) for k in ("syntax", "dialect", "canonicalizer", "statement")},
+            "inputs": tuple(want_link(v, ctx.at("inputs").at(i)) for i, v in enumerate(want_list(m["inputs"], ctx.at("inputs")))),
+        }
+
+
+@dataclass(frozen=True)
+class InputIdentity:
+    structure: CID  # abstract structure
+    logical_hash: str
+    rows: int
+
+    def to_ipld(self) -> dict[str, Any]:
+        return {"structure": self.structure, "logicalHash": self.logical_hash, "rows": self.rows}
+
+
+@register_kind
+@dataclass(frozen=True)
+class Invocation(Kind):
+    typed_version: ClassVar[str] = "iv_0"
+    query: CID
+    inputs: tuple[InputIdentity, ...]
+
+    def _content(self) -> Any:
+        return {"query": self.query, "inputs": [i.to_ipld() for i in self.inputs]}
+
+    @classmethod
+    def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
+        m = want_map(content, ctx, required=("query", "inputs"))
+        ins = []
+        for i, v in enumerate(want_list(m["inputs"], ctx.at("inputs"))):
+            c = ctx.at("inputs").at(i)
+            im = want_map(v, c, required=("structure", "logicalHash", "rows"))
+            ins.append(InputIdentity(want_link(im["structure"], c.at("structure")),
+                                     want_str(im["logicalHash"], c.at("logicalHash")),
+                                     want_int(im["rows"], c.at("rows"), 0)))
+        return {"query": want_link(m["query"], ctx.at("query")), "inputs": tuple(ins)}
+
+
+@register_kind
+@dataclass(frozen=True)
+class Receipt(Kind):
+    typed_version: ClassVar[str] = "rc_0"
+    execution: CID
+    invocation: CID
+    signer: str  # did:key of the node that computed it
+    time: str
+    engine: dict[str, str]
+    logical_hash: str
+    rows: int
+    structure: CID  # of the result (names as the engine gave them)
+    versions: tuple[CID, ...]  # dataset versions (mb_0 block CIDs) actually read, in input order
+    timings: dict[str, float]
+    sig: bytes = b""
+
+    def _unsigned(self) -> dict[str, Any]:
+        return {"execution": self.execution, "invocation": self.invocation, "signer": self.signer,
+                "time": self.time, "engine": dict(self.engine), "logicalHash": self.logical_hash,
+                "rows": self.rows, "structure": self.structure, "versions": list(self.versions),
+                "timings": dict(self.timings)}
+
+    def _content(self) -> Any:
+        return {**self._unsigned(), "sig": self.sig}
+
+    @classmethod
+    def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
+        keys = ("execution", "invocation", "signer", "time", "engine", "logicalHash", "rows", "structure",
+                "versions", "timings", "sig")
+        m = want_map(content, ctx, required=keys)
+        if not isinstance(m["sig"], bytes):
+            raise ctx.at("sig").wrong("bytes", m["sig"])
+        engine = want_map(m["engine"], ctx.at("engine"), optional=None)
+        for k, v in engine.items():
+            want_str(v, ctx.at("engine").at(k))
+        timings = want_map(m["timings"], ctx.at("timings"), optional=None)
+        for k, v in timings.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise ctx.at("timings").at(k).wrong("number", v)
+        return {
+            "execution": want_link(m["execution"], ctx.at("execution")),
+            "invocation": want_link(m["invocation"], ctx.at("invocation")),
+            "signer": want_str(m["signer"], ctx.at("signer")),
+            "time": want_str(m["time"], ctx.at("time")),
+            "engine": dict(engine), "logical_hash": want_str(m["logicalHash"], ctx.at("logicalHash")),
+            "rows": want_int(m["rows"], ctx.at("rows"), 0),
+            "structure": want_link(m["structure"], ctx.at("structure")),
+            "versions": tuple(want_link(v, ctx.at("versions").at(i)) for i, v in enumerate(want_list(m["versions"], ctx.at("versions")))),
+            "timings": {k: float(v) for k, v in timings.items()},
+            "sig": m["sig"],
+        }
+
+    def signing_bytes(self) -> bytes:
+        return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
+
+    def signed(self, sign: Callable[[bytes], bytes]) -> "Receipt":
+        return replace(self, sig=sign(self.signing_bytes()))
+
+    def verify(self, key: Ed25519PublicKey) -> None:
+        """Check the signature with the signer's key (the caller derives it from ``signer``, a did:key)."""
+        try:
+            key.verify(self.sig, self.signing_bytes())
+        except InvalidSignature:
+            raise InvalidObject(f"rc_0: the signature does not verify with the signer's key {self.signer}") from None

@@ -1,0 +1,19 @@
+"""Queries: the canonicalizer (sqlglot, Spark SQL) and its determinism rules (docs/queries.md)."""
+
+from node.query.canonical import (
+    CANONICALIZER_VERSION,
+    CanonicalQuery,
+    SortKey,
+    abstract_table_name,
+    canonicalize,
+)
+from node.query.errors import QueryRefused
+
+__all__ = [
+    "CANONICALIZER_VERSION",
+    "CanonicalQuery",
+    "QueryRefused",
+    "SortKey",
+    "abstract_table_name",
+    "canonicalize",
+]

@@ -1,0 +1,94 @@
+"""Query jobs: a query started with ``wait: false`` runs as a job whose progress events can be followed
+(server-sent events) and whose answer is kept for a while."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from node.errors import CairnError, NotFound
+
+KEEP_SECONDS = 3600.0
+_counter = itertools.count(1)
+
+
+@dataclass
+class Job:
+    id: str
+    created: float = field(default_factory=time.time)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        self.events.append((kind, {"t": round(time.time() - self.created, 4), **data}))
+        self._changed.set()
+
+    def view(self) -> dict[str, Any]:
+        state = "done" if self.result is not None else "failed" if self.error is not None else "running"
+        return {"id": self.id, "state": state, "result": self.result, "error": self.error}
+
+    async def follow(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Every event from the first, then new ones as they come, until the job ends."""
+        seen = 0
+        while True:
+            while seen < len(self.events):
+                yield self.events[seen]
+                seen += 1
+            if self.done:
+                return
+            self._changed.clear()
+            await self._changed.wait()
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, work: Callable[[Callable[[str, dict[str, Any]], None]], Awaitable[dict[str, Any]]]) -> Job:
+        self._expire()
+        job = Job(f"job-{next(_counter)}-{secrets.token_hex(4)}")
+        self._jobs[job.id] = job
+
+        async def run() -> None:
+            job.emit("started", {})
+            try:
+                job.result = await work(job.emit)
+                job.emit("done", {"invocation": job.result.get("invocation"), "source": job.result.get("source")})
+            except CairnError as e:
+                job.error = {"type": type(e).__name__, "message": e.message, "status": e.status}
+                job.emit("failed", job.error)
+            except Exception as e:  # keep the job's promise: it ends, and says how
+                job.error = {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
+                job.emit("failed", job.error)
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return job
+
+    def get(self, job_id: str) -> Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise NotFound(f"no job {job_id!r}") from None
+
+    def _expire(self) -> None:
+        cutoff = time.time() - KEEP_SECONDS
+        for jid in [j.id for j in self._jobs.values() if j.done and j.created < cutoff]:
+            del self._jobs[jid]
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

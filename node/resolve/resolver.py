@@ -1,0 +1,229 @@
+"""Resolving a query (DESIGN.md "Resolving a query"): local index → (peers, issue 5) → compute → publish.
+
+The query is hashed before it runs: canonical statement + abstract input structures give the ``qy_0``,
+and with the content identities of the inputs (abstract structure, logical hash, rows) the ``iv_0``,
+whose CID is the cache key. Identical invocations in flight share one computation (single-flight).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pyarrow as pa
+
+from node.datasets import Datasets, LogicalHasher, Version, canonical_type
+from node.datasets.slices import iter_slices, write_parquet_slice
+from node.errors import CairnError, InvalidInput
+from node.identity import Identity
+from node.index import ExecutionRow, Index
+from node.ipfs import KuboClient
+from node.model import (
+    CID, Block, Execution, InputIdentity, Invocation, ModuleBytecodeEnvelope, Query, Receipt,
+    RecursiveDataEnvelope, Structure, block_of, cid_str,
+)
+from node.query import CanonicalQuery, canonicalize
+from node.resolve.spark import SparkWorker
+
+log = logging.getLogger("cairn.resolve")
+
+ENGINE_HANDLE = "cairn.spark-sql"  # the ex_0 handle: the engine entry point that ran the bytecode
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Answer:
+    query: CID
+    invocation: CID
+    execution: ExecutionRow
+    source: str  # local | peer | computed
+    elapsed_ms: float
+    output_names: tuple[str, ...]
+    versions: dict[str, str] = field(default_factory=dict)  # alias → dataset version used
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class Resolver:
+    def __init__(self, datasets: Datasets, kubo: KuboClient, index: Index, worker: SparkWorker,
+                 identity: Identity, work_dir: Path, rows_per_slice: int, query_timeout: float | None = None) -> None:
+        self.query_timeout = query_timeout
+        self.datasets, self.kubo, self.index, self.worker = datasets, kubo, index, worker
+        self.identity = identity
+        self.work_dir = work_dir
+        self.rows_per_slice = rows_per_slice
+        self._inflight: dict[str, asyncio.Future[ExecutionRow]] = {}
+        self.computed = 0  # Spark jobs this resolver started
+
+    # -- hashing the question -------------------------------------------------------------------
+
+    async def prepare(self, sql: str, inputs: Mapping[str, str]) -> tuple[CanonicalQuery, list[Block], Invocation, list[Version]]:
+        """Resolve input refs to versions (now, once), canonicalize, and build qy_0 and iv_0."""
+        if not inputs:
+            raise InvalidInput("a query needs at least one input (--input NAME=DATASET)")
+        versions: dict[str, Version] = {}
+        for alias, ref in inputs.items():
+            versions[alias] = (await self.datasets.resolve(ref))[1]
+            if versions[alias].structure is None:
+                raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet")
+        cq = canonicalize(sql, {a: list(v.structure.schema) for a, v in versions.items()})  # type: ignore[union-attr]
+        ordered = [versions[a] for a in cq.inputs]
+        abstract = [block_of(v.structure.abstract()) for v in ordered]  # type: ignore[union-attr]
+        qy = Query(cq.syntax, cq.dialect, cq.canonicalizer, cq.statement, tuple(b.cid for b in abstract))
+        qy_block = block_of(qy)
+        idents = []
+        for v, ab in zip(ordered, abstract):
+            logical, rows = await self.datasets.version_hash(v)
+            idents.append(InputIdentity(ab.cid, logical, rows))
+        iv = Invocation(qy_block.cid, tuple(idents))
+        return cq, [*abstract, qy_block], iv, ordered
+
+    # -- answering -----------------------------------------------------------------------------
+
+    async def resolve(self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None) -> Answer:
+        started = time.perf_counter()
+        emit = on_event or (lambda kind, data: None)
+        cq, objects, iv, versions = await self.prepare(sql, inputs)
+        iv_block = block_of(iv)
+        key = cid_str(iv_block.cid)
+        emit("prepared", {"query": cid_str(iv.query), "invocation": key})
+        hit = self.index.execution(key)
+        source = "local"
+        if hit is None:
+            flight = self._inflight.get(key)
+            if flight is None:
+                flight = asyncio.ensure_future(self._compute(cq, objects, iv_block, versions, emit))
+                self._inflight[key] = flight
+                flight.add_done_callback(lambda _: self._inflight.pop(key, None))
+                source = "computed"
+            else:
+                source = "computed"  # joined a computation already running for the same invocation
+            hit = await asyncio.shield(flight)
+        return Answer(iv.query, iv_block.cid, hit, source, round((time.perf_counter() - started) * 1000, 3),
+                      cq.output_names, {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)})
+
+    async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
+                       versions: list[Version], emit: Event) -> ExecutionRow:
+        t0 = time.perf_counter()
+        inputs: dict[str, tuple[list[Path], list[str]]] = {}
+        for i, v in enumerate(versions):
+            paths = [await self.datasets.slice_path(s) for s in v.slices]
+            names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
+            inputs[chr(ord("a") + i)] = (paths, names)
+        emit("computing", {"engine": "spark"})
+        self.computed += 1
+        result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
+        t1 = time.perf_counter()
+        table = _canonical_order(result.table, cq.order_by)
+        emit("publishing", {"rows": table.num_rows})
+        row = await self._publish(cq, objects, iv_block, versions, table,
+                                  {"compute_ms": round(result.elapsed_ms, 3),
+                                   "engine_round_trip_ms": round(result.total_ms, 3)}, t0)
+        log.info("computed", extra={"invocation": row.invocation, "rows": row.rows,
+                                    "compute_ms": round((t1 - t0) * 1000, 1)})
+        return row
+
+    async def _publish(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
+                       table: pa.Table, timings: dict[str, float], t0: float) -> ExecutionRow:
+        work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
+        try:
+            slices: list[CID] = []
+            files: list[tuple[Path, CID]] = []
+            hasher = LogicalHasher(table.schema)
+            for n, part in enumerate(iter_slices(table.to_batches(), table.schema, self.rows_per_slice)):
+                path = work / f"out-{n}.parquet"
+                await asyncio.to_thread(write_parquet_slice, part, str(path))
+                hasher.update(part)
+                added = await self.kubo.add(path, pin=False)
+                slices.append(added.cid)
+                files.append((path, added.cid))
+            if not slices:  # an empty result still has a shape: one empty slice carries it
+                path = work / "out-0.parquet"
+                await asyncio.to_thread(write_parquet_slice, table, str(path))
+                added = await self.kubo.add(path, pin=False)
+                slices.append(added.cid)
+                files.append((path, added.cid))
+            logical = str(hasher.finish())
+            structure = Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema))
+            st_block = block_of(structure)
+
+            sql_leaf = block_of(cq.statement.encode(), "cbor")  # ModuleBytecode_v0: the canonical SQL as bytes
+            mbe = block_of(ModuleBytecodeEnvelope(sql_leaf.cid))
+            in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
+            in_root = block_of([b.cid for b in in_lists])
+            out_list = block_of(list(slices))
+            in_env, out_env = block_of(RecursiveDataEnvelope(in_root.cid)), block_of(RecursiveDataEnvelope(out_list.cid))
+            ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
+
+            timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
+            rc = Receipt(ex.cid, iv_block.cid, self.identity.node_key, _now(), engine_versions(cq),
+                         logical, table.num_rows, st_block.cid, tuple(v.head for v in versions), timings)
+            rc_block = block_of(rc.signed(self.identity.sign))
+
+            for blk in [*objects, iv_block, st_block, sql_leaf, mbe, *in_lists, in_root, out_list, in_env,
+                        out_env, ex, rc_block]:
+                await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+            # The receipt links everything: one recursive pin keeps result, execution and sources together.
+            await self.kubo.pin_add(rc_block.cid, recursive=True)
+            for path, cid in files:
+                os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
+            row = ExecutionRow(cid_str(iv_block.cid), cid_str(objects[-1].cid), cid_str(ex.cid), cid_str(rc_block.cid),
+                               logical, table.num_rows, cid_str(st_block.cid), tuple(cid_str(c) for c in slices),
+                               "computed", time.time())
+            self.index.add_execution(row)
+            await self._provide([ex.cid, rc_block.cid, *slices])
+            return self.index.execution(row.invocation) or row
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _provide(self, cids: list[CID]) -> None:
+        """Announce on the IPFS DHT; with no peers Kubo refuses at once, which is not an error for us."""
+        for cid in cids:
+            try:
+                await self.kubo.routing_provide(cid, timeout=5.0)
+            except CairnError as e:
+                log.debug("provide skipped", extra={"cid": cid_str(cid), "reason": e.message})
+                return
+
+    async def result_tables(self, row: ExecutionRow) -> list[pa.Table]:
+        from node.datasets.slices import read_slice
+        from node.datasets.chain import SliceRef
+        from node.model import parse_cid
+
+        out = []
+        for s in row.slices:
+            path = await self.datasets.slice_path(SliceRef(parse_cid(s), 0, 0, "", 0))
+            out.append(await asyncio.to_thread(read_slice, path))
+        return out
+
+
+def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
+    import pyspark
+
+    return {"name": "spark", "spark": pyspark.__version__, "pyarrow": pa.__version__,
+            "canonicalizer": cq.canonicalizer}
+
+
+def _canonical_order(table: pa.Table, order_by: tuple[int, ...] | None) -> pa.Table:
+    """Rows in canonical order (DESIGN.md): the query's total ORDER BY if it has one, else all columns."""
+    if table.num_rows < 2:
+        return table
+    names = table.schema.names
+    if order_by:
+        # The canonicalizer completed the statement's ORDER BY to a total order: Spark's order is canonical.
+        return table
+    keys = [(n, "ascending") for n in names]
+    try:
+        return table.sort_by(keys)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
+        raise CairnError(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None

@@ -1,0 +1,515 @@
+"""The node's handle on its co-located Spark worker (``python -m spark_worker``, see docs/spark.md).
+
+The worker is a separate process holding one warm SparkSession; the node talks to it over a
+Unix domain socket (mode 0600) with the frames of ``spark_worker.protocol``, one connection per
+call. Closing a connection while a job runs makes the worker cancel that job, so a timed-out or
+cancelled ``run`` does not leave Spark busy.
+
+The process is a plain ``subprocess.Popen`` (in its own session and process group, with the JVM
+Spark starts in that same group), so a SparkWorker is bound to no event loop between calls.
+``start`` must be called from the event loop's thread: the worker asks the kernel for SIGTERM
+when the thread that spawned it exits (PR_SET_PDEATHSIG), and also polls its parent's pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import itertools
+import logging
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pyarrow as pa
+
+from node.errors import CairnError
+from spark_worker.protocol import (
+    PREFIX,
+    ProtocolError,
+    decode_header,
+    decode_prefix,
+    encode_frame,
+    one_line,
+)
+
+log = logging.getLogger(__name__)
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+_job_ids = itertools.count(1)
+
+
+class SparkError(CairnError):
+    """A query failed in Spark (analysis or runtime error), with Spark's message on one line."""
+
+    status = 500
+
+    def __init__(self, message: str, *, kind: str = "runtime", condition: str | None = None,
+                 sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker"
+        self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
+        self.sqlstate = sqlstate
+
+
+class SparkWorkerDied(SparkError):
+    """The worker process died (or vanished) while it held our job; it is being restarted."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="worker")
+
+
+class SparkStartError(SparkError):
+    """The worker did not come up (bad setting, no Java, timeout); the message ends with its log's tail."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="worker")
+
+
+class SparkTimeout(SparkError):
+    """``run`` gave up after its timeout; the worker cancels the job."""
+
+    status = 504
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="cancelled")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    table: pa.Table
+    elapsed_ms: float  # in the worker: temp views + Spark + collecting the result as Arrow
+    total_ms: float = 0.0  # seen by the node: the above + serialising, transfer, decoding
+    job: str = ""
+
+
+class _Closed(Exception):
+    """The worker closed the connection."""
+
+
+def _package_root() -> str:
+    spec = importlib.util.find_spec("spark_worker")
+    if spec is None or spec.origin is None:
+        raise SparkStartError("the spark_worker package is not importable")
+    return str(Path(spec.origin).resolve().parent.parent)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+class SparkWorker:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        master: str = "local[2]",
+        conf: Mapping[str, str] = _EMPTY,
+        log_path: Path | None = None,
+        python: str = sys.executable,
+        start_timeout: float = 120.0,
+        stop_timeout: float = 15.0,
+        warmup: bool = True,
+    ) -> None:
+        """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
+
+        Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
+        directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
+        every (re)start and on stop.
+        """
+        self.socket_path = Path(socket_path).absolute()
+        self.master = master
+        self.conf = dict(conf)
+        stem = self.socket_path.stem
+        self.log_path = Path(log_path) if log_path else self.socket_path.with_name(stem + ".log")
+        self.scratch = self.socket_path.with_name(stem + "-scratch")
+        self.python = python
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.warmup = warmup
+        self.restarts = 0
+        self.jobs_sent = 0
+        self.last_exit: int | None = None
+        self.spark_version: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: asyncio.Lock | None = None
+        self._restart_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._log_offset = 0
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _get_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    # --- start / stop ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Spawn the worker and wait (up to ``start_timeout``) until it answers a ping."""
+        self._stopping = False
+        if self._restart_task is not None and not self._restart_task.done():
+            await asyncio.shield(self._restart_task)
+        if self.alive():
+            return
+        if self._proc is not None:  # an earlier worker that died: make sure its JVM is gone too
+            await self._kill_group(self._proc)
+            self.last_exit = self._proc.returncode
+        await self._launch()
+
+    def _command(self) -> list[str]:
+        cmd = [self.python, "-m", "spark_worker", "--socket", str(self.socket_path), "--master", self.master,
+               "--log", str(self.log_path), "--parent-pid", str(os.getpid())]
+        conf = dict(self.conf)
+        conf.setdefault("spark.local.dir", str(self.scratch / "local"))
+        conf.setdefault("spark.sql.warehouse.dir", str(self.scratch / "warehouse"))
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        if not self.warmup:
+            cmd.append("--no-warmup")
+        return cmd
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        root = _package_root()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        # Temporary files of Python (TMPDIR) and of the JVM (java.io.tmpdir: spark-submit makes a
+        # spark-<uuid> dir there) go to the scratch directory too: a SIGKILLed JVM leaves them behind.
+        tmp = str(self.scratch / "tmp")
+        env["TMPDIR"] = tmp
+        env["SPARK_SUBMIT_OPTS"] = " ".join(p for p in (env.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p)
+        if self.master.strip().startswith("local"):
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        return env
+
+    async def _launch(self) -> None:
+        if len(os.fsencode(self.socket_path)) > 107:
+            raise SparkStartError(f"socket path too long for a Unix socket (max 107 bytes): {self.socket_path}")
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                os.unlink(self.socket_path)  # stale; the old worker is gone (we reaped it or never had it)
+        self._clean_scratch()
+        (self.scratch / "tmp").mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Blocking but instant; Popen runs in the loop's thread on purpose (PR_SET_PDEATHSIG follows
+        # the spawning thread, and a worker thread of a pool may exit).
+        with open(self.log_path, "ab") as logf:  # noqa: ASYNC230
+            self._log_offset = logf.tell()
+            t0 = time.monotonic()
+            # Own session and process group (the JVM joins it): a Ctrl-C meant for the node does
+            # not reach Spark, and the whole group can be killed if the worker dies.
+            self._proc = subprocess.Popen(  # noqa: ASYNC220
+                self._command(),
+                cwd=self.scratch,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        log.info("Spark worker starting (pid %d, master %s)", self._proc.pid, self.master)
+        try:
+            pong = await self._wait_ready(t0 + self.start_timeout)
+        except BaseException:
+            await self._kill_group(self._proc)
+            raise
+        self.spark_version = pong.get("spark")
+        log.info("Spark worker ready (pid %d, Spark %s) in %.1f s", self._proc.pid, self.spark_version,
+                 time.monotonic() - t0)
+
+    def _clean_scratch(self) -> None:
+        """Empty the temporary parts of the scratch directory (only once no worker runs)."""
+        for part in ("local", "tmp"):
+            shutil.rmtree(self.scratch / part, ignore_errors=True)
+
+    async def _wait_ready(self, deadline: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None
+        while True:
+            if proc.poll() is not None:
+                self.last_exit = proc.returncode
+                raise SparkStartError(
+                    f"the Spark worker exited while starting ({_describe_exit(proc.returncode)}): {self._log_tail()}"
+                )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SparkStartError(f"the Spark worker did not answer within {self.start_timeout:.0f} s: "
+                                      f"{self._log_tail()}")
+            if os.path.exists(self.socket_path):
+                # The worker binds its socket before Spark starts and accepts once the session is
+                # up: this ping simply waits for it (or fails when the process exits).
+                try:
+                    async with asyncio.timeout(left):
+                        header, _ = await self._exchange({"op": "ping"})
+                    if header.get("ok"):
+                        return header
+                except (OSError, _Closed, ProtocolError, TimeoutError):
+                    pass
+            await asyncio.sleep(0.05)  # polling for the socket file / the process; not a fixed wait
+
+    def _log_tail(self, lines: int = 4) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(self._log_offset, f.seek(0, os.SEEK_END) - 16384))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return "(no log)"
+        kept = [ln.strip() for ln in text.splitlines()
+                if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln]
+        tail = " | ".join(kept[-lines:])
+        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path})"
+
+    async def stop(self) -> None:
+        """SIGTERM the worker (by pid), SIGKILL its process group after ``stop_timeout``; idempotent."""
+        self._stopping = True
+        task, self._restart_task = self._restart_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            if not await self._wait_exit(proc, self.stop_timeout):
+                log.warning("Spark worker %d ignored SIGTERM for %.0f s; killing it", proc.pid, self.stop_timeout)
+        await self._kill_group(proc)
+        self.last_exit = proc.returncode
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                os.unlink(self.socket_path)
+        self._clean_scratch()
+        log.info("Spark worker %d stopped (%s)", proc.pid, _describe_exit(proc.returncode))
+
+    @staticmethod
+    async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    async def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:
+        """Make sure the worker and everything in its process group (the JVM) are gone.
+
+        After a clean exit the group is already empty (the worker waits for its JVM). If the
+        worker died or hung, what is left gets SIGKILL at once: an orphaned JVM would otherwise
+        keep computing the abandoned job on the cores the next worker needs (its temporary files
+        are in the scratch directory, which the next start empties).
+        """
+        pgid = proc.pid  # start_new_session: the worker leads its own group
+        for _ in range(3):
+            if proc.poll() is None or group_members(pgid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            await self._wait_exit(proc, 5.0)
+            deadline = time.monotonic() + 5.0
+            while group_members(pgid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if proc.poll() is not None and not group_members(pgid):
+                return
+        log.error("Spark worker group %d survived SIGKILL: %s", pgid, group_members(pgid))
+
+    # --- restarts --------------------------------------------------------------------------
+
+    def _schedule_restart(self) -> None:
+        if self._stopping or (self._restart_task is not None and not self._restart_task.done()):
+            return
+        self._restart_task = asyncio.get_running_loop().create_task(self._restart(), name="spark-worker-restart")
+        self._restart_task.add_done_callback(self._restart_done)
+
+    @staticmethod
+    def _restart_done(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("Spark worker restart failed: %s", task.exception())
+
+    async def _restart(self) -> None:
+        old = self._proc
+        if old is not None:
+            await self._kill_group(old)
+            self.last_exit = old.returncode
+        self.restarts += 1
+        log.warning("restarting the Spark worker (restart %d; the last one %s)", self.restarts,
+                    _describe_exit(self.last_exit))
+        await self._launch()
+
+    async def _ensure_running(self) -> None:
+        if self._stopping:
+            raise SparkError("the Spark worker is stopped", kind="worker")
+        task = self._restart_task
+        if task is not None and not task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        if self._proc is None:
+            raise SparkError("the Spark worker is not started", kind="worker")
+        if not self.alive():
+            self._restart_task = None
+            await self._restart()  # raises SparkStartError if it cannot come back
+
+    # --- calls -----------------------------------------------------------------------------
+
+    async def _exchange(self, header: dict[str, Any], *, on_sent: Any = None) -> tuple[dict[str, Any], pa.Buffer | None]:
+        """One request/answer on a fresh connection (closed on return, error or cancellation)."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, str(self.socket_path))
+            await loop.sock_sendall(sock, encode_frame(header))
+            if on_sent is not None:
+                on_sent()
+            prefix = await self._recv_exact(loop, sock, PREFIX.size)
+            header_len, payload_len = decode_prefix(bytes(prefix))
+            answer = decode_header(bytes(await self._recv_exact(loop, sock, header_len)))
+            payload = pa.py_buffer(await self._recv_exact(loop, sock, payload_len)) if payload_len else None
+            return answer, payload
+        finally:
+            sock.close()
+
+    @staticmethod
+    async def _recv_exact(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = await loop.sock_recv_into(sock, view[got:])
+            if k == 0:
+                raise _Closed()
+            got += k
+        return buf
+
+    async def ping(self) -> dict[str, Any]:
+        try:
+            header, _ = await self._exchange({"op": "ping"})
+        except (OSError, _Closed, ProtocolError) as e:
+            raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
+        return header
+
+    async def stats(self) -> dict[str, Any]:
+        """The worker's counters (jobs, succeeded, failed, cancelled, running…) plus ``restarts``
+        and ``jobs_sent`` from this side. Answered at once, even while a job runs."""
+        try:
+            header, _ = await self._exchange({"op": "stats"})
+        except (OSError, _Closed, ProtocolError) as e:
+            raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
+        header.pop("ok", None)
+        return {**header, "restarts": self.restarts, "jobs_sent": self.jobs_sent}
+
+    async def run(
+        self,
+        statement: str,
+        inputs: Mapping[str, tuple[list[Path], list[str]]],
+        *,
+        timeout: float | None = None,
+        job_id: str | None = None,
+    ) -> RunResult:
+        """Run ``statement`` with each input registered as a temp view over its Parquet files.
+
+        ``inputs``: view name → (Parquet files, column names in file order). Calls are serialized.
+        Raises SparkError (Spark refused or failed the query), SparkTimeout, SparkWorkerDied
+        (the worker died during the job: it is restarted in the background) or SparkStartError.
+        """
+        job = job_id or f"{os.getpid()}-{next(_job_ids)}"
+        request = {
+            "op": "run",
+            "job": job,
+            "statement": statement,
+            "inputs": {
+                name: {"paths": [os.path.abspath(p) for p in paths], "columns": list(columns)}
+                for name, (paths, columns) in inputs.items()
+            },
+        }
+        async with self._get_lock():
+            await self._ensure_running()
+            proc = self._proc
+            assert proc is not None
+            sent = False
+
+            def mark_sent() -> None:
+                nonlocal sent
+                sent = True
+                self.jobs_sent += 1
+
+            t0 = time.perf_counter()
+            try:
+                async with asyncio.timeout(timeout):
+                    header, payload = await self._exchange(request, on_sent=mark_sent)
+            except TimeoutError:
+                # Our closed connection tells the worker to cancel the job.
+                raise SparkTimeout(f"the Spark job {job} did not finish within {timeout:g} s; it was cancelled") from None
+            except (OSError, _Closed, ProtocolError) as e:
+                if self._stopping:
+                    raise SparkError(f"the Spark worker was stopped during job {job}", kind="cancelled") from None
+                if await self._wait_exit(proc, 3.0):
+                    self.last_exit = proc.returncode
+                    self._schedule_restart()
+                    when = "during" if sent else "before"
+                    raise SparkWorkerDied(
+                        f"the Spark worker (pid {proc.pid}) died {when} job {job} "
+                        f"({_describe_exit(proc.returncode)}); it is being restarted"
+                    ) from None
+                raise SparkError(f"lost the connection to the Spark worker during job {job}: "
+                                 f"{one_line(str(e)) or type(e).__name__}", kind="worker") from None
+            if not header.get("ok"):
+                raise SparkError(
+                    str(header.get("error") or "the Spark job failed"),
+                    kind=str(header.get("kind") or "runtime"),
+                    condition=header.get("condition"),
+                    sqlstate=header.get("sqlstate"),
+                )
+            if payload is None:
+                raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
+            table = pa.ipc.open_stream(payload).read_all()
+            return RunResult(table=table, elapsed_ms=float(header.get("elapsed_ms", 0.0)),
+                             total_ms=(time.perf_counter() - t0) * 1000, job=job)

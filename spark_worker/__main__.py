@@ -1,0 +1,5 @@
+import sys
+
+from spark_worker.server import main
+
+sys.exit(main())

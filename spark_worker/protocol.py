@@ -1,0 +1,78 @@
+"""The worker's wire format, shared by the worker and its client (standard library only).
+
+One frame = a 12-byte prefix ``>IQ`` (header length, payload length), the header (a UTF-8 JSON
+object), then the payload (``payload length`` raw bytes, 0 when there is none).
+
+A connection carries request/response pairs in order: the client sends one frame, the worker
+answers with one frame. Requests never carry a payload; a successful ``run`` answer carries the
+result as an Arrow IPC stream.
+
+Requests and answers (see docs/spark.md):
+
+- ``{"op": "ping"}`` → ``{"ok": true, "spark": "4.3.0", "jobs": n, "protocol": 1, "pid": …, "jvm_pid": …}``
+- ``{"op": "run", "job": id, "statement": sql, "inputs": {name: {"paths": […], "columns": […]}}}``
+  → ``{"ok": true, "job": id, "rows": n, "elapsed_ms": …, "ipc_bytes": …}`` + Arrow IPC stream
+- ``{"op": "stats"}`` → ``{"ok": true, "jobs": n, "failed": n, "succeeded": n, "cancelled": n, "running": id|null, …}``
+- any failure → ``{"ok": false, "error": "<one line>", "kind": "analysis"|"runtime"|"request"|"cancelled",
+  "condition": Spark error class or null, "sqlstate": … or null}``
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+PREFIX = struct.Struct(">IQ")
+MAX_HEADER = 64 * 1024 * 1024  # a statement plus its input file lists; far above any real request
+MAX_PAYLOAD = 1 << 40  # sanity bound only: results are held in memory on both sides anyway
+
+# Names the worker accepts (the node sends canonical names: inputs a, b, …, columns col_0, …).
+INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+JOB_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+GLOB_CHARS = frozenset("*?[]{}\\")  # Hadoop expands these in paths: the worker refuses them
+
+ERROR_KINDS = ("analysis", "runtime", "request", "cancelled")
+
+
+class ProtocolError(Exception):
+    """A malformed frame: the connection cannot be used any more."""
+
+
+def encode_frame(header: dict[str, Any], payload_len: int = 0) -> bytes:
+    """The prefix and header of a frame; the caller sends ``payload_len`` payload bytes after it."""
+    body = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(body) > MAX_HEADER:
+        raise ProtocolError(f"frame header too large ({len(body)} bytes)")
+    return PREFIX.pack(len(body), payload_len) + body
+
+
+def decode_prefix(prefix: bytes) -> tuple[int, int]:
+    header_len, payload_len = PREFIX.unpack(prefix)
+    if header_len == 0 or header_len > MAX_HEADER:
+        raise ProtocolError(f"bad frame header length {header_len}")
+    if payload_len > MAX_PAYLOAD:
+        raise ProtocolError(f"bad frame payload length {payload_len}")
+    return header_len, payload_len
+
+
+def decode_header(body: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"frame header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("frame header is not a JSON object")
+    return header
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """The first non-empty line of ``text``, at most ``limit`` characters."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""

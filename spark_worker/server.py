@@ -1,0 +1,656 @@
+"""The worker process: one warm SparkSession serving jobs over a Unix domain socket.
+
+Threads:
+- the main thread starts Spark, accepts connections, and handles signals and parent death;
+- one handler thread per connection reads requests and answers them (``ping`` and ``stats``
+  at once, even while a job runs);
+- one job thread runs the jobs, one at a time, in arrival order (Spark local mode is already
+  parallel inside a job). It owns the job group, so a job whose client went away is cancelled.
+
+It imports nothing from the node: the protocol (spark_worker.protocol) is the whole interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ctypes
+import logging
+import os
+import queue
+import select
+import signal
+import socket
+import stat
+import struct
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spark_worker.protocol import (
+    GLOB_CHARS,
+    INPUT_NAME,
+    JOB_ID,
+    PREFIX,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    decode_header,
+    decode_prefix,
+    encode_frame,
+    one_line,
+)
+from spark_worker.session import FORCED, SESSION_FORCED, build_session, check_conf
+
+log = logging.getLogger("spark_worker")
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_JVM_DIED = 3
+EXIT_START_FAILED = 4
+
+MAX_CONNECTIONS = 32
+MAX_INPUTS = 64
+CANCEL_REPEAT_S = 0.5  # a cancel sent before the job's Spark job exists is repeated until the job ends
+STOP_GRACE_S = 10.0
+
+PR_SET_PDEATHSIG = 1
+
+
+class RequestError(Exception):
+    """The request is malformed (kind "request")."""
+
+
+class InputMismatch(Exception):
+    """An input's files do not have the declared number of columns (kind "analysis")."""
+
+
+class Cancelled(Exception):
+    pass
+
+
+@dataclass
+class Job:
+    id: str
+    statement: str
+    inputs: dict[str, tuple[list[str], list[str]]]
+    future: concurrent.futures.Future[tuple[dict[str, Any], Any]] = field(default_factory=concurrent.futures.Future)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+    """``n`` bytes, or None on a clean EOF before the first byte."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = conn.recv_into(view[got:])
+        if k == 0:
+            if got == 0:
+                return None
+            raise ProtocolError("connection closed inside a frame")
+        got += k
+    return bytes(buf)
+
+
+def _read_request(conn: socket.socket) -> dict[str, Any] | None:
+    prefix = _recv_exact(conn, PREFIX.size)
+    if prefix is None:
+        return None
+    header_len, payload_len = decode_prefix(prefix)
+    if payload_len:
+        raise ProtocolError("requests carry no payload")
+    body = _recv_exact(conn, header_len)
+    if body is None:
+        raise ProtocolError("connection closed inside a frame")
+    return decode_header(body)
+
+
+def _error(message: str, kind: str, *, condition: str | None = None, sqlstate: str | None = None) -> dict[str, Any]:
+    return {"ok": False, "error": message, "kind": kind, "condition": condition, "sqlstate": sqlstate}
+
+
+def _parse_job(req: dict[str, Any]) -> Job:
+    job_id = req.get("job")
+    if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+        raise RequestError("run: 'job' must be 1-128 characters of [A-Za-z0-9_.:-]")
+    statement = req.get("statement")
+    if not isinstance(statement, str) or not statement.strip():
+        raise RequestError("run: 'statement' must be a non-empty string")
+    raw = req.get("inputs", {})
+    if not isinstance(raw, dict) or len(raw) > MAX_INPUTS:
+        raise RequestError(f"run: 'inputs' must be an object of at most {MAX_INPUTS} inputs")
+    inputs: dict[str, tuple[list[str], list[str]]] = {}
+    seen: set[str] = set()
+    for name, spec in raw.items():
+        if not INPUT_NAME.fullmatch(name):
+            raise RequestError(f"run: bad input name {name!r}")
+        if name.lower() in seen:  # Spark's names are case-insensitive
+            raise RequestError(f"run: input {name!r} given twice")
+        seen.add(name.lower())
+        if not isinstance(spec, dict):
+            raise RequestError(f"run: input {name!r} must be an object with 'paths' and 'columns'")
+        paths, columns = spec.get("paths"), spec.get("columns")
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            raise RequestError(f"run: input {name!r} needs a non-empty list of Parquet file paths")
+        for p in paths:
+            if not p.startswith("/") or GLOB_CHARS.intersection(p) or "\0" in p:
+                raise RequestError(f"run: input {name!r}: path {p!r} must be absolute and hold no glob characters")
+        if not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns):
+            raise RequestError(f"run: input {name!r} needs a non-empty list of column names")
+        if len({c.lower() for c in columns}) != len(columns):
+            raise RequestError(f"run: input {name!r} has duplicate column names")
+        inputs[name] = (list(paths), list(columns))
+    return Job(job_id, statement, inputs)
+
+
+class Worker:
+    def __init__(self, spark: Any, listener: socket.socket, socket_path: Path, socket_ino: int,
+                 parent_pid: int | None, *, warmup: bool = True) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.version = spark.version
+        self.master = self.sc.master  # cached: handler threads must not make py4j calls for ping/stats
+        self.listener = listener
+        self.socket_path = socket_path
+        self.socket_ino = socket_ino
+        self.parent_pid = parent_pid
+        self.started = time.time()
+        self.warmup = warmup
+        self.exit_code = EXIT_OK
+        self.stopping = threading.Event()
+        self.counters = {"jobs": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+        self.lock = threading.Lock()
+        self.running: Job | None = None
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.job_thread = threading.Thread(target=self._job_loop, name="spark-jobs", daemon=True)
+
+    # --- the JVM -----------------------------------------------------------------------------
+
+    def jvm_proc(self) -> Any:
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        return getattr(gateway, "proc", None) if gateway is not None else None
+
+    def jvm_alive(self) -> bool:
+        proc = self.jvm_proc()
+        return proc is None or proc.poll() is None
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def execute(self, job: Job) -> tuple[dict[str, Any], Any]:
+        """Run one job in this thread; returns the answer header and the Arrow IPC buffer."""
+        import pyarrow as pa
+
+        spark, sc = self.spark, self.sc
+        t0 = time.perf_counter()
+        sc.setJobGroup(job.id, f"cairn job {job.id}", interruptOnCancel=True)
+        for key in SESSION_FORCED:
+            spark.conf.set(key, FORCED[key])
+        created: list[str] = []
+        try:
+            for name, (paths, columns) in job.inputs.items():
+                df = spark.read.parquet(*paths)
+                if len(df.columns) != len(columns):
+                    raise InputMismatch(
+                        f"input {name}: its Parquet files have {len(df.columns)} columns, "
+                        f"the request names {len(columns)}"
+                    )
+                df.toDF(*columns).createOrReplaceTempView(name)
+                created.append(name)
+                if job.cancelled.is_set():
+                    raise Cancelled()
+            result = spark.sql(job.statement)
+            if job.cancelled.is_set():
+                raise Cancelled()
+            table = result.toArrow()
+            elapsed_ms = (time.perf_counter() - t0) * 1000
+            if job.cancelled.is_set():
+                raise Cancelled()
+        finally:
+            for name in created:
+                try:
+                    spark.catalog.dropTempView(name)
+                except Exception as e:  # noqa: BLE001 - a failed drop must not hide the job's own error
+                    log.warning("job %s: could not drop temp view %s: %s", job.id, name, one_line(str(e)))
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        t1 = time.perf_counter()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        buf = sink.getvalue()
+        header = {
+            "ok": True,
+            "job": job.id,
+            "rows": table.num_rows,
+            "elapsed_ms": round(elapsed_ms, 3),
+            "ipc_ms": round((time.perf_counter() - t1) * 1000, 3),
+            "ipc_bytes": buf.size,
+        }
+        return header, buf
+
+    def _classify(self, job: Job, exc: BaseException) -> dict[str, Any]:
+        from pyspark.errors import AnalysisException, PySparkException
+
+        if self.stopping.is_set():
+            return _error(f"the worker is stopping (job {job.id} cancelled)", "cancelled")
+        if job.cancelled.is_set() or isinstance(exc, Cancelled):
+            return _error(f"job {job.id} was cancelled", "cancelled")
+        if isinstance(exc, InputMismatch):
+            return _error(str(exc), "analysis")
+        condition = sqlstate = None
+        if isinstance(exc, PySparkException):
+            try:
+                condition, sqlstate = exc.getCondition(), exc.getSqlState()
+            except Exception as e:  # noqa: BLE001 - the message alone still makes an answer
+                log.debug("no error class on %s: %s", type(exc).__name__, e)
+        kind = "analysis" if isinstance(exc, AnalysisException) else "runtime"
+        message = one_line(str(exc)) or type(exc).__name__
+        return _error(message, kind, condition=condition, sqlstate=sqlstate)
+
+    def _job_loop(self) -> None:
+        if self.warmup:
+            t0 = time.perf_counter()
+            try:
+                _warm_up(self)
+                log.info("warm-up query took %.0f ms", (time.perf_counter() - t0) * 1000)
+            except Exception as e:  # noqa: BLE001 - a failed warm-up only costs the first job time
+                log.warning("warm-up query failed: %s", one_line(str(e)))
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            if job.cancelled.is_set():
+                job.future.set_result((_error(f"job {job.id} was cancelled", "cancelled"), None))
+                with self.lock:
+                    self.counters["cancelled"] += 1
+                continue
+            self.running = job
+            t0 = time.perf_counter()
+            try:
+                header, buf = self.execute(job)
+            except Exception as e:  # noqa: BLE001 - every failure becomes an answer
+                header, buf = self._classify(job, e), None
+            finally:
+                self.running = None
+            with self.lock:
+                if header["ok"]:
+                    self.counters["succeeded"] += 1
+                elif header["kind"] == "cancelled":
+                    self.counters["cancelled"] += 1
+                else:
+                    self.counters["failed"] += 1
+            if header["ok"]:
+                log.info("job %s: %d rows in %.0f ms", job.id, header["rows"], header["elapsed_ms"])
+            else:
+                log.info("job %s failed (%s, %.0f ms): %s", job.id, header["kind"],
+                         (time.perf_counter() - t0) * 1000, header["error"])
+            job.future.set_result((header, buf))
+            if not header["ok"] and not self.jvm_alive():
+                log.error("the JVM died; exiting so that the node restarts the worker")
+                self.stop(EXIT_JVM_DIED)
+                return
+
+    def cancel(self, job: Job) -> None:
+        job.cancelled.set()
+        if self.running is job:
+            try:
+                self.sc.cancelJobGroup(job.id)
+            except Exception as e:  # noqa: BLE001
+                log.warning("job %s: cancel failed: %s", job.id, one_line(str(e)))
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            with conn:
+                while not self.stopping.is_set():
+                    try:
+                        req = _read_request(conn)
+                    except ProtocolError as e:
+                        self._send(conn, _error(f"protocol error: {e}", "request"))
+                        return
+                    if req is None:
+                        return
+                    op = req.get("op")
+                    if op == "ping":
+                        with self.lock:
+                            jobs = self.counters["jobs"]
+                        self._send(conn, {"ok": True, "spark": self.version, "jobs": jobs,
+                                          "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
+                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None)})
+                    elif op == "stats":
+                        self._send(conn, self.stats())
+                    elif op == "run":
+                        if not self._run(conn, req):
+                            return
+                    else:
+                        self._send(conn, _error(f"unknown op {op!r}", "request"))
+        except OSError as e:
+            log.debug("connection ended: %s", e)
+        finally:
+            self.connections.release()
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            counters = dict(self.counters)
+        running = self.running
+        return {"ok": True, **counters, "running": running.id if running else None,
+                "queued": self.jobs.qsize(), "spark": self.version, "master": self.master,
+                "uptime_s": round(time.time() - self.started, 3), "pid": os.getpid(),
+                "jvm_pid": getattr(self.jvm_proc(), "pid", None)}
+
+    def _run(self, conn: socket.socket, req: dict[str, Any]) -> bool:
+        """Serve one run request; False when the connection is gone."""
+        with self.lock:
+            self.counters["jobs"] += 1
+        try:
+            job = _parse_job(req)
+        except RequestError as e:
+            with self.lock:
+                self.counters["failed"] += 1
+            log.info("refused a run request: %s", e)
+            self._send(conn, _error(str(e), "request"))
+            return True
+        done_r, done_w = os.pipe()
+
+        def wake(_f: object) -> None:
+            # Runs in the job thread, possibly after this handler already saw done() and left:
+            # the callback owns (and closes) the write end.
+            try:
+                os.write(done_w, b"x")
+            except OSError:
+                pass
+            finally:
+                os.close(done_w)
+
+        try:
+            job.future.add_done_callback(wake)
+            self.jobs.put(job)
+            client_gone = False
+            while not job.future.done():
+                if client_gone:
+                    # Repeat the cancel until the job ends: one sent before its Spark job existed
+                    # (while the views were being made) cancelled nothing.
+                    ready, _, _ = select.select([done_r], [], [], CANCEL_REPEAT_S)
+                    if not ready:
+                        self.cancel(job)
+                    continue
+                ready, _, _ = select.select([conn, done_r], [], [])
+                if conn in ready and not job.future.done():
+                    # The client sends nothing while it waits: readable means it closed (or broke
+                    # the protocol). Either way the job has nobody to answer to: cancel it.
+                    log.info("job %s: client went away, cancelling", job.id)
+                    client_gone = True
+                    self.cancel(job)
+            header, buf = job.future.result()
+        finally:
+            os.close(done_r)
+        if client_gone:
+            return False
+        self._send(conn, header, buf)
+        return True
+
+    @staticmethod
+    def _send(conn: socket.socket, header: dict[str, Any], payload: Any = None) -> None:
+        size = payload.size if payload is not None else 0
+        conn.sendall(encode_frame(header, size))
+        if size:
+            conn.sendall(payload)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def stop(self, code: int = EXIT_OK) -> None:
+        """Ask the main loop to stop (from any thread or a signal handler)."""
+        if not self.stopping.is_set():
+            self.exit_code = code
+            self.stopping.set()
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    def _parent_gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
+    def serve(self) -> int:
+        self.job_thread.start()
+        self.listener.setblocking(False)
+        log.info("ready on %s (Spark %s, master %s)", self.socket_path, self.version, self.master)
+        while not self.stopping.is_set():
+            if self._parent_gone():
+                log.warning("parent process %s is gone; stopping", self.parent_pid)
+                self.stop()
+                break
+            ready, _, _ = select.select([self.listener, self.wake_r], [], [], 1.0)
+            if self.listener not in ready:
+                continue
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue
+            conn.setblocking(True)
+            if not self._same_user(conn) or not self.connections.acquire(blocking=False):
+                conn.close()
+                continue
+            threading.Thread(target=self._handle, args=(conn,), name="spark-conn", daemon=True).start()
+        self.shutdown()
+        return self.exit_code
+
+    @staticmethod
+    def _same_user(conn: socket.socket) -> bool:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            log.warning("refused a connection from uid %d", uid)
+            return False
+        return True
+
+    def shutdown(self) -> None:
+        log.info("stopping")
+        self.listener.close()
+        _unlink_socket(self.socket_path, self.socket_ino)
+        running = self.running
+        while True:  # nothing queued will run
+            try:
+                job = self.jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.cancelled.set()
+                job.future.set_result((_error("the worker is stopping", "cancelled"), None))
+        if running is not None:
+            self.cancel(running)
+        self.jobs.put(None)
+        self.job_thread.join(STOP_GRACE_S)
+        stop_spark(self.spark)
+
+
+def _unlink_socket(path: Path, ino: int) -> None:
+    """Remove our socket file, not one a successor bound at the same path."""
+    try:
+        if os.stat(path).st_ino == ino:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def stop_spark(spark: Any) -> None:
+    """Stop the session (bounded), then make sure the JVM has exited."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    if spark is not None:
+        t = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+        t.start()
+        t.join(STOP_GRACE_S)
+        if t.is_alive():
+            log.warning("spark.stop() did not return in %.0f s", STOP_GRACE_S)
+    if proc is not None and proc.poll() is None:
+        # The gateway JVM exits by itself when its stdin closes (PySpark's design).
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(STOP_GRACE_S)
+        except Exception:  # noqa: BLE001 - TimeoutExpired or a broken pipe
+            log.warning("the JVM (pid %d) did not exit; killing it", proc.pid)
+            proc.kill()
+            proc.wait()
+
+
+def _set_parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    except OSError as e:
+        log.warning("prctl unavailable: %s", e)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid()."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    log.warning("parent process %d is gone; stopping", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _bind(path: Path) -> tuple[socket.socket, int]:
+    if len(os.fsencode(path)) > 107:
+        raise ValueError(f"socket path too long for a Unix socket (max 107 bytes): {path}")
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)  # a stale socket from a worker that did not clean up
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(os.fspath(path))
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock, os.stat(path).st_ino
+
+
+def _warm_up(worker: Worker) -> None:
+    """A small GROUP BY over Parquet, so that the first real job does not pay for class loading,
+    code generation and the first shuffle (measured: a first 2 M-row GROUP BY takes 5-8 s on a
+    cold session, 0.9-1.1 s after this 3-4 s warm-up; a join and ORDER BY in the warm-up cost
+    more than they save)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory(prefix="cairn-warmup-") as tmp:
+        path = os.path.join(tmp, "warmup.parquet")
+        n = 1000
+        pq.write_table(pa.table({"k": [i % 7 for i in range(n)], "v": [i * 0.5 for i in range(n)]}), path)
+        worker.execute(Job("warmup", "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
+                           {"a": ([path], ["col_0", "col_1"])}))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m spark_worker", description="Cairn's co-located Spark worker")
+    p.add_argument("--socket", required=True, type=Path, help="Unix socket path to serve on (created mode 0600)")
+    p.add_argument("--master", default="local[2]", help="spark.master (default local[2])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
+    p.add_argument("--log", type=Path, help="append stdout/stderr (the worker's and the JVM's) to this file")
+    p.add_argument("--parent-pid", type=int, help="exit when the parent is no longer this process")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up query before serving")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.log:
+        args.log.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)  # the JVM inherits these
+        os.dup2(fd, 2)
+        os.close(fd)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            log.error("--conf wants KEY=VALUE, got %r", item)
+            return EXIT_USAGE
+        conf[key.strip()] = value
+    try:
+        check_conf(conf)
+        if args.master.strip().startswith("sc://"):
+            raise ValueError("Spark Connect masters (sc://) are not supported by this worker; use spark://… or local[N]")
+    except ValueError as e:
+        log.error("%s", e)
+        return EXIT_USAGE
+
+    # Until Spark is up, SIGTERM (also sent on parent death) just ends the process; the JVM
+    # follows when its stdin pipe closes.
+    def early_exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, early_exit)
+    signal.signal(signal.SIGINT, early_exit)
+    _set_parent_death_signal()
+    if args.parent_pid is not None:
+        if os.getppid() != args.parent_pid:
+            log.error("parent %d already gone", args.parent_pid)
+            return EXIT_OK
+        threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
+
+    try:
+        listener, ino = _bind(args.socket)
+    except (OSError, ValueError) as e:
+        log.error("cannot serve on %s: %s", args.socket, e)
+        return EXIT_USAGE
+
+    spark = None
+    try:
+        t0 = time.perf_counter()
+        spark = build_session(args.master, conf)
+        from pyspark.logger import PySparkLogger
+
+        # PySpark logs every SQL error with its Java stack trace as JSON; the worker logs one line per job.
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+        started_ms = (time.perf_counter() - t0) * 1000
+        # The warm-up runs as the job thread's first task: ping answers at once, a first job waits for it.
+        worker = Worker(spark, listener, args.socket, ino, args.parent_pid, warmup=not args.no_warmup)
+        log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
+    except SystemExit:
+        _unlink_socket(args.socket, ino)
+        stop_spark(spark)
+        raise
+    except Exception as e:  # noqa: BLE001
+        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
+        _unlink_socket(args.socket, ino)
+        stop_spark(spark)
+        return EXIT_START_FAILED
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        worker.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        return worker.serve()
+    finally:
+        os.close(worker.wake_r)
+        os.close(worker.wake_w)
+        log.info("exited")
