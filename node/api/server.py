@@ -139,6 +139,23 @@ async def _spool(request: web.Request, dest: Path, limit: int) -> int:
     return size
 
 
+def _local_file(request: web.Request, path: str) -> Path:
+    """``path=``: ingest a file the node can read in place, saving a copy of the upload. Only for
+    clients on this machine (loopback): the CLI uses it when it talks to its own node."""
+    import ipaddress
+
+    try:
+        loopback = ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise Unauthorized("path= is only for clients on the node's own machine; upload the file instead")
+    p = Path(path)
+    if not p.is_absolute() or not p.is_file():
+        raise InvalidInput(f"path= must be an absolute path to a readable file, got {path!r}")
+    return p
+
+
 class TooLarge(CairnError):
     status = 413
 
@@ -159,12 +176,17 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
     suffix = "".join(Path(q.get("filename", "")).suffixes[-2:])
     if not re.fullmatch(r"(\.[A-Za-z0-9]{1,10}){0,2}", suffix):
         suffix = ""
-    fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
-    os.close(fd)
-    path = Path(path_s)
+    local = q.get("path")
+    if local:
+        path, spooled = _local_file(request, local), False
+    else:
+        fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
+        os.close(fd)
+        path, spooled = Path(path_s), True
     task: asyncio.Future[dict[str, object]] | None = None
     try:
-        await _spool(request, path, node.settings.api.max_upload_bytes)
+        if spooled:
+            await _spool(request, path, node.settings.api.max_upload_bytes)
         state = {"bytes": 0, "rows": 0}
 
         def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
@@ -193,7 +215,9 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         await resp.write_eof()
         return resp
     finally:
-        if task is None or task.done():
+        if not spooled:
+            pass
+        elif task is None or task.done():
             path.unlink(missing_ok=True)
         else:
             task.add_done_callback(lambda _: path.unlink(missing_ok=True))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -65,6 +66,10 @@ class NodeClient:
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             raise NodeNotRunning(f"the node at {self.base_url} does not answer: {reason}") from None
+
+    def is_local(self) -> bool:
+        host = urllib.parse.urlsplit(self.base_url).hostname or ""
+        return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
     def get_json(self, path: str) -> Any:
         return json.loads(self.request("GET", path)[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import sys
 import urllib.parse
@@ -144,6 +145,10 @@ def cmd_add(args: argparse.Namespace) -> int:
             raise InvalidInput(f"cannot read {args.file}: no such file")
         params.append(("filename", path.name))
         source, length = path.open("rb"), path.stat().st_size
+        if not args.upload and client.is_local():
+            # Our own node on this machine reads the file in place: no copy through HTTP and its disk.
+            params.append(("path", str(path.resolve())))
+            source, length = io.BytesIO(b""), 0
     params.append(("progress", "true"))
     query = urllib.parse.urlencode(params)
     with upload_progress(source, length, quiet=args.json) as (body, on_progress):
@@ -334,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--description")
     sp.add_argument("--license")
     sp.add_argument("--keyword", action="append")
+    sp.add_argument("--upload", action="store_true", help="send the file over HTTP even to a node on this machine")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
 
     sp = add("ls", cmd_ls, "list the datasets of this node")

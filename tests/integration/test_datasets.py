@@ -64,7 +64,7 @@ def test_csv_jsonl_parquet_ingest_and_same_logical_hash(nodes: Any, tmp_path: Pa
     pq_path = tmp_path / "cities.parquet"
     pq.write_table(table, pq_path, compression="snappy", row_group_size=1)  # another encoding entirely
     outs = {
-        "csv": add(a, write(tmp_path, "cities.csv", CSV), "--name", "c-csv"),
+        "csv": add(a, write(tmp_path, "cities.csv", CSV), "--name", "c-csv", "--upload"),  # through HTTP
         "gz": add(a, write(tmp_path, "cities.csv.gz", gzip.compress(CSV)), "--name", "c-gz"),
         "jsonl": add(a, write(tmp_path, "cities.jsonl", jsonl), "--name", "c-jsonl"),
         "parquet": add(a, pq_path, "--name", "c-parquet"),
@@ -215,7 +215,7 @@ def test_oversized_upload_is_refused_and_nothing_changes(tmp_path: Path) -> None
     try:
         ok = add(n, write(tmp_path, "fits.csv", CSV), "--name", "small")
         big = write(tmp_path, "big.csv", b"id,city,pop\n" + b"".join(b"%d,X,1\n" % i for i in range(500)))
-        err = add(n, big, "--to", "small", ok=False)
+        err = add(n, big, "--to", "small", "--upload", ok=False)
         assert "larger than api.max_upload_bytes" in err, err
         assert info(n, "small")["head"] == ok["head"]
         assert not any((n.home / "tmp").iterdir())  # the partial upload is gone
