@@ -132,6 +132,12 @@ class Index:
             row = self._db.execute("SELECT invocation FROM executions WHERE execution = ?", (execution,)).fetchone()
         return self.execution(row[0]) if row else None
 
+    def count(self, table: str) -> int:
+        if table not in ("datasets", "executions"):
+            raise ValueError(table)
+        with self._lock:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
     def version_facts(self, head: str) -> tuple[str, int] | None:
         with self._lock:
             row = self._db.execute("SELECT logical_hash, rows FROM version_facts WHERE head = ?", (head,)).fetchone()

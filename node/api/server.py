@@ -20,6 +20,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from node.api import export
+from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
 from node.errors import CairnError, InvalidInput, Unauthorized
@@ -369,10 +370,12 @@ async def gateway(request: web.Request) -> web.StreamResponse:
 
 
 def create_app(node: Node, token: str, max_body: int) -> web.Application:
-    app = web.Application(middlewares=[errors_middleware], client_max_size=max_body)
+    metrics = Metrics(node)
+    app = web.Application(middlewares=[metrics.middleware, errors_middleware], client_max_size=max_body)
     app[NODE_KEY] = node
     app[TOKEN_KEY] = token
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics.handler)
     app.router.add_get("/api/v0/node", node_info)
     app.router.add_post("/api/v0/dag", require_token(dag_put))
     app.router.add_get("/api/v0/dag/{cid}", dag_get)

@@ -167,3 +167,11 @@ def test_cli_help_lists_the_commands() -> None:
     out = r.stdout.decode()
     for cmd in ("init", "node", "status", "dag", "cid", "holium"):
         assert cmd in out
+
+
+def test_metrics_count_requests(cairn_node: NodeProcess) -> None:
+    cairn_node.get("/healthz")
+    with urllib.request.urlopen(cairn_node.api + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert 'cairn_http_requests_total{route="/healthz",status="200"}' in text
+    assert "cairn_kubo_up 1.0" in text

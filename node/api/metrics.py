@@ -1,0 +1,59 @@
+"""``GET /metrics``: Prometheus text exposition of the node's counters (one registry per app)."""
+
+from __future__ import annotations
+
+import time
+from typing import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from node.core import Node
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Metrics:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("cairn_http_requests", "HTTP requests answered", ["route", "status"], registry=r)
+        self.latency = Histogram("cairn_http_request_seconds", "HTTP request latency", ["route"], registry=r,
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10, 60))
+        self.kubo_up = Gauge("cairn_kubo_up", "1 when the node's Kubo answers", registry=r)
+        self.kubo_restarts = Gauge("cairn_kubo_restarts", "Restarts of the managed Kubo", registry=r)
+        self.spark_jobs = Gauge("cairn_spark_jobs", "Jobs sent to the Spark worker", registry=r)
+        self.spark_restarts = Gauge("cairn_spark_restarts", "Restarts of the Spark worker", registry=r)
+        self.executions = Gauge("cairn_executions", "Executions in the index", registry=r)
+        self.datasets = Gauge("cairn_datasets", "Datasets in the index", registry=r)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            self.requests.labels(route, str(status)).inc()
+            self.latency.labels(route).observe(time.perf_counter() - started)
+
+    async def handler(self, request: web.Request) -> web.Response:
+        n = self.node
+        self.kubo_up.set(1 if n.kubo_state == "up" else 0)
+        if n.managed is not None:
+            self.kubo_restarts.set(n.managed.restarts)
+        if n.worker is not None:
+            self.spark_jobs.set(n.worker.jobs_sent)
+            self.spark_restarts.set(n.worker.restarts)
+        if n.index is not None:
+            self.executions.set(n.index.count("executions"))
+            self.datasets.set(n.index.count("datasets"))
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
