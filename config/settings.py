@@ -70,6 +70,20 @@ class QuerySettings:
 
 
 @dataclass(frozen=True)
+class PeerSettings:
+    trust: str = _doc("How peers' claims are used: `self` (compute everything), `community` (claims signed by trusted keys), "
+                      "`verify` (any claim, recomputed and compared before answering), `any` (used, labelled unverified).",
+                      default="community")
+    community: str = _doc("The trusted set `community` mode uses (`cairn trust add KEY --community NAME`); empty: every set.", default="")
+    listen: list[str] = _doc("libp2p listen multiaddrs of the p2p host.", default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"])
+    bootstrap: list[str] = _doc("libp2p peers to dial at start (`/ip4/…/tcp/…/p2p/12D3KooW…`).", default_factory=list)
+    mdns: bool = _doc("Find peers on the local network with mDNS.", default=False)
+    enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
+    lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
+    fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str = _doc("Log level: debug, info, warning, error.", default="info")
     format: str = _doc("Log format: `text` (key=value) or `json` (one object per line).", default="text")
@@ -83,6 +97,7 @@ class Settings:
     datasets: DatasetSettings = field(default_factory=DatasetSettings)
     spark: SparkSettings = field(default_factory=SparkSettings)
     query: QuerySettings = field(default_factory=QuerySettings)
+    peers: PeerSettings = field(default_factory=PeerSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
     @property
@@ -97,7 +112,8 @@ class Settings:
 
 
 SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "datasets": DatasetSettings,
-                           "spark": SparkSettings, "query": QuerySettings, "log": LogSettings}
+                           "spark": SparkSettings, "query": QuerySettings, "peers": PeerSettings,
+                           "log": LogSettings}
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -213,5 +229,7 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"log.format must be text or json, got {s.log.format!r}")
     if s.datasets.rows_per_slice <= 0:
         raise ConfigError("datasets.rows_per_slice must be positive")
+    if s.peers.trust not in ("self", "community", "verify", "any"):
+        raise ConfigError(f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}")
     if s.api.max_upload_bytes <= 0:
         raise ConfigError("api.max_upload_bytes must be positive")

@@ -49,6 +49,7 @@ class Node:
         self._worker_start: asyncio.Future[None] | None = None
         self.resolver: Resolver | None = None
         self.jobs: Jobs | None = None
+        self.network: Any = None  # node.network.Network when the p2p host runs
         self._datasets: Datasets | None = None
 
     @property
@@ -102,9 +103,18 @@ class Node:
         # Spark takes seconds to warm up: the node serves at once, queries wait for the worker.
         if sp.autostart:
             self._ensure_worker()
+        peers = self.settings.peers
         self.resolver = Resolver(self.datasets, self.kubo, self.index, self.worker, self.identity,
-                                 self.datasets.tmp_dir, self.settings.datasets.rows_per_slice, sp.query_timeout)
+                                 self.datasets.tmp_dir, self.settings.datasets.rows_per_slice, sp.query_timeout,
+                                 trust_mode=peers.trust, community=peers.community or None,
+                                 fetch_timeout=peers.fetch_timeout, worker_ready=self._worker_ready)
         self.jobs = Jobs()
+        if self.settings.peers.enabled:
+            from node.network import Network
+
+            self.network = Network(self.settings.peers, self.identity, self.resolver, self.index, self.kubo,
+                                   self.home.path / "peers.json")
+            await self.network.start()
         self.started_at = time.time()
         log.info("node started", extra={"peer_id": self.identity.peer_id, "kubo": url})
 
@@ -115,6 +125,9 @@ class Node:
         log.warning("managed kubo is %s", state, extra={"kubo_state": state})
 
     async def stop(self) -> None:
+        if self.network is not None:
+            await self.network.stop()
+            self.network = None
         if self.jobs is not None:
             await self.jobs.close()
         if self._worker_start is not None:
@@ -192,8 +205,7 @@ class Node:
             "api": self.api_url,
             "peer_id": self.identity.peer_id,
             "node_key": self.identity.node_key,
-            # The libp2p host arrives with issue 5; until then the node listens on no p2p address.
-            "p2p_addrs": [],
+            "p2p_addrs": self.network.host.addrs() if self.network else [],
             "kubo": kubo,
             "uptime_s": round(time.time() - self.started_at, 3) if self.started_at else 0.0,
         }
@@ -203,6 +215,18 @@ class Node:
         if self._worker_start is None:
             self._worker_start = asyncio.ensure_future(self.worker.start())
         return self._worker_start
+
+    async def _worker_ready(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
+        """Called by the resolver only when it must compute: a peer or index hit never starts Spark."""
+        starting = self._ensure_worker()
+        if not starting.done():
+            emit("waiting", {"for": "spark worker to start"})
+        try:
+            await asyncio.shield(starting)
+        except CairnError:
+            raise
+        except Exception as e:
+            raise CairnError(f"the Spark worker could not start: {e}") from None
 
     def spark_state(self) -> str:
         if self._worker_start is None:
@@ -215,20 +239,11 @@ class Node:
 
     # -- queries ----------------------------------------------------------------------------
 
-    async def query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None,
+    async def query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None, trust: str | None = None,
                     on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published."""
         assert self.resolver is not None
-        starting = self._ensure_worker()
-        if not starting.done() and on_event:
-            on_event("waiting", {"for": "spark worker to start"})
-        try:
-            await asyncio.shield(starting)
-        except CairnError:
-            raise
-        except Exception as e:
-            raise CairnError(f"the Spark worker could not start: {e}") from None
-        answer = await self.resolver.resolve(sql, inputs, on_event)
+        answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
         row = answer.execution
         limit = self.settings.query.answer_rows if limit is None else limit
         shown: list[list[Any]] = []
@@ -254,11 +269,14 @@ class Node:
             "truncated": row.rows > len(shown),
             "inputs": answer.versions,
             "slices": list(row.slices),
+            "peer": answer.peer,
+            "verified": answer.source != "peer" or bool(answer.peer and answer.peer.get("verified")),
         }
 
-    def start_query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None) -> dict[str, Any]:
+    def start_query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None,
+                    trust: str | None = None) -> dict[str, Any]:
         assert self.jobs is not None
-        job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, on_event=emit))
+        job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit))
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
 
     async def execution(self, cid: CID) -> dict[str, Any]:
@@ -289,6 +307,47 @@ class Node:
                 raise InvalidInput(f"names: expected {tables[0].num_columns} column names, got {len(names)}")
             tables = [t.rename_columns(names) for t in tables]
         return tables
+
+    # -- peers and trust ------------------------------------------------------------------------
+
+    def _network(self) -> Any:
+        if self.network is None:
+            raise CairnError("the p2p host is not running (peers.enabled = false)")
+        return self.network
+
+    def peers(self) -> list[dict[str, Any]]:
+        return self._network().host.peers()
+
+    async def connect(self, addr: str) -> dict[str, Any]:
+        from p2p.host import P2PError
+
+        try:
+            peer = await self._network().host.connect(addr)
+        except P2PError as e:
+            raise InvalidInput(f"cannot connect to {addr}: {e}") from None
+        return {"peer": peer}
+
+    def trust_add(self, key: str, community: str) -> None:
+        from node.identity import public_key_from_did
+
+        public_key_from_did(key)  # refuses anything but an ed25519 did:key
+        self.index.trust_add(key, community)  # type: ignore[union-attr]
+
+    def trust_rm(self, key: str, community: str | None) -> int:
+        return self.index.trust_rm(key, community)  # type: ignore[union-attr]
+
+    def trust_list(self) -> list[dict[str, str]]:
+        return [{"key": k, "community": c} for k, c in self.index.trusted()]  # type: ignore[union-attr]
+
+    def announcements(self, limit: int = 100) -> dict[str, Any]:
+        assert self.index is not None
+        claims = [{"invocation": c.invocation, "signer": c.signer, "peer": c.peer, "execution": c.execution,
+                   "receipt": c.receipt, "rows": c.rows, "logicalHash": c.logical_hash, "received": c.received,
+                   "status": c.status, "reason": c.reason,
+                   "signer_score": dict(zip(("accepted", "refused"), self.index.signer_score(c.signer)))}
+                  for c in self.index.claims(limit=limit)]
+        refused = [{"peer": p, "reason": r, "received": t} for p, r, t in self.index.refusals(limit)]
+        return {"claims": claims, "refused_messages": refused}
 
     # -- objects ----------------------------------------------------------------------------
 

@@ -35,6 +35,36 @@ CREATE TABLE IF NOT EXISTS executions (
     source       TEXT NOT NULL,         -- computed | peer
     created      REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS claims (
+    invocation   TEXT NOT NULL,
+    signer       TEXT NOT NULL,         -- did:key that signed the announcement
+    execution    TEXT NOT NULL,
+    receipt      TEXT NOT NULL,
+    logical_hash TEXT NOT NULL,
+    rows         INTEGER NOT NULL,
+    peer         TEXT NOT NULL,         -- libp2p peer it came from
+    announcement BLOB NOT NULL,         -- the signed an_0 block
+    received     REAL NOT NULL,
+    status       TEXT NOT NULL,         -- pending | accepted | refused
+    reason       TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (invocation, signer, execution)
+);
+CREATE TABLE IF NOT EXISTS refusals (
+    peer     TEXT NOT NULL,
+    reason   TEXT NOT NULL,
+    received REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trust (
+    key       TEXT NOT NULL,            -- did:key
+    community TEXT NOT NULL,
+    added     REAL NOT NULL,
+    PRIMARY KEY (key, community)
+);
+CREATE TABLE IF NOT EXISTS signer_scores (
+    key      TEXT PRIMARY KEY,
+    accepted INTEGER NOT NULL DEFAULT 0,
+    refused  INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS version_facts (
     head         TEXT PRIMARY KEY,      -- a version (block CID)
     logical_hash TEXT NOT NULL,         -- over all rows of the version, in order
@@ -66,6 +96,21 @@ class ExecutionRow:
     slices: tuple[str, ...]
     source: str
     created: float
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    invocation: str
+    signer: str
+    execution: str
+    receipt: str
+    logical_hash: str
+    rows: int
+    peer: str
+    announcement: bytes
+    received: float
+    status: str
+    reason: str
 
 
 class Index:
@@ -127,10 +172,71 @@ class Index:
                              (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows,
                               e.structure, json.dumps(list(e.slices)), e.source, e.created))
 
+    def executions(self, limit: int = 1000) -> list["ExecutionRow"]:
+        with self._lock:
+            rows = self._db.execute("SELECT invocation FROM executions ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+        return [e for (inv,) in rows if (e := self.execution(inv)) is not None]
+
+    def log_refusal(self, peer: str, reason: str) -> None:
+        """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`."""
+        with self._lock:
+            self._db.execute("INSERT INTO refusals VALUES (?, ?, ?)", (peer, reason, time.time()))
+
+    def refusals(self, limit: int = 100) -> list[tuple[str, str, float]]:
+        with self._lock:
+            return self._db.execute("SELECT peer, reason, received FROM refusals ORDER BY received DESC LIMIT ?",
+                                    (limit,)).fetchall()
+
     def executions_by_cid(self, execution: str) -> "ExecutionRow | None":
         with self._lock:
             row = self._db.execute("SELECT invocation FROM executions WHERE execution = ?", (execution,)).fetchone()
         return self.execution(row[0]) if row else None
+
+    # -- peers' claims and trust ---------------------------------------------------------------
+
+    def add_claim(self, c: "ClaimRow") -> bool:
+        """Record a claim as received (a refusal is recorded too, never as usable). False if known."""
+        with self._lock:
+            cur = self._db.execute("INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (c.invocation, c.signer, c.execution, c.receipt, c.logical_hash, c.rows,
+                                    c.peer, c.announcement, c.received, c.status, c.reason))
+        return cur.rowcount == 1
+
+    def claims(self, invocation: str | None = None, limit: int = 100) -> list["ClaimRow"]:
+        sql = "SELECT * FROM claims" + (" WHERE invocation = ?" if invocation else "") + " ORDER BY received DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
+        return [ClaimRow(*r) for r in rows]
+
+    def set_claim_status(self, invocation: str, signer: str, execution: str, status: str, reason: str = "") -> None:
+        with self._lock:
+            self._db.execute("UPDATE claims SET status = ?, reason = ? WHERE invocation = ? AND signer = ? AND execution = ?",
+                             (status, reason, invocation, signer, execution))
+            col = "accepted" if status == "accepted" else "refused"
+            self._db.execute(f"INSERT INTO signer_scores (key, {col}) VALUES (?, 1) "
+                             f"ON CONFLICT(key) DO UPDATE SET {col} = {col} + 1", (signer,))
+
+    def signer_score(self, key: str) -> tuple[int, int]:
+        with self._lock:
+            row = self._db.execute("SELECT accepted, refused FROM signer_scores WHERE key = ?", (key,)).fetchone()
+        return (row[0], row[1]) if row else (0, 0)
+
+    def trust_add(self, key: str, community: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO trust VALUES (?, ?, ?)", (key, community, time.time()))
+
+    def trust_rm(self, key: str, community: str | None) -> int:
+        with self._lock:
+            if community is None:
+                return self._db.execute("DELETE FROM trust WHERE key = ?", (key,)).rowcount
+            return self._db.execute("DELETE FROM trust WHERE key = ? AND community = ?", (key, community)).rowcount
+
+    def trusted(self, community: str | None = None) -> list[tuple[str, str]]:
+        with self._lock:
+            if community is None:
+                return self._db.execute("SELECT key, community FROM trust ORDER BY community, key").fetchall()
+            return self._db.execute("SELECT key, community FROM trust WHERE community = ? ORDER BY key",
+                                    (community,)).fetchall()
 
     def count(self, table: str) -> int:
         if table not in ("datasets", "executions"):

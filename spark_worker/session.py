@@ -27,6 +27,12 @@ FORCED: dict[str, str] = {
     "spark.sql.ansi.enabled": "true",
     # Result strings/binaries come back as Arrow `string`/`binary`, never `large_*`.
     "spark.sql.execution.arrow.useLargeVarTypes": "false",
+    # Spark substitutes ${var} in the raw text before parsing; the canonicalizer refuses `${`, and this
+    # is the second wall.
+    "spark.sql.variable.substitute": "false",
+    # The same partitioning on every peer: floating-point sums combine partial results per partition,
+    # so a machine-dependent count (2 x cores) could change the last bits of a result that is shared.
+    "spark.sql.shuffle.partitions": "4",
 }
 
 # Session-level settings among FORCED: set again before each job (a statement could have SET them).
@@ -35,6 +41,8 @@ SESSION_FORCED = (
     "spark.sql.session.timeZone",
     "spark.sql.ansi.enabled",
     "spark.sql.execution.arrow.useLargeVarTypes",
+    "spark.sql.variable.substitute",
+    "spark.sql.shuffle.partitions",
 )
 
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
@@ -62,12 +70,6 @@ def defaults(master: str) -> dict[str, str]:
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
     }
-    cores = local_cores(master)
-    if cores is not None:
-        # Two shuffle partitions per core: enough to keep every core busy and absorb some skew,
-        # without the per-task overhead of Spark's default 200 on a small machine (AQE then
-        # coalesces small partitions further). Clusters keep Spark's default unless configured.
-        conf["spark.sql.shuffle.partitions"] = str(2 * cores)
     return conf
 
 

@@ -23,7 +23,7 @@ from node.api import export
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
-from node.errors import CairnError, InvalidInput, Unauthorized
+from node.errors import CairnError, InvalidInput, NotFound, Unauthorized
 from node.model import cid_str, dagjson, parse_cid
 
 log = logging.getLogger("cairn.api")
@@ -277,6 +277,9 @@ async def query(request: web.Request) -> web.Response:
     except (ValueError, TypeError):
         raise InvalidInput('body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}') from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
+    trust = body.get("trust")
+    if trust is not None and not isinstance(trust, str):
+        raise InvalidInput('"trust" must be one of self, community, verify, any')
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidInput('"sql" must be a non-empty string')
     if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
@@ -285,8 +288,8 @@ async def query(request: web.Request) -> web.Response:
         raise InvalidInput('"limit" must be a non-negative integer')
     node = _node(request)
     if wait is False:
-        return web.json_response(node.start_query(sql, inputs, limit=limit), status=202)
-    return web.json_response(await node.query(sql, inputs, limit=limit))
+        return web.json_response(node.start_query(sql, inputs, limit=limit, trust=trust), status=202)
+    return web.json_response(await node.query(sql, inputs, limit=limit, trust=trust))
 
 
 async def job_get(request: web.Request) -> web.Response:
@@ -323,6 +326,50 @@ async def execution_data(request: web.Request) -> web.StreamResponse:
         await resp.write(chunk)
     await resp.write_eof()
     return resp
+
+
+# -- peers and trust --------------------------------------------------------------------------
+
+async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
+    try:
+        body = await request.json()
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in keys):
+            raise TypeError
+    except (ValueError, TypeError):
+        raise InvalidInput(f"body must be a JSON object with string fields {', '.join(keys)}") from None
+    return body
+
+
+async def peers_list(request: web.Request) -> web.Response:
+    return web.json_response({"peers": _node(request).peers()})
+
+
+async def peers_connect(request: web.Request) -> web.Response:
+    body = await _json_body(request, "addr")
+    return web.json_response(await _node(request).connect(str(body["addr"])))
+
+
+async def trust_list(request: web.Request) -> web.Response:
+    return web.json_response({"trusted": _node(request).trust_list()})
+
+
+async def trust_add(request: web.Request) -> web.Response:
+    body = await _json_body(request, "key")
+    community = body.get("community") or "default"
+    _node(request).trust_add(str(body["key"]), str(community))
+    return web.json_response({"trusted": _node(request).trust_list()})
+
+
+async def trust_rm(request: web.Request) -> web.Response:
+    body = await _json_body(request, "key")
+    removed = _node(request).trust_rm(str(body["key"]), body.get("community"))  # type: ignore[arg-type]
+    if not removed:
+        raise NotFound(f"{body['key']} is not in a trusted community")
+    return web.json_response({"removed": removed})
+
+
+async def announcements(request: web.Request) -> web.Response:
+    return web.json_response(_node(request).announcements())
 
 
 # -- transfer protocol and gateway ------------------------------------------------------------
@@ -387,6 +434,12 @@ def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app.router.add_get("/api/v0/datasets/{ref}/data", dataset_data)
     app.router.add_post("/api/v0/pull", require_token(pull))
     app.router.add_post("/api/v0/query", query)
+    app.router.add_get("/api/v0/peers", peers_list)
+    app.router.add_post("/api/v0/peers/connect", require_token(peers_connect))
+    app.router.add_get("/api/v0/trust", trust_list)
+    app.router.add_post("/api/v0/trust", require_token(trust_add))
+    app.router.add_delete("/api/v0/trust", require_token(trust_rm))
+    app.router.add_get("/api/v0/announcements", announcements)
     app.router.add_get("/api/v0/jobs/{id}", job_get)
     app.router.add_get("/api/v0/jobs/{id}/events", job_events)
     app.router.add_get("/api/v0/executions/{cid}", execution_get)

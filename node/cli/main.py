@@ -235,7 +235,7 @@ def cmd_query(args: argparse.Namespace) -> int:
             raise InvalidInput(f"--input {spec!r} must look like NAME=DATASET")
         inputs[alias] = ref
     whole = args.output is not None
-    body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit}
+    body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
     client = NodeClient.for_home(_home(args))
     out = client.post_json("/api/v0/query", json.dumps(body).encode())
     if whole:  # the whole result, straight from its slices
@@ -250,6 +250,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         if out["truncated"]:
             print(f"… {out['row_count'] - len(out['rows'])} more rows (use -o FILE for all)")
     print(f"{out['row_count']} rows, {out['source']} in {out['elapsed_ms']:.1f} ms", file=sys.stderr)
+    if out.get("peer"):
+        p = out["peer"]
+        label = "verified (recomputed here, agrees)" if p.get("agreement") else \
+            "trusted signer" if p.get("verified") else "UNVERIFIED"
+        print(f"from peer   {p['peer']} signed by {p['signer']}, trust {p['trust']}: {label}", file=sys.stderr)
     print(f"query       {out['query']}", file=sys.stderr)
     print(f"invocation  {out['invocation']}", file=sys.stderr)
     print(f"execution   {out['execution']}", file=sys.stderr)
@@ -279,6 +284,53 @@ def _download(client: NodeClient, path: str, output: str) -> str | None:
                     f.write(chunk)
             tmp.replace(output)  # a failed download never leaves a truncated file under the name
         return resp.headers.get("X-Cairn-Version")
+
+
+def cmd_peers(args: argparse.Namespace) -> int:
+    peers = NodeClient.for_home(_home(args)).get_json("/api/v0/peers")["peers"]
+    if args.json:
+        print(json.dumps(peers, indent=2))
+        return 0
+    for p in peers:
+        print(f"{p.get('peer_id', p.get('id'))}  {'connected' if p.get('connected') else 'known'}  {' '.join(p.get('addrs', [])[:2])}")
+    return 0
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    out = NodeClient.for_home(_home(args)).post_json("/api/v0/peers/connect", json.dumps({"addr": args.addr}).encode())
+    print(f"connected to {out['peer']}")
+    return 0
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    client = NodeClient.for_home(_home(args))
+    if args.action == "ls":
+        for t in client.get_json("/api/v0/trust")["trusted"]:
+            print(f"{t['community']:<16} {t['key']}")
+        return 0
+    if not args.key:
+        raise InvalidInput(f"cairn trust {args.action} needs a KEY (a node_key from `cairn status --json`)")
+    body = json.dumps({"key": args.key, "community": args.community}).encode()
+    if args.action == "add":
+        client.post_json("/api/v0/trust", body)
+        print(f"trusted {args.key} in {args.community or 'default'}")
+    else:
+        client.request("DELETE", "/api/v0/trust", body)
+        print(f"no longer trusted: {args.key}")
+    return 0
+
+
+def cmd_announcements(args: argparse.Namespace) -> int:
+    out = NodeClient.for_home(_home(args)).get_json("/api/v0/announcements")
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for c in out["claims"]:
+        print(f"{c['status']:<9} {c['invocation']}  from {c['peer']}  signer {c['signer']}"
+              + (f"  ({c['reason']})" if c["reason"] else ""))
+    for r in out["refused_messages"]:
+        print(f"refused   message from {r['peer']}: {r['reason']}")
+    return 0
 
 
 # -- parser ---------------------------------------------------------------------------------
@@ -359,6 +411,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
     sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="format of -o (default: from its extension)")
     sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
+    sp.add_argument("--trust", choices=["self", "community", "verify", "any"], help="how to use peers' results (default: peers.trust)")
+    sp = add("peers", cmd_peers, "the p2p peers this node knows")
+    sp.add_argument("--json", action="store_true")
+    sp = add("connect", cmd_connect, "connect to a peer (an address from its `cairn status --json` p2p_addrs)")
+    sp.add_argument("addr", metavar="MULTIADDR")
+    sp = add("trust", cmd_trust, "manage the keys whose results this node uses (community trust)")
+    sp.add_argument("action", choices=["add", "rm", "ls"])
+    sp.add_argument("key", nargs="?", help="a node_key (did:key:z6Mk…)")
+    sp.add_argument("--community", help="the trusted set (default: default)")
+    sp = add("announcements", cmd_announcements, "recent claims from peers, with accept/refuse reasons")
+    sp.add_argument("--json", action="store_true")
     sp = add("pull", cmd_pull, "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything")
     sp.add_argument("source", help="http://HOST:PORT/odf/NAME, or a head block CID")
     sp.add_argument("--name", help="local name (default: the remote name)")

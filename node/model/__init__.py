@@ -22,7 +22,7 @@ from node.model.kinds import (
 )
 from node.model.metadata import EVENT_KINDS, MERGE_STRATEGIES, MetadataBlock
 from node.model.structure import Structure
-from node.model.query import InputIdentity, Invocation, Query, Receipt
+from node.model.query import Announcement, InputIdentity, Invocation, Query, Receipt
 from node.model.selectors import (
     ExploreIndex, ExploreRange, ExploreUnion, Matcher, Selector, SelectorEnvelope, selector_from_ipld,
 )
@@ -47,7 +47,7 @@ __all__ = [
     "selector_from_ipld",
     # cairn kinds
     "Structure", "MetadataBlock", "EVENT_KINDS", "MERGE_STRATEGIES",
-    "Query", "Invocation", "InputIdentity", "Receipt",
+    "Query", "Invocation", "InputIdentity", "Receipt", "Announcement",
     # holium data
     "DataTree", "data_tree", "import_json", "import_csv", "import_cbor", "import_bin", "import_file",
 ]

@@ -143,3 +143,68 @@ class Receipt(Kind):
             key.verify(self.sig, self.signing_bytes())
         except InvalidSignature:
             raise InvalidObject(f"rc_0: the signature does not verify with the signer's key {self.signer}") from None
+
+
+@register_kind
+@dataclass(frozen=True)
+class Announcement(Kind):
+    """an_0: a signed claim that ``signer`` computed ``execution`` for ``invocation`` (gossiped, looked up).
+
+    It carries CIDs, never data (gossip drops messages over 1 MiB): where to fetch (``providers``, Kubo
+    multiaddrs) and what the result must hash to (``logicalHash``, ``rows``) so a receiver can check the data
+    it fetches against the claim before it uses any of it.
+    """
+
+    typed_version: ClassVar[str] = "an_0"
+    invocation: CID
+    execution: CID
+    receipt: CID
+    logical_hash: str
+    rows: int
+    engine: dict[str, str]
+    providers: tuple[str, ...]
+    signer: str
+    time: str
+    sig: bytes = b""
+
+    def _unsigned(self) -> dict[str, Any]:
+        return {"invocation": self.invocation, "execution": self.execution, "receipt": self.receipt,
+                "logicalHash": self.logical_hash, "rows": self.rows, "engine": dict(self.engine),
+                "providers": list(self.providers), "signer": self.signer, "time": self.time}
+
+    def _content(self) -> Any:
+        return {**self._unsigned(), "sig": self.sig}
+
+    @classmethod
+    def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
+        keys = ("invocation", "execution", "receipt", "logicalHash", "rows", "engine", "providers", "signer", "time", "sig")
+        m = want_map(content, ctx, required=keys)
+        if not isinstance(m["sig"], bytes):
+            raise ctx.at("sig").wrong("bytes", m["sig"])
+        engine = want_map(m["engine"], ctx.at("engine"), optional=None)
+        for k, v in engine.items():
+            want_str(v, ctx.at("engine").at(k))
+        return {
+            "invocation": want_link(m["invocation"], ctx.at("invocation")),
+            "execution": want_link(m["execution"], ctx.at("execution")),
+            "receipt": want_link(m["receipt"], ctx.at("receipt")),
+            "logical_hash": want_str(m["logicalHash"], ctx.at("logicalHash")),
+            "rows": want_int(m["rows"], ctx.at("rows"), 0),
+            "engine": dict(engine),
+            "providers": tuple(want_str(p, ctx.at("providers").at(i)) for i, p in enumerate(want_list(m["providers"], ctx.at("providers")))),
+            "signer": want_str(m["signer"], ctx.at("signer")),
+            "time": want_str(m["time"], ctx.at("time")),
+            "sig": m["sig"],
+        }
+
+    def signing_bytes(self) -> bytes:
+        return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
+
+    def signed(self, sign: Callable[[bytes], bytes]) -> "Announcement":
+        return replace(self, sig=sign(self.signing_bytes()))
+
+    def verify(self, key: Ed25519PublicKey) -> None:
+        try:
+            key.verify(self.sig, self.signing_bytes())
+        except InvalidSignature:
+            raise InvalidObject(f"an_0: the signature does not verify with the signer's key {self.signer}") from None

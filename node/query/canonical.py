@@ -15,7 +15,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import sqlglot
@@ -37,9 +37,7 @@ MAX_SQL_CHARS = 100_000
 
 
 def _rules_digest() -> str:
-    blob = json.dumps(
-        {"form": FORM_REVISION, "allowlist": allowlist.manifest()}, sort_keys=True, separators=(",", ":")
-    )
+    blob = json.dumps({"form": FORM_REVISION, "allowlist": allowlist.manifest()}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -119,7 +117,7 @@ def _letters(n: int) -> str:
     return s
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table_name_sequence(count: int) -> tuple[str, ...]:
     names: list[str] = []
     n = 0
@@ -171,7 +169,9 @@ def _declare(inputs: Mapping[str, Sequence[tuple[str, str]]]) -> tuple[_Input, .
                 or len(column) != 2
                 or not all(isinstance(part, str) and part for part in column)
             ):
-                raise QueryRefused("invalid-inputs", f"column of input {alias!r} is not a (name, type) pair", repr(column))
+                raise QueryRefused(
+                    "invalid-inputs", f"column of input {alias!r} is not a (name, type) pair", repr(column)
+                )
             names.append(column[0])
             types.append(column[1])
         keys = tuple(n.lower() for n in names)
@@ -400,6 +400,11 @@ def _window_kind(window: exp.Window) -> str | None:
 # sqlglot's names for some Spark functions it parses into its own classes.
 _SQLGLOT_NAMES = {"arg_max": "max_by", "arg_min": "min_by", "array_unique_agg": "collect_set"}
 
+_SPARK_TYPES = frozenset(
+    "BOOLEAN TINYINT SMALLINT INT BIGINT FLOAT DOUBLE DECIMAL TEXT BINARY DATE TIMESTAMP TIMESTAMPTZ TIMESTAMPNTZ "
+    "TIMESTAMPLTZ INTERVAL ARRAY MAP STRUCT".split()
+)
+
 _VAR_PARENTS = (exp.Interval, exp.IntervalSpan, exp.Extract, exp.DataType, exp.DataTypeParam, exp.WindowSpec)
 
 
@@ -424,10 +429,20 @@ def canonicalize(sql: str, inputs: Mapping[str, Sequence[tuple[str, str]]]) -> C
     """
     if not isinstance(sql, str):
         raise QueryRefused("parse-error", "the statement must be a string", repr(sql))
-    return _canonicalize(sql, _declare(inputs))
+    declared = _declare(inputs)
+    if len(sql) <= _CACHED_SQL_CHARS:  # repeated queries (cache hits) skip the work; big ones are not kept
+        return _canonicalize_cached(sql, declared)
+    return _canonicalize(sql, declared)
 
 
-@lru_cache(maxsize=2048)
+_CACHED_SQL_CHARS = 16_384
+
+
+@lru_cache(maxsize=1024)
+def _canonicalize_cached(sql: str, declared: tuple[_Input, ...]) -> CanonicalQuery:
+    return _canonicalize(sql, declared)
+
+
 def _canonicalize(sql: str, declared: tuple[_Input, ...]) -> CanonicalQuery:
     try:
         return _Canonicalizer(sql, declared).run()
@@ -475,6 +490,10 @@ class _Canonicalizer:
             raise QueryRefused("parse-error", why, fragment[-80:]) from None
         except SqlglotError as e:
             raise QueryRefused("parse-error", str(e), self.sql) from None
+        except RecursionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - sqlglot's parser can fail on garbage in other ways
+            raise QueryRefused("parse-error", f"cannot parse the statement ({type(e).__name__})", self.sql) from None
         statements = [s for s in statements if s is not None]
         if not statements:
             raise QueryRefused("parse-error", "there is no statement", repr(self.sql))
@@ -483,10 +502,24 @@ class _Canonicalizer:
         return statements[0]
 
     def _check_root(self, root: exp.Expr) -> exp.Expr:
-        while isinstance(root, exp.Subquery) and not any(v for k, v in root.args.items() if k != "this"):
-            root = root.this
+        while isinstance(root, exp.Subquery):
+            # (query) ORDER BY … LIMIT … is query ORDER BY … LIMIT … when the query has no order of its own
+            inner = root.this
+            while isinstance(inner, exp.Subquery) and not any(v for k, v in inner.args.items() if k != "this"):
+                inner = inner.this
+            if not isinstance(inner, (exp.Select, exp.SetOperation)):
+                break
+            modifiers = {k: v for k, v in root.args.items() if k != "this" and v}
+            if set(modifiers) - {"order", "limit", "offset"} or any(inner.args.get(k) for k in modifiers):
+                root.set("this", inner)
+                break
+            for key, value in modifiers.items():
+                inner.set(key, value)
+            root = inner
             root.parent = None  # detach from the parentheses
-        if isinstance(root, (exp.Select, exp.SetOperation)):
+        if isinstance(root, (exp.Select, exp.SetOperation)) or (
+            isinstance(root, exp.Subquery) and isinstance(root.unnest(), (exp.Select, exp.SetOperation))
+        ):
             for select in root.find_all(exp.Select):
                 if not select.expressions:
                     raise QueryRefused("parse-error", "SELECT without a select list", _sql(select) or self.sql)
@@ -495,7 +528,13 @@ class _Canonicalizer:
             why = "commands (ADD JAR, EXECUTE IMMEDIATE, …) are not queries"
         elif isinstance(root, exp.Set):
             why = "SET changes the session; only a query is allowed"
-        elif isinstance(root, (exp.Create, exp.Drop, exp.Alter)) or type(root).__name__ in ("TruncateTable", "Cache", "Uncache", "Refresh", "Use"):
+        elif isinstance(root, (exp.Create, exp.Drop, exp.Alter)) or type(root).__name__ in (
+            "TruncateTable",
+            "Cache",
+            "Uncache",
+            "Refresh",
+            "Use",
+        ):
             why = "DDL is not allowed; only a query is allowed"
         elif isinstance(root, (exp.Insert, exp.Delete, exp.Update, exp.Merge)):
             why = "DML is not allowed; only a query is allowed"
@@ -509,7 +548,9 @@ class _Canonicalizer:
         for cte in root.find_all(exp.CTE):
             name = cte.alias_or_name.lower()
             if name in self.by_key:
-                raise QueryRefused("cte-name-clash", "a CTE may not have the name of a declared input", cte.alias_or_name)
+                raise QueryRefused(
+                    "cte-name-clash", "a CTE may not have the name of a declared input", cte.alias_or_name
+                )
             if name.startswith("__"):
                 raise QueryRefused("cte-name-clash", "names starting with __ are reserved", cte.alias_or_name)
             if name in self.cte_names:
@@ -533,7 +574,11 @@ class _Canonicalizer:
         if isinstance(node, (exp.Select, exp.SetOperation, exp.Subquery)):
             for key, why in allowlist.FORBIDDEN_CLAUSES.items():
                 if node.args.get(key):
-                    rule = "forbidden-clause" if key in ("hint", "sample", "distribute", "sort", "cluster", "into") else "unsupported-construct"
+                    rule = (
+                        "forbidden-clause"
+                        if key in ("hint", "sample", "distribute", "sort", "cluster", "into")
+                        else "unsupported-construct"
+                    )
                     raise QueryRefused(rule, why, _sql(node))
             if isinstance(node, exp.SetOperation) and any(node.args.get(k) for k in ("side", "kind", "on")):
                 raise QueryRefused("unsupported-construct", "this form of set operation is not supported", _sql(node))
@@ -566,7 +611,11 @@ class _Canonicalizer:
         elif isinstance(node, (exp.Transform, exp.Exists)):
             if isinstance(node, exp.Transform) and not isinstance(node.expression, exp.Lambda):
                 raise QueryRefused("unsupported-construct", "TRANSFORM needs a lambda", _sql(node))
-            if isinstance(node, exp.Exists) and node.expression is not None and not isinstance(node.expression, exp.Lambda):
+            if (
+                isinstance(node, exp.Exists)
+                and node.expression is not None
+                and not isinstance(node.expression, exp.Lambda)
+            ):
                 raise QueryRefused("unsupported-construct", "EXISTS needs a subquery or a lambda", _sql(node))
         elif isinstance(node, (exp.Cast, exp.TryCast)):
             if any(node.args.get(k) for k in ("format", "action", "default")):
@@ -576,27 +625,50 @@ class _Canonicalizer:
                 raise QueryRefused("unsupported-construct", "WITH FILL is not supported", _sql(node))
         elif isinstance(node, exp.Group):
             if node.args.get("totals") or node.args.get("all"):
-                raise QueryRefused("unsupported-construct", "GROUP BY ALL is not supported: name the columns", _sql(node))
+                raise QueryRefused(
+                    "unsupported-construct", "GROUP BY ALL is not supported: name the columns", _sql(node)
+                )
+            if not any(node.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup")):
+                raise QueryRefused("parse-error", "GROUP BY without expressions", _sql(node.parent or node))
         elif isinstance(node, exp.Distinct):
             if node.args.get("on"):
                 raise QueryRefused("unsupported-construct", "DISTINCT ON is not supported", _sql(node))
         elif isinstance(node, exp.Window):
             self._check_window(node)
+        elif isinstance(node, (exp.Limit, exp.Offset)):
+            count = node.args.get("expression")
+            if (
+                not (isinstance(count, exp.Literal) and not count.is_string and count.name.isdigit())
+                or node.args.get("expressions")
+                or node.args.get("limit_options")
+                or node.args.get("offset")
+            ):
+                raise QueryRefused("unsupported-construct", "LIMIT and OFFSET take a whole number", _sql(node))
+        elif isinstance(node, exp.DataType):
+            kind = node.this
+            if not (isinstance(kind, exp.Interval) or (isinstance(kind, exp.DType) and kind.name in _SPARK_TYPES)):
+                raise QueryRefused("unsupported-construct", "not a Spark data type", _sql(node))
         elif isinstance(node, (exp.Literal, exp.Identifier)):
             if "${" in str(node.this):
                 raise QueryRefused(
-                    "outside-reach", "${…} is Spark variable substitution (it reads the session and environment)", _sql(node)
+                    "outside-reach",
+                    "${…} is Spark variable substitution (it reads the session and environment)",
+                    _sql(node),
                 )
         elif isinstance(node, exp.Var):
             if isinstance(node.parent, exp.Ordered) and node.name.upper() == "ALL":
-                raise QueryRefused("unsupported-construct", "ORDER BY ALL is not supported: name the columns", _sql(node.parent))
+                raise QueryRefused(
+                    "unsupported-construct", "ORDER BY ALL is not supported: name the columns", _sql(node.parent)
+                )
             if not isinstance(node.parent, _VAR_PARENTS):
                 raise QueryRefused("unsupported-construct", "unexpected keyword", _sql(node.parent or node))
 
     def _check_call(self, node: exp.Expr) -> None:
         name = node.fname
         if name == "unix_timestamp" and not node.expressions:
-            raise QueryRefused("nondeterministic-function", "unix_timestamp() without arguments reads the clock", _sql(node))
+            raise QueryRefused(
+                "nondeterministic-function", "unix_timestamp() without arguments reads the clock", _sql(node)
+            )
         if name in allowlist.COLLECTING_AGGREGATES:
             inner, parent = node, node.parent
             while isinstance(parent, (exp.Window, exp.Filter)):
@@ -619,13 +691,17 @@ class _Canonicalizer:
             if not (isinstance(parent, exp.Window) and parent.this is inner):
                 if name in allowlist.VALUE_WINDOW_FUNCTIONS:
                     raise QueryRefused(
-                        "order-sensitive-aggregate", f"{name} without OVER (ORDER BY …) depends on row order", _sql(node)
+                        "order-sensitive-aggregate",
+                        f"{name} without OVER (ORDER BY …) depends on row order",
+                        _sql(node),
                     )
                 raise QueryRefused("invalid-window", f"{name} needs OVER (…)", _sql(node))
 
     def _check_window(self, window: exp.Window) -> None:
         if window.args.get("alias") or window.args.get("over") not in (None, "", "OVER") or window.args.get("first"):
-            raise QueryRefused("unsupported-construct", "named windows are not supported: write the window inline", _sql(window))
+            raise QueryRefused(
+                "unsupported-construct", "named windows are not supported: write the window inline", _sql(window)
+            )
         func = _unwrap_nulls(window.this)
         name = func.fname if isinstance(func, (SparkCall, SparkAggCall)) else None
         has_order = bool(window.args.get("order"))
@@ -650,12 +726,16 @@ class _Canonicalizer:
 
     def _check_table(self, table: exp.Table) -> None:
         if not isinstance(table.this, exp.Identifier):
-            raise QueryRefused("table-function", "table functions are not allowed; read declared inputs only", _sql(table))
+            raise QueryRefused(
+                "table-function", "table functions are not allowed; read declared inputs only", _sql(table)
+            )
         db, catalog = table.args.get("db"), table.args.get("catalog")
         if db or catalog:
             qualifier = (db.name if isinstance(db, exp.Identifier) else "").lower()
             if qualifier in allowlist.FILE_FORMATS or "/" in table.name or ":" in table.name:
-                raise QueryRefused("file-table", "reading files directly is not allowed; read declared inputs only", _sql(table))
+                raise QueryRefused(
+                    "file-table", "reading files directly is not allowed; read declared inputs only", _sql(table)
+                )
             raise QueryRefused(
                 "qualified-table", "schema-qualified tables are not allowed; read declared inputs only", _sql(table)
             )
@@ -684,7 +764,9 @@ class _Canonicalizer:
         name = _SQLGLOT_NAMES.get(name, name)
         fragment = _sql(node)
         if name in allowlist.NONDETERMINISTIC_FUNCTIONS:
-            raise QueryRefused("nondeterministic-function", f"{name} does not give the same result on every run", fragment)
+            raise QueryRefused(
+                "nondeterministic-function", f"{name} does not give the same result on every run", fragment
+            )
         if name in allowlist.OUTSIDE_REACH_FUNCTIONS:
             raise QueryRefused("outside-reach", f"{name} reaches outside the query (JVM, files, network)", fragment)
         if name in allowlist.ORDER_SENSITIVE_FUNCTIONS:
@@ -692,7 +774,9 @@ class _Canonicalizer:
         if name in allowlist.TABLE_FUNCTIONS:
             raise QueryRefused("unsupported-construct", f"generators ({name}) are not supported", fragment)
         if name in SPARK_BUILTINS or not isinstance(node, (exp.Anonymous, exp.AnonymousAggFunc)):
-            raise QueryRefused("function-not-allowed", f"{name} is not on Cairn's allowlist of deterministic functions", fragment)
+            raise QueryRefused(
+                "function-not-allowed", f"{name} is not on Cairn's allowlist of deterministic functions", fragment
+            )
         raise QueryRefused("unknown-function", f"{name} is not a Spark built-in function", fragment)
 
     def _function_name(self, node: exp.Expr) -> str:
@@ -735,7 +819,8 @@ class _Canonicalizer:
 
     def _qualify(self, root: exp.Expr) -> exp.Expr:
         mapping = {
-            f"__in{i}": {name: _sqlglot_type(t) for name, t in zip(d.keys, d.types)} for i, d in enumerate(self.declared)
+            f"__in{i}": {name: _sqlglot_type(t) for name, t in zip(d.keys, d.types)}
+            for i, d in enumerate(self.declared)
         }
         try:
             root = qualify(
@@ -750,6 +835,12 @@ class _Canonicalizer:
             self._refuse_unresolved(str(e))
         except SqlglotError as e:
             raise QueryRefused("unsupported-construct", f"cannot resolve the statement ({e})", self.sql) from None
+        except RecursionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - sqlglot's optimizer on a statement it does not expect
+            raise QueryRefused(
+                "unsupported-construct", f"cannot resolve the statement ({type(e).__name__})", self.sql
+            ) from None
         for ident in root.find_all(exp.Identifier):
             original = ident.meta.get("cairn_case") if ident.meta else None
             if original is not None:
@@ -952,7 +1043,9 @@ class _Canonicalizer:
         except SqlglotError as e:
             raise QueryRefused("unsupported-construct", f"cannot write the canonical form ({e})", self.sql) from None
         if "${" in statement:  # Spark substitutes ${…} anywhere in the text, strings included
-            raise QueryRefused("outside-reach", "${…} is Spark variable substitution", statement[statement.index("${") :])
+            raise QueryRefused(
+                "outside-reach", "${…} is Spark variable substitution", statement[statement.index("${") :]
+            )
         return CanonicalQuery(
             statement=statement,
             inputs=tuple(self.declared[i].alias for i in input_order),
@@ -1040,8 +1133,21 @@ class _Canonicalizer:
             kind = str(join.args.get("kind") or "").upper()
             if kind == "INNER" or (kind == "OUTER" and join.args.get("side")):
                 join.set("kind", None)
-            if not join.args.get("kind") and not join.args.get("side") and not join.args.get("on") and not join.args.get("using"):
+            if (
+                not join.args.get("kind")
+                and not join.args.get("side")
+                and not join.args.get("on")
+                and not join.args.get("using")
+            ):
                 join.set("kind", "CROSS")
+        for sub in list(root.find_all(exp.Subquery)):  # (SELECT …) UNION (SELECT …) = SELECT … UNION SELECT …
+            if (
+                isinstance(sub.parent, exp.SetOperation)
+                and isinstance(sub.this, exp.Select)
+                and not any(v for k, v in sub.args.items() if k != "this")
+                and not any(sub.this.args.get(k) for k in ("order", "limit", "offset", "with_"))
+            ):
+                sub.replace(sub.this)
         for ordered in list(root.find_all(exp.Ordered)):  # ASC is the default: never written
             if not ordered.args.get("desc"):
                 ordered.set("desc", None)
@@ -1051,12 +1157,41 @@ class _Canonicalizer:
             inner, parent = paren.this, paren.parent
             atomic = isinstance(
                 inner,
-                (exp.Column, exp.Literal, exp.Boolean, exp.Null, SparkCall, SparkAggCall, exp.Paren, exp.Cast, exp.TryCast, exp.Dot, exp.Bracket),
+                (
+                    exp.Column,
+                    exp.Literal,
+                    exp.Boolean,
+                    exp.Null,
+                    SparkCall,
+                    SparkAggCall,
+                    exp.Paren,
+                    exp.Cast,
+                    exp.TryCast,
+                    exp.Dot,
+                    exp.Bracket,
+                ),
             )
-            clause = isinstance(
-                parent,
-                (exp.Where, exp.Having, exp.Alias, exp.Ordered, exp.Paren, exp.Tuple, exp.Join, exp.Group, SparkCall, SparkAggCall, exp.Cast, exp.TryCast),
-            ) and paren.arg_key != "alias"
+            clause = (
+                isinstance(
+                    parent,
+                    (
+                        exp.Where,
+                        exp.Having,
+                        exp.Alias,
+                        exp.Ordered,
+                        exp.Paren,
+                        exp.Tuple,
+                        exp.Join,
+                        exp.Group,
+                        SparkCall,
+                        SparkAggCall,
+                        exp.Cast,
+                        exp.TryCast,
+                    ),
+                )
+                and paren.arg_key != "alias"
+                and (paren.arg_key == "on" or not isinstance(parent, exp.Join))
+            )
             if atomic or clause:
                 paren.replace(inner)
 
@@ -1064,11 +1199,13 @@ class _Canonicalizer:
         top: tuple[SortKey, ...] | None = None
         for query in list(root.find_all(exp.Select, exp.SetOperation, exp.Subquery)):
             order = query.args.get("order")
-            if not order or isinstance(query.parent, (exp.Window, exp.WithinGroup)):
+            if not order:
                 continue
             select = _leftmost_select(query)
             outputs = list(select.expressions)
-            inner_exprs = [p.this.sql(dialect=DIALECT) if isinstance(p, exp.Alias) else p.sql(dialect=DIALECT) for p in outputs]
+            inner_exprs = [
+                p.this.sql(dialect=DIALECT) if isinstance(p, exp.Alias) else p.sql(dialect=DIALECT) for p in outputs
+            ]
             keys: list[SortKey] = []
             present: set[int] = set()
             for ordered in order.expressions:
@@ -1081,7 +1218,12 @@ class _Canonicalizer:
                     ordered.set("this", this)
                 k = _output_ref(this)
                 entries = False
-                if k is None and isinstance(this, SparkCall) and this.fname == "map_entries" and len(this.expressions) == 1:
+                if (
+                    k is None
+                    and isinstance(this, SparkCall)
+                    and this.fname == "map_entries"
+                    and len(this.expressions) == 1
+                ):
                     k = _output_ref(this.expressions[0])
                     entries = k is not None
                 if k is None and query is select:
@@ -1136,7 +1278,9 @@ class _Canonicalizer:
                     isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions
                 ):
                     raise QueryRefused(
-                        "unordered-window", "cannot make a window order total over ROLLUP/CUBE/GROUPING SETS", _sql(window)
+                        "unordered-window",
+                        "cannot make a window order total over ROLLUP/CUBE/GROUPING SETS",
+                        _sql(window),
                     )
                 tiebreakers = [e.copy() for e in group.expressions]
             elif not _is_aggregate_select(select):
@@ -1187,7 +1331,9 @@ def _strip_comments(sql: str) -> str:
     while i < n:
         c = sql[i]
         if c in "'\"`":
-            raw = c != "`" and i > 0 and sql[i - 1] in "rR" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+            raw = (
+                c != "`" and i > 0 and sql[i - 1] in "rR" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+            )
             j = i + 1
             while j < n:
                 if sql[j] == "\\" and c != "`" and not raw:
@@ -1254,7 +1400,12 @@ def _rename_lambdas(root: exp.Expr) -> None:
         if env and isinstance(node, exp.Column) and not node.table and node.name in env:
             node.set("this", _ident(env[node.name]))
             return
-        if env and isinstance(node, exp.Identifier) and node.name in env and not isinstance(node.parent, exp.Dot):
+        if (
+            env
+            and isinstance(node, exp.Identifier)
+            and node.name in env
+            and not (isinstance(node.parent, exp.Dot) and node.arg_key == "expression")  # a field name
+        ):
             node.set("this", env[node.name])
             return
         for child in list(node.iter_expressions()):
@@ -1263,11 +1414,18 @@ def _rename_lambdas(root: exp.Expr) -> None:
     visit(root, {}, 0)
 
 
-_POST_NODES = frozenset({getattr(exp, name) for name in allowlist.ALLOWED_NODES} | {SparkCall, SparkAggCall, exp.Coalesce})
+_POST_NODES = frozenset(
+    {getattr(exp, name) for name in allowlist.ALLOWED_NODES} | {SparkCall, SparkAggCall, exp.Coalesce}
+)
 _POST_CALLS = (
-    allowlist.SCALAR_FUNCTIONS | allowlist.AGGREGATE_FUNCTIONS | allowlist.COLLECTING_AGGREGATES | allowlist.WINDOW_FUNCTIONS
+    allowlist.SCALAR_FUNCTIONS
+    | allowlist.AGGREGATE_FUNCTIONS
+    | allowlist.COLLECTING_AGGREGATES
+    | allowlist.WINDOW_FUNCTIONS
 )
 _ABSTRACT_TABLE = re.compile(r"[a-z]+|cte[0-9]+")
+_ABSTRACT_QUALIFIER = re.compile(r"(?:[a-z]+|cte[0-9]+)(?:_[0-9]+)?|sub[0-9]+")
+_ABSTRACT_COLUMN = re.compile(r"col_[0-9]+|_[0-9]+|x[0-9]+_[0-9]+")
 
 
 def _post_check(root: exp.Expr) -> None:
@@ -1275,13 +1433,31 @@ def _post_check(root: exp.Expr) -> None:
     for node in root.dfs():
         bad = type(node) not in _POST_NODES
         if isinstance(node, exp.Table):
-            bad = bad or any(node.args.get(k) for k in ("db", "catalog")) or not (
-                isinstance(node.this, exp.Identifier) and _ABSTRACT_TABLE.fullmatch(node.name)
+            bad = (
+                bad
+                or any(node.args.get(k) for k in ("db", "catalog"))
+                or not (isinstance(node.this, exp.Identifier) and _ABSTRACT_TABLE.fullmatch(node.name))
             )
         elif isinstance(node, (SparkCall, SparkAggCall)):
             bad = node.fname not in _POST_CALLS
+        elif isinstance(node, exp.Column):
+            bad = (
+                not _ABSTRACT_COLUMN.fullmatch(node.name)
+                or bool(node.table and not _ABSTRACT_QUALIFIER.fullmatch(node.table))
+                or any(node.args.get(k) for k in ("db", "catalog"))
+            )
+        elif isinstance(node, exp.Join):
+            bad = bool(node.args.get("using"))
+        elif isinstance(node, exp.Star):  # only COUNT(*) keeps a star once columns are expanded
+            bad = not (isinstance(node.parent, SparkAggCall) and node.parent.fname == "count")
+        elif isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier):
+            bad = not re.fullmatch(r"x[0-9]+_[0-9]+", node.this.name)  # only a lambda variable can be bare
+        elif isinstance(node, exp.TableAlias):
+            bad = bool(node.args.get("columns")) or not _ABSTRACT_QUALIFIER.fullmatch(node.name)
         if bad:
-            raise QueryRefused("unsupported-construct", "the rewrite produced something outside the allowlist", _sql(node))
+            raise QueryRefused(
+                "unsupported-construct", "the rewrite produced something outside the allowlist", _sql(node)
+            )
 
 
 def _normalize_identifiers(root: exp.Expr) -> None:

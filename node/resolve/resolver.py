@@ -14,9 +14,9 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 import pyarrow as pa
 
@@ -24,19 +24,41 @@ from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import CairnError, InvalidInput
 from node.identity import Identity
-from node.index import ExecutionRow, Index
+from node.index import ClaimRow, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Block, Execution, InputIdentity, Invocation, ModuleBytecodeEnvelope, Query, Receipt,
+    CID, Announcement, Block, Execution, InputIdentity, Invocation, ModuleBytecodeEnvelope, Query, Receipt,
     RecursiveDataEnvelope, Structure, block_of, cid_str,
 )
 from node.query import CanonicalQuery, canonicalize
+from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
 from node.resolve.spark import SparkWorker
 
 log = logging.getLogger("cairn.resolve")
 
 ENGINE_HANDLE = "cairn.spark-sql"  # the ex_0 handle: the engine entry point that ran the bytecode
 Event = Callable[[str, dict[str, Any]], None]
+
+
+TRUST_MODES = ("self", "community", "verify", "any")
+Lookup = Callable[[CID], Awaitable[dict[str, list[bytes]]]]
+
+
+@dataclass(frozen=True)
+class Claim:
+    peer: str
+    announcement: Announcement
+
+    @property
+    def signer(self) -> str:
+        return self.announcement.signer
+
+
+@dataclass(frozen=True)
+class Outcome:
+    row: ExecutionRow
+    source: str
+    peer: dict[str, Any] | None = None
 
 
 @dataclass
@@ -48,6 +70,7 @@ class Answer:
     elapsed_ms: float
     output_names: tuple[str, ...]
     versions: dict[str, str] = field(default_factory=dict)  # alias → dataset version used
+    peer: dict[str, Any] | None = None  # for source "peer": which peer, which signer, what trust
 
 
 def _now() -> str:
@@ -56,13 +79,20 @@ def _now() -> str:
 
 class Resolver:
     def __init__(self, datasets: Datasets, kubo: KuboClient, index: Index, worker: SparkWorker,
-                 identity: Identity, work_dir: Path, rows_per_slice: int, query_timeout: float | None = None) -> None:
+                 identity: Identity, work_dir: Path, rows_per_slice: int, query_timeout: float | None = None,
+                 trust_mode: str = "community", community: str | None = None, fetch_timeout: float = 60.0,
+                 lookup: Lookup | None = None,
+                 worker_ready: Callable[[Event], Awaitable[None]] | None = None) -> None:
+        self.worker_ready = worker_ready
         self.query_timeout = query_timeout
+        self.trust_mode, self.community, self.fetch_timeout = trust_mode, community, fetch_timeout
+        self.lookup = lookup  # asks connected peers; set by the node once its p2p host runs
+        self.on_published: Callable[[ExecutionRow], Awaitable[None]] | None = None  # gossip, when networked
         self.datasets, self.kubo, self.index, self.worker = datasets, kubo, index, worker
         self.identity = identity
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
-        self._inflight: dict[str, asyncio.Future[ExecutionRow]] = {}
+        self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
         self.computed = 0  # Spark jobs this resolver started
 
     # -- hashing the question -------------------------------------------------------------------
@@ -74,8 +104,8 @@ class Resolver:
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
             versions[alias] = (await self.datasets.resolve(ref))[1]
-            if versions[alias].structure is None:
-                raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet")
+            if versions[alias].structure is None or not versions[alias].slices:
+                raise InvalidInput(f"input {alias!r} ({ref}) has no data yet: add rows before querying it")
         cq = canonicalize(sql, {a: list(v.structure.schema) for a, v in versions.items()})  # type: ignore[union-attr]
         ordered = [versions[a] for a in cq.inputs]
         abstract = [block_of(v.structure.abstract()) for v in ordered]  # type: ignore[union-attr]
@@ -90,27 +120,116 @@ class Resolver:
 
     # -- answering -----------------------------------------------------------------------------
 
-    async def resolve(self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None) -> Answer:
+    async def resolve(self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None,
+                      trust: str | None = None) -> Answer:
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
+        mode = trust or self.trust_mode
+        if mode not in TRUST_MODES:
+            raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)}")
         cq, objects, iv, versions = await self.prepare(sql, inputs)
         iv_block = block_of(iv)
         key = cid_str(iv_block.cid)
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
         hit = self.index.execution(key)
-        source = "local"
-        if hit is None:
-            flight = self._inflight.get(key)
-            if flight is None:
-                flight = asyncio.ensure_future(self._compute(cq, objects, iv_block, versions, emit))
-                self._inflight[key] = flight
-                flight.add_done_callback(lambda _: self._inflight.pop(key, None))
-                source = "computed"
-            else:
-                source = "computed"  # joined a computation already running for the same invocation
-            hit = await asyncio.shield(flight)
-        return Answer(iv.query, iv_block.cid, hit, source, round((time.perf_counter() - started) * 1000, 3),
-                      cq.output_names, {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)})
+        outcome = Outcome(hit, "local") if hit is not None else None
+        if outcome is None:
+            flight = self._inflight.get((key, mode))
+            if flight is None:  # identical invocations in flight share one resolution (single-flight)
+                flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit))
+                self._inflight[(key, mode)] = flight
+                flight.add_done_callback(lambda _: self._inflight.pop((key, mode), None))
+            outcome = await asyncio.shield(flight)
+        return Answer(iv.query, iv_block.cid, outcome.row, outcome.source,
+                      round((time.perf_counter() - started) * 1000, 3), cq.output_names,
+                      {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)}, outcome.peer)
+
+    async def _miss(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
+                    mode: str, emit: Event) -> "Outcome":
+        """Not in the index: ask peers (per the trust policy), else compute."""
+        if mode != "self":
+            for claim in await self._claims(iv_block.cid, emit):
+                if mode == "community" and not self._trusted(claim.signer):
+                    self._refuse(claim, "signer is not in a trusted community")
+                    continue
+                emit("fetching", {"peer": claim.peer, "signer": claim.signer})
+                try:
+                    got = await fetch_and_verify(self.kubo, self.datasets, claim.announcement, iv_block.cid,
+                                                 self.fetch_timeout)
+                except ClaimRefused as e:
+                    self._refuse(claim, e.message)
+                    continue
+                peer = {"peer": claim.peer, "signer": claim.signer, "trust": mode, "receipt": cid_str(claim.announcement.receipt)}
+                if mode == "verify":
+                    mine = await self._compute(cq, objects, iv_block, versions, emit)
+                    if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
+                        self._refuse(claim, "recomputed here: the logical hash differs")
+                        return Outcome(mine, "computed")
+                    self._accept(claim)
+                    # Our own signed receipt for the same execution is the agreement receipt.
+                    return Outcome(mine, "peer", {**peer, "verified": True, "agreement": mine.receipt})
+                row = replace(got.row, query=cid_str(objects[-1].cid))
+                for blk in (*objects, iv_block):  # the question itself, so the record is whole here too
+                    await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+                self.index.add_execution(row)
+                self._accept(claim)
+                await self._provide([got.receipt.execution, claim.announcement.receipt])
+                return Outcome(self.index.execution(row.invocation) or row, "peer",
+                               {**peer, "verified": mode == "community"})
+        return Outcome(await self._compute(cq, objects, iv_block, versions, emit), "computed")
+
+    async def _claims(self, invocation: CID, emit: Event) -> list["Claim"]:
+        """Claims about an invocation: those already received (gossip), then a lookup among peers."""
+        found: dict[tuple[str, str], Claim] = {}
+        for row in self.index.claims(cid_str(invocation)):
+            if row.status != "refused":
+                try:
+                    found[(row.signer, row.execution)] = Claim(row.peer, check_announcement(row.announcement))
+                except ClaimRefused:
+                    continue
+        if self.lookup is not None:
+            emit("lookup", {})
+            for peer, answers in (await self.lookup(invocation)).items():
+                for data in answers:
+                    try:
+                        an = check_announcement(data)
+                    except ClaimRefused as e:
+                        log.warning("refused a lookup answer", extra={"peer": peer, "reason": e.message})
+                        self.index.log_refusal(peer, e.message)
+                        continue
+                    self.record_claim(peer, an, data)
+                    found.setdefault((an.signer, cid_str(an.execution)), Claim(peer, an))
+        # Prefer signers with a good record; never those refused more often than accepted.
+        def score(c: Claim) -> int:
+            ok, bad = self.index.signer_score(c.signer)
+            return ok - 2 * bad
+        return sorted((c for c in found.values() if c.announcement.invocation == invocation), key=score, reverse=True)
+
+    def record_claim(self, peer: str, an: Announcement, data: bytes) -> bool:
+        return self.index.add_claim(ClaimRow(cid_str(an.invocation), an.signer, cid_str(an.execution),
+                                             cid_str(an.receipt), an.logical_hash, an.rows, peer, data,
+                                             time.time(), "pending", ""))
+
+    def _trusted(self, signer: str) -> bool:
+        return any(key == signer for key, _ in self.index.trusted(self.community))
+
+    def _refuse(self, claim: "Claim", reason: str) -> None:
+        an = claim.announcement
+        log.warning("claim refused", extra={"peer": claim.peer, "signer": claim.signer, "reason": reason})
+        self.record_claim(claim.peer, an, an.block().data)
+        self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason)
+
+    def _accept(self, claim: "Claim") -> None:
+        an = claim.announcement
+        self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "accepted")
+
+    def announcement(self, row: ExecutionRow, providers: list[str]) -> Announcement:
+        """A signed an_0 for an execution we hold (we computed it, or verified it)."""
+        from node.model import parse_cid
+
+        return Announcement(parse_cid(row.invocation), parse_cid(row.execution), parse_cid(row.receipt),
+                            row.logical_hash, row.rows, {"name": "spark"}, tuple(providers),
+                            self.identity.node_key, _now()).signed(self.identity.sign)
 
     async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
                        versions: list[Version], emit: Event) -> ExecutionRow:
@@ -120,6 +239,8 @@ class Resolver:
             paths = [await self.datasets.slice_path(s) for s in v.slices]
             names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
             inputs[chr(ord("a") + i)] = (paths, names)
+        if self.worker_ready is not None:
+            await self.worker_ready(emit)
         emit("computing", {"engine": "spark"})
         self.computed += 1
         result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
@@ -182,7 +303,10 @@ class Resolver:
                                "computed", time.time())
             self.index.add_execution(row)
             await self._provide([ex.cid, rc_block.cid, *slices])
-            return self.index.execution(row.invocation) or row
+            stored = self.index.execution(row.invocation) or row
+            if self.on_published is not None:
+                await self.on_published(stored)
+            return stored
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -51,7 +51,9 @@ _VALUES = {
 
 def _cases() -> list[tuple[str, dict]]:
     cases, seen = [], set()
-    pairs = [(c[1], c[2]) for c in corpus.SAME + corpus.DIFFERENT] + [(c[3], c[4]) for c in corpus.SAME + corpus.DIFFERENT]
+    pairs = [(c[1], c[2]) for c in corpus.SAME + corpus.DIFFERENT] + [
+        (c[3], c[4]) for c in corpus.SAME + corpus.DIFFERENT
+    ]
     for sql, inputs in pairs + list(corpus.ACCEPTED):
         if (sql, repr(inputs)) not in seen:
             seen.add((sql, repr(inputs)))
@@ -85,7 +87,7 @@ def _bag(rows) -> collections.Counter:
     return collections.Counter(repr(tuple(r)) for r in rows)
 
 
-@pytest.mark.parametrize("sql,inputs", _cases(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("sql,inputs", _cases(), ids=lambda v: v[:60] if isinstance(v, str) else "")
 def test_spark_runs_the_canonical_statement(spark, sql, inputs):
     try:
         q: CanonicalQuery = canonicalize(sql, inputs)

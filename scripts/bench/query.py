@@ -1,0 +1,904 @@
+"""Benchmark: a query answered by Cairn (hit and miss) vs the same SQL in a warm SparkSession, in the same run.
+
+Prints one JSON object on stdout (progress goes to stderr):
+
+1. Generates a deterministic Parquet file of ``--rows`` rows (id int64 = 0…n-1, k int64 = id % 1000,
+   v float64 in [0, 1) from a multiplicative hash of id, s string of 7 values) and ingests it into a fresh
+   node (own temp home, free ports, managed Kubo, ``CAIRN_SPARK_AUTOSTART=true``) with
+   ``cairn --home H add FILE --name bench --json``. Not timed.
+2. Waits until the node's Spark worker is up *and* has run its warm-up query, then, over HTTP
+   (``POST /api/v0/query``, one keep-alive ``http.client`` connection, wall time on the client until the
+   whole answer is read):
+   - **misses**: ``SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > C GROUP BY k ORDER BY k``
+     with a new constant C each time (a new invocation each time). The very first query on the fresh
+     dataset version (C = 0.05) also hashes the whole input once (the version's logical hash is then
+     cached): it is reported apart as ``first_miss_ms``. Then ``--warm-misses`` untimed misses (the JVM's
+     JIT warms up on this statement over several runs), then the ``--misses`` timed ones (``miss_ms``).
+     Each miss is broken down with its receipt's ``timings`` (``GET /api/v0/executions/{execution}``), the
+     node's ``computed`` log line and the answer's ``elapsed_ms``.
+   - **hits**: the first timed statement again, ``--hits`` times (after 5 untimed ones); every answer must
+     say ``source: local`` and the node's ``spark.jobs`` must not move (``spark_jobs_during_hits``).
+   - **probes** (node idle): what the pieces of a miss and of a hit cost when done alone.
+3. Stops the node (by PID; it stops its Kubo and Spark worker), then **baseline**: a SparkSession in this
+   process (``local[2]``, the worker's own settings from ``spark_worker.session``: UI off, 4 shuffle
+   partitions, ANSI, UTC) over the node's slice files (``HOME/cache/slices/<cid>.parquet``), each run
+   ``spark.read.parquet`` + columns named as in the dataset + temp view ``t`` + ``spark.sql(…).toArrow()``.
+   It runs exactly the node worker's sequence: the worker's warm-up query, the first constant, the warm
+   constants (untimed), then the timed constants (``warm_spark_ms``), so both JVMs are equally warm.
+   A second pass (diagnostic, same session) runs each timed constant three ways, alternating the order:
+   the same plain run, the view already registered (SQL + toArrow only), and the worker's own job code
+   (``spark_worker.server.Worker.execute``: canonical statement, ``col_N`` names, forced session settings,
+   temp views dropped, Arrow IPC) — so the worker's per-job overhead is measured in the same JVM.
+   The node and this SparkSession never run together. DuckDB: timed the same way if importable, else ``null``.
+4. Removes the temp dir (unless ``--keep``) and every process it started.
+
+Ratios (DESIGN.md "Targets"): ``ratio_miss_over_warm_spark`` = p50 miss / p50 warm Spark (≤ 1.3),
+``ratio_warm_spark_over_hit`` = p50 warm Spark / p50 hit (≥ 400).
+
+    .venv/bin/python scripts/bench/query.py [--rows 10000000] [--hits 200] [--misses 9] [--warm-misses 4]
+                                            [--quiet-wait SECONDS] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Self
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+MB = 1_000_000
+GEN_ROWS = 1 << 20  # rows generated (and written as one row group) per chunk
+DATASET = "bench"
+SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
+FIRST_CONSTANT = "0.05"  # the first query on the fresh version (pays the input's logical hash)
+HIT_WARMUP = 5
+STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
+TARGET_MISS_RATIO = 1.3
+TARGET_HIT_RATIO = 400
+
+
+def say(msg: str) -> None:
+    print(f"[query bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def p50(xs: list[float]) -> float:
+    return round(statistics.median(xs), 3)
+
+
+def pct(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    s = sorted(xs)
+    return round(s[max(0, min(len(s) - 1, -(-len(s) * q // 100) - 1))], 3) if s else float("nan")
+
+
+def constants(n: int) -> list[str]:
+    """n distinct predicate constants 0.1, 0.2, … 0.9, then 0.015, 0.025, … (never the first query's)."""
+    out: list[str] = []
+    i = 1
+    while len(out) < n:
+        c = f"{i / 10:.1f}" if i < 10 else f"{0.01 * (i - 9) + 0.005:.3f}"
+        if c != FIRST_CONSTANT:
+            out.append(c)
+        i += 1
+    return out
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _mod(a: pa.Array, m: int) -> pa.Array:
+    """a % m for non-negative int64 (pyarrow has no modulo kernel; integer divide truncates)."""
+    return pc.subtract(a, pc.multiply(pc.divide(a, m), m))
+
+
+def generate_parquet(path: Path, rows: int) -> None:
+    """Write ``rows`` deterministic rows: id, k = id % 1000, v in [0, 1), s (7 values)."""
+    base = pa.array(range(GEN_ROWS), pa.int64())
+    strings = pa.array(STRINGS, pa.string())
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.float64()), ("s", pa.string())])
+    done = 0
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+        while done < rows:
+            n = min(GEN_ROWS, rows - done)
+            ids = pc.add(base.slice(0, n), done)
+            # Knuth's multiplicative hash, low 32 bits / 2^32: uniform in [0, 1), independent of k
+            h = pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFFFFF)
+            table = pa.table({
+                "id": ids,
+                "k": _mod(ids, 1000),
+                "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
+                "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
+            }, schema=schema)
+            writer.write_table(table, row_group_size=GEN_ROWS)
+            done += n
+
+
+# --------------------------------------------------------------------------- processes and the machine
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process so far (all its threads)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is as good as gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every live process below it (by parent pid, from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds spent by the whole machine (all CPUs, not idle or iowait) since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def our_cpu() -> dict[int, float]:
+    """CPU seconds so far of this process and every live process it started (and of its waited-for children)."""
+    ours = {p: c for p in descendants(os.getpid()) if (c := cpu_seconds(p)) is not None}
+    ours[-1] = sum(os.times()[2:4])  # children of this process that exited and were waited for
+    return ours
+
+
+QUIET = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
+
+
+def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
+    """With ``--quiet-wait S``: before a timed step, wait (at most S seconds) until other work on the machine
+    used less than ``threshold`` of all CPUs for ``windows`` windows in a row. Records what it waited."""
+    if QUIET["max_wait_s"] <= 0:
+        return
+    t0 = time.monotonic()
+    calm, share = 0, None
+    while calm < windows and time.monotonic() - t0 < QUIET["max_wait_s"]:
+        busy0, ours0, w0 = machine_busy_seconds(), our_cpu(), time.monotonic()
+        time.sleep(window)
+        ours1 = our_cpu()
+        ours = sum(c - ours0.get(p, 0.0) for p, c in ours1.items())
+        share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
+        calm = calm + 1 if share < threshold else 0
+    waited = round(time.monotonic() - t0, 1)
+    QUIET["waits"][label] = {"waited_s": waited, "quiet": calm >= windows,  # type: ignore[index]
+                             "last_other_cpu_share": round(share, 3) if share is not None else None}
+    if calm < windows:
+        say(f"{label}: the machine is still busy after {waited} s (other work {share:.0%} of the CPUs); going on")
+    elif waited > windows * window + 1:
+        say(f"{label}: waited {waited} s for the machine to be quiet")
+
+
+class Phase:
+    """Wall time, load average and CPU of one phase: ours (this process and all it started) vs the rest
+    of the machine (``other_cpu_share``: other work's share of all CPUs during the phase, which skews it)."""
+
+    def __init__(self, name: str, phases: dict[str, Any]) -> None:
+        self.name, self.phases = name, phases
+
+    def __enter__(self) -> Self:
+        self.t0, self.busy0, self.ours0 = time.perf_counter(), machine_busy_seconds(), our_cpu()
+        self.load0 = os.getloadavg()[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self.t0
+        busy = machine_busy_seconds() - self.busy0
+        ours1 = our_cpu()
+        ours = sum(c - self.ours0.get(p, 0.0) for p, c in ours1.items())  # processes alive at the end
+        other = max(0.0, busy - ours)
+        self.phases[self.name] = {
+            "seconds": round(wall, 2),
+            "loadavg_1m_before": round(self.load0, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
+            "cpu_seconds_ours": round(ours, 2),
+            "cpu_seconds_other": round(other, 2),
+            "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
+        }
+
+
+def cairn_argv() -> list[str]:
+    script = Path(sys.executable).with_name("cairn")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
+
+
+class Api:
+    """One keep-alive HTTP/1.1 connection to the node's API."""
+
+    def __init__(self, base: str) -> None:
+        u = urllib.parse.urlsplit(base)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[float, int, Any]:
+        """(wall ms until the whole answer is read, status, parsed JSON)."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in (0, 1):
+            try:
+                t0 = time.perf_counter()
+                self.conn.request(method, path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                ms = (time.perf_counter() - t0) * 1000
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # the server closed an idle keep-alive connection: reconnect once (not timed twice)
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
+                if attempt:
+                    raise
+        return ms, resp.status, json.loads(raw) if raw else None
+
+    def get(self, path: str) -> Any:
+        _, status, obj = self.request("GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {status}: {obj}")
+        return obj
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class BenchNode:
+    """A Cairn node process with its own home (as tests/fixtures/nodes.py runs one), with its Spark worker."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.kubo_pid: int | None = None
+        self.kubo_api: str | None = None
+        self.api = ""
+        self.log_path = home.parent / f"{home.name}.log"
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
+        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        runtime = self.home / "node.json"
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the node exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
+            if runtime.exists():
+                try:
+                    info = json.loads(runtime.read_text())
+                except ValueError:
+                    info = {}
+                if info.get("pid") == self.proc.pid and info.get("api"):
+                    self.api = info["api"]
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the node did not listen within {timeout}s")
+            time.sleep(0.05)
+        kubo = self.info()["kubo"]
+        self.kubo_pid, self.kubo_api = kubo.get("pid"), kubo.get("api")
+        say(f"node pid {self.proc.pid} at {self.api}; managed Kubo pid {self.kubo_pid}")
+
+    def info(self) -> dict[str, Any]:
+        api = Api(self.api)
+        try:
+            return api.get("/api/v0/node")
+        finally:
+            api.close()
+
+    def wait_spark(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Until the worker is up and its warm-up query is done (a first job would wait for it)."""
+        log = self.home / "logs" / "spark.log"
+        deadline = time.monotonic() + timeout
+        while True:
+            spark = self.info()["spark"]
+            if spark.get("state") == "failed":
+                raise RuntimeError(f"the node's Spark worker failed to start; see {log}")
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if spark.get("state") == "up" and ("warm-up query took" in text or "warm-up query failed" in text):
+                m = re.search(r"warm-up query took (\d+) ms", text)
+                return {**spark, "warmup_ms": int(m.group(1)) if m else None}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark worker was not warm within {timeout}s (state {spark.get('state')})")
+            time.sleep(0.25)
+
+    def computed_lines(self) -> dict[str, float]:
+        """invocation → compute_ms from the node's ``computed`` log lines (JSON log format)."""
+        out: dict[str, float] = {}
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if '"computed"' not in line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if obj.get("msg") == "computed" and "invocation" in obj:
+                out[obj["invocation"]] = float(obj["compute_ms"])
+        return out
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                say(f"node pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
+                self.proc.kill()
+                self.proc.wait(10)
+        # The node stops its Kubo and its Spark worker; make sure (by PID) that Kubo is gone.
+        if self.kubo_pid is not None and not wait_gone(self.kubo_pid, 15.0):
+            say(f"managed Kubo pid {self.kubo_pid} still running: SIGTERM")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.kubo_pid, signal.SIGTERM)
+            if not wait_gone(self.kubo_pid, 15.0):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.kubo_pid, signal.SIGKILL)
+        if hasattr(self, "_log"):
+            self._log.close()
+
+
+# --------------------------------------------------------------------------- Cairn
+
+
+def ingest(node: BenchNode, parquet: Path, work: Path) -> dict[str, Any]:
+    say(f"cairn add {parquet.name} ({parquet.stat().st_size / MB:.0f} MB of Parquet)…")
+    t0 = time.perf_counter()
+    out = subprocess.run([*cairn_argv(), "--home", str(node.home), "add", str(parquet), "--name", DATASET, "--json"],
+                         env=node.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=3600, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"cairn add exited with {out.returncode}: {out.stderr.decode(errors='replace')[-2000:]}")
+    result = json.loads(out.stdout)
+    say(f"ingested {result['rows_added']} rows in {time.perf_counter() - t0:.1f} s, {len(result['slices'])} slices")
+    return result
+
+
+def query(api: Api, c: str) -> tuple[float, dict[str, Any]]:
+    ms, status, answer = api.request("POST", "/api/v0/query", {"sql": SQL.format(c=c), "inputs": {"t": DATASET}})
+    if status != 200:
+        raise RuntimeError(f"query (v > {c}) failed: HTTP {status}: {answer}")
+    return ms, answer
+
+
+def miss_breakdown(api: Api, node: BenchNode, misses: list[dict[str, Any]]) -> None:
+    """Add to each miss what its receipt and the node's log say about where the time went."""
+    logged = node.computed_lines()
+    for m in misses:
+        receipt = api.get(f"/api/v0/executions/{m['execution']}")
+        t = receipt.get("timings") or {}
+        compute, round_trip, total = t.get("compute_ms"), t.get("engine_round_trip_ms"), t.get("total_ms")
+        to_engine = logged.get(m["invocation"])  # from the start of the computation to the answer of the worker
+        node_ms, client_ms = m["node_elapsed_ms"], m["client_ms"]
+        m["receipt_timings"] = t
+
+        def d(a: float | None, b: float | None) -> float | None:
+            return round(a - b, 1) if a is not None and b is not None else None
+
+        m["parts_ms"] = {
+            # in the worker: spark.read.parquet + temp view + Spark SQL + toArrow
+            "worker_spark": compute,
+            # after Spark in the worker (temp views dropped, Arrow IPC), the Unix socket, decoding in the node
+            "worker_after_spark_and_ipc": d(round_trip, compute),
+            # input slice paths before the call (the log line is rounded to 0.1 ms)
+            "before_worker_call": d(to_engine, round_trip),
+            # canonical order, Parquet write, `ipfs add` of the result, its logical hash, building the objects
+            "result_write_add_hash": d(total, to_engine),
+            # prepare (resolve the version, canonicalize, hash the question, index lookup) + sign the receipt,
+            # block puts, recursive pin, index row, provide
+            "prepare_and_publish_objects": d(node_ms, total),
+            # HTTP, reading the result back for the answer's rows, JSON
+            "http_and_answer": d(client_ms, node_ms),
+        }
+
+
+async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result: pa.Table) -> dict[str, Any]:
+    """Each step of a miss's publish, alone, against the node's own Kubo (idle)."""
+    from node.datasets import LogicalHasher
+    from node.datasets.slices import write_parquet_slice
+    from node.errors import CairnError
+    from node.ipfs import KuboClient
+    from node.model import block_of, parse_cid
+
+    def ms_since(t0: float) -> float:
+        return (time.perf_counter() - t0) * 1000
+
+    out: dict[str, Any] = {}
+    kubo = KuboClient(kubo_api, timeout=60.0)
+    try:
+        path = work / "probe-result.parquet"
+        write, add, hashing = [], [], []
+        for _ in range(5):  # the real result with its first column shifted: new bytes, a new CID
+            table = result.set_column(0, result.schema[0].name,
+                                      pc.add(result.column(0), secrets.randbelow(1 << 20) + 1))
+            t0 = time.perf_counter()
+            write_parquet_slice(table, str(path))
+            write.append(ms_since(t0))
+            t0 = time.perf_counter()
+            h = LogicalHasher(table.schema)
+            h.update(table)
+            h.finish()
+            hashing.append(ms_since(t0))
+            t0 = time.perf_counter()
+            await kubo.add(path, pin=False)
+            add.append(ms_since(t0))
+        out["result_parquet_write_ms"] = p50(write)
+        out["result_logical_hash_ms"] = p50(hashing)
+        out["kubo_add_result_ms"] = p50(add)
+
+        # 13 small dag-cbor blocks, as a miss over one input puts (abstract structure, query, invocation,
+        # structure, SQL leaf, module envelope, input list, input root, output list, 2 envelopes, execution,
+        # receipt): one RPC after the other, as the node does, then all at once
+        blocks = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(26)]
+        t0 = time.perf_counter()
+        for b in blocks[:13]:
+            await kubo.block_put(b.data, codec=b.cid.codec.name)
+        out["block_put_13_sequential_ms"] = round(ms_since(t0), 2)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(kubo.block_put(b.data, codec=b.cid.codec.name) for b in blocks[13:]))
+        out["block_put_13_concurrent_ms"] = round(ms_since(t0), 2)
+
+        # The receipt's recursive pin walks everything it links, the input dataset's slices included:
+        # pin a fresh root over the input slice CIDs (as a receipt's input list links them), vs a lone block.
+        cids = [parse_cid(c) for c in slice_cids]
+        over_inputs, lone = [], []
+        for _ in range(3):
+            root = block_of({"probe": secrets.token_hex(16), "inputs": cids})
+            await kubo.block_put(root.data, codec=root.cid.codec.name)
+            t0 = time.perf_counter()
+            await kubo.pin_add(root.cid, recursive=True)
+            over_inputs.append(ms_since(t0))
+            await kubo.pin_rm(root.cid, recursive=True)
+            leaf = block_of({"probe": secrets.token_hex(16)})
+            await kubo.block_put(leaf.data, codec=leaf.cid.codec.name)
+            t0 = time.perf_counter()
+            await kubo.pin_add(leaf.cid, recursive=True)
+            lone.append(ms_since(t0))
+            await kubo.pin_rm(leaf.cid, recursive=True)
+        out["pin_recursive_over_input_slices_ms"] = p50(over_inputs)
+        out["pin_recursive_one_block_ms"] = p50(lone)
+
+        provide, outcome = [], ""
+        for b in blocks[:3]:
+            t0 = time.perf_counter()
+            try:
+                await kubo.routing_provide(b.cid, timeout=5.0)
+                outcome = "queued"
+            except CairnError as e:
+                outcome = f"refused: {e.message[:80]}"
+            provide.append(ms_since(t0))
+        out["provide_one_ms"] = p50(provide)
+        out["provide_outcome"] = outcome
+    finally:
+        await kubo.close()
+    return out
+
+
+def probes(api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[str, str]], work: Path,
+           result_file: Path) -> dict[str, Any]:
+    from node.datasets.slices import read_slice
+    from node.query import canonicalize
+
+    def timed(fn: Any, n: int) -> float:
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1000)
+        return p50(samples)
+
+    out: dict[str, Any] = {}
+    # the HTTP floor: a request the node answers without Kubo, SQLite or Parquet (a 404 from a dict lookup)
+    out["http_round_trip_floor_ms"] = timed(lambda: api.request("GET", "/api/v0/jobs/none"), 50)
+    # canonicalizing a statement not seen before, and one seen before (the node caches per statement text)
+    out["canonicalize_new_statement_ms"] = timed(
+        lambda: canonicalize(SQL.format(c=f"0.{secrets.randbelow(10**9):09d}1"), {"t": schema}), 5)
+    out["canonicalize_cached_ms"] = timed(lambda: canonicalize(SQL.format(c="0.1"), {"t": schema}), 50)
+    # the dataset's description: resolve the version + its (now cached) logical hash, over HTTP
+    out["get_dataset_warm_ms"] = timed(lambda: api.request("GET", f"/api/v0/datasets/{DATASET}"), 20)
+    # what every answer (hit or miss) does after resolving: read the result slice, take the first rows
+    result = read_slice(result_file)
+
+    def answer_rows() -> None:
+        json.dumps({"rows": [list(r.values()) for r in read_slice(result_file).slice(0, 100).to_pylist()]})
+
+    out["answer_rows_from_result_parquet_ms"] = timed(answer_rows, 50)
+    out.update(asyncio.run(_kubo_probes(node.kubo_api or "", slice_cids, work, result)))
+    return out
+
+
+def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: list[str], n_hits: int,
+                phases: dict[str, Any]) -> tuple[dict[str, Any], list[Path], list[tuple[str, str]]]:
+    env = {**os.environ, "IPFS_TELEMETRY": "off", "CAIRN_SPARK_AUTOSTART": "true", "CAIRN_LOG_FORMAT": "json"}
+    home = work / "cairn-home"
+    env["CAIRN_HOME"] = str(home)
+    if parquet.stat().st_size > (1 << 30) - (64 << 20):  # the bench's node takes a bigger upload
+        env["CAIRN_API_MAX_UPLOAD_BYTES"] = str(parquet.stat().st_size + (64 << 20))
+    node = BenchNode(home, env)
+    try:
+        with Phase("ingest_and_spark_start", phases):
+            node.start()
+            added = ingest(node, parquet, work)
+            if added["rows_added"] != rows:
+                raise RuntimeError(f"cairn added {added['rows_added']} rows, the file has {rows}")
+            spark = node.wait_spark()
+        say(f"Spark worker up (pid {spark.get('pid')}, warm-up query {spark.get('warmup_ms')} ms)")
+        slice_cids = [s["cid"] for s in added["slices"]]
+        paths = [home / "cache" / "slices" / f"{c}.parquet" for c in slice_cids]
+        missing = [p for p in paths if not p.exists()]
+        if missing:
+            raise RuntimeError(f"slice files not in the node's cache: {missing[:3]}")
+        time.sleep(2.0)  # let the ingest's after-work (Kubo, GC) settle
+
+        api = Api(node.api)
+        try:
+            # -- misses -----------------------------------------------------------------------
+            def miss(c: str) -> dict[str, Any]:
+                ms, a = query(api, c)
+                if a["source"] != "computed":
+                    raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
+                say(f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)")
+                return {"constant": c, "client_ms": round(ms, 1), "node_elapsed_ms": a["elapsed_ms"],
+                        "invocation": a["invocation"], "execution": a["execution"], "row_count": a["row_count"]}
+
+            jobs0 = node.info()["spark"]["jobs"]
+            wait_quiet("first_miss")
+            say(f"first query on the fresh version (v > {FIRST_CONSTANT}: hashes the input once)…")
+            with Phase("first_miss", phases):
+                first = miss(FIRST_CONSTANT)
+            say(f"{len(warm)} untimed misses (JIT warm-up on this statement)…")
+            warm_misses = [miss(c) for c in warm]
+            wait_quiet("misses")
+            say(f"{len(timed)} timed misses…")
+            with Phase("misses", phases):
+                misses = [miss(c) for c in timed]
+            jobs1 = node.info()["spark"]["jobs"]
+            expected = 1 + len(warm) + len(timed)
+            if jobs1 - jobs0 != expected:
+                raise RuntimeError(f"{expected} misses sent {jobs1 - jobs0} Spark jobs")
+            miss_breakdown(api, node, [first, *warm_misses, *misses])
+
+            # -- hits -------------------------------------------------------------------------
+            hit_c = misses[0]["constant"]
+            for _ in range(HIT_WARMUP):
+                query(api, hit_c)
+            jobs_before = node.info()["spark"]["jobs"]
+            hit_ms: list[float] = []
+            node_ms: list[float] = []
+            sources: dict[str, int] = {}
+            wait_quiet("hits")
+            say(f"{n_hits} hits (v > {hit_c}) over one keep-alive connection…")
+            with Phase("hits", phases):
+                for _ in range(n_hits):
+                    ms, a = query(api, hit_c)
+                    hit_ms.append(ms)
+                    node_ms.append(a["elapsed_ms"])
+                    sources[a["source"]] = sources.get(a["source"], 0) + 1
+            jobs_after = node.info()["spark"]["jobs"]
+            if jobs_after != jobs_before or set(sources) != {"local"}:
+                raise RuntimeError(f"hits sent {jobs_after - jobs_before} Spark jobs; sources {sources}")
+            say(f"  hit p50 {p50(hit_ms):.2f} ms, p99 {pct(hit_ms, 99):.2f} ms")
+
+            # -- probes (node idle) -------------------------------------------------------------
+            say("probes…")
+            described = api.get(f"/api/v0/datasets/{DATASET}")
+            schema = [(name, typ) for name, typ in described["schema"]]
+            _, hit_answer = query(api, hit_c)
+            result_file = home / "cache" / "slices" / f"{hit_answer['slices'][0]}.parquet"
+            with Phase("probes", phases):
+                probe = probes(api, node, slice_cids, schema, work, result_file)
+        finally:
+            api.close()
+        node_info = node.info()
+    finally:
+        node.stop()
+    say(f"node stopped (pid {node.proc.pid if node.proc else None})")
+
+    return {
+        "slices": len(slice_cids),
+        "parquet_mb": round(sum(s["size"] for s in added["slices"]) / MB, 1),
+        "spark_worker_warmup_ms": spark.get("warmup_ms"),
+        "first_miss": first,
+        "warm_misses": warm_misses,
+        "misses": misses,
+        "hits": {"client_ms": hit_ms, "node_elapsed_ms": node_ms, "sources": sources,
+                 "spark_jobs_before": jobs_before, "spark_jobs_after": jobs_after, "constant": hit_c},
+        "probes": probe,
+        "kubo_version": (node_info.get("kubo") or {}).get("version"),
+    }, paths, schema
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], warm: list[str],
+                timed: list[str]) -> dict[str, Any]:
+    """The same SQL in a warm SparkSession in this process, with the worker's settings and warm-up."""
+    tmp = work / "spark-tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+        p for p in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from node.query import canonicalize
+    from spark_worker.server import Job, Worker, stop_spark
+    from spark_worker.session import effective_conf
+
+    conf = effective_conf("local[2]", {"spark.local.dir": str(work / "spark-local"),
+                                       "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
+                                       "spark.app.name": "cairn-query-bench-baseline"})
+    columns = [name for name, _ in schema]
+    files = [str(p) for p in paths]
+    say("baseline: starting a SparkSession (local[2])…")
+    t0 = time.perf_counter()
+    builder = SparkSession.builder
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    start_s = time.perf_counter() - t0
+
+    def plain(c: str) -> float:
+        """Read the files, name the columns, register t, run, collect the result as Arrow."""
+        t0 = time.perf_counter()
+        spark.read.parquet(*files).toDF(*columns).createOrReplaceTempView("t")
+        table = spark.sql(SQL.format(c=c)).toArrow()
+        ms = (time.perf_counter() - t0) * 1000
+        if table.num_rows == 0:
+            raise RuntimeError("the baseline query returned no rows")
+        return round(ms, 1)
+
+    def sql_only(c: str) -> float:
+        """The view already registered (by the plain run just before): Spark SQL + toArrow only."""
+        t0 = time.perf_counter()
+        spark.sql(SQL.format(c=c)).toArrow()
+        return round((time.perf_counter() - t0) * 1000, 1)
+
+    # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
+    worker = Worker(spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
+    abstract = [f"col_{i}" for i in range(len(columns))]
+
+    def worker_job(c: str) -> tuple[float, float]:
+        statement = canonicalize(SQL.format(c=c), {"t": schema}).statement
+        t0 = time.perf_counter()
+        header, _ = worker.execute(Job(f"bench-{secrets.token_hex(4)}", statement, {"a": (files, abstract)}))
+        return header["elapsed_ms"], round((time.perf_counter() - t0) * 1000, 1)
+
+    try:
+        # the node worker's sequence: its warm-up query (the same code), the first query, the warm misses
+        wait_quiet("baseline_warmup")
+        t0 = time.perf_counter()
+        small = work / "warmup.parquet"
+        pq.write_table(pa.table({"k": [i % 7 for i in range(1000)], "v": [i * 0.5 for i in range(1000)]}), small)
+        worker.execute(Job("warmup", "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
+                           {"a": ([str(small)], ["col_0", "col_1"])}))
+        for c in [FIRST_CONSTANT, *warm]:
+            plain(c)
+        warm_s = time.perf_counter() - t0
+        say(f"baseline: session {start_s:.1f} s, warm-up {warm_s:.1f} s")
+        wait_quiet("baseline")
+        samples = []
+        for c in timed:
+            samples.append(plain(c))
+        say(f"baseline: warm Spark p50 {p50(samples):.0f} ms over {len(samples)} runs")
+        # diagnostic pass: plain, SQL only and the worker's job code, same constants, alternating order
+        wait_quiet("baseline_diagnostic")
+        diag: dict[str, list[float]] = {"plain": [], "sql_only": [], "worker_execute": [], "worker_execute_total": []}
+        for i, c in enumerate(timed):
+            if i % 2:
+                e, total = worker_job(c)
+            diag["plain"].append(plain(c))
+            diag["sql_only"].append(sql_only(c))
+            if not i % 2:
+                e, total = worker_job(c)
+            diag["worker_execute"].append(e)
+            diag["worker_execute_total"].append(total)
+        say(f"baseline diagnostic: plain {p50(diag['plain']):.0f} ms, SQL only {p50(diag['sql_only']):.0f} ms, "
+            f"worker job code {p50(diag['worker_execute']):.0f} ms")
+        version = spark.version
+    finally:
+        os.close(worker.wake_r)
+        os.close(worker.wake_w)
+        stop_spark(spark)
+    return {"samples": samples, "diagnostic": diag, "session_start_s": round(start_s, 1),
+            "warmup_s": round(warm_s, 1), "spark": version}
+
+
+def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[dict[str, Any] | None, str]:
+    try:
+        import duckdb
+    except ImportError:
+        return None, "duckdb is not installed in the venv (not a dependency of Cairn): not measured"
+
+    con = duckdb.connect()
+    files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+    con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({files})")
+    for c in [FIRST_CONSTANT, *warm]:
+        con.execute(SQL.format(c=c)).fetch_arrow_table()
+    samples = []
+    for c in timed:
+        t0 = time.perf_counter()
+        con.execute(SQL.format(c=c)).fetch_arrow_table()
+        samples.append(round((time.perf_counter() - t0) * 1000, 2))
+    con.close()
+    return {"p50": p50(samples), "samples": samples, "version": duckdb.__version__}, "measured"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
+        return (out.stderr or out.stdout).splitlines()[0].strip()
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the dataset (default 10 000 000)")
+    parser.add_argument("--hits", type=int, default=200, help="timed hits (default 200)")
+    parser.add_argument("--misses", type=int, default=9, help="timed misses (default 9)")
+    parser.add_argument("--warm-misses", type=int, default=4,
+                        help="untimed misses between the first query and the timed ones (default 4)")
+    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
+                        help="before each timed step, wait up to S seconds for other work on the machine to "
+                             "use < 10%% of the CPUs (default 0: do not wait)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (Parquet, home, logs)")
+    args = parser.parse_args()
+    if args.rows < 1000 or args.hits < 1 or args.misses < 1 or args.warm_misses < 0:
+        parser.error("--rows ≥ 1000, --hits and --misses ≥ 1, --warm-misses ≥ 0")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
+
+    load_before = os.getloadavg()[0]
+    QUIET["max_wait_s"] = args.quiet_wait
+    phases: dict[str, Any] = {}
+    consts = constants(args.warm_misses + args.misses)
+    warm, timed = consts[:args.warm_misses], consts[args.warm_misses:]
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-query-"))
+    try:
+        parquet = work / "input.parquet"
+        say(f"generating {args.rows} rows of Parquet in {work}…")
+        t0 = time.perf_counter()
+        generate_parquet(parquet, args.rows)
+        say(f"{parquet.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s")
+
+        cairn, paths, schema = bench_cairn(work, parquet, args.rows, warm, timed, args.hits, phases)
+        with Phase("baseline_spark", phases):
+            spark = bench_spark(work, paths, schema, warm, timed)
+        with Phase("baseline_duckdb", phases):
+            duck, duck_note = bench_duckdb(paths, warm, timed)
+
+        hits = cairn["hits"]["client_ms"]
+        misses = cairn["misses"]
+        miss = [m["client_ms"] for m in misses]
+        hit_p50, miss_p50, spark_p50 = p50(hits), p50(miss), p50(spark["samples"])
+        parts: dict[str, float | None] = {}
+        for k in misses[0]["parts_ms"]:
+            values = [m["parts_ms"][k] for m in misses if m["parts_ms"][k] is not None]
+            parts[k] = p50(values) if values else None
+        diag = spark["diagnostic"]
+
+        def brief(m: dict[str, Any]) -> dict[str, Any]:
+            return {"constant": m["constant"], "client_ms": m["client_ms"], "node_elapsed_ms": m["node_elapsed_ms"],
+                    "parts_ms": m["parts_ms"]}
+
+        result = {
+            "bench": "query",
+            "rows": args.rows,
+            "sql": SQL,
+            "hit_ms": {"p50": hit_p50, "p99": pct(hits, 99), "n": len(hits), "min": round(min(hits), 3),
+                       "max": round(max(hits), 3), "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
+                       "constant": cairn["hits"]["constant"], "sources": cairn["hits"]["sources"]},
+            "miss_ms": {"p50": miss_p50, "samples": miss, "constants": timed,
+                        "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
+                        "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]]},
+            "first_miss_ms": cairn["first_miss"]["client_ms"],
+            "warm_spark_ms": {"p50": spark_p50, "samples": spark["samples"]},
+            "warm_spark_diagnostic_ms": {
+                "plain_p50": p50(diag["plain"]),
+                "sql_only_p50": p50(diag["sql_only"]),
+                "worker_execute_p50": p50(diag["worker_execute"]),
+                "worker_execute_total_p50": p50(diag["worker_execute_total"]),
+                **{k: v for k, v in diag.items()},
+            },
+            "duckdb_ms": duck,
+            "duckdb_note": duck_note,
+            "ratio_miss_over_warm_spark": round(miss_p50 / spark_p50, 3),
+            "ratio_warm_spark_over_hit": round(spark_p50 / hit_p50, 1),
+            "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
+            "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
+            "targets": {"ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
+                        "ratio_warm_spark_over_hit": f">= {TARGET_HIT_RATIO}", "hit_p50_ms": "< 5",
+                        "ratio_duckdb_over_hit": ">= 25"},
+            "spark_jobs_during_hits": cairn["hits"]["spark_jobs_after"] - cairn["hits"]["spark_jobs_before"],
+            "miss_parts_ms_p50": parts,
+            "miss_breakdown": {"first": brief(cairn["first_miss"]), "timed": [brief(m) for m in misses]},
+            "probes": cairn["probes"],
+            "dataset": {"slices": cairn["slices"], "parquet_mb": cairn["parquet_mb"],
+                        "result_rows": misses[0]["row_count"]},
+            "phases": phases,
+            "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "pyarrow": pa.__version__,
+                "spark": spark["spark"],
+                "java": java_version(),
+                "kubo": cairn["kubo_version"],
+                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+                "spark_worker_warmup_ms": cairn["spark_worker_warmup_ms"],
+                "baseline_session_start_s": spark["session_start_s"],
+                "baseline_warmup_s": spark["warmup_s"],
+                # other work on the machine skews both sides: see also phases.*.other_cpu_share
+                "loadavg_before": round(load_before, 2),
+                "loadavg_after": round(os.getloadavg()[0], 2),
+            },
+        }
+        print(json.dumps(result, indent=2))
+    finally:
+        if args.keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,437 @@
+"""Real py-libp2p hosts on 127.0.0.1, driven through the asyncio facade ``p2p.host.P2PHost``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from p2p import announce
+from p2p.host import MAX_PUBLISH_BYTES, P2PError, P2PHost, P2PTimeout
+
+REPO = Path(__file__).resolve().parents[2]
+FIXED_SEED = bytes(range(32))
+FIXED_PEER_ID = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
+
+
+def seed(n: int) -> bytes:
+    return bytes([n]) * 32
+
+
+async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
+    """Poll ``predicate`` until true or fail after ``timeout`` seconds (no sleep-and-hope)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def p2p_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("cairn-p2p-")]
+
+
+@pytest.fixture
+async def make_host():
+    """Start hosts on demand; stop all of them at the end and check no host thread is left."""
+    started: list[P2PHost] = []
+
+    async def make(n: int, **kw) -> P2PHost:
+        host = P2PHost(seed(n), **kw)
+        await host.start()
+        started.append(host)
+        return host
+
+    yield make
+    await asyncio.gather(*(h.stop() for h in started))
+    assert not p2p_threads()
+
+
+# ------------------------------------------------------------------------------ identity
+
+
+def test_peer_id_is_the_libp2p_id_of_the_seed():
+    expected = ID.from_pubkey(create_new_key_pair(FIXED_SEED).public_key).to_base58()
+    assert expected == FIXED_PEER_ID
+    assert P2PHost(FIXED_SEED).peer_id == FIXED_PEER_ID
+    assert announce.peer_id_from_seed(FIXED_SEED) == FIXED_PEER_ID
+    # The node derives the id from its key with `cryptography` alone: same bytes.
+    pub = Ed25519PrivateKey.from_private_bytes(FIXED_SEED).public_key().public_bytes_raw()
+    assert announce.peer_id_from_public_key(pub) == FIXED_PEER_ID
+    assert announce.public_key_from_peer_id(FIXED_PEER_ID) == pub
+
+
+def test_bad_seed_and_bad_config_fail_in_one_line():
+    with pytest.raises(P2PError, match="32-byte"):
+        P2PHost(b"short")
+    with pytest.raises(P2PError, match="bad listen multiaddr"):
+        P2PHost(seed(1), ["not-an-addr"])
+    with pytest.raises(P2PError, match="must end with /p2p/"):
+        P2PHost(seed(1), bootstrap=["/ip4/127.0.0.1/tcp/4001"])
+
+
+def test_detached_signatures_bind_to_peer_ids():
+    data = b"cairn-an_0\x00" + b"payload"
+    sig = announce.sign(seed(7), data)
+    assert announce.verify(announce.peer_id_from_seed(seed(7)), data, sig)
+    assert not announce.verify(announce.peer_id_from_seed(seed(8)), data, sig)
+    assert not announce.verify(announce.peer_id_from_seed(seed(7)), data + b"x", sig)
+    assert not announce.verify("QmNotAnEd25519PeerId", data, sig)
+
+
+# ------------------------------------------------------------------------------ connect, ping
+
+
+async def test_two_hosts_connect_and_ping(make_host):
+    a = await make_host(1)
+    b = await make_host(2)
+    assert a.peer_id == announce.peer_id_from_seed(seed(1))
+    assert all(addr.startswith("/ip4/127.0.0.1/tcp/") and addr.endswith(f"/p2p/{a.peer_id}") for addr in a.addrs())
+    seen_by_a: list[str] = []
+    a.on_peer_connected(seen_by_a.append)
+
+    t0 = time.perf_counter()
+    assert await b.connect(a.addrs()[0]) == a.peer_id
+    connect_s = time.perf_counter() - t0
+    assert connect_s < 0.2, f"connect took {connect_s:.3f} s (the 250 ms dial delay is back?)"
+
+    rtts = [await b.ping(a.peer_id) for _ in range(5)]
+    assert all(0 < r < 200 for r in rtts)
+    assert 0 < await a.ping(b.peer_id) < 200
+
+    await eventually(lambda: seen_by_a == [b.peer_id], what="a's on_peer_connected")
+    (pa,) = a.peers()
+    assert pa["peer_id"] == b.peer_id and pa["connected"] and pa["last_seen"] > 0
+    (pb,) = b.peers()
+    assert pb["peer_id"] == a.peer_id and pb["connected"]
+    assert pb["addrs"] == [a.addrs()[0].split("/p2p/")[0]]
+    assert a.connected_peers() == [b.peer_id]
+
+
+async def test_connect_errors_are_one_line_p2p_errors(make_host):
+    a = await make_host(1)
+    nobody = announce.peer_id_from_seed(seed(99))
+    cases = {
+        "garbage": "bad multiaddr",
+        "/ip4/127.0.0.1/tcp/4001": "must end with /p2p/",
+        a.addrs()[0]: "itself",
+        f"/ip4/127.0.0.1/tcp/1/p2p/{nobody}": "connection refused",
+    }
+    for addr, reason in cases.items():
+        t0 = time.perf_counter()
+        with pytest.raises(P2PError, match=reason) as info:
+            await a.connect(addr)
+        assert time.perf_counter() - t0 < 3.0
+        assert "\n" not in str(info.value)
+    assert a.running and a.connected_peers() == []
+
+
+async def test_a_fixed_port_in_use_is_refused(make_host):
+    """libp2p binds with SO_REUSEPORT: without a check, two nodes would share one port."""
+    a = await make_host(1)
+    port = a.addrs()[0].split("/")[4]
+    b = P2PHost(seed(2), [f"/ip4/127.0.0.1/tcp/{port}"])
+    with pytest.raises(P2PError, match="cannot listen on .*in use"):
+        await b.start()
+    assert len(p2p_threads()) == 1
+
+
+async def test_wildcard_listen_gives_dialable_addrs(make_host):
+    a = await make_host(1, listen=["/ip4/0.0.0.0/tcp/0"])
+    assert all("/0.0.0.0/" not in addr for addr in a.addrs())
+    loopback = [addr for addr in a.addrs() if addr.startswith("/ip4/127.0.0.1/")]
+    b = await make_host(2)
+    assert await b.connect(loopback[0]) == a.peer_id
+
+
+# ------------------------------------------------------------------------------ gossip
+
+
+async def test_three_hosts_gossip_reaches_everyone(make_host):
+    topic = announce.TOPIC_EXECUTIONS
+    a, b, c = await make_host(1), await make_host(2), await make_host(3)
+    got: dict[str, list[tuple[str, bytes]]] = {"a": [], "b": [], "c": []}
+    a.subscribe(topic, lambda s, d: got["a"].append((s, d)))
+    b.subscribe(topic, lambda s, d: got["b"].append((s, d)))
+
+    async def c_handler(sender: str, data: bytes) -> None:  # async handlers work too
+        await asyncio.sleep(0)
+        got["c"].append((sender, data))
+
+    c.subscribe(topic, c_handler)
+    # A line: c - b - a. c hears a only through b.
+    await b.connect(a.addrs()[0])
+    await c.connect(b.addrs()[0])
+    await a.wait_for_topic_peers(topic, 1)
+    await b.wait_for_topic_peers(topic, 2)
+    await c.wait_for_topic_peers(topic, 1)
+
+    # The mesh forms on the next heartbeat (1 s); until then a message may be lost, so
+    # publish until the first arrives, then check that later ones reach everyone once.
+    deadline = time.monotonic() + 5
+    while not (got["b"] and got["c"]):
+        assert time.monotonic() < deadline, "gossip never reached b and c"
+        await a.publish(topic, b"warm-up")
+        await asyncio.sleep(0.1)
+
+    before = {k: len(v) for k, v in got.items()}
+    for i in range(3):
+        await a.publish(topic, b"an_0 #%d" % i)
+    await eventually(lambda: len(got["b"]) >= before["b"] + 3 and len(got["c"]) >= before["c"] + 3, what="3 messages at b and c")
+    for name in ("b", "c"):
+        assert [d for s, d in got[name][before[name]:]] == [b"an_0 #0", b"an_0 #1", b"an_0 #2"]
+        assert all(s == a.peer_id for s, d in got[name])
+    assert got["a"] == []  # a does not hear itself
+
+    # c publishes too: a hears it through b, with c as the sender.
+    await c.publish(topic, b"from c")
+    await eventually(lambda: (c.peer_id, b"from c") in got["a"], what="c's message at a")
+
+    with pytest.raises(P2PError, match="announce CIDs"):
+        await a.publish(topic, b"x" * (MAX_PUBLISH_BYTES + 1))
+
+
+async def test_on_peer_connected_can_send_catch_up(make_host):
+    """Gossip does not replay: the hook lets a node send what a new peer missed."""
+    a, b = await make_host(1), await make_host(2)
+    received: list[tuple[str, bytes]] = []
+
+    async def catch_up_handler(peer: str, data: bytes) -> bytes:
+        received.append((peer, data))
+        return b""
+
+    b.set_handler("/cairn/test-catch-up/1", catch_up_handler)
+
+    async def on_connected(peer: str) -> None:
+        await a.send_direct(peer, "/cairn/test-catch-up/1", b"earlier announcements", timeout=5)
+
+    a.on_peer_connected(on_connected)
+    await b.connect(a.addrs()[0])
+    await eventually(lambda: received == [(a.peer_id, b"earlier announcements")], what="catch-up")
+
+
+# ------------------------------------------------------------------------------ request/response
+
+
+async def test_request_response(make_host):
+    a, b = await make_host(1), await make_host(2)
+    calls: list[str] = []
+
+    async def lookup(peer: str, request: bytes) -> bytes:
+        calls.append(peer)
+        return b"claims for " + request
+
+    async def broken(peer: str, request: bytes) -> bytes:
+        raise RuntimeError("handler bug")
+
+    a.set_handler(announce.LOOKUP_PROTOCOL, lookup)
+    a.set_handler("/cairn/test-broken/1", broken)
+    await b.connect(a.addrs()[0])
+
+    for i in range(5):
+        assert await b.request(a.peer_id, announce.LOOKUP_PROTOCOL, b"iv-%d" % i, timeout=5) == b"claims for iv-%d" % i
+    assert calls == [b.peer_id] * 5
+    big = os.urandom(1 << 20)
+
+    async def echo(peer: str, request: bytes) -> bytes:
+        return request
+
+    a.set_handler("/cairn/test-echo/1", echo)  # registered after start
+    assert await b.request(a.peer_id, "/cairn/test-echo/1", big, timeout=10) == big
+    with pytest.raises(P2PError, match="does not speak"):
+        await b.request(a.peer_id, "/cairn/unknown/1", b"?", timeout=5)
+    with pytest.raises(P2PError):
+        await b.request(a.peer_id, "/cairn/test-broken/1", b"?", timeout=5)
+    # The connection survives all of that.
+    assert await b.request(a.peer_id, announce.LOOKUP_PROTOCOL, b"again", timeout=5) == b"claims for again"
+
+
+async def test_ask_all_respects_the_deadline(make_host):
+    asker = await make_host(1)
+    fast, silent, dead = await make_host(2), await make_host(3), await make_host(4)
+    never = asyncio.Event()
+
+    async def answer(peer: str, request: bytes) -> bytes:
+        return b"yes:" + request
+
+    async def hang(peer: str, request: bytes) -> bytes:
+        await never.wait()
+        return b"too late"
+
+    fast.set_handler(announce.LOOKUP_PROTOCOL, answer)
+    silent.set_handler(announce.LOOKUP_PROTOCOL, hang)
+    dead.set_handler(announce.LOOKUP_PROTOCOL, answer)
+    for peer in (fast, silent, dead):
+        await peer.connect(asker.addrs()[0])
+    await eventually(lambda: len(asker.connected_peers()) == 3, what="3 connections")
+    await dead.stop()
+    await eventually(lambda: dead.peer_id not in asker.connected_peers(), what="dead peer noticed")
+
+    t0 = time.perf_counter()
+    res = await asker.ask_all(announce.LOOKUP_PROTOCOL, b"iv", timeout=0.5)
+    elapsed = time.perf_counter() - t0
+    assert 0.5 <= elapsed < 0.9, elapsed
+    assert set(res) == {fast.peer_id, silent.peer_id}  # connected peers only
+    assert res[fast.peer_id] == b"yes:iv"
+    assert isinstance(res[silent.peer_id], P2PTimeout)
+
+    # Naming the dead peer explicitly: it fails fast, it does not eat the deadline.
+    t0 = time.perf_counter()
+    res = await asker.ask_all(
+        announce.LOOKUP_PROTOCOL, b"iv", timeout=2.0, peers=[fast.peer_id, silent.peer_id, dead.peer_id]
+    )
+    assert time.perf_counter() - t0 < 2.4
+    assert res[fast.peer_id] == b"yes:iv"
+    assert isinstance(res[silent.peer_id], P2PTimeout)
+    assert isinstance(res[dead.peer_id], P2PError) and not isinstance(res[dead.peer_id], P2PTimeout)
+
+    with pytest.raises(P2PTimeout):
+        await asker.request(silent.peer_id, announce.LOOKUP_PROTOCOL, b"iv", timeout=0.3)
+    assert await asker.ask_all(announce.LOOKUP_PROTOCOL, b"iv", timeout=0.3, peers=[]) == {}
+
+
+# ------------------------------------------------------------------------------ peers across restarts
+
+
+async def test_restart_reconnects_to_remembered_peer(make_host, tmp_path):
+    b = await make_host(2)
+    store = tmp_path / "peers.json"
+    a = P2PHost(seed(1), peerstore_path=store)
+    await a.start()
+    try:
+        await a.connect(b.addrs()[0])
+    finally:
+        await a.stop()
+    saved = json.loads(store.read_text())["peers"]
+    assert saved[b.peer_id]["addrs"] == [b.addrs()[0].split("/p2p/")[0]]
+    await eventually(lambda: a.peer_id not in b.connected_peers(), what="b to see a leave")
+
+    a2 = await make_host(1, peerstore_path=store)  # same key, same peerstore, no connect()
+    assert [p["peer_id"] for p in a2.peers()] == [b.peer_id]
+    await eventually(lambda: a2.connected_peers() == [b.peer_id], what="re-dial of remembered peer")
+    assert await a2.ping(b.peer_id) > 0
+
+
+async def test_bootstrap_peers_are_dialed_at_start(make_host):
+    b = await make_host(2)
+    a = await make_host(1, bootstrap=[b.addrs()[0]])
+    await eventually(lambda: a.connected_peers() == [b.peer_id], what="bootstrap dial")
+    assert a.peers()[0]["source"] == "bootstrap"
+
+
+async def test_mdns_finds_a_peer_on_the_lan(make_host):
+    a = await make_host(1, mdns=True)
+    b = await make_host(2, mdns=True)
+    await eventually(lambda: b.peer_id in a.connected_peers() and a.peer_id in b.connected_peers(), timeout=10, what="mDNS discovery")
+
+
+# ------------------------------------------------------------------------------ lifecycle
+
+
+async def test_stop_is_fast_and_leaves_no_thread(make_host):
+    b = await make_host(2)
+    before = set(threading.enumerate())
+    a = P2PHost(seed(1))
+    await a.start()
+    a.subscribe("/cairn/test/1", lambda s, d: None)
+    await a.connect(b.addrs()[0])
+    assert len(p2p_threads()) == 2
+    t0 = time.perf_counter()
+    await a.stop()
+    assert time.perf_counter() - t0 < 1.0
+    await a.stop()  # idempotent
+    assert [t.name for t in p2p_threads()] == [f"cairn-p2p-{b.peer_id[-6:]}"]
+    leftover = [t for t in set(threading.enumerate()) - before if t.is_alive() and t not in p2p_threads()]
+    assert leftover == [], leftover
+    with pytest.raises(P2PError, match="not running"):
+        await a.publish("/cairn/test/1", b"x")
+    with pytest.raises(P2PError, match="only once"):
+        await a.start()
+
+
+async def test_cancelled_request_does_not_break_the_host(make_host):
+    a, b = await make_host(1), await make_host(2)
+
+    async def slow(peer: str, request: bytes) -> bytes:
+        await asyncio.sleep(10)
+        return b""
+
+    a.set_handler("/cairn/test-slow/1", slow)
+    await b.connect(a.addrs()[0])
+    task = asyncio.create_task(b.request(a.peer_id, "/cairn/test-slow/1", b"", timeout=10))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await b.ping(a.peer_id) > 0
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {repo!r})
+    from p2p.host import P2PHost
+
+    async def main():
+        host = P2PHost(bytes([5]) * 32)
+        await host.start()
+        other = P2PHost(bytes([6]) * 32)
+        await other.start()
+        await other.connect(host.addrs()[0])
+        host.subscribe("/cairn/test/1", lambda s, d: None)
+        print("READY", flush=True)
+        if {stop_in_finally!r}:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await host.stop()
+                await other.stop()
+                print("STOPPED", flush=True)
+        else:
+            await asyncio.Event().wait()  # never stopped: the atexit hook must do it
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize("stop_in_finally", [True, False], ids=["stop-in-finally", "forgotten-stop"])
+def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
+    script = tmp_path / "host_script.py"
+    script.write_text(SCRIPT.format(repo=str(REPO), stop_in_finally=stop_in_finally))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 15
+        line = ""
+        while "READY" not in line:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            line = proc.stdout.readline()
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=5)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0  # KeyboardInterrupt, as asyncio.run reports it
+    assert "KeyboardInterrupt" in err
+    if stop_in_finally:
+        assert "STOPPED" in out
