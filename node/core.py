@@ -246,14 +246,8 @@ class Node:
         answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
         row = answer.execution
         limit = self.settings.query.answer_rows if limit is None else limit
-        shown: list[list[Any]] = []
-        schema: list[list[str]] = []
-        for t in await self.resolver.result_tables(row):
-            if not schema:
-                schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, t.schema)]
-            shown += [list(r.values()) for r in t.slice(0, max(0, limit - len(shown))).to_pylist()]
-            if len(shown) >= limit:
-                break
+        arrow_schema, shown = await self.resolver.preview(row, limit)
+        schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, arrow_schema)]
         return {
             "query": cid_str(answer.query),
             "invocation": cid_str(answer.invocation),

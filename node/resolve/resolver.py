@@ -16,19 +16,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import pyarrow as pa
 
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
-from node.datasets.slices import iter_slices, write_parquet_slice
+from node.datasets.chain import SliceRef
+from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
 from node.errors import CairnError, InvalidInput
 from node.identity import Identity
 from node.index import ClaimRow, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
     CID, Announcement, Block, Execution, InputIdentity, Invocation, ModuleBytecodeEnvelope, Query, Receipt,
-    RecursiveDataEnvelope, Structure, block_of, cid_str,
+    RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
 from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
@@ -94,6 +95,7 @@ class Resolver:
         self.rows_per_slice = rows_per_slice
         self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
         self.computed = 0  # Spark jobs this resolver started
+        self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
 
     # -- hashing the question -------------------------------------------------------------------
 
@@ -320,15 +322,37 @@ class Resolver:
                 return
 
     async def result_tables(self, row: ExecutionRow) -> list[pa.Table]:
-        from node.datasets.slices import read_slice
-        from node.datasets.chain import SliceRef
-        from node.model import parse_cid
+        return [t async for t in self.iter_result(row)]
 
-        out = []
+    async def iter_result(self, row: ExecutionRow) -> AsyncIterator[pa.Table]:
+        """The result's slices in order, read one at a time (a caller that has enough stops early)."""
         for s in row.slices:
             path = await self.datasets.slice_path(SliceRef(parse_cid(s), 0, 0, "", 0))
-            out.append(await asyncio.to_thread(read_slice, path))
-        return out
+            yield await asyncio.to_thread(read_slice, path)
+
+    def preview(self, row: ExecutionRow, limit: int) -> "Awaitable[tuple[pa.Schema, list[list[Any]]]]":
+        """The result's schema and first ``limit`` rows; cached, since results never change."""
+        key = (row.execution, limit)
+        cached = self._previews.get(key)
+        if cached is None:
+            cached = asyncio.ensure_future(self._preview(row, limit))
+            self._previews[key] = cached
+            cached.add_done_callback(
+                lambda f: (f.cancelled() or f.exception() is not None) and self._previews.pop(key, None))
+            while len(self._previews) > 256:
+                self._previews.pop(next(iter(self._previews)))
+        return asyncio.shield(cached)
+
+    async def _preview(self, row: ExecutionRow, limit: int) -> tuple[pa.Schema, list[list[Any]]]:
+        schema: pa.Schema | None = None
+        shown: list[list[Any]] = []
+        async for t in self.iter_result(row):
+            schema = schema or t.schema
+            shown += [list(r.values()) for r in t.slice(0, max(0, limit - len(shown))).to_pylist()]
+            if len(shown) >= limit:
+                break
+        assert schema is not None
+        return schema, shown
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
