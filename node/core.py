@@ -318,7 +318,7 @@ class Node:
         try:
             peer = await self._network().host.connect(addr)
         except P2PError as e:
-            raise InvalidInput(f"cannot connect to {addr}: {e}") from None
+            raise InvalidInput(str(e)) from None  # already names the address and the reason
         return {"peer": peer}
 
     def trust_add(self, key: str, community: str) -> None:

@@ -1,1 +1,13 @@
-"""The libp2p host: announcements, lookup protocol, discovery. Arrives with issue 5."""
+"""The libp2p host of a Cairn node (py-libp2p 0.8.1, trio) behind an asyncio facade.
+
+- ``p2p.host``: :class:`~p2p.host.P2PHost`: identity, TCP + Noise + yamux, identify, ping,
+  gossipsub, request/response protocols, remembered / bootstrap / mDNS peers.
+- ``p2p.bridge``: the asyncio ↔ trio bridge (one trio thread per host).
+- ``p2p.peers``: the peer table and its JSON file.
+- ``p2p.announce``: Cairn's topic and protocol names, peer id ↔ ed25519 key, detached signatures
+  (no libp2p import).
+- ``p2p.errors``, ``p2p.logs``: one-line errors; libp2p's logging tamed.
+
+This package never imports ``node``: it carries bytes, peer-id strings and callbacks.
+See ``docs/p2p.md``.
+"""

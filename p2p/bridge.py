@@ -77,6 +77,10 @@ class TrioThread:
         return self._is_ready and self._nursery is not None and not self._stop_requested.is_set()
 
     @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
     def thread(self) -> threading.Thread | None:
         return self._thread
 
@@ -88,7 +92,7 @@ class TrioThread:
         :class:`P2PError` (a :class:`P2PError` it raised is passed through).
         """
         if self._started:
-            raise P2PError("already started (a TrioThread is single use)")
+            raise P2PError("a TrioThread can be started only once")
         self._started = True
         self.loop = asyncio.get_running_loop()
         self._ready = self.loop.create_future()

@@ -73,6 +73,8 @@ def tame_libp2p_logging(force: bool = False) -> None:
         return
     import libp2p  # noqa: F401  (its import-time setup must run first, or it would undo ours)
 
+    del libp2p
+
     _tamed = True
     root = logging.getLogger("libp2p")
     root.handlers[:] = [OneLineForwarder()]

@@ -85,15 +85,6 @@ def test_bad_seed_and_bad_config_fail_in_one_line():
         P2PHost(seed(1), bootstrap=["/ip4/127.0.0.1/tcp/4001"])
 
 
-def test_detached_signatures_bind_to_peer_ids():
-    data = b"cairn-an_0\x00" + b"payload"
-    sig = announce.sign(seed(7), data)
-    assert announce.verify(announce.peer_id_from_seed(seed(7)), data, sig)
-    assert not announce.verify(announce.peer_id_from_seed(seed(8)), data, sig)
-    assert not announce.verify(announce.peer_id_from_seed(seed(7)), data + b"x", sig)
-    assert not announce.verify("QmNotAnEd25519PeerId", data, sig)
-
-
 # ------------------------------------------------------------------------------ connect, ping
 
 
@@ -121,6 +112,20 @@ async def test_two_hosts_connect_and_ping(make_host):
     assert pb["peer_id"] == a.peer_id and pb["connected"]
     assert pb["addrs"] == [a.addrs()[0].split("/p2p/")[0]]
     assert a.connected_peers() == [b.peer_id]
+
+
+async def test_simultaneous_dials_leave_one_working_connection(make_host):
+    a, b = await make_host(1), await make_host(2)
+
+    async def echo(peer: str, request: bytes) -> bytes:
+        return request
+
+    a.set_handler("/cairn/test-echo/1", echo)
+    b.set_handler("/cairn/test-echo/1", echo)
+    assert await asyncio.gather(a.connect(b.addrs()[0]), b.connect(a.addrs()[0])) == [b.peer_id, a.peer_id]
+    assert await a.request(b.peer_id, "/cairn/test-echo/1", b"1", timeout=5) == b"1"
+    assert await b.request(a.peer_id, "/cairn/test-echo/1", b"2", timeout=5) == b"2"
+    assert a.connected_peers() == [b.peer_id] and b.connected_peers() == [a.peer_id]
 
 
 async def test_connect_errors_are_one_line_p2p_errors(make_host):
@@ -192,7 +197,9 @@ async def test_three_hosts_gossip_reaches_everyone(make_host):
     before = {k: len(v) for k, v in got.items()}
     for i in range(3):
         await a.publish(topic, b"an_0 #%d" % i)
-    await eventually(lambda: len(got["b"]) >= before["b"] + 3 and len(got["c"]) >= before["c"] + 3, what="3 messages at b and c")
+    await eventually(
+        lambda: len(got["b"]) >= before["b"] + 3 and len(got["c"]) >= before["c"] + 3, what="3 messages at b and c"
+    )
     for name in ("b", "c"):
         assert [d for s, d in got[name][before[name]:]] == [b"an_0 #0", b"an_0 #1", b"an_0 #2"]
         assert all(s == a.peer_id for s, d in got[name])
@@ -337,7 +344,9 @@ async def test_bootstrap_peers_are_dialed_at_start(make_host):
 async def test_mdns_finds_a_peer_on_the_lan(make_host):
     a = await make_host(1, mdns=True)
     b = await make_host(2, mdns=True)
-    await eventually(lambda: b.peer_id in a.connected_peers() and a.peer_id in b.connected_peers(), timeout=10, what="mDNS discovery")
+    await eventually(
+        lambda: b.peer_id in a.connected_peers() and a.peer_id in b.connected_peers(), timeout=10, what="mDNS discovery"
+    )
 
 
 # ------------------------------------------------------------------------------ lifecycle
