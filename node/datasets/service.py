@@ -284,6 +284,9 @@ class Datasets:
         assert head is not None
         await self.kubo.pin_add(head, recursive=True)  # slices, structures and chain: all or nothing
 
+        if old is None or old.rows == 0:
+            # The whole version is this ingest's rows: its logical hash is known now, not at the first query.
+            self.index.set_version_facts(cid_str(head), str(total.finish()), total.rows)
         # Everything is stored and pinned: now, and only now, the head moves.
         if row is None:
             self.index.create_dataset(name, did, cid_str(head), ipns, key_name)

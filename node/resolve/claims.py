@@ -91,11 +91,21 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
         assert isinstance(structure, Structure)
 
         hasher: LogicalHasher | None = None
-        for cid in out_list:
-            path = await datasets.slice_path(SliceRef(cid, 0, 0, "", 0), timeout=timeout)
-            table = await asyncio.to_thread(read_slice, path)
-            hasher = hasher or LogicalHasher(table.schema)
-            await asyncio.to_thread(hasher.update, table)
+        # Fetch slice i+1 while slice i is decoded and hashed: the transfer and the check overlap.
+        fetches = [asyncio.ensure_future(datasets.slice_path(SliceRef(out_list[0], 0, 0, "", 0), timeout=timeout))]
+        try:
+            for i in range(len(out_list)):
+                path = await fetches[i]
+                if i + 1 < len(out_list):
+                    fetches.append(asyncio.ensure_future(
+                        datasets.slice_path(SliceRef(out_list[i + 1], 0, 0, "", 0), timeout=timeout)))
+                table = await asyncio.to_thread(read_slice, path)
+                hasher = hasher or LogicalHasher(table.schema)
+                await asyncio.to_thread(hasher.update, table)
+        finally:
+            for f in fetches:
+                f.cancel()
+            await asyncio.gather(*fetches, return_exceptions=True)
         assert hasher is not None
         if str(hasher.finish()) != rc.logical_hash or hasher.rows != rc.rows:
             for cid in out_list:  # what we cached is not what was claimed: do not keep it

@@ -1,0 +1,1402 @@
+"""Benchmark: Cairn on the network (2–3 full nodes on 127.0.0.1) vs recomputing and vs plain Kubo, in the same run.
+
+Prints one JSON object on stdout (progress goes to stderr):
+
+1. **Peer hit vs recompute on warm Spark.** Nodes A and B (each its own temp home, free ports, managed Kubo,
+   Spark worker with ``CAIRN_SPARK_AUTOSTART=true``); B ``cairn connect``s to A and ``cairn trust add``s A's
+   node key. Both ingest the same generated Parquet (``--rows`` rows: id, k = id % 1000, v in [0, 1), s) as
+   ``bench``. Both workers are warmed (worker up and its own warm-up query done, then ``--warm`` untimed
+   misses on each node). Then, for ``--queries`` distinct constants C of
+   ``SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > C GROUP BY k ORDER BY k``:
+   A computes C (miss); once B has heard A's announcement, B asks the same (``trust: community``) → a
+   **peer hit** (client wall ms, and the answer's ``elapsed_ms``); B asks it again (local hit, for scale);
+   then B computes another constant with ``trust: self`` → **recompute** (a warm-Spark miss on B).
+   B's ``spark.jobs`` must not move during peer hits and must grow by one per recompute.
+   Where a peer hit's time goes: ``--diag`` more peer hits run as jobs (``wait: false``) whose progress
+   events (``prepared``, ``lookup``, ``fetching``, ``done``, node clock) split it; and ``--probes`` rounds
+   time, each on a fresh execution of A, against B's idle Kubo: every step of ``fetch_and_verify`` + record
+   done alone as the node does them; the same steps batched (concurrent fetches, one ``pin/add``…); and
+   the same objects read from A's HTTP API and put into B's Kubo (a stand-in for a lookup answer that
+   would carry them).
+2. **Announcement propagation.** Node C (no Spark) connects to B only (chain A–B–C). After a warm-up
+   announcement has crossed (else C also connects to A, and ``hops`` says 1), for ``--announces`` new
+   constants A computes; the time from A's answer (client) to the claim in C's ``GET /api/v0/announcements``
+   (polled every 10 ms, 10 s deadline) is the sample. The claims' ``received`` stamps (B's and C's, same
+   clock) give the per-hop arrival times as well. C is stopped afterwards.
+3. **Fetch throughput of a large result.** A Parquet of about ``--result-mb`` MB (id, k hash, s: 96
+   pseudo-random printable chars from BLAKE3's XOF, so zstd cannot squeeze it) is ingested by A and B as
+   ``big`` with its columns stored as (s, k, id); A computes ``SELECT id, k, s FROM t ORDER BY id`` (the
+   whole table, same size, but no Parquet chunk in common with the input B holds). Then:
+   twice, a fresh plain Kubo (``ipfs init --profile=test``, daemon on free loopback ports,
+   ``IPFS_TELEMETRY=off``) ``swarm connect``s to A's Kubo, cats a small file of A's (untimed), then
+   RPC-``cat``s each result slice CID to a file (timed), and is stopped and removed; then B asks the query
+   (``trust: community``) → a peer hit whose whole wall time (lookup, fetch, verify, record, answer) is
+   Cairn's; then a third plain Kubo does the same again (B's Kubo now holds the result: bitswap's ledger
+   tells whether it served some). ``ratio`` = Cairn MB/s over plain Kubo MB/s (mean of the plain runs
+   whose bytes all came from A).
+4. Stops every process it started by PID (nodes; then any of their Kubo/Spark processes left; plain
+   Kubos) and removes the temp dir (unless ``--keep``).
+
+Targets (DESIGN.md): peer hit ≥ 10× faster than recomputing on warm Spark; fetch through Cairn ≥ 0.9×
+plain Kubo.
+
+    .venv/bin/python scripts/bench/network.py [--rows 2000000] [--result-mb 500] [--queries 7] [--warm 3]
+        [--diag 5] [--probes 3] [--announces 9] [--quiet-wait S] [--a-spark-conf auto|none|K=V,…] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Self
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import blake3
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+MB = 1_000_000
+GEN_ROWS = 1 << 20
+SMALL = "bench"
+BIG = "big"
+SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
+BIG_SQL = "SELECT id, k, s FROM t ORDER BY id"
+STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
+STR_LEN = 96
+PRINTABLE = bytes(0x20 + (b % 95) for b in range(256))  # byte → one of the 95 printable ASCII characters
+POLL_S = 0.010
+TARGET_PEER_RATIO = 10
+TARGET_FETCH_RATIO = 0.9
+
+
+def say(msg: str) -> None:
+    print(f"[network bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def p50(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def stats(xs: list[float]) -> dict[str, Any]:
+    return {"p50": p50(xs), "min": round(min(xs), 3) if xs else None, "max": round(max(xs), 3) if xs else None,
+            "n": len(xs), "samples": [round(x, 3) for x in xs]}
+
+
+class Constants:
+    """Distinct predicate constants, never repeated within a run (each is a new invocation)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def next(self) -> str:
+        self.n += 1
+        return f"{0.05 + self.n * 0.0005:.4f}"
+
+
+# --------------------------------------------------------------------------- input
+
+
+def _mod(a: pa.Array, m: int) -> pa.Array:
+    return pc.subtract(a, pc.multiply(pc.divide(a, m), m))
+
+
+def generate_small(path: Path, rows: int) -> None:
+    """id, k = id % 1000, v in [0, 1) (Knuth multiplicative hash of id), s (7 values); as query.py."""
+    base = pa.array(range(GEN_ROWS), pa.int64())
+    strings = pa.array(STRINGS, pa.string())
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.float64()), ("s", pa.string())])
+    done = 0
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+        while done < rows:
+            n = min(GEN_ROWS, rows - done)
+            ids = pc.add(base.slice(0, n), done)
+            h = pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFFFFF)
+            writer.write_table(pa.table({
+                "id": ids,
+                "k": _mod(ids, 1000),
+                "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
+                "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
+            }, schema=schema), row_group_size=GEN_ROWS)
+            done += n
+
+
+def _big_chunk(start: int, n: int) -> pa.Table:
+    """Rows start…start+n-1: s (STR_LEN printable chars, pseudo-random), k (a 62-bit hash of id), id."""
+    ids = pa.array(range(start, start + n), pa.int64())
+    k = pc.bit_wise_and(pc.multiply(ids, 0x9E3779B97F4A7C15 & 0x3FFFFFFF), (1 << 62) - 1)
+    raw = blake3.blake3(b"cairn-network-bench:" + start.to_bytes(8, "little")).digest(length=n * STR_LEN)
+    data = pa.py_buffer(raw.translate(PRINTABLE))
+    offsets = pc.cast(pc.multiply(pa.array(range(n + 1), pa.int64()), STR_LEN), pa.int32())
+    s = pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1], data])
+    # Stored as (s, k, id), asked for as (id, k, s): the result's Parquet then shares no 1 MiB chunk with
+    # the input's, which B holds too (same columns in the same order gave byte-identical leading chunks).
+    return pa.table({"s": s, "k": k, "id": ids})
+
+
+def generate_big(path: Path, target_bytes: int) -> tuple[int, float]:
+    """About ``target_bytes`` of Parquet *as Cairn writes its slices* (zstd 1): rows, bytes per row."""
+    from node.datasets.slices import write_parquet_slice
+
+    probe_rows = 1 << 16
+    probe = path.with_suffix(".probe.parquet")
+    write_parquet_slice(_big_chunk(0, probe_rows), str(probe))
+    per_row = probe.stat().st_size / probe_rows
+    probe.unlink()
+    rows = max(1000, int(target_bytes / per_row))
+    done = 0
+    schema = _big_chunk(0, 1).schema
+    with pq.ParquetWriter(str(path), schema, compression="zstd", compression_level=1) as writer:
+        while done < rows:
+            n = min(GEN_ROWS, rows - done)
+            writer.write_table(_big_chunk(done, n), row_group_size=GEN_ROWS)
+            done += n
+    return rows, per_row
+
+
+# --------------------------------------------------------------------------- processes and the machine
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot): tells a live process from a reused PID."""
+    f = _stat_fields(pid)
+    return int(f[19]) if f and len(f) > 19 else None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    f = _stat_fields(pid)
+    try:
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") if f else None
+    except (ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int, started: int | None = None) -> bool:
+    f = _stat_fields(pid)
+    if f is None or f[0] == "Z":
+        return False
+    return started is None or start_time(pid) == started
+
+
+def wait_gone(pid: int, started: int | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid, started):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def stop_pid(pid: int, started: int | None, what: str, timeout: float = 15.0) -> None:
+    """SIGTERM this process (if it is still the one we started), SIGKILL it if it lingers."""
+    if not pid_alive(pid, started):
+        return
+    say(f"{what} pid {pid} still running: SIGTERM")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not wait_gone(pid, started, timeout):
+        say(f"{what} pid {pid} ignored SIGTERM: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, started, 5.0)
+
+
+def descendants(root: int) -> list[int]:
+    """``root``'s live descendants (not ``root``), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            f = _stat_fields(int(entry.name))
+            if f:
+                children.setdefault(int(f[1]), []).append(int(entry.name))
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def machine_busy_seconds() -> float:
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def our_cpu() -> dict[int, float]:
+    ours = {p: c for p in [os.getpid(), *descendants(os.getpid())] if (c := cpu_seconds(p)) is not None}
+    ours[-1] = sum(os.times()[2:4])
+    return ours
+
+
+QUIET: dict[str, Any] = {"max_wait_s": 0.0, "waits": {}}
+
+
+def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
+    """With ``--quiet-wait S``: wait (at most S s) until other work used < 10 % of the CPUs for three
+    2-second windows in a row (as query.py does)."""
+    if QUIET["max_wait_s"] <= 0:
+        return
+    t0 = time.monotonic()
+    calm, share = 0, None
+    while calm < windows and time.monotonic() - t0 < QUIET["max_wait_s"]:
+        busy0, ours0, w0 = machine_busy_seconds(), our_cpu(), time.monotonic()
+        time.sleep(window)
+        ours1 = our_cpu()
+        ours = sum(c - ours0.get(p, 0.0) for p, c in ours1.items())
+        share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
+        calm = calm + 1 if share < threshold else 0
+    QUIET["waits"][label] = {"waited_s": round(time.monotonic() - t0, 1), "quiet": calm >= windows,
+                             "last_other_cpu_share": round(share, 3) if share is not None else None}
+    if calm < windows:
+        say(f"{label}: the machine is still busy (other work {share:.0%} of the CPUs); going on")
+
+
+class Phase:
+    """Wall time, load average, CPU of ours vs the rest of the machine during a phase (query.py's)."""
+
+    def __init__(self, name: str, phases: dict[str, Any]) -> None:
+        self.name, self.phases = name, phases
+
+    def __enter__(self) -> Self:
+        self.t0, self.busy0, self.ours0 = time.perf_counter(), machine_busy_seconds(), our_cpu()
+        self.load0 = os.getloadavg()[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = time.perf_counter() - self.t0
+        busy = machine_busy_seconds() - self.busy0
+        ours = sum(c - self.ours0.get(p, 0.0) for p, c in our_cpu().items())
+        other = max(0.0, busy - ours)
+        self.phases[self.name] = {
+            "seconds": round(wall, 2),
+            "loadavg_1m_before": round(self.load0, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
+            "cpu_seconds_ours": round(ours, 2),
+            "cpu_seconds_other": round(other, 2),
+            "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cairn_argv() -> list[str]:
+    script = Path(sys.executable).with_name("cairn")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
+
+
+class Api:
+    """One keep-alive HTTP/1.1 connection to a node's API."""
+
+    def __init__(self, base: str) -> None:
+        u = urllib.parse.urlsplit(base)
+        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[float, int, Any]:
+        """(wall ms until the whole answer is read, status, parsed JSON or text)."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        for attempt in (0, 1):
+            try:
+                t0 = time.perf_counter()
+                self.conn.request(method, path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                ms = (time.perf_counter() - t0) * 1000
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.conn.close()  # an idle keep-alive connection the server closed: reconnect once
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
+                if attempt:
+                    raise
+        ctype = resp.getheader("Content-Type") or ""
+        if "json" in ctype:
+            return ms, resp.status, json.loads(raw)
+        return ms, resp.status, raw.decode("utf-8", "replace")
+
+    def get(self, path: str) -> Any:
+        _, status, obj = self.request("GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: HTTP {status}: {obj}")
+        return obj
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class BenchNode:
+    """A full Cairn node process (`cairn node start`) with its own home, as tests/fixtures/nodes.py runs one."""
+
+    def __init__(self, name: str, home: Path, env: dict[str, str]) -> None:
+        self.name, self.home, self.env = name, home, env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started: int | None = None
+        self.api_url = ""
+        self.api: Api | None = None
+        self.log_path = home.parent / f"{home.name}.log"
+        self.children: dict[int, int | None] = {}  # pid → start time of its Kubo, Spark worker, JVM…
+
+    def start(self, timeout: float = 120.0) -> Self:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
+        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.started = start_time(self.proc.pid)
+        runtime = self.home / "node.json"
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}:\n"
+                                   f"{self.log_path.read_text()[-4000:]}")
+            if runtime.exists():
+                try:
+                    info = json.loads(runtime.read_text())
+                except ValueError:
+                    info = {}
+                if info.get("pid") == self.proc.pid and info.get("api"):
+                    self.api_url = info["api"]
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {self.name} did not listen within {timeout}s")
+            time.sleep(0.05)
+        self.api = Api(self.api_url)
+        info = self.info()
+        self.note_children()
+        say(f"node {self.name}: pid {self.proc.pid} at {self.api_url}; Kubo pid {info['kubo'].get('pid')}")
+        return self
+
+    def note_children(self) -> None:
+        """Remember the node's descendants (Kubo, Spark worker, its JVM) to make sure they are gone at the end."""
+        if self.proc is not None and self.proc.poll() is None:
+            for pid in descendants(self.proc.pid):
+                self.children.setdefault(pid, start_time(pid))
+
+    def info(self) -> dict[str, Any]:
+        assert self.api is not None
+        return self.api.get("/api/v0/node")
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run([*cairn_argv(), "--home", str(self.home), *args], env=self.env, stdin=subprocess.DEVNULL,
+                             capture_output=True, timeout=3600, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"cairn {' '.join(args[:2])} on {self.name} exited with {out.returncode}: "
+                               f"{out.stderr.decode(errors='replace')[-2000:]}")
+        return out.stdout.decode()
+
+    def ingest(self, path: Path, name: str) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        result = json.loads(self.cli("add", str(path), "--name", name, "--json"))
+        say(f"node {self.name}: ingested {result['rows_added']} rows as {name!r} in {time.perf_counter() - t0:.1f} s "
+            f"({len(result['slices'])} slices)")
+        return result
+
+    def wait_spark(self, timeout: float = 300.0) -> dict[str, Any]:
+        """Until the worker is up and its own warm-up query is done."""
+        log = self.home / "logs" / "spark.log"
+        deadline = time.monotonic() + timeout
+        while True:
+            spark = self.info()["spark"]
+            if spark.get("state") == "failed":
+                raise RuntimeError(f"node {self.name}: the Spark worker failed to start; see {log}")
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if spark.get("state") == "up" and ("warm-up query took" in text or "warm-up query failed" in text):
+                m = re.search(r"warm-up query took (\d+) ms", text)
+                self.note_children()
+                return {**spark, "warmup_ms": int(m.group(1)) if m else None}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {self.name}: Spark not warm within {timeout}s (state {spark.get('state')})")
+            time.sleep(0.25)
+
+    def query(self, sql: str, dataset: str, trust: str | None, expect: str | None = None) -> tuple[float, dict[str, Any]]:
+        assert self.api is not None
+        body = {"sql": sql, "inputs": {"t": dataset}, "trust": trust}
+        ms, status, answer = self.api.request("POST", "/api/v0/query", body)
+        if status != 200:
+            raise RuntimeError(f"node {self.name}: query failed: HTTP {status}: {answer}")
+        if expect is not None and answer["source"] != expect:
+            raise RuntimeError(f"node {self.name}: expected source {expect!r}, got {answer['source']!r} "
+                               f"(peer {answer.get('peer')}) for {sql}")
+        return ms, answer
+
+    def query_job(self, sql: str, dataset: str, trust: str | None) -> tuple[float, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """The same query as a job (``wait: false``), following its events (server-sent) to the end:
+        (client wall ms from the POST to the last event, the answer, the events with the node's stamps).
+        ``self.job_posted`` is the POST's wall clock (the job's stamps count from about then)."""
+        assert self.api is not None
+        self.job_posted = time.time()
+        t0 = time.perf_counter()
+        _, status, started = self.api.request("POST", "/api/v0/query",
+                                              {"sql": sql, "inputs": {"t": dataset}, "trust": trust, "wait": False})
+        if status != 202:
+            raise RuntimeError(f"node {self.name}: job not started: HTTP {status}: {started}")
+        _, status, text = self.api.request("GET", started["events"])
+        ms = (time.perf_counter() - t0) * 1000
+        events: list[tuple[str, dict[str, Any]]] = []
+        kind = None
+        for line in str(text).splitlines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind:
+                events.append((kind, json.loads(line[6:])))
+        result = next((d for k, d in events if k == "result"), None)
+        if result is None:
+            raise RuntimeError(f"node {self.name}: job ended without a result: {events[-3:]}")
+        return ms, result, events
+
+    def claim_of(self, invocation: str) -> dict[str, Any] | None:
+        assert self.api is not None
+        for c in self.api.get("/api/v0/announcements")["claims"]:
+            if c["invocation"] == invocation:
+                return c
+        return None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.note_children()
+        if self.api is not None:
+            self.api.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                say(f"node {self.name} pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
+                self.proc.kill()
+                self.proc.wait(10)
+        # The node stops its Kubo and its Spark worker (which stops its JVM): make sure, by PID.
+        for pid, started in self.children.items():
+            if not wait_gone(pid, started, 15.0):
+                stop_pid(pid, started, f"node {self.name}'s child")
+        if hasattr(self, "_log"):
+            self._log.close()
+
+
+# --------------------------------------------------------------------------- part 1: peer hit vs recompute
+
+
+def wait_claim(node: BenchNode, invocation: str, timeout: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout
+    while True:
+        c = node.claim_of(invocation)
+        if c is not None or time.monotonic() > deadline:
+            return c
+        time.sleep(POLL_S)
+
+
+def events_split(events: list[tuple[str, dict[str, Any]]], answer: dict[str, Any], wall_ms: float) -> dict[str, float | None]:
+    """A peer-hit job's time by part, from its events' stamps (s since the job was created, node clock)."""
+    t = {}
+    for kind, data in events:
+        t.setdefault(kind, data.get("t"))
+
+    def ms(a: str, b: str) -> float | None:
+        return round((t[b] - t[a]) * 1000, 2) if t.get(a) is not None and t.get(b) is not None else None
+
+    resolved = t["started"] * 1000 + answer["elapsed_ms"] if t.get("started") is not None else None
+    return {
+        # resolve the dataset version, canonicalize, hash the question (qy_0, iv_0)
+        "prepare": ms("started", "prepared"),
+        # index lookup (a miss) and the claims already received (SQLite)
+        "index_and_known_claims": ms("prepared", "lookup"),
+        # /cairn/lookup/1.0.0 to every connected peer (ask_all), check + record their answers, rank signers
+        "lookup": ms("lookup", "fetching"),
+        # fetch_and_verify (swarm connect, 5 blocks, cat of the slices, read + logical hash, pins),
+        # the question's blocks put, the index row, provide
+        "fetch_verify_record": round(resolved - t["fetching"] * 1000, 2) if resolved and t.get("fetching") else None,
+        # reading the result slices back for the answer's rows, JSON of the answer
+        "answer_rows": round(t["done"] * 1000 - resolved, 2) if resolved and t.get("done") is not None else None,
+        # HTTP (POST, job start, the event stream) around it
+        "http_and_job": round(wall_ms - t["done"] * 1000, 2) if t.get("done") is not None else None,
+    }
+
+
+async def _probe_fetch(kubo_api: str, a_swarm: list[str], answer: dict[str, Any], work: Path,
+                       batched: bool = False) -> dict[str, float]:
+    """Each step of a peer hit after the lookup, done alone against B's (idle) Kubo, for a result B does not
+    hold: what node/resolve/claims.py fetch_and_verify + resolver._miss do, in the same order.
+
+    ``batched``: the same work arranged as the measurements suggest: receipt and execution (both named
+    by the announcement) fetched at once, then envelope and structure at once; a one-block slice fetched
+    with ``block/get`` instead of ``cat``; the four direct pins in one ``pin/add`` call; the three block
+    puts at once; the answer's rows read from the first batch only."""
+    from node.datasets import LogicalHasher
+    from node.datasets.slices import read_slice
+    from node.errors import CairnError
+    from node.identity import public_key_from_did
+    from node.index import ExecutionRow, Index
+    from node.ipfs import KuboClient
+    from node.model import (
+        Execution,
+        Receipt,
+        RecursiveDataEnvelope,
+        Structure,
+        block_of,
+        decode,
+        decode_object,
+        parse_cid,
+    )
+
+    out: dict[str, float] = {}
+
+    def lap(name: str, t0: float) -> float:
+        now = time.perf_counter()
+        out[name] = round(out.get(name, 0.0) + (now - t0) * 1000, 3)
+        return now
+
+    async def obj(cid: Any, kind: type) -> Any:
+        o = decode_object(decode(await kubo.block_get(cid, timeout=60), cid.codec.code))
+        assert isinstance(o, kind)
+        return o
+
+    kubo = KuboClient(kubo_api, timeout=60.0)
+    try:
+        t = time.perf_counter()
+        for addr in a_swarm:
+            with contextlib.suppress(CairnError):
+                await kubo.swarm_connect(addr, timeout=10.0)
+                break
+        t = lap("swarm_connect", t)
+        receipt_cid = parse_cid(answer["receipt"])
+        if batched:  # the announcement names the receipt and the execution: both at once
+            rc, ex = await asyncio.gather(obj(receipt_cid, Receipt), obj(parse_cid(answer["execution"]), Execution))
+        else:
+            rc = await obj(receipt_cid, Receipt)
+        t = lap("block_get_receipt", t)
+        rc.verify(public_key_from_did(rc.signer))
+        t = lap("receipt_signature", t)
+        if batched:
+            env, _ = await asyncio.gather(obj(ex.output, RecursiveDataEnvelope), obj(rc.structure, Structure))
+            out_list = decode(await kubo.block_get(env.content, timeout=60))
+        else:
+            ex = await obj(rc.execution, Execution)
+            env = await obj(ex.output, RecursiveDataEnvelope)
+            out_list = decode(await kubo.block_get(env.content, timeout=60))
+            await obj(rc.structure, Structure)
+        t = lap("block_get_4_more", t)
+        hasher = None
+        for i, cid in enumerate(out_list):
+            path = work / f"probe-{i}.parquet"
+            t = time.perf_counter()
+            if batched and cid.codec.name == "raw":  # a slice under 1 MiB is one raw block: no UnixFS walk
+                path.write_bytes(await kubo.block_get(cid, timeout=60))
+            else:
+                with open(path, "wb") as f:  # noqa: ASYNC230 -- as the node's slice_path does
+                    async for chunk in kubo.cat(cid, timeout=60):
+                        f.write(chunk)
+            t = lap("cat_slices", t)
+            table = read_slice(path)
+            t = lap("read_slices", t)
+            hasher = hasher or LogicalHasher(table.schema)
+            hasher.update(table)
+            t = lap("logical_hash", t)
+        assert hasher is not None
+        if str(hasher.finish()) != rc.logical_hash:
+            raise RuntimeError("probe: the logical hash does not match the receipt")
+        t = time.perf_counter()
+        direct = (receipt_cid, rc.execution, ex.output, rc.structure)
+        if batched:
+            await kubo.rpc("pin/add", [*(("arg", str(c)) for c in direct), ("recursive", "false")], timeout=60)
+        else:
+            for cid in direct:
+                await kubo.pin_add(cid, recursive=False)
+        t = lap("pins_4_direct", t)
+        await kubo.pin_add(env.content, recursive=True)
+        t = lap("pin_1_recursive", t)
+        blocks = [block_of({"probe": secrets.token_hex(16)}) for _ in range(3)]  # abstract structure, qy_0, iv_0
+        if batched:
+            await asyncio.gather(*(kubo.block_put(b.data, codec=b.cid.codec.name) for b in blocks))
+        else:
+            for b in blocks:
+                await kubo.block_put(b.data, codec=b.cid.codec.name)
+        t = lap("block_put_3", t)
+        index = Index(work / "probe-index.sqlite")
+        t = time.perf_counter()
+        index.add_execution(ExecutionRow(answer["invocation"], answer["query"], answer["execution"], answer["receipt"],
+                                         answer["logicalHash"], answer["row_count"], "", tuple(answer["slices"]),
+                                         "peer", time.time()))
+        index.execution(answer["invocation"])
+        t = lap("index_row_sqlite", t)
+        for cid in (rc.execution, receipt_cid):
+            try:
+                await kubo.routing_provide(cid, timeout=5.0)
+            except CairnError:
+                break
+        t = lap("provide_2", t)
+        if batched:  # the answer's first rows only
+            batch = next(pq.ParquetFile(work / "probe-0.parquet").iter_batches(batch_size=100))
+            json.dumps([list(r.values()) for r in batch.to_pylist()])
+        else:  # as Node.query: every result slice read back, then the first rows
+            for i, _ in enumerate(out_list):
+                table = read_slice(work / f"probe-{i}.parquet")
+                if i == 0:
+                    json.dumps([list(r.values()) for r in table.slice(0, 100).to_pylist()])
+        lap("answer_rows", t)
+    finally:
+        await kubo.close()
+        for p in work.glob("probe-*"):
+            p.unlink(missing_ok=True)
+    out["sum"] = round(sum(out.values()), 3)
+    return out
+
+
+async def _probe_direct(a_api: str, kubo_api: str, answer: dict[str, Any]) -> dict[str, float]:
+    """What the claim's objects and a small result cost when they come over a request/response channel
+    instead of bitswap: the receipt, execution, output envelope, output list, structure and the (one-block)
+    result slice read from A's node (``GET /ipfs/{cid}``, ``Accept: application/vnd.ipld.raw``, one
+    keep-alive connection), each put into B's Kubo (whose client checks the CID), one after the other.
+    A stand-in for a lookup answer that carries those blocks with the an_0 (not something the node does)."""
+    from node.ipfs import KuboClient
+    from node.model import (
+        Execution,
+        Receipt,
+        RecursiveDataEnvelope,
+        decode,
+        decode_object,
+        parse_cid,
+    )
+
+    api = Api(a_api)
+    kubo = KuboClient(kubo_api, timeout=60.0)
+    out = {"http_get": 0.0, "block_put": 0.0}
+
+    async def get(cid: Any) -> bytes:
+        t = time.perf_counter()
+        api.conn.request("GET", f"/ipfs/{cid}", headers={"Accept": "application/vnd.ipld.raw"})
+        resp = api.conn.getresponse()
+        data = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"GET /ipfs/{cid} from A: HTTP {resp.status}")
+        out["http_get"] += (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        await kubo.block_put(data, codec=cid.codec.name)  # the client re-hashes: the CID must match
+        out["block_put"] += (time.perf_counter() - t) * 1000
+        return data
+
+    try:
+        t0 = time.perf_counter()
+        rc_cid = parse_cid(answer["receipt"])
+        rc = decode_object(decode(await get(rc_cid), rc_cid.codec.code))
+        assert isinstance(rc, Receipt)
+        ex = decode_object(decode(await get(rc.execution), rc.execution.codec.code))
+        assert isinstance(ex, Execution) and ex.output is not None
+        env = decode_object(decode(await get(ex.output), ex.output.codec.code))
+        assert isinstance(env, RecursiveDataEnvelope)
+        out_list = decode(await get(env.content))
+        await get(rc.structure)
+        for cid in out_list:
+            if cid.codec.name != "raw":
+                raise RuntimeError("the direct probe needs a one-block result slice")
+            await get(cid)
+        out["total"] = (time.perf_counter() - t0) * 1000
+    finally:
+        api.close()
+        await kubo.close()
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def part_peer_hit(a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path,
+                  phases: dict[str, Any]) -> dict[str, Any]:
+    trust = "community"
+    # -- warm both workers: up + their warm-up query, then throwaway misses on each -------------------
+    spark_a, spark_b = a.wait_spark(), b.wait_spark()
+    say(f"Spark workers up (A warm-up {spark_a.get('warmup_ms')} ms, B {spark_b.get('warmup_ms')} ms); "
+        f"{args.warm} untimed misses on each…")
+    warm_ms: dict[str, list[float]] = {"a": [], "b": []}
+    for _ in range(args.warm):
+        warm_ms["a"].append(round(a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")[0], 1))
+        warm_ms["b"].append(round(b.query(SQL.format(c=consts.next()), SMALL, "self", "computed")[0], 1))
+    # one untimed peer hit: the first pays for connections and code paths seen once
+    c = consts.next()
+    _, ans = a.query(SQL.format(c=c), SMALL, "self", "computed")
+    wait_claim(b, ans["invocation"], 10.0)
+    first_peer_ms, _ = b.query(SQL.format(c=c), SMALL, trust, "peer")
+    say(f"warm: A misses {warm_ms['a']} ms, B misses {warm_ms['b']} ms, first peer hit {first_peer_ms:.0f} ms")
+
+    peer, peer_node, recompute, recompute_node, recompute_spark, local, a_miss = [], [], [], [], [], [], []
+    heard: list[bool] = []
+    wait_quiet("peer_hits")
+    with Phase("peer_hits_and_recomputes", phases):
+        for i in range(args.queries):
+            c, other = consts.next(), consts.next()
+            ms, ans = a.query(SQL.format(c=c), SMALL, "self", "computed")
+            a_miss.append(ms)
+            heard.append(wait_claim(b, ans["invocation"], 5.0) is not None)  # B heard A's announcement
+            time.sleep(0.2)  # let A's after-work (pins, provide, JVM GC) settle
+            jobs0 = b.info()["spark"]["jobs"]
+            ms, got = b.query(SQL.format(c=c), SMALL, trust, "peer")
+            if got["rows"] != ans["rows"] or got["execution"] != ans["execution"]:
+                raise RuntimeError("the peer hit's answer differs from A's")
+            peer.append(ms)
+            peer_node.append(got["elapsed_ms"])
+            if b.info()["spark"]["jobs"] != jobs0:
+                raise RuntimeError("a peer hit started a Spark job on B")
+            local.append(b.query(SQL.format(c=c), SMALL, trust, "local")[0])
+            ms, mine = b.query(SQL.format(c=other), SMALL, "self", "computed")
+            recompute.append(ms)
+            recompute_node.append(mine["elapsed_ms"])
+            if b.info()["spark"]["jobs"] != jobs0 + 1:
+                raise RuntimeError("B's recompute did not run exactly one Spark job")
+            timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]
+            if timings.get("compute_ms") is not None:
+                recompute_spark.append(float(timings["compute_ms"]))
+            say(f"  {i + 1}/{args.queries}: A miss {a_miss[-1]:.0f} ms; B peer hit {peer[-1]:.1f} ms "
+                f"(node {peer_node[-1]:.1f}); B local {local[-1]:.1f} ms; B recompute {recompute[-1]:.0f} ms")
+
+    # -- where a peer hit's time goes: as jobs with progress events -----------------------------------
+    say(f"{args.diag} peer hits as jobs (progress events)…")
+    splits, diag_wall = [], []
+    with Phase("peer_hit_diagnostic", phases):
+        for _ in range(args.diag):
+            c = consts.next()
+            _, ans = a.query(SQL.format(c=c), SMALL, "self", "computed")
+            wait_claim(b, ans["invocation"], 5.0)
+            time.sleep(0.2)
+            ms, got, events = b.query_job(SQL.format(c=c), SMALL, trust)
+            if got["source"] != "peer":
+                raise RuntimeError(f"diagnostic peer hit answered from {got['source']}")
+            diag_wall.append(ms)
+            splits.append(events_split(events, got, ms))
+    split_p50 = {k: p50([s[k] for s in splits if s[k] is not None]) for k in splits[0]} if splits else {}
+
+    # -- each step alone, against B's idle Kubo ------------------------------------------------------
+    say(f"{args.probes} probes of the fetch/verify/record steps on B's Kubo…")
+    a_swarm = a.info()["kubo"].get("swarm") or []
+    b_kubo = b.info()["kubo"]["api"]
+    probes: list[dict[str, float]] = []
+    batched: list[dict[str, float]] = []
+    direct: list[dict[str, float]] = []
+    with Phase("peer_hit_probes", phases):
+        for i in range(3 * args.probes):  # in turn: as the node does it, batched, over A's HTTP API
+            _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
+            time.sleep(0.3)
+            if i % 3 == 2:
+                direct.append(asyncio.run(_probe_direct(a.api_url, b_kubo, ans)))
+            else:
+                (batched if i % 3 else probes).append(asyncio.run(_probe_fetch(b_kubo, a_swarm, ans, work, bool(i % 3))))
+    probe_p50 = {k: p50([p[k] for p in probes]) for k in probes[0]} if probes else {}
+    batched_p50 = {k: p50([p[k] for p in batched]) for k in batched[0]} if batched else {}
+    direct_p50 = {k: p50([p[k] for p in direct]) for k in direct[0]} if direct else {}
+    # the HTTP floor of B (a 404 answered from a dict) and B's /api/v0/node, for scale
+    floor = [b.api.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]  # type: ignore[union-attr]
+
+    peer_p50, rec_p50 = p50(peer), p50(recompute)
+    return {
+        "peer_hit_ms": {**stats(peer), "node_elapsed_p50": p50(peer_node), "node_elapsed_samples": peer_node,
+                        "first_untimed_ms": round(first_peer_ms, 1), "trust": trust,
+                        "claim_heard_by_gossip_before_query": heard, "spark_jobs_on_b_during_peer_hits": 0},
+        "recompute_ms": {**stats(recompute), "node_elapsed_p50": p50(recompute_node), "trust": "self", "node": "B",
+                         "spark_compute_ms_p50": p50(recompute_spark), "spark_compute_ms": recompute_spark},
+        "ratio_recompute_over_peer_hit": round(rec_p50 / peer_p50, 2) if peer_p50 and rec_p50 else None,
+        "ratio_spark_compute_over_peer_hit": (round(p50(recompute_spark) / peer_p50, 2)  # type: ignore[operator]
+                                              if recompute_spark and peer_p50 else None),
+        "local_hit_on_b_ms": stats(local),
+        "a_miss_ms": stats(a_miss),
+        "warm_misses_ms": warm_ms,
+        "peer_hit_breakdown_ms": {"from": "progress events of peer hits run as jobs (node clock)",
+                                  "p50": split_p50, "job_wall_ms": stats(diag_wall), "each": splits},
+        "peer_hit_probes_ms": {"from": "each step alone against B's idle Kubo, result not held by B",
+                               "p50": probe_p50, "each": probes,
+                               "batched_p50": batched_p50, "batched_each": batched,
+                               "objects_and_slice_over_http_p50": direct_p50, "objects_and_slice_over_http_each": direct},
+        "http_floor_ms_p50": p50(floor),
+        "spark": {"a_worker_warmup_ms": spark_a.get("warmup_ms"), "b_worker_warmup_ms": spark_b.get("warmup_ms")},
+    }
+
+
+# --------------------------------------------------------------------------- part 2: announcements
+
+
+def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] | None:
+    """(the an_0's own ``time`` as its signer stamped it, the receiver's ``received``), epoch seconds, read
+    from the node's index (read-only) since the HTTP listing does not show the announcement's time."""
+    import datetime as dt
+    import sqlite3
+
+    from node.model import Announcement, decode, decode_object
+
+    db = sqlite3.connect(f"file:{node.home / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
+    try:
+        row = db.execute("SELECT announcement, received FROM claims WHERE invocation = ? ORDER BY received LIMIT 1",
+                         (invocation,)).fetchone()
+    finally:
+        db.close()
+    if row is None:
+        return None
+    an = decode_object(decode(bytes(row[0])))
+    if not isinstance(an, Announcement):
+        return None
+    return dt.datetime.fromisoformat(an.time).timestamp(), float(row[1])
+
+
+def part_announce(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int,
+                  phases: dict[str, Any]) -> dict[str, Any]:
+    c.cli("connect", b.info()["p2p_addrs"][0])
+    topology = "chain A-B-C (C connected to B only)"
+    hops = 2
+
+    def warm(timeout: float) -> bool:
+        _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
+        return wait_claim(c, ans["invocation"], timeout) is not None
+
+    say("announcements: warm-up across the chain A–B–C…")
+    if not warm(30.0):
+        say("the warm-up announcement did not reach C through B within 30 s: connecting C to A as well")
+        c.cli("connect", a.info()["p2p_addrs"][0])
+        topology, hops = "all connected (gossip did not cross B)", 1
+        if not warm(30.0):
+            raise RuntimeError("announcements never reach C")
+    a_id = a.info()["peer_id"]
+    c_peers = [p for p in c.api.get("/api/v0/peers")["peers"] if p.get("connected")]  # type: ignore[union-attr]
+    if hops == 2 and any(a_id in json.dumps(p) for p in c_peers):
+        topology, hops = "C also connected to A (discovered)", 1
+    polled, c_recv, b_recv, timeouts = [], [], [], 0
+    from_an_b: list[float] = []
+    from_an_c: list[float] = []
+    wait_quiet("announcements")
+    with Phase("announcements", phases):
+        for _ in range(n):
+            _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
+            t_answer, wall_answer = time.perf_counter(), time.time()
+            seen = None
+            while time.perf_counter() - t_answer < 10.0:
+                seen = c.claim_of(ans["invocation"])
+                if seen is not None:
+                    break
+                time.sleep(POLL_S)
+            if seen is None:
+                timeouts += 1
+                continue
+            polled.append((time.perf_counter() - t_answer) * 1000)
+            c_recv.append((seen["received"] - wall_answer) * 1000)
+            at_b = b.claim_of(ans["invocation"])
+            if at_b is not None:
+                b_recv.append((at_b["received"] - wall_answer) * 1000)
+            for node, into in ((b, from_an_b), (c, from_an_c)):
+                with contextlib.suppress(Exception):  # informational: never fail the run on it
+                    stamp = announcement_stamp(node, ans["invocation"])
+                    if stamp:
+                        into.append((stamp[1] - stamp[0]) * 1000)
+            say(f"  announcement at C {polled[-1]:.1f} ms after A's answer (C's stamp {c_recv[-1]:+.1f} ms, "
+                f"B's {b_recv[-1] if b_recv else float('nan'):+.1f} ms)")
+    hop = [cc - bb for cc, bb in zip(c_recv, b_recv)] if len(c_recv) == len(b_recv) else []
+    return {
+        "p50": p50(polled), "samples": [round(x, 1) for x in polled], "hops": hops, "topology": topology,
+        "poll_interval_ms": POLL_S * 1000, "timeouts": timeouts,
+        # the claims' `received` stamps (the receiving node's clock = this machine's) minus the time A's
+        # answer reached the client; negative = the announcement arrived before A's HTTP answer was read
+        "received_stamp_ms": {"c_p50": p50(c_recv), "b_p50": p50(b_recv), "b_to_c_p50": p50(hop),
+                              "c": [round(x, 1) for x in c_recv], "b": [round(x, 1) for x in b_recv]},
+        # the receiver's `received` minus the time A signed into the announcement (just before it gossiped
+        # it): the one-way latency of the gossip itself, over 1 hop (B) and 2 hops (C)
+        "from_announcement_time_ms": {"b_p50": p50(from_an_b), "c_p50": p50(from_an_c),
+                                      "b": [round(x, 1) for x in from_an_b], "c": [round(x, 1) for x in from_an_c]},
+    }
+
+
+# --------------------------------------------------------------------------- part 3: fetch throughput
+
+
+class PlainKubo:
+    """A fresh, plain Kubo: its own repo, `init --profile=test`, daemon on free loopback ports."""
+
+    def __init__(self, repo: Path) -> None:
+        from node.ipfs import find_kubo_binary
+
+        self.repo, self.binary = repo, str(find_kubo_binary())
+        self.env = {**os.environ, "IPFS_PATH": str(repo), "IPFS_TELEMETRY": "off"}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started: int | None = None
+        self.api_port = 0
+
+    def start(self) -> Self:
+        out = subprocess.run([self.binary, "init", "--profile=test"], env=self.env, capture_output=True, text=True,
+                             timeout=120, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
+        cfg_path = self.repo / "config"
+        cfg = json.loads(cfg_path.read_text())
+        self.api_port = free_port()
+        cfg["Addresses"]["API"] = f"/ip4/127.0.0.1/tcp/{self.api_port}"
+        cfg["Addresses"]["Gateway"] = f"/ip4/127.0.0.1/tcp/{free_port()}"
+        cfg["Addresses"]["Swarm"] = [f"/ip4/127.0.0.1/tcp/{free_port()}"]
+        cfg["Bootstrap"] = []
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        self._log = open(self.repo.parent / f"{self.repo.name}.log", "wb")  # noqa: SIM115 -- closed in stop()
+        self.proc = subprocess.Popen([self.binary, "daemon"], env=self.env, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.started = start_time(self.proc.pid)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"plain Kubo exited with {self.proc.returncode}")
+            try:
+                self.rpc("id")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("plain Kubo did not answer within 60 s") from None
+                time.sleep(0.05)
+        say(f"plain Kubo pid {self.proc.pid}, API port {self.api_port}")
+        return self
+
+    def rpc(self, cmd: str, *args: str, sink: Any = None) -> Any:
+        """POST /api/v0/<cmd>?arg=…; the JSON answer, or the body streamed to ``sink`` (bytes counted)."""
+        query = urllib.parse.urlencode([("arg", a) for a in args])
+        conn = http.client.HTTPConnection("127.0.0.1", self.api_port, timeout=600)
+        try:
+            conn.request("POST", f"/api/v0/{cmd}" + (f"?{query}" if query else ""))
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"plain Kubo {cmd}: HTTP {resp.status}: {resp.read()[:500]!r}")
+            if sink is None:
+                return json.loads(resp.read() or b"null")
+            n = 0
+            while chunk := resp.read(1 << 20):
+                sink.write(chunk)
+                n += len(chunk)
+            return n
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(10)
+            stop_pid(self.proc.pid, self.started, "plain Kubo")
+            self._log.close()
+
+
+def cpu_of(pids: dict[str, int | None]) -> dict[str, float | None]:
+    return {k: cpu_seconds(p) if p else None for k, p in pids.items()}
+
+
+def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: round(after[k] - v, 2) if v is not None and after.get(k) is not None else None  # type: ignore[operator]
+            for k, v in before.items()}
+
+
+def plain_kubo_fetch(work: Path, name: str, a_swarm: list[str], slices: list[str], a_kubo_peer: str | None,
+                     b_kubo_peer: str | None, warm_cid: str | None, watch: dict[str, int | None]) -> dict[str, Any]:
+    repo = work / name
+    kubo = PlainKubo(repo).start()
+    assert kubo.proc is not None
+    watch = {**watch, "plain_kubo": kubo.proc.pid}
+    try:
+        connected = None
+        for addr in a_swarm:
+            try:
+                kubo.rpc("swarm/connect", addr)
+                connected = addr
+                break
+            except RuntimeError:
+                continue
+        if connected is None:
+            raise RuntimeError("plain Kubo could not connect to A's Kubo")
+        # untimed: a small file A holds (the query dataset's slice), so that the connection and bitswap's
+        # session are up, as they are for B, whose Kubo has fetched from A's before
+        warm_s = None
+        if warm_cid:
+            t = time.perf_counter()
+            with open(os.devnull, "wb") as f:
+                kubo.rpc("cat", warm_cid, sink=f)
+            warm_s = round(time.perf_counter() - t, 3)
+        per_slice, total = [], 0
+        out = work / f"{name}.out"
+        cpu0 = cpu_of(watch)
+        t0 = time.perf_counter()
+        for cid in slices:
+            t = time.perf_counter()
+            with open(out, "wb") as f:
+                n = kubo.rpc("cat", cid, sink=f)
+            per_slice.append({"bytes": n, "seconds": round(time.perf_counter() - t, 3)})
+            total += n
+        seconds = time.perf_counter() - t0
+        cpu = cpu_delta(cpu0, cpu_of(watch))
+        out.unlink(missing_ok=True)
+        peers = [p.get("Peer") for p in (kubo.rpc("swarm/peers") or {}).get("Peers") or []]
+        recv = {}
+        for label, peer in (("a", a_kubo_peer), ("b", b_kubo_peer)):
+            if peer:
+                with contextlib.suppress(RuntimeError):
+                    recv[label] = int((kubo.rpc("bitswap/ledger", peer) or {}).get("Recv") or 0)
+    finally:
+        kubo.stop()
+        shutil.rmtree(repo, ignore_errors=True)
+    also_b = bool(b_kubo_peer and b_kubo_peer in peers)
+    say(f"{name}: {total / MB:.1f} MB in {seconds:.2f} s = {total / MB / seconds:.1f} MB/s "
+        f"(bitswap bytes received from A {recv.get('a')}, from B {recv.get('b')})")
+    return {"seconds": round(seconds, 3), "bytes": total, "mb_per_s": round(total / MB / seconds, 2),
+            "per_slice": per_slice, "warmup_cat_s": warm_s, "cpu_seconds": cpu, "swarm_peers": len(peers), "b_kubo_among_peers": also_b,
+            "bitswap_recv_bytes_from_a": recv.get("a"), "bitswap_recv_bytes_from_b": recv.get("b")}
+
+
+class CacheWatcher(threading.Thread):
+    """Watches B's slice cache while B fetches: when each result slice's ``.part`` file appears and when
+    the finished ``<cid>.parquet`` replaces it (Kubo cat = the bytes arriving)."""
+
+    def __init__(self, cache: Path, cids: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.cache, self.cids = cache, set(cids)
+        self.part: dict[str, float] = {}
+        self.done: dict[str, float] = {}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            now = time.time()
+            with contextlib.suppress(OSError):
+                for e in os.scandir(self.cache):
+                    cid = e.name.split(".", 1)[0]
+                    if cid not in self.cids:
+                        continue
+                    if e.name.endswith(".part"):
+                        self.part.setdefault(cid, now)
+                    elif e.name == f"{cid}.parquet":
+                        self.done.setdefault(cid, now)
+            time.sleep(0.005)
+
+
+async def _repin_result(kubo_api: str, execution: str) -> float:
+    """B's recursive pin of the result's output list (what fetch_and_verify does last), redone on B's Kubo
+    now that every block is local: pin rm, then pin add, timed (ms). B's Kubo re-hashes what it reads
+    (``Datastore.HashOnRead``)."""
+    from node.ipfs import KuboClient
+    from node.model import (
+        Execution,
+        RecursiveDataEnvelope,
+        decode,
+        decode_object,
+        parse_cid,
+    )
+
+    kubo = KuboClient(kubo_api, timeout=600.0)
+    try:
+        ex_cid = parse_cid(execution)
+        ex = decode_object(decode(await kubo.block_get(ex_cid, offline=True), ex_cid.codec.code))
+        assert isinstance(ex, Execution) and ex.output is not None
+        env = decode_object(decode(await kubo.block_get(ex.output, offline=True), ex.output.codec.code))
+        assert isinstance(env, RecursiveDataEnvelope)
+        await kubo.pin_rm(env.content, recursive=True)
+        t = time.perf_counter()
+        await kubo.pin_add(env.content, recursive=True)
+        return round((time.perf_counter() - t) * 1000, 1)
+    finally:
+        await kubo.close()
+
+
+def part_fetch(a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None,
+               phases: dict[str, Any]) -> dict[str, Any]:
+    big = work / "big.parquet"
+    say(f"generating about {result_mb:g} MB (as Cairn slices) of Parquet…")
+    t0 = time.perf_counter()
+    rows, per_row = generate_big(big, int(result_mb * MB))
+    say(f"{rows} rows, {per_row:.1f} bytes a row; file {big.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s")
+    with Phase("fetch_ingest", phases):
+        added_a = a.ingest(big, BIG)
+        b.ingest(big, BIG)
+    big.unlink()
+    # The input's logical hash is computed at the first query on a version, then cached: pay it here, on
+    # both nodes, so that it is not counted as fetching (it is what `prepare` costs on a fresh version).
+    input_hash_ms = {n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]
+                     for n in (a, b)}
+    say(f"input logical hash of {BIG!r} (first GET /api/v0/datasets/{BIG}): {input_hash_ms} ms")
+    say(f"A computes {BIG_SQL}…")
+    with Phase("fetch_a_compute", phases):
+        a_ms, ans = a.query(BIG_SQL, BIG, "self", "computed")
+    slices = ans["slices"]
+    total = sum((a.home / "cache" / "slices" / f"{s}.parquet").stat().st_size for s in slices)
+    say(f"A: {ans['row_count']} rows, {len(slices)} slices, {total / MB:.1f} MB in {a_ms / 1000:.1f} s")
+    heard = wait_claim(b, ans["invocation"], 10.0) is not None
+    a_kubo = a.info()["kubo"]
+    a_swarm, a_kubo_peer = a_kubo.get("swarm") or [], a_kubo.get("peer_id")
+    b_kubo_peer = b.info()["kubo"].get("peer_id")
+    time.sleep(2.0)  # let A's publish after-work settle
+
+    watch = {"a_kubo": a_kubo.get("pid"), "a_node": a.proc.pid if a.proc else None}
+    b_watch = {**watch, "b_kubo": b.info()["kubo"].get("pid"), "b_node": b.proc.pid if b.proc else None}
+    kubo_before = []
+    for i in (1, 2):  # B holds none of the result yet: every byte comes from A
+        wait_quiet(f"fetch_kubo_{i}")
+        with Phase(f"fetch_plain_kubo_{i}", phases):
+            kubo_before.append(plain_kubo_fetch(work, f"plain-kubo-{i}", a_swarm, slices, a_kubo_peer, b_kubo_peer,
+                                                warm_cid, watch))
+
+    wait_quiet("fetch_cairn")
+    say("B: the same query as a peer hit (trust community)…")
+    watcher = CacheWatcher(b.home / "cache" / "slices", slices)
+    watcher.start()
+    jobs0 = b.info()["spark"]["jobs"]
+    cpu0 = cpu_of(b_watch)
+    with Phase("fetch_cairn", phases):
+        wall_ms, got, events = b.query_job(BIG_SQL, BIG, "community")
+    cairn_cpu = cpu_delta(cpu0, cpu_of(b_watch))
+    watcher.halt.set()
+    watcher.join()
+    if got["source"] != "peer" or got["logicalHash"] != ans["logicalHash"]:
+        raise RuntimeError(f"B's answer is not the peer's result: source {got['source']}")
+    if b.info()["spark"]["jobs"] != jobs0:
+        raise RuntimeError("B ran Spark for the large peer hit")
+    split = events_split(events, got, wall_ms)
+    cairn_s = wall_ms / 1000
+    say(f"cairn: {total / MB:.1f} MB in {cairn_s:.2f} s = {total / MB / cairn_s:.1f} MB/s; {split}")
+
+    # The fetch on a timeline: the job's stamps (wall clock from about the POST) and B's cache dir.
+    stamps: dict[str, float] = {}
+    for kind, data in events:
+        stamps.setdefault(kind, data.get("t"))
+    timeline: dict[str, float | None] = {}
+    if all(c in watcher.part and c in watcher.done for c in slices) and stamps.get("fetching") is not None:
+        posted = b.job_posted
+        fetching = posted + stamps["fetching"]
+        resolved = posted + stamps["started"] + got["elapsed_ms"] / 1000
+        parts, dones = [watcher.part[c] for c in slices], [watcher.done[c] for c in slices]
+        cat = sum(d - p for p, d in zip(parts, dones))
+        timeline = {
+            # swarm connect to A's Kubo, receipt (+ signature), execution, envelope, output list, structure
+            "claim_objects_before_first_slice": round((parts[0] - fetching) * 1000, 1),
+            # each result slice's Kubo cat to B's cache (from its .part file appearing to the renamed file)
+            "kubo_cat_slices": round(cat * 1000, 1),
+            "kubo_cat_mb_per_s": round(total / MB / cat, 2) if cat > 0 else None,
+            # between two slices' cats: reading the previous slice back and adding it to the logical hash
+            "read_and_hash_between_cats": round(sum(p - d for d, p in zip(dones, parts[1:])) * 1000, 1),
+            # after the last cat: its read + hash, the check, pins (one recursive over the output list), the
+            # question's blocks, the index row, provide
+            "after_last_cat_until_resolved": round((resolved - dones[-1]) * 1000, 1),
+        }
+
+    wait_quiet("fetch_kubo_3")
+    with Phase("fetch_plain_kubo_3_after_cairn", phases):
+        kubo3 = plain_kubo_fetch(work, "plain-kubo-3", a_swarm, slices, a_kubo_peer, b_kubo_peer, warm_cid, watch)
+
+    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], ans["execution"]))
+    # what B's verify and answer cost alone, on the slices it now holds (node idle)
+    from node.datasets import LogicalHasher
+    from node.datasets.slices import read_slice
+
+    paths = [b.home / "cache" / "slices" / f"{s}.parquet" for s in slices]
+    t = time.perf_counter()
+    tables = [read_slice(p) for p in paths]
+    read_s = time.perf_counter() - t
+    t = time.perf_counter()
+    h = LogicalHasher(tables[0].schema)
+    for tb in tables:
+        h.update(tb)
+    ok = str(h.finish()) == ans["logicalHash"]
+    hash_s = time.perf_counter() - t
+    arrow_bytes = sum(tb.nbytes for tb in tables)
+    del tables
+    t = time.perf_counter()
+    batch = next(pq.ParquetFile(paths[0]).iter_batches(batch_size=100))
+    json.dumps([list(r.values()) for r in batch.to_pylist()])
+    first_rows_s = time.perf_counter() - t
+
+    # A plain-Kubo run counts only if every byte came from A (bitswap's ledger): after Cairn's fetch, B's
+    # Kubo holds the result too, and a Kubo that finds it (DHT) fetches from both.
+    named = {"before_cairn_1": kubo_before[0], "before_cairn_2": kubo_before[1], "after_cairn": kubo3}
+    runs = [r for r in named.values() if not r.get("bitswap_recv_bytes_from_b")] or kubo_before
+    kubo_s = statistics.mean(r["seconds"] for r in runs)
+    kubo_mbps = total / MB / kubo_s
+    cairn_mbps = total / MB / cairn_s
+    return {
+        "result_mb": round(total / MB, 1),
+        "requested_result_mb": result_mb,
+        "result_rows": ans["row_count"],
+        "slices": len(slices),
+        "cairn_mb_per_s": round(cairn_mbps, 2),
+        "kubo_mb_per_s": round(kubo_mbps, 2),
+        "ratio": round(cairn_mbps / kubo_mbps, 3),
+        "target_ratio": TARGET_FETCH_RATIO,
+        "cairn_seconds": round(cairn_s, 3),
+        "kubo_seconds": round(kubo_s, 3),
+        "kubo_runs": {**named, "used_in_ratio": [n for n, r in named.items() if r in runs]},
+        "cairn_breakdown_ms": {**split, "timeline": timeline},
+        # CPU seconds (user + system, all threads) of each process during the fetch: 2 cores are shared
+        # by the sender's Kubo, the receiver's Kubo and (Cairn) the receiving node's verify
+        "cairn_cpu_seconds": cairn_cpu,
+        "verify_and_answer_alone_on_b_ms": {
+            "read_all_slices": round(read_s * 1000, 1), "logical_hash": round(hash_s * 1000, 1),
+            "arrow_mb": round(arrow_bytes / MB, 1),
+            "logical_hash_gb_per_s": round(arrow_bytes / 1e9 / hash_s, 2) if hash_s else None,
+            "hash_matches": ok,
+            # the first batch of 100 rows of the first slice (pyarrow decodes its whole row group)
+            "first_100_rows_only": round(first_rows_s * 1000, 1),
+            "recursive_pin_of_output_list_again": repin_ms},
+        "input_logical_hash_first_get_ms": input_hash_ms,
+        "a_compute_ms": round(a_ms, 1),
+        "claim_heard_before_query": heard,
+        "dataset": {"rows": rows, "parquet_bytes_per_row": round(per_row, 1), "slices": len(added_a["slices"]),
+                    "parquet_mb": round(sum(s["size"] for s in added_a["slices"]) / MB, 1), "sql": BIG_SQL},
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def dumps(obj: Any, indent: int = 0, width: int = 120) -> str:
+    """JSON with nested objects and arrays kept on one line when they fit in ``width`` characters."""
+    flat = json.dumps(obj)
+    if not isinstance(obj, (dict, list)) or len(flat) + indent <= width:
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 2, width)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + dumps(v, indent + 2, width) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+def java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
+        return (out.stderr or out.stdout).splitlines()[0].strip()
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the query dataset (default 2 000 000)")
+    parser.add_argument("--result-mb", type=float, default=500,
+                        help="size of the large result (Parquet MB as Cairn writes it; default 500)")
+    parser.add_argument("--queries", type=int, default=7, help="timed peer hits and recomputes (default 7)")
+    parser.add_argument("--warm", type=int, default=3, help="untimed misses on each node first (default 3)")
+    parser.add_argument("--diag", type=int, default=5, help="peer hits run as jobs for their breakdown (default 5)")
+    parser.add_argument("--probes", type=int, default=3, help="step-by-step fetch probes (default 3)")
+    parser.add_argument("--announces", type=int, default=9, help="timed announcements A → C (default 9)")
+    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
+                        help="before each timed part, wait up to S s for other work to use < 10%% of the CPUs")
+    parser.add_argument("--a-spark-conf", default="auto",
+                        help="extra Spark settings for node A (CAIRN_SPARK_CONF; it computes the large result): "
+                             "'auto' (spark.driver.memory=3g when --result-mb > 100), 'none', or K=V,…")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
+    args = parser.parse_args()
+    if args.rows < 1000 or args.queries < 1 or args.result_mb <= 0 or args.announces < 1:
+        parser.error("--rows ≥ 1000, --queries ≥ 1, --announces ≥ 1, --result-mb > 0")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
+    QUIET["max_wait_s"] = args.quiet_wait
+
+    a_conf = args.a_spark_conf
+    if a_conf == "auto":
+        a_conf = "spark.driver.memory=3g" if args.result_mb > 100 else ""
+    elif a_conf == "none":
+        a_conf = ""
+
+    load_before = os.getloadavg()[0]
+    phases: dict[str, Any] = {}
+    consts = Constants()
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-network-"))
+    nodes: list[BenchNode] = []
+    try:
+        base = {**os.environ, "IPFS_TELEMETRY": "off"}
+        for k in [k for k in base if k.startswith("CAIRN_")]:
+            del base[k]  # the defaults, whatever the caller's shell says
+        env_a = {**base, "CAIRN_SPARK_AUTOSTART": "true", **({"CAIRN_SPARK_CONF": a_conf} if a_conf else {})}
+        env_b = {**base, "CAIRN_SPARK_AUTOSTART": "true"}
+        env_c = {**base, "CAIRN_SPARK_AUTOSTART": "false"}
+
+        small = work / "small.parquet"
+        say(f"generating {args.rows} rows of Parquet in {work}…")
+        generate_small(small, args.rows)
+        with Phase("start_and_ingest", phases):
+            a = BenchNode("A", work / "a", env_a).start()
+            nodes.append(a)
+            b = BenchNode("B", work / "b", env_b).start()
+            nodes.append(b)
+            warm_cid = (a.ingest(small, SMALL)["slices"] or [{}])[0].get("cid")
+            b.ingest(small, SMALL)
+            small.unlink()
+            b.cli("connect", a.info()["p2p_addrs"][0])
+            b.cli("trust", "add", a.info()["node_key"])
+        say("B connected to A and trusts A's key")
+
+        part1 = part_peer_hit(a, b, consts, args, work, phases)
+
+        c = BenchNode("C", work / "c", env_c).start()
+        nodes.append(c)
+        announce = part_announce(a, b, c, consts, args.announces, phases)
+        c.stop()
+        nodes.remove(c)
+        say(f"node C stopped; announcement p50 {announce['p50']} ms over {announce['hops']} hop(s)")
+
+        fetch = part_fetch(a, b, work, args.result_mb, warm_cid, phases)
+        kubo_version = a.info()["kubo"].get("version")
+        spark_pids = {n.name: n.info()["spark"].get("pid") for n in nodes}
+
+        import pyspark
+
+        result = {
+            "bench": "network",
+            "rows": args.rows,
+            "sql": SQL,
+            **part1,
+            "target_ratio_recompute_over_peer_hit": TARGET_PEER_RATIO,
+            "announce_propagation_ms": announce,
+            "fetch": fetch,
+            "phases": phases,
+            "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "pyarrow": pa.__version__,
+                "spark": pyspark.__version__,
+                "java": java_version(),
+                "kubo": kubo_version,
+                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+                "a_spark_conf": a_conf or None,
+                "spark_worker_pids": spark_pids,
+                # other work on the machine skews every figure: see also phases.*.other_cpu_share
+                "loadavg_before": round(load_before, 2),
+                "loadavg_after": round(os.getloadavg()[0], 2),
+            },
+        }
+        print(dumps(result))
+    finally:
+        for n in reversed(nodes):
+            try:
+                n.stop()
+            except Exception as e:  # noqa: BLE001 -- stop the others all the same
+                say(f"stopping node {n.name}: {e}")
+        if args.keep:
+            say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
