@@ -11,17 +11,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from multiformats import CID
 
 from node.model._shape import Ctx, want_int, want_link, want_list, want_map, want_str
-from node.model.codec import encode
-from node.model.errors import InvalidObject
 from node.model.kinds import Kind, register_kind
+from node.model.signed import Signed
 
 EVENT_KINDS = ("Seed", "SetDataSchema", "AddData", "SetInfo")
 MERGE_STRATEGIES = ("append", "ledger", "snapshot")
@@ -77,7 +74,7 @@ def _check_event(ev: Any, ctx: Ctx) -> dict[str, Any]:
 
 @register_kind
 @dataclass(frozen=True)
-class MetadataBlock(Kind):
+class MetadataBlock(Signed, Kind):
     typed_version: ClassVar[str] = "mb_0"
     prev: CID | None
     seq: int
@@ -87,9 +84,6 @@ class MetadataBlock(Kind):
 
     def _unsigned(self) -> dict[str, Any]:
         return {"prev": self.prev, "seq": self.seq, "time": self.time, "event": self.event}
-
-    def _content(self) -> Any:
-        return {**self._unsigned(), "sig": self.sig}
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
@@ -109,14 +103,5 @@ class MetadataBlock(Kind):
     def kind(self) -> str:
         return str(self.event["kind"])
 
-    def signing_bytes(self) -> bytes:
-        return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
-
-    def signed(self, sign: Callable[[bytes], bytes]) -> "MetadataBlock":
-        return replace(self, sig=sign(self.signing_bytes()))
-
-    def verify(self, key: Ed25519PublicKey) -> None:
-        try:
-            key.verify(self.sig, self.signing_bytes())
-        except InvalidSignature:
-            raise InvalidObject(f"mb_0 seq {self.seq}: the signature does not verify with the dataset key") from None
+    def _who(self) -> str:
+        return f"mb_0 seq {self.seq}"

@@ -10,17 +10,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from multiformats import CID
 
 from node.model._shape import Ctx, want_int, want_link, want_list, want_map, want_str
-from node.model.codec import encode
-from node.model.errors import InvalidObject
 from node.model.kinds import Kind, register_kind
+from node.model.signed import Signed
 
 
 @register_kind
@@ -81,7 +78,7 @@ class Invocation(Kind):
 
 @register_kind
 @dataclass(frozen=True)
-class Receipt(Kind):
+class Receipt(Signed, Kind):
     typed_version: ClassVar[str] = "rc_0"
     execution: CID
     invocation: CID
@@ -100,9 +97,6 @@ class Receipt(Kind):
                 "time": self.time, "engine": dict(self.engine), "logicalHash": self.logical_hash,
                 "rows": self.rows, "structure": self.structure, "versions": list(self.versions),
                 "timings": dict(self.timings)}
-
-    def _content(self) -> Any:
-        return {**self._unsigned(), "sig": self.sig}
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
@@ -131,23 +125,13 @@ class Receipt(Kind):
             "sig": m["sig"],
         }
 
-    def signing_bytes(self) -> bytes:
-        return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
-
-    def signed(self, sign: Callable[[bytes], bytes]) -> "Receipt":
-        return replace(self, sig=sign(self.signing_bytes()))
-
-    def verify(self, key: Ed25519PublicKey) -> None:
-        """Check the signature with the signer's key (the caller derives it from ``signer``, a did:key)."""
-        try:
-            key.verify(self.sig, self.signing_bytes())
-        except InvalidSignature:
-            raise InvalidObject(f"rc_0: the signature does not verify with the signer's key {self.signer}") from None
+    def _who(self) -> str:
+        return f"{self.typed_version} by {self.signer}"
 
 
 @register_kind
 @dataclass(frozen=True)
-class Announcement(Kind):
+class Announcement(Signed, Kind):
     """an_0: a signed claim that ``signer`` computed ``execution`` for ``invocation`` (gossiped, looked up).
 
     It carries CIDs, never data (gossip drops messages over 1 MiB): where to fetch (``providers``, Kubo
@@ -172,9 +156,6 @@ class Announcement(Kind):
                 "logicalHash": self.logical_hash, "rows": self.rows, "engine": dict(self.engine),
                 "providers": list(self.providers), "signer": self.signer, "time": self.time}
 
-    def _content(self) -> Any:
-        return {**self._unsigned(), "sig": self.sig}
-
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         keys = ("invocation", "execution", "receipt", "logicalHash", "rows", "engine", "providers", "signer", "time", "sig")
@@ -197,14 +178,5 @@ class Announcement(Kind):
             "sig": m["sig"],
         }
 
-    def signing_bytes(self) -> bytes:
-        return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
-
-    def signed(self, sign: Callable[[bytes], bytes]) -> "Announcement":
-        return replace(self, sig=sign(self.signing_bytes()))
-
-    def verify(self, key: Ed25519PublicKey) -> None:
-        try:
-            key.verify(self.sig, self.signing_bytes())
-        except InvalidSignature:
-            raise InvalidObject(f"an_0: the signature does not verify with the signer's key {self.signer}") from None
+    def _who(self) -> str:
+        return f"{self.typed_version} by {self.signer}"
