@@ -11,8 +11,9 @@ Prints one JSON object on stdout (progress goes to stderr):
    whole answer is read):
    - **misses**: ``SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > C GROUP BY k ORDER BY k``
      with a new constant C each time (a new invocation each time). The very first query on the fresh
-     dataset version (C = 0.05) also hashes the whole input once (the version's logical hash is then
-     cached): it is reported apart as ``first_miss_ms``. Then ``--warm-misses`` untimed misses (the JVM's
+     dataset version (C = 0.05) is reported apart as ``first_miss_ms``: it is the plan's first run in the
+     worker's JVM, and it pays whatever the node does once per version (the input's logical hash, if the
+     ingest did not record it). Then ``--warm-misses`` untimed misses (the JVM's
      JIT warms up on this statement over several runs), then the ``--misses`` timed ones (``miss_ms``).
      Each miss is broken down with its receipt's ``timings`` (``GET /api/v0/executions/{execution}``), the
      node's ``computed`` log line and the answer's ``elapsed_ms``.
@@ -25,10 +26,11 @@ Prints one JSON object on stdout (progress goes to stderr):
    ``spark.read.parquet`` + columns named as in the dataset + temp view ``t`` + ``spark.sql(…).toArrow()``.
    It runs exactly the node worker's sequence: the worker's warm-up query, the first constant, the warm
    constants (untimed), then the timed constants (``warm_spark_ms``), so both JVMs are equally warm.
-   A second pass (diagnostic, same session) runs each timed constant three ways, alternating the order:
-   the same plain run, the view already registered (SQL + toArrow only), and the worker's own job code
-   (``spark_worker.server.Worker.execute``: canonical statement, ``col_N`` names, forced session settings,
-   temp views dropped, Arrow IPC) — so the worker's per-job overhead is measured in the same JVM.
+   A second pass (diagnostic, same session) runs, per timed constant and in rotating order, with constants
+   never seen before (Spark generates code per statement, literals included): the same plain run, the view
+   already registered (SQL + toArrow only), and the worker's own job code (``spark_worker.server.Worker.execute``:
+   canonical statement, ``col_N`` names, forced session settings, temp views dropped, Arrow IPC), plus the
+   timed statement run again (``repeat``: what a statement Spark has already compiled costs).
    The node and this SparkSession never run together. DuckDB: timed the same way if importable, else ``null``.
 4. Removes the temp dir (unless ``--keep``) and every process it started.
 
@@ -45,6 +47,8 @@ import argparse
 import asyncio
 import contextlib
 import http.client
+import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -58,6 +62,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -202,6 +207,29 @@ def our_cpu() -> dict[int, float]:
     return ours
 
 
+class OtherCpu:
+    """Other work's share of all CPUs between ``start()`` and ``share()`` (busy CPU time of the machine minus
+    that of this process and its descendants); the snapshots are taken outside the timed code."""
+
+    def start(self) -> None:
+        self.busy0, self.ours0, self.t0 = machine_busy_seconds(), our_cpu(), time.monotonic()
+
+    def share(self) -> float:
+        wall = time.monotonic() - self.t0
+        ours = sum(c - self.ours0.get(p, 0.0) for p, c in our_cpu().items())
+        other = max(0.0, machine_busy_seconds() - self.busy0 - ours)
+        return round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else 0.0
+
+
+CLEAN_SHARE = 0.1  # a sample during which other work used more than this share of the CPUs is "disturbed"
+
+
+def clean_p50(samples: list[float], shares: list[float]) -> float | None:
+    """p50 of the undisturbed samples, or None if fewer than 3 of them."""
+    kept = [x for x, sh in zip(samples, shares) if sh < CLEAN_SHARE]
+    return p50(kept) if len(kept) >= 3 else None
+
+
 QUIET = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
 
 
@@ -228,9 +256,35 @@ def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows:
         say(f"{label}: waited {waited} s for the machine to be quiet")
 
 
+def role(pid: int) -> str:
+    """What one of our processes is, from its command line."""
+    if pid == -1:
+        return "exited children"
+    if pid == os.getpid():
+        return "bench"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    text = b" ".join(argv).decode(errors="replace")
+    if "spark_worker" in text:
+        return "spark worker (python)"
+    if "node start" in text:
+        return "node"
+    if Path(argv[0].decode(errors="replace")).name == "ipfs":
+        return "kubo"
+    if "java" in Path(argv[0].decode(errors="replace")).name:
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            parent = 0
+        return "spark JVM (bench)" if parent == os.getpid() else "spark JVM (node's worker)"
+    return Path(argv[0].decode(errors="replace")).name or "other"
+
+
 class Phase:
-    """Wall time, load average and CPU of one phase: ours (this process and all it started) vs the rest
-    of the machine (``other_cpu_share``: other work's share of all CPUs during the phase, which skews it)."""
+    """Wall time, load average and CPU of one phase: ours (this process and all it started, by role) vs the
+    rest of the machine (``other_cpu_share``: other work's share of all CPUs during the phase, which skews it)."""
 
     def __init__(self, name: str, phases: dict[str, Any]) -> None:
         self.name, self.phases = name, phases
@@ -246,11 +300,15 @@ class Phase:
         ours1 = our_cpu()
         ours = sum(c - self.ours0.get(p, 0.0) for p, c in ours1.items())  # processes alive at the end
         other = max(0.0, busy - ours)
+        by_role: dict[str, float] = {}
+        for p, c in ours1.items():
+            by_role[role(p)] = by_role.get(role(p), 0.0) + c - self.ours0.get(p, 0.0)
         self.phases[self.name] = {
             "seconds": round(wall, 2),
             "loadavg_1m_before": round(self.load0, 2),
             "loadavg_1m_after": round(os.getloadavg()[0], 2),
             "cpu_seconds_ours": round(ours, 2),
+            "cpu_seconds_ours_by_process": {k: round(v, 2) for k, v in sorted(by_role.items()) if round(v, 2)},
             "cpu_seconds_other": round(other, 2),
             "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
         }
@@ -513,6 +571,32 @@ async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result:
         out["pin_recursive_over_input_slices_ms"] = p50(over_inputs)
         out["pin_recursive_one_block_ms"] = p50(lone)
 
+        # the same 13 blocks in one CAR, one `dag import` call that also pins its root (which links the rest)
+        from node.model import encode
+
+        def varint(n: int) -> bytes:
+            out = bytearray()
+            while True:
+                out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+                n >>= 7
+                if not n:
+                    return bytes(out)
+
+        imports = []
+        for _ in range(3):
+            leaves = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(12)]
+            root = block_of({"probe": secrets.token_hex(16), "links": [b.cid for b in leaves]})
+            header = encode({"roots": [root.cid], "version": 1})
+            car = bytearray(varint(len(header)) + header)
+            for b in [*leaves, root]:
+                raw = bytes(b.cid)
+                car += varint(len(raw) + len(b.data)) + raw + b.data
+            t0 = time.perf_counter()
+            await kubo.dag_import(bytes(car), pin_roots=True)
+            imports.append(ms_since(t0))
+            await kubo.pin_rm(root.cid, recursive=True)
+        out["dag_import_13_blocks_pinned_ms"] = p50(imports)
+
         provide, outcome = [], ""
         for b in blocks[:3]:
             t0 = time.perf_counter()
@@ -589,16 +673,21 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
         try:
             # -- misses -----------------------------------------------------------------------
             def miss(c: str) -> dict[str, Any]:
+                other = OtherCpu()
+                other.start()
                 ms, a = query(api, c)
+                share = other.share()
                 if a["source"] != "computed":
                     raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
-                say(f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)")
+                say(f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)"
+                    + (f"; other work used {share:.0%} of the CPUs" if share >= CLEAN_SHARE else ""))
                 return {"constant": c, "client_ms": round(ms, 1), "node_elapsed_ms": a["elapsed_ms"],
-                        "invocation": a["invocation"], "execution": a["execution"], "row_count": a["row_count"]}
+                        "invocation": a["invocation"], "execution": a["execution"], "row_count": a["row_count"],
+                        "other_cpu_share": share}
 
             jobs0 = node.info()["spark"]["jobs"]
             wait_quiet("first_miss")
-            say(f"first query on the fresh version (v > {FIRST_CONSTANT}: hashes the input once)…")
+            say(f"first query on the fresh version (v > {FIRST_CONSTANT})…")
             with Phase("first_miss", phases):
                 first = miss(FIRST_CONSTANT)
             say(f"{len(warm)} untimed misses (JIT warm-up on this statement)…")
@@ -642,6 +731,8 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
             result_file = home / "cache" / "slices" / f"{hit_answer['slices'][0]}.parquet"
             with Phase("probes", phases):
                 probe = probes(api, node, slice_cids, schema, work, result_file)
+            with Phase("node_idle_5s", phases):  # what the node, its Kubo and its worker use when asked nothing
+                time.sleep(5.0)
         finally:
             api.close()
         node_info = node.info()
@@ -667,7 +758,7 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
 
 
 def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], warm: list[str],
-                timed: list[str]) -> dict[str, Any]:
+                timed: list[str], phases: dict[str, Any]) -> dict[str, Any]:
     """The same SQL in a warm SparkSession in this process, with the worker's settings and warm-up."""
     tmp = work / "spark-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -705,7 +796,7 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
         return round(ms, 1)
 
     def sql_only(c: str) -> float:
-        """The view already registered (by the plain run just before): Spark SQL + toArrow only."""
+        """The view ``t`` already registered (by an earlier plain run, same files): Spark SQL + toArrow only."""
         t0 = time.perf_counter()
         spark.sql(SQL.format(c=c)).toArrow()
         return round((time.perf_counter() - t0) * 1000, 1)
@@ -733,30 +824,45 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
         warm_s = time.perf_counter() - t0
         say(f"baseline: session {start_s:.1f} s, warm-up {warm_s:.1f} s")
         wait_quiet("baseline")
-        samples = []
-        for c in timed:
-            samples.append(plain(c))
+        samples, shares = [], []
+        other = OtherCpu()
+        with Phase("baseline_warm_spark", phases):
+            for c in timed:
+                other.start()
+                samples.append(plain(c))
+                shares.append(other.share())
         say(f"baseline: warm Spark p50 {p50(samples):.0f} ms over {len(samples)} runs")
-        # diagnostic pass: plain, SQL only and the worker's job code, same constants, alternating order
+        # Diagnostic pass. Spark compiles code per statement (a literal is part of the generated code), so a
+        # statement seen before runs faster: each variant gets constants never seen before (0.0111, 0.0121…),
+        # except "repeat", which re-runs a statement of the timed pass. The order rotates.
         wait_quiet("baseline_diagnostic")
-        diag: dict[str, list[float]] = {"plain": [], "sql_only": [], "worker_execute": [], "worker_execute_total": []}
-        for i, c in enumerate(timed):
-            if i % 2:
-                e, total = worker_job(c)
-            diag["plain"].append(plain(c))
-            diag["sql_only"].append(sql_only(c))
-            if not i % 2:
-                e, total = worker_job(c)
-            diag["worker_execute"].append(e)
+        diag: dict[str, list[float]] = {"plain": [], "sql_only": [], "worker_execute": [], "worker_execute_total": [],
+                                        "repeat": []}
+
+        def run_worker(c: str) -> None:
+            elapsed, total = worker_job(c)
+            diag["worker_execute"].append(elapsed)
             diag["worker_execute_total"].append(total)
-        say(f"baseline diagnostic: plain {p50(diag['plain']):.0f} ms, SQL only {p50(diag['sql_only']):.0f} ms, "
-            f"worker job code {p50(diag['worker_execute']):.0f} ms")
+
+        with Phase("baseline_diagnostic", phases):
+            for i, c in enumerate(timed):
+                steps: list[Callable[[], None]] = [
+                    lambda i=i: diag["plain"].append(plain(f"0.{i + 1:02d}11")),
+                    lambda i=i: diag["sql_only"].append(sql_only(f"0.{i + 1:02d}21")),
+                    lambda i=i: run_worker(f"0.{i + 1:02d}31"),
+                    lambda c=c: diag["repeat"].append(plain(c)),
+                ]
+                for step in steps[i % 4:] + steps[:i % 4]:
+                    step()
+        say(f"baseline diagnostic: new statements: plain {p50(diag['plain']):.0f} ms, view already registered "
+            f"{p50(diag['sql_only']):.0f} ms, worker job code {p50(diag['worker_execute']):.0f} ms; "
+            f"a statement run before {p50(diag['repeat']):.0f} ms")
         version = spark.version
     finally:
         os.close(worker.wake_r)
         os.close(worker.wake_w)
         stop_spark(spark)
-    return {"samples": samples, "diagnostic": diag, "session_start_s": round(start_s, 1),
+    return {"samples": samples, "other_cpu_share": shares, "diagnostic": diag, "session_start_s": round(start_s, 1),
             "warmup_s": round(warm_s, 1), "spark": version}
 
 
@@ -783,6 +889,19 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
 # --------------------------------------------------------------------------- main
 
 
+def git_state() -> dict[str, Any]:
+    """The commit measured, and the files that differ from it (the node runs from this working tree)."""
+    def git(*a: str) -> str:
+        out = subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, timeout=30, check=False)
+        return out.stdout
+
+    try:
+        return {"head": git("rev-parse", "--short", "HEAD").strip() or None,
+                "changed": [ln[3:] for ln in git("status", "--porcelain").splitlines() if len(ln) > 3]}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"head": None, "changed": []}
+
+
 def java_version() -> str | None:
     try:
         out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
@@ -807,6 +926,12 @@ def main() -> None:
         parser.error("--rows ≥ 1000, --hits and --misses ≥ 1, --warm-misses ≥ 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
 
+    # Everything of the node's code this process uses, imported now: the run then measures one state of it.
+    for module in ("node.datasets", "node.datasets.slices", "node.errors", "node.ipfs", "node.model", "node.query",
+                   "spark_worker.server", "spark_worker.session"):
+        importlib.import_module(module)
+
+    git = git_state()
     load_before = os.getloadavg()[0]
     QUIET["max_wait_s"] = args.quiet_wait
     phases: dict[str, Any] = {}
@@ -821,10 +946,13 @@ def main() -> None:
         say(f"{parquet.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s")
 
         cairn, paths, schema = bench_cairn(work, parquet, args.rows, warm, timed, args.hits, phases)
-        with Phase("baseline_spark", phases):
-            spark = bench_spark(work, paths, schema, warm, timed)
+        spark = bench_spark(work, paths, schema, warm, timed, phases)
+        if importlib.util.find_spec("duckdb") is not None:
+            wait_quiet("baseline_duckdb")
         with Phase("baseline_duckdb", phases):
             duck, duck_note = bench_duckdb(paths, warm, timed)
+        if duck is None:
+            del phases["baseline_duckdb"]
 
         hits = cairn["hits"]["client_ms"]
         misses = cairn["misses"]
@@ -848,21 +976,27 @@ def main() -> None:
                        "max": round(max(hits), 3), "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
                        "constant": cairn["hits"]["constant"], "sources": cairn["hits"]["sources"]},
             "miss_ms": {"p50": miss_p50, "samples": miss, "constants": timed,
+                        "other_cpu_share": [m["other_cpu_share"] for m in misses],
                         "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
                         "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]]},
             "first_miss_ms": cairn["first_miss"]["client_ms"],
-            "warm_spark_ms": {"p50": spark_p50, "samples": spark["samples"]},
+            "warm_spark_ms": {"p50": spark_p50, "samples": spark["samples"], "other_cpu_share": spark["other_cpu_share"]},
             "warm_spark_diagnostic_ms": {
                 "plain_p50": p50(diag["plain"]),
                 "sql_only_p50": p50(diag["sql_only"]),
                 "worker_execute_p50": p50(diag["worker_execute"]),
                 "worker_execute_total_p50": p50(diag["worker_execute_total"]),
-                **{k: v for k, v in diag.items()},
+                "repeat_p50": p50(diag["repeat"]),
+                **diag,
             },
             "duckdb_ms": duck,
             "duckdb_note": duck_note,
             "ratio_miss_over_warm_spark": round(miss_p50 / spark_p50, 3),
             "ratio_warm_spark_over_hit": round(spark_p50 / hit_p50, 1),
+            # the same over the samples other work did not disturb (< 10 % of the CPUs), if ≥ 3 on each side
+            "ratio_miss_over_warm_spark_undisturbed": (
+                round(mc / sc, 3) if (mc := clean_p50(miss, [m["other_cpu_share"] for m in misses])) is not None
+                and (sc := clean_p50(spark["samples"], spark["other_cpu_share"])) is not None else None),
             "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
             "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
             "targets": {"ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
@@ -883,6 +1017,7 @@ def main() -> None:
                 "spark": spark["spark"],
                 "java": java_version(),
                 "kubo": cairn["kubo_version"],
+                "git": git,
                 "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
                 "spark_worker_warmup_ms": cairn["spark_worker_warmup_ms"],
                 "baseline_session_start_s": spark["session_start_s"],
