@@ -77,7 +77,7 @@ MB = 1_000_000
 GEN_ROWS = 1 << 20  # rows generated (and written as one row group) per chunk
 DATASET = "bench"
 SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
-FIRST_CONSTANT = "0.05"  # the first query on the fresh version (pays the input's logical hash)
+FIRST_CONSTANT = "0.05"  # the first query on the fresh version (reported apart)
 HIT_WARMUP = 5
 STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
 TARGET_MISS_RATIO = 1.3
@@ -149,6 +149,14 @@ def cpu_seconds(pid: int) -> float | None:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot): with the PID, it names one process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
         return None
 
 
@@ -432,7 +440,11 @@ class BenchNode:
         return out
 
     def stop(self, timeout: float = 60.0) -> None:
+        # The node stops its Kubo and its Spark worker (and the worker its JVM). Note them all now, by PID and
+        # start time, to make sure afterwards that each is gone (a PID reused since is left alone).
+        started: list[tuple[int, str | None]] = []
         if self.proc is not None and self.proc.poll() is None:
+            started = [(p, start_time(p)) for p in descendants(self.proc.pid) if p != self.proc.pid]
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
@@ -440,14 +452,15 @@ class BenchNode:
                 say(f"node pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
                 self.proc.kill()
                 self.proc.wait(10)
-        # The node stops its Kubo and its Spark worker; make sure (by PID) that Kubo is gone.
-        if self.kubo_pid is not None and not wait_gone(self.kubo_pid, 15.0):
-            say(f"managed Kubo pid {self.kubo_pid} still running: SIGTERM")
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.kubo_pid, signal.SIGTERM)
-            if not wait_gone(self.kubo_pid, 15.0):
+        if self.kubo_pid is not None and all(p != self.kubo_pid for p, _ in started):
+            started.append((self.kubo_pid, start_time(self.kubo_pid)))
+        for pid, since in started:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if wait_gone(pid, 15.0) or since is None or start_time(pid) != since:
+                    break
+                say(f"pid {pid} (started by the node) still running: {sig.name}")
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.kubo_pid, signal.SIGKILL)
+                    os.kill(pid, sig)
         if hasattr(self, "_log"):
             self._log.close()
 
@@ -455,7 +468,7 @@ class BenchNode:
 # --------------------------------------------------------------------------- Cairn
 
 
-def ingest(node: BenchNode, parquet: Path, work: Path) -> dict[str, Any]:
+def ingest(node: BenchNode, parquet: Path) -> dict[str, Any]:
     say(f"cairn add {parquet.name} ({parquet.stat().st_size / MB:.0f} MB of Parquet)…")
     t0 = time.perf_counter()
     out = subprocess.run([*cairn_argv(), "--home", str(node.home), "add", str(parquet), "--name", DATASET, "--json"],
@@ -657,7 +670,7 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
     try:
         with Phase("ingest_and_spark_start", phases):
             node.start()
-            added = ingest(node, parquet, work)
+            added = ingest(node, parquet)
             if added["rows_added"] != rows:
                 raise RuntimeError(f"cairn added {added['rows_added']} rows, the file has {rows}")
             spark = node.wait_spark()
@@ -801,17 +814,19 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
         spark.sql(SQL.format(c=c)).toArrow()
         return round((time.perf_counter() - t0) * 1000, 1)
 
-    # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
-    worker = Worker(spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
     abstract = [f"col_{i}" for i in range(len(columns))]
+    worker: Worker | None = None
 
     def worker_job(c: str) -> tuple[float, float]:
+        assert worker is not None
         statement = canonicalize(SQL.format(c=c), {"t": schema}).statement
         t0 = time.perf_counter()
         header, _ = worker.execute(Job(f"bench-{secrets.token_hex(4)}", statement, {"a": (files, abstract)}))
         return header["elapsed_ms"], round((time.perf_counter() - t0) * 1000, 1)
 
     try:
+        # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
+        worker = Worker(spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
         # the node worker's sequence: its warm-up query (the same code), the first query, the warm misses
         wait_quiet("baseline_warmup")
         t0 = time.perf_counter()
@@ -859,8 +874,9 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
             f"a statement run before {p50(diag['repeat']):.0f} ms")
         version = spark.version
     finally:
-        os.close(worker.wake_r)
-        os.close(worker.wake_w)
+        if worker is not None:
+            os.close(worker.wake_r)
+            os.close(worker.wake_w)
         stop_spark(spark)
     return {"samples": samples, "other_cpu_share": shares, "diagnostic": diag, "session_start_s": round(start_s, 1),
             "warmup_s": round(warm_s, 1), "spark": version}
