@@ -42,6 +42,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import cairn_argv, cpu_seconds, wait_gone  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -182,44 +185,6 @@ def proc_status_mb(pid: int, key: str) -> float | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU seconds of a live process so far (all its threads)."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is as good as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def cairn_argv() -> list[str]:
-    script = Path(sys.executable).with_name("cairn")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
 
 
 def http_json(url: str) -> Any:

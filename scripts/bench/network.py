@@ -68,6 +68,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Self
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import cairn_argv, cpu_seconds, java_version, pid_alive, start_time, stat_fields, wait_gone  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -177,43 +180,6 @@ def generate_big(path: Path, target_bytes: int) -> tuple[int, float]:
 # --------------------------------------------------------------------------- processes and the machine
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot): tells a live process from a reused PID."""
-    f = _stat_fields(pid)
-    return int(f[19]) if f and len(f) > 19 else None
-
-
-def cpu_seconds(pid: int) -> float | None:
-    f = _stat_fields(pid)
-    try:
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") if f else None
-    except (ValueError, IndexError):
-        return None
-
-
-def pid_alive(pid: int, started: int | None = None) -> bool:
-    f = _stat_fields(pid)
-    if f is None or f[0] == "Z":
-        return False
-    return started is None or start_time(pid) == started
-
-
-def wait_gone(pid: int, started: int | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid, started):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def stop_pid(pid: int, started: int | None, what: str, timeout: float = 15.0) -> None:
     """SIGTERM this process (if it is still the one we started), SIGKILL it if it lingers."""
     if not pid_alive(pid, started):
@@ -221,11 +187,11 @@ def stop_pid(pid: int, started: int | None, what: str, timeout: float = 15.0) ->
     say(f"{what} pid {pid} still running: SIGTERM")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if not wait_gone(pid, started, timeout):
+    if not wait_gone(pid, timeout, started):
         say(f"{what} pid {pid} ignored SIGTERM: SIGKILL")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        wait_gone(pid, started, 5.0)
+        wait_gone(pid, 5.0, started)
 
 
 def descendants(root: int) -> list[int]:
@@ -233,7 +199,7 @@ def descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            f = _stat_fields(int(entry.name))
+            f = stat_fields(int(entry.name))
             if f:
                 children.setdefault(int(f[1]), []).append(int(entry.name))
     out, todo = [], list(children.get(root, []))
@@ -309,11 +275,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def cairn_argv() -> list[str]:
-    script = Path(sys.executable).with_name("cairn")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
 
 
 class Api:
@@ -496,7 +457,7 @@ class BenchNode:
                 self.proc.wait(10)
         # The node stops its Kubo and its Spark worker (which stops its JVM): make sure, by PID.
         for pid, started in self.children.items():
-            if not wait_gone(pid, started, 15.0):
+            if not wait_gone(pid, 15.0, started):
                 stop_pid(pid, started, f"node {self.name}'s child")
         if hasattr(self, "_log"):
             self._log.close()
@@ -1279,14 +1240,6 @@ def dumps(obj: Any, indent: int = 0, width: int = 120) -> str:
         return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
     items = [pad + dumps(v, indent + 2, width) for v in obj]
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
-
-
-def java_version() -> str | None:
-    try:
-        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
-        return (out.stderr or out.stdout).splitlines()[0].strip()
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        return None
 
 
 def main() -> None:

@@ -66,6 +66,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import cairn_argv, cpu_seconds, java_version, start_time, wait_gone  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -141,45 +144,6 @@ def generate_parquet(path: Path, rows: int) -> None:
 
 
 # --------------------------------------------------------------------------- processes and the machine
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a live process so far (all its threads)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks after boot): with the PID, it names one process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is as good as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def descendants(root: int) -> list[int]:
@@ -320,11 +284,6 @@ class Phase:
             "cpu_seconds_other": round(other, 2),
             "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
         }
-
-
-def cairn_argv() -> list[str]:
-    script = Path(sys.executable).with_name("cairn")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
 
 
 class Api:
@@ -916,14 +875,6 @@ def git_state() -> dict[str, Any]:
                 "changed": [ln[3:] for ln in git("status", "--porcelain").splitlines() if len(ln) > 3]}
     except (OSError, subprocess.TimeoutExpired):
         return {"head": None, "changed": []}
-
-
-def java_version() -> str | None:
-    try:
-        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
-        return (out.stderr or out.stdout).splitlines()[0].strip()
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        return None
 
 
 def main() -> None:

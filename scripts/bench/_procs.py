@@ -1,0 +1,66 @@
+"""Process helpers the benchmarks share: /proc readings, waiting for a PID to go, how to run `cairn`.
+
+Processes are always identified by PID *and* start time where it matters, so a reused PID is never
+mistaken for the process we started (and nothing is ever killed by name).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (field 3 onward), or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot): tells a live process from a reused PID."""
+    f = stat_fields(pid)
+    return int(f[19]) if f and len(f) > 19 else None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds of a live process so far (all its threads)."""
+    f = stat_fields(pid) if pid is not None else None
+    try:
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") if f else None
+    except (ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int, started: int | None = None) -> bool:
+    """Alive and not a zombie; with ``started``, also the same process (not a reused PID)."""
+    f = stat_fields(pid)
+    if f is None or f[0] == "Z":
+        return False
+    return started is None or start_time(pid) == started
+
+
+def wait_gone(pid: int, timeout: float, started: int | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid, started):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def cairn_argv() -> list[str]:
+    script = Path(sys.executable).with_name("cairn")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "node"]
+
+
+def java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
+        return (out.stderr or out.stdout).splitlines()[0].strip()
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
