@@ -1,0 +1,230 @@
+"""All 22 TPC-H queries through Cairn (real Kubo, real Spark) against DuckDB on the same Parquet files.
+
+Issue 13 item 6. `tpchgen-cli` writes the eight tables as Parquet (decimal and date columns, NOTES.md); each is
+ingested once into one node with `cairn add`. Each query (tests/data/tpch/qNN.sql: the TPC-H specification's text
+with its default substitution parameters, only Q15's view written as a CTE) goes through `POST /api/v0/query`;
+its result is read back as Parquet from `GET /api/v0/executions/{cid}/data` (not from the JSON answer's rows)
+and compared with DuckDB's answer to the same SQL over the same files. A second run must be a local hit: same
+execution CID, no new Spark job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterator
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from tests.fixtures.nodes import NodeProcess
+
+# SF 0.02: every query returns at least one row and no NULL (at 0.01 Q17 is NULL), and the module stays short.
+SCALE_FACTOR = "0.02"
+TABLES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
+QUERIES = Path(__file__).parent.parent / "data" / "tpch"
+QUERY_IDS = [f"q{i:02d}" for i in range(1, 23)]
+# Two doubles (engines that sum in different orders) agree to this relative tolerance.
+DOUBLE_RTOL = 1e-9
+
+
+@dataclass
+class Tpch:
+    node: NodeProcess
+    data: Path
+    duck: duckdb.DuckDBPyConnection
+
+
+def _generate(dest: Path) -> None:
+    exe = Path(sys.executable).parent / "tpchgen-cli"  # installed beside the interpreter (test extra)
+    r = subprocess.run([str(exe), "parquet", "-s", SCALE_FACTOR, "-o", str(dest)], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+
+
+@pytest.fixture(scope="module")
+def tpch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpch]:
+    base = tmp_path_factory.mktemp("tpch")
+    data = base / "data"
+    data.mkdir()
+    _generate(data)
+    duck = duckdb.connect()
+    for t in TABLES:
+        duck.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{data / f'{t}.parquet'}')")
+    node = NodeProcess(base / "node", env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
+    try:
+        for t in TABLES:
+            r = node.cli("add", str(data / f"{t}.parquet"), "--name", t)
+            assert r.returncode == 0, r.stderr.decode()
+        yield Tpch(node, data, duck)
+    finally:
+        node.stop()
+        duck.close()
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _post_query(node: NodeProcess, sql: str, inputs: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    # limit 0: the answer carries no rows; the result is read as Parquet from the execution instead.
+    body = {"sql": sql, "inputs": inputs, "limit": 0}
+    req = urllib.request.Request(node.api + "/api/v0/query", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _get_parquet(node: NodeProcess, path: str) -> pa.Table:
+    with urllib.request.urlopen(node.api + path, timeout=120) as r:
+        return pq.read_table(io.BytesIO(r.read()))
+
+
+def _spark_jobs(node: NodeProcess) -> int:
+    return int(node.get("/api/v0/node")[1]["spark"]["jobs"])
+
+
+def _tables_read(sql: str) -> set[str]:
+    """The TPC-H tables a statement reads (the query's inputs must be exactly those: rule `unused-input`)."""
+    return {t.name.lower() for t in sqlglot.parse_one(sql, read="spark").find_all(exp.Table)} & set(TABLES)
+
+
+def _order_positions(sql: str, columns: list[str]) -> list[int] | None:
+    """Output positions of the top-level ORDER BY keys (by name or alias, as TPC-H writes them); None without."""
+    tree = sqlglot.parse_one(sql, read="spark")
+    order = tree.args.get("order")
+    if order is None:
+        return None
+    names = [c.lower() for c in columns]
+    keys = []
+    for o in order.expressions:
+        assert isinstance(o.this, exp.Column), f"ORDER BY key is not an output name: {o.sql()}"
+        keys.append(names.index(o.this.name.lower()))
+    return keys
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Cells equal: decimals, integers, strings and dates exactly; a double within the other engine's precision."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        if not all(isinstance(v, (float, int, Decimal)) for v in (a, b)):
+            return False
+        tol = DOUBLE_RTOL * max(abs(float(a)), abs(float(b)))
+        for v in (a, b):  # a decimal is the exact value rounded to its scale: allow that rounding
+            if isinstance(v, Decimal):
+                tol += 0.5 * 10.0 ** int(v.as_tuple().exponent)
+        return math.isclose(float(a), float(b), rel_tol=0, abs_tol=tol)
+    if isinstance(a, (int, Decimal)) and isinstance(b, (int, Decimal)):
+        return not isinstance(a, bool) and not isinstance(b, bool) and Decimal(a) == Decimal(b)
+    return type(a) is type(b) and a == b
+
+
+def _sort_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((0, 0.0) if v is None else (1, float(v)) if isinstance(v, (int, float, Decimal)) else (2, str(v))
+                 for v in row)
+
+
+def _same_multiset(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> str | None:
+    if len(got) != len(want):
+        return f"{len(got)} rows, expected {len(want)}"
+    for g, w in zip(sorted(got, key=_sort_key), sorted(want, key=_sort_key)):
+        if not all(_same(x, y) for x, y in zip(g, w)):
+            return f"row {g!r} differs from expected {w!r}"
+    return None
+
+
+def _groups(rows: list[tuple[Any, ...]], keys: list[int]) -> list[list[tuple[Any, ...]]]:
+    """Consecutive rows with the same ORDER BY keys: the order within a group is not fixed by the query."""
+    out: list[list[tuple[Any, ...]]] = []
+    for r in rows:
+        if out and all(_same(r[k], out[-1][0][k]) for k in keys):
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
+
+
+def compare(got: pa.Table, want: pa.Table, order: list[int] | None) -> str | None:
+    """Why ``got`` is not ``want`` (None when equal): same width, same rows, in the ORDER BY order if there is one."""
+    if got.num_columns != want.num_columns:
+        return f"{got.num_columns} columns, expected {want.num_columns}"
+    g = [tuple(r.values()) for r in got.to_pylist()]
+    w = [tuple(r.values()) for r in want.to_pylist()]
+    if order is None:
+        return _same_multiset(g, w)
+    if len(g) != len(w):
+        return f"{len(g)} rows, expected {len(w)}"
+    gg, wg = _groups(g, order), _groups(w, order)
+    if len(gg) != len(wg):
+        return f"{len(gg)} distinct ORDER BY keys, expected {len(wg)}"
+    for i, (a, b) in enumerate(zip(gg, wg)):
+        why = _same_multiset(a, b)
+        if why is not None:
+            return f"in ORDER BY position {i}: {why}"
+    return None
+
+
+# -- the oracle's own checks (fast, no node) ------------------------------------------------------------
+
+
+def test_compare_is_strict() -> None:
+    """The comparison must see a wrong value, a wrong order, a missing row and a lost decimal digit."""
+    dec = pa.decimal128(15, 2)
+    want = pa.table({"k": ["a", "b", "c"], "v": pa.array([Decimal("1.10"), Decimal("2.20"), Decimal("3.30")], dec)})
+    assert compare(want, want, [0]) is None
+    assert compare(want.slice(0, 2), want, [0]) is not None
+    assert compare(want.take([1, 0, 2]), want, [0]) is not None
+    assert compare(want.take([1, 0, 2]), want, None) is None
+    off = want.set_column(1, "v", pa.array([Decimal("1.10"), Decimal("2.21"), Decimal("3.30")], dec))
+    assert compare(off, want, [0]) is not None
+    # A decimal rounded to scale 6 matches the double it rounds; a digit more off does not.
+    d = pa.table({"x": pa.array([Decimal("0.049985")], pa.decimal128(19, 6))})
+    assert compare(d, pa.table({"x": [0.04998479]}), None) is None
+    assert compare(d, pa.table({"x": [0.0499837]}), None) is not None
+    assert compare(pa.table({"x": [1.0]}), pa.table({"x": [1.0 + 1e-6]}), None) is not None
+
+
+# -- through Cairn -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_ingest_keeps_every_value(tpch: Tpch, table: str) -> None:
+    """What the node stored reads back as the generated file (decimals, dates and strings unchanged)."""
+    stored = _get_parquet(tpch.node, f"/api/v0/datasets/{table}/data?format=parquet")
+    source = pq.read_table(tpch.data / f"{table}.parquet")
+    assert stored.column_names == source.column_names
+    assert compare(stored, source, list(range(source.num_columns))) is None
+
+
+@pytest.mark.parametrize("qid", QUERY_IDS)
+def test_tpch_query_equals_duckdb(tpch: Tpch, qid: str) -> None:
+    sql = (QUERIES / f"{qid}.sql").read_text()
+    inputs = {t: t for t in sorted(_tables_read(sql))}
+    status, first = _post_query(tpch.node, sql, inputs)
+    assert status == 200, first
+    assert first["source"] == "computed"
+
+    got = _get_parquet(tpch.node, f"/api/v0/executions/{first['execution']}/data?format=parquet")
+    want = tpch.duck.sql(sql).to_arrow_table()
+    assert want.num_rows > 0 and first["row_count"] == got.num_rows
+    why = compare(got, want, _order_positions(sql, want.column_names))
+    assert why is None, f"{qid}: {why}"
+
+    jobs = _spark_jobs(tpch.node)
+    status, again = _post_query(tpch.node, sql, inputs)
+    assert status == 200, again
+    assert again["source"] == "local" and again["execution"] == first["execution"]
+    assert _spark_jobs(tpch.node) == jobs  # answered from the index: the worker received no job
