@@ -13,7 +13,7 @@ higher-order ``transform``/``exists``) are listed in ``SPECIAL_SYNTAX_NODES``.
 
 from __future__ import annotations
 
-RULES_REVISION = 1
+RULES_REVISION = 2  # 2: clock-value (issue 12 item 1)
 
 # --- functions ---------------------------------------------------------------------------------------
 
