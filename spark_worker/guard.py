@@ -143,7 +143,8 @@ def check_node(node: Node) -> None:
         _check_datetime_cast(child, str(target))
     elif target == "string" and _has_float(child.data_type):
         raise Refused(
-            "float-format", "FLOAT/DOUBLE as text depends on the JVM's Double.toString; round or format_number it"
+            "float-format", "FLOAT/DOUBLE as text depends on the JVM's Double.toString (it changed in JDK 19); "
+                            "use format_number(x, d) or a DECIMAL cast"
         )
 
 

@@ -26,7 +26,7 @@ from sqlglot.optimizer.scope import Scope, build_scope, walk_in_scope
 from sqlglot.schema import MappingSchema
 from sqlglot.tokens import TokenType
 
-from node.query import allowlist, clock
+from node.query import allowlist, clock, environment
 from node.query.dialect import DIALECT, CairnSpark, SparkAggCall, SparkCall
 from node.query.errors import QueryRefused
 from node.query.spark_builtins import SPARK_BUILTINS
@@ -957,9 +957,10 @@ class _Canonicalizer:
                     position = matches[0]
                 col_plan.append((node, occurrence, position))
 
-        # The clock rule needs the input columns' types (docs/queries.md "clock-value").
+        # The clock and float-format rules need the input columns' types (docs/queries.md).
         typed = {id(c): self.declared[occ_kind[id(o)][1]].types[p] for c, o, p in col_plan if occ_kind[id(o)][0] == "input"}
         clock.check(root, lambda column: typed.get(id(column)))
+        environment.check(root, lambda column: typed.get(id(column)))
 
         # Display names of every query's outputs (inner first), for output_names.
         display: dict[int, list[str]] = {}
