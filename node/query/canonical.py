@@ -147,7 +147,8 @@ class _Canonicalizer:
         self.input_occ: dict[int, list[exp.Table]] = {}
         self.cte_occ: dict[str, list[exp.Table]] = {name: [] for name in self.ctx.cte_names}
         self.derived: list[exp.Subquery] = []
-        self.occ_kind: dict[int, tuple[str, Any]] = {}  # id(occurrence) -> ("input", i) | ("cte", name) | ("derived", Scope)
+        # id(occurrence) -> ("input", i) | ("cte", name) | ("derived", None)
+        self.occ_kind: dict[int, tuple[str, Any]] = {}
         for scope in self.scopes:
             for table in scope.tables:
                 if id(table) in self.occ_kind:
@@ -235,7 +236,11 @@ class _Canonicalizer:
     def _check_types(self, root: exp.Expr) -> None:
         """The rules that need the input columns' types: clock-value and float-format."""
         # The clock and float-format rules need the input columns' types (docs/queries.md).
-        typed = {id(c): self.ctx.declared[self.occ_kind[id(o)][1]].types[p] for c, o, p in self.col_plan if self.occ_kind[id(o)][0] == "input"}
+        typed = {
+            id(c): self.ctx.declared[self.occ_kind[id(o)][1]].types[p]
+            for c, o, p in self.col_plan
+            if self.occ_kind[id(o)][0] == "input"
+        }
         clock.check(root, lambda column: typed.get(id(column)))
         environment.check(root, lambda column: typed.get(id(column)))
 
@@ -248,7 +253,8 @@ class _Canonicalizer:
             expression = scope.expression
             if isinstance(expression, exp.Select):
                 display[id(expression)] = [
-                    self._display_name(p, col_target, self.occ_kind, self.source_scope, display) for p in expression.expressions
+                    self._display_name(p, col_target, self.occ_kind, self.source_scope, display)
+                    for p in expression.expressions
                 ]
             elif isinstance(expression, (exp.SetOperation, exp.Subquery)):
                 display[id(expression)] = display.get(id(leftmost_select(expression)), [])
@@ -259,7 +265,8 @@ class _Canonicalizer:
         # Phase B: order of first appearance, read off the generated text with placeholder names. The nonce
         # keeps a user's own identifiers from posing as placeholders; it never reaches the output.
         nonce = secrets.token_hex(6)
-        all_tables = [t for occs in self.input_occ.values() for t in occs] + [t for occs in self.cte_occ.values() for t in occs]
+        all_tables = [t for occs in self.input_occ.values() for t in occs]
+        all_tables += [t for occs in self.cte_occ.values() for t in occs]
         ctes = list(self.ctx.cte_names.values())
         placeholder: dict[str, exp.Expr] = {}
         for prefix, nodes in (("t", all_tables), ("c", ctes), ("d", self.derived)):
@@ -318,7 +325,9 @@ class _Canonicalizer:
 
         # Order: complete every ORDER BY and every order-sensitive window to a total order.
         input_column = {  # id(column node) -> (input index, position), for columns read straight from an input
-            id(col): (self.occ_kind[id(occ)][1], pos) for col, occ, pos in self.col_plan if self.occ_kind[id(occ)][0] == "input"
+            id(col): (self.occ_kind[id(occ)][1], pos)
+            for col, occ, pos in self.col_plan
+            if self.occ_kind[id(occ)][0] == "input"
         }
         order_by = complete_orders(self.ctx, root, input_column)
         complete_windows(self.ctx, root, self.visible, self.qualifier_of, self.occ_kind, self.source_scope)
@@ -328,7 +337,9 @@ class _Canonicalizer:
         try:
             statement = root.sql(dialect=DIALECT, comments=False)
         except SqlglotError as e:
-            raise QueryRefused("unsupported-construct", f"cannot write the canonical form ({e})", self.ctx.sql) from None
+            raise QueryRefused(
+                "unsupported-construct", f"cannot write the canonical form ({e})", self.ctx.sql
+            ) from None
         if "${" in statement:  # Spark substitutes ${…} anywhere in the text, strings included
             raise QueryRefused(
                 "outside-reach", "${…} is Spark variable substitution", statement[statement.index("${") :]

@@ -106,7 +106,10 @@ def sort_key_for(type_string: str, expression: exp.Expr) -> tuple[exp.Expr, bool
     return None
 
 
-def complete_orders(ctx: Context, root: exp.Expr, input_column: dict[int, tuple[int, int]]) -> tuple[SortKey, ...] | None:
+def complete_orders(
+    ctx: Context, root: exp.Expr, input_column: dict[int, tuple[int, int]]
+) -> tuple[SortKey, ...] | None:
+    """Complete every ORDER BY to a total order; the top-level one's keys (None without a top-level ORDER BY)."""
     top: tuple[SortKey, ...] | None = None
     for query in list(root.find_all(exp.Select, exp.SetOperation, exp.Subquery)):
         order = query.args.get("order")
@@ -177,6 +180,7 @@ def complete_windows(
     occ_kind: dict[int, tuple[str, Any]],
     source_scope: dict[int, Scope],
 ) -> None:
+    """Append tie-breakers to every row-positional window's ORDER BY: the GROUP BY keys, or every column it reads."""
     for window in list(root.find_all(exp.Window)):
         if window_kind(window) != "complete":
             continue

@@ -34,7 +34,10 @@ def test_not_on_the_allowlist(call: str) -> None:
     assert refused.value.rule == "function-not-allowed"
 
 
-@pytest.mark.parametrize("sql", ["SELECT s COLLATE UNICODE_CI FROM t", "SELECT k FROM t WHERE s = 'a' COLLATE UTF8_LCASE"])
+@pytest.mark.parametrize("sql", [
+    "SELECT s COLLATE UNICODE_CI FROM t",
+    "SELECT k FROM t WHERE s = 'a' COLLATE UTF8_LCASE",
+])
 def test_collations_are_refused(sql: str) -> None:
     with pytest.raises(QueryRefused) as refused:
         canonicalize(sql, T)
