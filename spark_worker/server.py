@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spark_worker import guard
 from spark_worker.protocol import (
     GLOB_CHARS,
     INPUT_NAME,
@@ -208,6 +209,7 @@ class Worker:
                 if job.cancelled.is_set():
                     raise Cancelled()
             result = spark.sql(job.statement)
+            guard.check(spark, result)  # the second wall: Spark's own plan (issue 12, spark_worker/guard.py)
             if job.cancelled.is_set():
                 raise Cancelled()
             table = result.toArrow()
@@ -245,6 +247,8 @@ class Worker:
             return _error(f"job {job.id} was cancelled", "cancelled")
         if isinstance(exc, InputMismatch):
             return _error(str(exc), "analysis")
+        if isinstance(exc, guard.Refused):
+            return _error(str(exc), "refused", condition=exc.rule)
         condition = sqlstate = None
         if isinstance(exc, PySparkException):
             try:

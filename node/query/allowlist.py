@@ -13,7 +13,7 @@ higher-order ``transform``/``exists``) are listed in ``SPECIAL_SYNTAX_NODES``.
 
 from __future__ import annotations
 
-RULES_REVISION = 1
+RULES_REVISION = 2  # 2: clock-value, float-format, collation (issue 12 item 1)
 
 # --- functions ---------------------------------------------------------------------------------------
 
@@ -186,6 +186,8 @@ FORBIDDEN_NODES = {
     "SessionParameter": ("forbidden-clause", "parameters and variables are not allowed"),
     "Any": ("unsupported-construct", "ANY/SOME is not supported (use bool_or for the aggregate)"),
     "All": ("unsupported-construct", "ALL is not supported"),
+    # Only the default collation: ICU collations compare by the ICU data the engine ships (issue 12 item 1).
+    "Collate": ("collation", "COLLATE is not allowed: only the default (binary) collation"),
 }
 
 #: Clauses of SELECT / set operations / subqueries (sqlglot arg names) that are refused.

@@ -58,9 +58,18 @@ class SparkError(CairnError):
     def __init__(self, message: str, *, kind: str = "runtime", condition: str | None = None,
                  sqlstate: str | None = None) -> None:
         super().__init__(message)
-        self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker"
+        self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker" | "refused"
         self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
         self.sqlstate = sqlstate
+
+
+class SparkRefused(SparkError):
+    """The worker's guard refused the plan (spark_worker/guard.py): the query's fault, not the engine's."""
+
+    status = 400
+
+    def __init__(self, message: str, *, condition: str | None = None) -> None:
+        super().__init__(message, kind="refused", condition=condition)
 
 
 class SparkWorkerDied(SparkError):
@@ -502,6 +511,8 @@ class SparkWorker:
                 raise SparkError(f"lost the connection to the Spark worker during job {job}: "
                                  f"{one_line(str(e)) or type(e).__name__}", kind="worker") from None
             if not header.get("ok"):
+                if header.get("kind") == "refused":
+                    raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
                 raise SparkError(
                     str(header.get("error") or "the Spark job failed"),
                     kind=str(header.get("kind") or "runtime"),
