@@ -43,7 +43,7 @@ from spark_worker.protocol import (
     encode_frame,
     one_line,
 )
-from spark_worker.session import FORCED, SESSION_FORCED, build_session, check_conf
+from spark_worker.session import build_session, check_conf, engine_profile, session_pinner
 
 log = logging.getLogger("spark_worker")
 
@@ -154,6 +154,8 @@ class Worker:
         self.sc = spark.sparkContext
         self.version = spark.version
         self.master = self.sc.master  # cached: handler threads must not make py4j calls for ping/stats
+        self.profile = engine_profile(spark)  # answer-relevant versions and settings, sent with every ping
+        self.repin = session_pinner(spark)
         self.listener = listener
         self.socket_path = socket_path
         self.socket_ino = socket_ino
@@ -192,8 +194,7 @@ class Worker:
         spark, sc = self.spark, self.sc
         t0 = time.perf_counter()
         sc.setJobGroup(job.id, f"cairn job {job.id}", interruptOnCancel=True)
-        for key in SESSION_FORCED:
-            spark.conf.set(key, FORCED[key])
+        self.repin()  # a statement could have SET a forced setting
         created: list[str] = []
         try:
             for name, (paths, columns) in job.inputs.items():
@@ -325,7 +326,8 @@ class Worker:
                             jobs = self.counters["jobs"]
                         self._send(conn, {"ok": True, "spark": self.version, "jobs": jobs,
                                           "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
-                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None)})
+                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None),
+                                          "profile": self.profile})
                     elif op == "stats":
                         self._send(conn, self.stats())
                     elif op == "run":
