@@ -207,7 +207,7 @@ def check_conf(conf: Mapping[str, str]) -> None:
         forced = FORCED.get(key)
         if forced is not None:
             if value.strip().lower() != forced.lower():
-                raise ValueError(f"{key} is fixed to {forced!r} in the Cairn Spark worker (got {value!r}): "
+                raise ValueError(f"{key} is fixed to {forced} in the Cairn Spark worker (got {value!r}): "
                                  f"it can change answers (docs/spark.md)")
         elif not allowed(key):
             raise ValueError(f"{key} cannot be set in the Cairn Spark worker: only resource, address, UI and "

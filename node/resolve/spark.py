@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -96,7 +96,7 @@ class RunResult:
     elapsed_ms: float  # in the worker: temp views + Spark + collecting the result as Arrow
     total_ms: float = 0.0  # seen by the node: the above + serialising, transfer, decoding
     job: str = ""
-    profile: Mapping[str, Any] = _EMPTY  # the engine profile of the worker that ran it (see ``SparkWorker.profile``)
+    profile: Mapping[str, Any] = field(default_factory=dict)  # the engine profile of the worker that ran it
 
 
 class _Closed(Exception):
