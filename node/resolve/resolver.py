@@ -28,10 +28,8 @@ from node.identity import Identity
 from node.index import ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidObject, Invocation,
-    ModuleBytecodeEnvelope, Query,
-    Receipt,
-    RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
+    CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
+    ModuleBytecodeEnvelope, Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
 from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
@@ -353,6 +351,10 @@ class Resolver:
         if ours is None or (ours.logical_hash == an.logical_hash and ours.rows == an.rows):
             return
         theirs = an.engine.get("profile")
+        try:  # the claimant's word only: kept if it is a CID, never fetched here
+            theirs = cid_str(parse_cid(theirs)) if theirs else None
+        except InvalidCID:
+            theirs = None
         d = Divergence(ours.invocation, ours.execution, ours.profile, ours.logical_hash, ours.rows, an.signer, peer,
                        cid_str(an.execution), cid_str(an.receipt), theirs, an.logical_hash, an.rows, time.time())
         if self.index.add_divergence(d):
