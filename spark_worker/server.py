@@ -640,9 +640,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_spark(spark)
         raise
     except Exception as e:  # noqa: BLE001
-        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
         _unlink_socket(args.socket, ino)
         stop_spark(spark)
+        # Logged last: py4j logs noise while the JVM goes, and the node quotes the log's last lines.
+        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
         return EXIT_START_FAILED
 
     def on_signal(signum: int, _frame: Any) -> None:

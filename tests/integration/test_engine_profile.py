@@ -61,6 +61,23 @@ async def test_answer_changing_conf_is_refused_at_start(tmp_path: Path, key: str
     await w.stop()
 
 
+async def test_spark_defaults_conf_cannot_slip_a_setting_in(tmp_path: Path) -> None:
+    """A cluster's spark-defaults.conf bypasses --conf: the worker checks the running SparkConf too."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    # The forced key is overridden by the worker's own setting; the unknown one must stop it.
+    (conf_dir / "spark-defaults.conf").write_text("spark.sql.mapKeyDedupPolicy LAST_WIN\n"
+                                                  "spark.sql.legacy.allowParameterlessCount true\n")
+    w = SparkWorker(tmp_path / "d.sock", warmup=False, start_timeout=600)
+    own_env = w._env
+    w._env = lambda: {**own_env(), "SPARK_CONF_DIR": str(conf_dir)}  # type: ignore[method-assign]
+    with pytest.raises(SparkStartError) as err:
+        await w.start()
+    assert "spark.sql.legacy.allowParameterlessCount is set in the Spark configuration" in err.value.message
+    assert "exit code 4" in err.value.message and not w.alive()
+    await w.stop()
+
+
 # --- two real workers, one in a hostile environment ----------------------------------------------------
 
 
