@@ -265,6 +265,7 @@ class Node:
             "slices": list(row.slices),
             "peer": answer.peer,
             "verified": answer.source != "peer" or bool(answer.peer and answer.peer.get("verified")),
+            "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
         }
 
     def start_query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None,
@@ -287,6 +288,12 @@ class Node:
             "slices": list(row.slices), "source": row.source,
             "signer": receipt.signer, "time": receipt.time, "engine": receipt.engine, "timings": receipt.timings,
             "versions": [cid_str(v) for v in receipt.versions],
+            "profile": cid_str(receipt.profile) if receipt.profile else None,
+            # Peers' answers for the same invocation that disagree with this one (DESIGN.md "Engine profile").
+            "divergences": [{"signer": d.signer, "peer": d.peer, "execution": d.their_execution,
+                             "receipt": d.their_receipt, "profile": d.their_profile,
+                             "logicalHash": d.their_logical_hash, "rows": d.their_rows, "received": d.received}
+                            for d in self.index.divergences(row.invocation)],  # type: ignore[union-attr]
         }
 
     async def execution_tables(self, cid: CID, names: list[str] | None = None) -> list[Any]:

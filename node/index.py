@@ -34,6 +34,23 @@ CREATE TABLE IF NOT EXISTS executions (
     slices       TEXT NOT NULL,         -- JSON list of output slice CIDs
     source       TEXT NOT NULL,         -- computed | peer
     created      REAL NOT NULL
+    -- profile: added by _migrate (ep_0 CID of the engine that computed it; NULL if unknown)
+);
+CREATE TABLE IF NOT EXISTS divergences (
+    invocation   TEXT NOT NULL,         -- an invocation we hold an answer for
+    execution    TEXT NOT NULL,         -- our answer's ex_0
+    profile      TEXT,                  -- our answer's ep_0
+    logical_hash TEXT NOT NULL,         -- our answer's
+    rows         INTEGER NOT NULL,
+    signer       TEXT NOT NULL,         -- who claims a different answer
+    peer         TEXT NOT NULL,
+    their_execution    TEXT NOT NULL,
+    their_receipt      TEXT NOT NULL,
+    their_profile      TEXT,            -- the ep_0 its announcement names (NULL: none given)
+    their_logical_hash TEXT NOT NULL,
+    their_rows         INTEGER NOT NULL,
+    received     REAL NOT NULL,
+    PRIMARY KEY (invocation, signer, their_execution)
 );
 CREATE TABLE IF NOT EXISTS claims (
     invocation   TEXT NOT NULL,
@@ -96,6 +113,26 @@ class ExecutionRow:
     slices: tuple[str, ...]
     source: str
     created: float
+    profile: str | None = None  # ep_0 CID of the engine that computed it (None: not known here)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A peer's answer for an invocation we hold that disagrees with ours (DESIGN.md "Engine profile")."""
+
+    invocation: str
+    execution: str
+    profile: str | None
+    logical_hash: str
+    rows: int
+    signer: str
+    peer: str
+    their_execution: str
+    their_receipt: str
+    their_profile: str | None
+    their_logical_hash: str
+    their_rows: int
+    received: float
 
 
 @dataclass(frozen=True)
@@ -122,6 +159,13 @@ class Index:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Columns added after a table was first created (rows already there keep NULL)."""
+        cols = {r[1] for r in self._db.execute("PRAGMA table_info(executions)")}
+        if "profile" not in cols:
+            self._db.execute("ALTER TABLE executions ADD COLUMN profile TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -159,23 +203,40 @@ class Index:
     def execution(self, invocation: str) -> "ExecutionRow | None":
         with self._lock:
             row = self._db.execute(
-                "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created "
-                "FROM executions WHERE invocation = ?", (invocation,)).fetchone()
+                "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created, "
+                "profile FROM executions WHERE invocation = ?", (invocation,)).fetchone()
         if not row:
             return None
-        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9])
+        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9], row[10])
 
     def add_execution(self, e: "ExecutionRow") -> None:
         """First writer wins: an invocation's answer, once recorded, is never replaced."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO executions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._db.execute("INSERT OR IGNORE INTO executions (invocation, query, execution, receipt, logical_hash, "
+                             "rows, structure, slices, source, created, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows,
-                              e.structure, json.dumps(list(e.slices)), e.source, e.created))
+                              e.structure, json.dumps(list(e.slices)), e.source, e.created, e.profile))
 
     def executions(self, limit: int = 1000) -> list["ExecutionRow"]:
         with self._lock:
             rows = self._db.execute("SELECT invocation FROM executions ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
         return [e for (inv,) in rows if (e := self.execution(inv)) is not None]
+
+    def add_divergence(self, d: Divergence) -> bool:
+        """Record a disagreeing answer once (False if already known); our own answer stays the cached one."""
+        with self._lock:
+            cur = self._db.execute("INSERT OR IGNORE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   (d.invocation, d.execution, d.profile, d.logical_hash, d.rows, d.signer, d.peer,
+                                    d.their_execution, d.their_receipt, d.their_profile, d.their_logical_hash,
+                                    d.their_rows, d.received))
+        return cur.rowcount == 1
+
+    def divergences(self, invocation: str | None = None, limit: int = 100) -> list[Divergence]:
+        sql = "SELECT * FROM divergences" + (" WHERE invocation = ?" if invocation else "") + \
+              " ORDER BY received DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
+        return [Divergence(*r) for r in rows]
 
     def log_refusal(self, peer: str, reason: str) -> None:
         """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`."""
@@ -239,7 +300,7 @@ class Index:
                                     (community,)).fetchall()
 
     def count(self, table: str) -> int:
-        if table not in ("datasets", "executions"):
+        if table not in ("datasets", "executions", "divergences"):
             raise ValueError(table)
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])

@@ -9,7 +9,8 @@ result as an Arrow IPC stream.
 
 Requests and answers (see docs/spark.md):
 
-- ``{"op": "ping"}`` → ``{"ok": true, "spark": "4.3.0", "jobs": n, "protocol": 1, "pid": …, "jvm_pid": …}``
+- ``{"op": "ping"}`` → ``{"ok": true, "spark": "4.3.0", "jobs": n, "protocol": 1, "pid": …, "jvm_pid": …,
+  "profile": {"engine", "versions", "jvm", "settings"}}`` (the engine profile: spark_worker.session.engine_profile)
 - ``{"op": "run", "job": id, "statement": sql, "inputs": {name: {"paths": […], "columns": […]}}}``
   → ``{"ok": true, "job": id, "rows": n, "elapsed_ms": …, "ipc_bytes": …}`` + Arrow IPC stream
 - ``{"op": "stats"}`` → ``{"ok": true, "jobs": n, "failed": n, "succeeded": n, "cancelled": n, "running": id|null, …}``

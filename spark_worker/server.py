@@ -44,7 +44,7 @@ from spark_worker.protocol import (
     encode_frame,
     one_line,
 )
-from spark_worker.session import FORCED, SESSION_FORCED, build_session, check_conf
+from spark_worker.session import build_session, check_conf, engine_profile, session_pinner
 
 log = logging.getLogger("spark_worker")
 
@@ -155,6 +155,8 @@ class Worker:
         self.sc = spark.sparkContext
         self.version = spark.version
         self.master = self.sc.master  # cached: handler threads must not make py4j calls for ping/stats
+        self.profile = engine_profile(spark)  # answer-relevant versions and settings, sent with every ping
+        self.repin = session_pinner(spark)
         self.listener = listener
         self.socket_path = socket_path
         self.socket_ino = socket_ino
@@ -193,8 +195,7 @@ class Worker:
         spark, sc = self.spark, self.sc
         t0 = time.perf_counter()
         sc.setJobGroup(job.id, f"cairn job {job.id}", interruptOnCancel=True)
-        for key in SESSION_FORCED:
-            spark.conf.set(key, FORCED[key])
+        self.repin()  # a statement could have SET a forced setting
         created: list[str] = []
         try:
             for name, (paths, columns) in job.inputs.items():
@@ -329,7 +330,8 @@ class Worker:
                             jobs = self.counters["jobs"]
                         self._send(conn, {"ok": True, "spark": self.version, "jobs": jobs,
                                           "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
-                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None)})
+                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None),
+                                          "profile": self.profile})
                     elif op == "stats":
                         self._send(conn, self.stats())
                     elif op == "run":
@@ -642,9 +644,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_spark(spark)
         raise
     except Exception as e:  # noqa: BLE001
-        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
         _unlink_socket(args.socket, ino)
         stop_spark(spark)
+        # Logged last: py4j logs noise while the JVM goes, and the node quotes the log's last lines.
+        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
         return EXIT_START_FAILED
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -28,6 +28,7 @@ class Metrics:
         self.spark_restarts = Gauge("cairn_spark_restarts", "Restarts of the Spark worker", registry=r)
         self.executions = Gauge("cairn_executions", "Executions in the index", registry=r)
         self.datasets = Gauge("cairn_datasets", "Datasets in the index", registry=r)
+        self.divergences = Gauge("cairn_divergences", "Peers' answers that disagree with ours", registry=r)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -56,4 +57,5 @@ class Metrics:
         if n.index is not None:
             self.executions.set(n.index.count("executions"))
             self.datasets.set(n.index.count("datasets"))
+            self.divergences.set(n.index.count("divergences"))
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

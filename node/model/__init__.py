@@ -23,6 +23,7 @@ from node.model.kinds import (
 from node.model.metadata import EVENT_KINDS, MERGE_STRATEGIES, MetadataBlock
 from node.model.structure import Structure
 from node.model.query import Announcement, InputIdentity, Invocation, Query, Receipt
+from node.model.engine import EngineProfile
 from node.model.selectors import (
     ExploreIndex, ExploreRange, ExploreUnion, Matcher, Selector, SelectorEnvelope, selector_from_ipld,
 )
@@ -47,7 +48,7 @@ __all__ = [
     "selector_from_ipld",
     # cairn kinds
     "Structure", "MetadataBlock", "EVENT_KINDS", "MERGE_STRATEGIES",
-    "Query", "Invocation", "InputIdentity", "Receipt", "Announcement",
+    "Query", "Invocation", "InputIdentity", "Receipt", "Announcement", "EngineProfile",
     # holium data
     "DataTree", "data_tree", "import_json", "import_csv", "import_cbor", "import_bin", "import_file",
 ]

@@ -2,7 +2,7 @@
 
 DESIGN.md "Object rules": a typed kind is ``{"typedVersion": "<kind>_<ver>", "content": …}``
 (Holium schema v0, "Versioning strategy": the discriminant names both structure and version).
-This module defines Holium's kinds; Cairn's own kinds (st_0, qy_0, iv_0, mb_0, rc_0, an_0) live
+This module defines Holium's kinds; Cairn's own kinds (st_0, qy_0, iv_0, mb_0, rc_0, an_0, ep_0) live
 in their own modules and join the registry with ``@register_kind``::
 
     @register_kind

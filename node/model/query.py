@@ -5,7 +5,8 @@
 - ``iv_0`` {query, inputs: [{structure, logicalHash, rows}]}: the cache key. An input's identity is the
   content of the data asked for, not who published it, so independent peers build the same key.
 - ``rc_0`` a signed receipt: who computed which execution (``ex_0``) for which invocation, on which dataset
-  versions, with which engine, giving which logical hash and row count, in how long.
+  versions, with which engine (``profile``: link to the ``ep_0``, node/model/engine.py), giving which logical
+  hash and row count, in how long.
 """
 
 from __future__ import annotations
@@ -91,23 +92,30 @@ class Receipt(Signed, Kind):
     versions: tuple[CID, ...]  # dataset versions (mb_0 block CIDs) actually read, in input order
     timings: dict[str, float]
     sig: bytes = b""
+    # ep_0 of the engine that computed it (DESIGN.md "Engine profile"); None only in receipts written
+    # before profiles existed, which keep their CIDs (the key is then absent).
+    profile: CID | None = None
 
     def _unsigned(self) -> dict[str, Any]:
-        return {"execution": self.execution, "invocation": self.invocation, "signer": self.signer,
-                "time": self.time, "engine": dict(self.engine), "logicalHash": self.logical_hash,
-                "rows": self.rows, "structure": self.structure, "versions": list(self.versions),
-                "timings": dict(self.timings)}
+        out = {"execution": self.execution, "invocation": self.invocation, "signer": self.signer,
+               "time": self.time, "engine": dict(self.engine), "logicalHash": self.logical_hash,
+               "rows": self.rows, "structure": self.structure, "versions": list(self.versions),
+               "timings": dict(self.timings)}
+        if self.profile is not None:
+            out["profile"] = self.profile
+        return out
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         keys = ("execution", "invocation", "signer", "time", "engine", "logicalHash", "rows", "structure",
                 "versions", "timings", "sig")
-        m = want_map(content, ctx, required=keys)
+        m = want_map(content, ctx, required=keys, optional=("profile",))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
         for k, v in engine.items():
             want_str(v, ctx.at("engine").at(k))
+        profile = m.get("profile")
         timings = want_map(m["timings"], ctx.at("timings"), optional=None)
         for k, v in timings.items():
             if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -123,6 +131,7 @@ class Receipt(Signed, Kind):
             "versions": tuple(want_link(v, ctx.at("versions").at(i)) for i, v in enumerate(want_list(m["versions"], ctx.at("versions")))),
             "timings": {k: float(v) for k, v in timings.items()},
             "sig": m["sig"],
+            "profile": None if profile is None else want_link(profile, ctx.at("profile")),
         }
 
     def _who(self) -> str:

@@ -25,11 +25,11 @@ from node.datasets.chain import SliceRef
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
 from node.errors import CairnError, InvalidInput
 from node.identity import Identity
-from node.index import ClaimRow, ExecutionRow, Index
+from node.index import ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Announcement, Block, Execution, InputIdentity, Invocation, ModuleBytecodeEnvelope, Query, Receipt,
-    RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
+    CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
+    ModuleBytecodeEnvelope, Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
 from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
@@ -96,6 +96,9 @@ class Resolver:
         self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
         self.computed = 0  # Spark jobs this resolver started
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
+        self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
+        self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
+        self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
 
     # -- hashing the question -------------------------------------------------------------------
 
@@ -208,6 +211,7 @@ class Resolver:
         return sorted((c for c in found.values() if c.announcement.invocation == invocation), key=score, reverse=True)
 
     def record_claim(self, peer: str, an: Announcement, data: bytes) -> bool:
+        self._check_divergence(peer, an)
         return self.index.add_claim(ClaimRow(cid_str(an.invocation), an.signer, cid_str(an.execution),
                                              cid_str(an.receipt), an.logical_hash, an.rows, peer, data,
                                              time.time(), "pending", ""))
@@ -229,8 +233,9 @@ class Resolver:
         """A signed an_0 for an execution we hold (we computed it, or verified it)."""
         from node.model import parse_cid
 
+        engine = {"name": "spark", **({"profile": row.profile} if row.profile else {})}
         return Announcement(parse_cid(row.invocation), parse_cid(row.execution), parse_cid(row.receipt),
-                            row.logical_hash, row.rows, {"name": "spark"}, tuple(providers),
+                            row.logical_hash, row.rows, engine, tuple(providers),
                             self.identity.node_key, _now()).signed(self.identity.sign)
 
     async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
@@ -251,13 +256,15 @@ class Resolver:
         emit("publishing", {"rows": table.num_rows})
         row = await self._publish(cq, objects, iv_block, versions, table,
                                   {"compute_ms": round(result.elapsed_ms, 3),
-                                   "engine_round_trip_ms": round(result.total_ms, 3)}, t0)
+                                   "engine_round_trip_ms": round(result.total_ms, 3)}, t0, result.profile)
         log.info("computed", extra={"invocation": row.invocation, "rows": row.rows,
                                     "compute_ms": round((t1 - t0) * 1000, 1)})
         return row
 
     async def _publish(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
-                       table: pa.Table, timings: dict[str, float], t0: float) -> ExecutionRow:
+                       table: pa.Table, timings: dict[str, float], t0: float,
+                       profile: Mapping[str, Any]) -> ExecutionRow:
+        ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
             slices: list[CID] = []
@@ -290,7 +297,8 @@ class Resolver:
 
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
             rc = Receipt(ex.cid, iv_block.cid, self.identity.node_key, _now(), engine_versions(cq),
-                         logical, table.num_rows, st_block.cid, tuple(v.head for v in versions), timings)
+                         logical, table.num_rows, st_block.cid, tuple(v.head for v in versions), timings,
+                         profile=ep_block.cid)
             rc_block = block_of(rc.signed(self.identity.sign))
 
             for blk in [*objects, iv_block, st_block, sql_leaf, mbe, *in_lists, in_root, out_list, in_env,
@@ -302,7 +310,7 @@ class Resolver:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(cid_str(iv_block.cid), cid_str(objects[-1].cid), cid_str(ex.cid), cid_str(rc_block.cid),
                                logical, table.num_rows, cid_str(st_block.cid), tuple(cid_str(c) for c in slices),
-                               "computed", time.time())
+                               "computed", time.time(), cid_str(ep_block.cid))
             self.index.add_execution(row)
             await self._provide([ex.cid, rc_block.cid, *slices])
             stored = self.index.execution(row.invocation) or row
@@ -311,6 +319,49 @@ class Resolver:
             return stored
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    async def _profile_block(self, profile: Mapping[str, Any]) -> Block:
+        """The ep_0 of the worker's reported profile, written to Kubo the first time it is seen.
+
+        DESIGN.md "Engine profile": written once, linked from every receipt (the receipt's recursive pin
+        keeps it). The worker's report is one object per worker start, so it is encoded once per start.
+        """
+        if self._profile is None or self._profile[0] is not profile:
+            try:
+                block = block_of(EngineProfile.from_report(profile))
+            except InvalidObject as e:
+                raise CairnError(f"the Spark worker reported a malformed engine profile: {e}") from None
+            self._profile = (profile, block)
+        block = self._profile[1]
+        key = cid_str(block.cid)
+        if key not in self._profiles_put:
+            await self.kubo.block_put(block.data, codec=block.cid.codec.name)
+            self._profiles_put.add(key)
+            log.info("engine profile", extra={"profile": key})
+        return block
+
+    def _check_divergence(self, peer: str, an: Announcement) -> None:
+        """A claim for an invocation we hold whose answer differs from ours is recorded, never cached.
+
+        DESIGN.md "Engine profile": two receipts for one invocation under different profiles that disagree
+        are a divergence to surface. Our row stays the answer (first writer wins in the index); the
+        divergence names both executions and both profiles (the claim's from its announcement's engine).
+        """
+        ours = self.index.execution(cid_str(an.invocation))
+        if ours is None or (ours.logical_hash == an.logical_hash and ours.rows == an.rows):
+            return
+        theirs = an.engine.get("profile")
+        try:  # the claimant's word only: kept if it is a CID, never fetched here
+            theirs = cid_str(parse_cid(theirs)) if theirs else None
+        except InvalidCID:
+            theirs = None
+        d = Divergence(ours.invocation, ours.execution, ours.profile, ours.logical_hash, ours.rows, an.signer, peer,
+                       cid_str(an.execution), cid_str(an.receipt), theirs, an.logical_hash, an.rows, time.time())
+        if self.index.add_divergence(d):
+            self.divergences += 1
+            log.warning("divergence: a peer's answer differs from ours",
+                        extra={"invocation": d.invocation, "signer": d.signer, "our_profile": d.profile,
+                               "their_profile": theirs, "same_profile": theirs == ours.profile})
 
     async def _provide(self, cids: list[CID]) -> None:
         """Announce on the IPFS DHT; with no peers Kubo refuses at once, which is not an error for us."""

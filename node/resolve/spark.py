@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -105,6 +105,7 @@ class RunResult:
     elapsed_ms: float  # in the worker: temp views + Spark + collecting the result as Arrow
     total_ms: float = 0.0  # seen by the node: the above + serialising, transfer, decoding
     job: str = ""
+    profile: Mapping[str, Any] = field(default_factory=dict)  # the engine profile of the worker that ran it
 
 
 class _Closed(Exception):
@@ -179,6 +180,9 @@ class SparkWorker:
         self.jobs_sent = 0
         self.last_exit: int | None = None
         self.spark_version: str | None = None
+        # What the running worker reported as its engine profile (versions, JVM pins, settings; see
+        # spark_worker.session.engine_profile); the node writes it as an ep_0 that receipts link.
+        self.profile: Mapping[str, Any] = _EMPTY
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: asyncio.Lock | None = None
         self._restart_task: asyncio.Task[None] | None = None
@@ -271,6 +275,11 @@ class SparkWorker:
             await self._kill_group(self._proc)
             raise
         self.spark_version = pong.get("spark")
+        profile = pong.get("profile")
+        if not isinstance(profile, dict):
+            await self._kill_group(self._proc)
+            raise SparkStartError("the Spark worker reported no engine profile (an older worker?)")
+        self.profile = MappingProxyType(profile)
         log.info("Spark worker ready (pid %d, Spark %s) in %.1f s", self._proc.pid, self.spark_version,
                  time.monotonic() - t0)
 
@@ -523,4 +532,4 @@ class SparkWorker:
                 raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
             table = pa.ipc.open_stream(payload).read_all()
             return RunResult(table=table, elapsed_ms=float(header.get("elapsed_ms", 0.0)),
-                             total_ms=(time.perf_counter() - t0) * 1000, job=job)
+                             total_ms=(time.perf_counter() - t0) * 1000, job=job, profile=self.profile)
