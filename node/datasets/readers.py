@@ -80,6 +80,7 @@ Choices, documented because callers and error messages depend on them:
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import json
@@ -153,6 +154,13 @@ _PAR1 = b"PAR1"
 _BOM = b"\xef\xbb\xbf"
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 _SNIFF_BYTES = 4096
+#: Byte order marks that name an encoding when none is given (UTF-32 first: its LE mark starts with UTF-16's).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+#: Delimiters tried when a CSV's is not given, in order of preference on a tie.
+SNIFFED_DELIMITERS = (",", "\t", ";", "|")
+_SNIFF_ROWS = 20  # rows the delimiter is sniffed from (a fixed number: every node sniffs the same)
+_DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
 _SPOOL_PIECE = 1 << 20
 
 
@@ -238,6 +246,9 @@ class ReadOptions:
     - ``schema_overrides``: ``{column: type name}`` (:data:`TYPE_NAMES`).
     - ``event_time``: a column converted to ``timestamp[us, UTC]``.
     - ``block_size``: bytes per chunk; the first chunk fixes the inferred types.
+    - ``encoding``: the text encoding of CSV/TSV/JSON Lines (any Python codec name, e.g.
+      ``latin-1``, ``cp1252``, ``utf-16``); ``None``: UTF-8, or UTF-16/32 if the input starts with
+      their byte order mark.
     """
 
     format: str | None = None
@@ -248,6 +259,7 @@ class ReadOptions:
     schema_overrides: dict[str, str] = field(default_factory=dict)
     event_time: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
+    encoding: str | None = None
 
     def __post_init__(self) -> None:
         fmt = self.format
@@ -269,6 +281,9 @@ class ReadOptions:
                 )
             object.__setattr__(self, "compression", comp)
         d = self.delimiter
+        if isinstance(d, str) and d.lower() in _DELIMITER_NAMES:
+            d = _DELIMITER_NAMES[d.lower()]
+            object.__setattr__(self, "delimiter", d)
         if d is not None:
             if not isinstance(d, str) or len(d) != 1 or d in '"\r\n':
                 raise InvalidInput(
@@ -299,12 +314,27 @@ class ReadOptions:
                 raise InvalidInput(f"--type {col}={type_name}: {e.message}") from None
         if self.event_time is not None and (not isinstance(self.event_time, str) or not self.event_time):
             raise InvalidInput("event_time must be a column name")
+        if self.encoding is not None:
+            object.__setattr__(self, "encoding", _codec_name(self.encoding))
         bs = self.block_size
         if isinstance(bs, bool) or not isinstance(bs, int) or not 1 <= bs <= MAX_BLOCK_SIZE:
             raise InvalidInput(f"block_size must be an integer between 1 and {MAX_BLOCK_SIZE}, got {bs!r}")
 
     def override_types(self) -> dict[str, pa.DataType]:
         return {c: parse_type_name(t) for c, t in self.schema_overrides.items()}
+
+
+def _codec_name(encoding: object) -> str:
+    """Python's name for a text encoding (``latin1`` → ``iso8859-1``), or InvalidInput."""
+    if not isinstance(encoding, str) or not encoding:
+        raise InvalidInput(f"encoding must be a name such as utf-8 or latin-1, got {encoding!r}")
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise InvalidInput(f"unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252, utf-16)") from None
+    if not getattr(info, "_is_text_encoding", True):  # rot13, base64, zlib…: not text encodings
+        raise InvalidInput(f"{encoding!r} is not a text encoding")
+    return info.name
 
 
 def _check_names(names: list[str], where: str) -> None:
@@ -457,6 +487,69 @@ class _ByteSource:
         self._pushback = data + self._pushback
 
 
+class _Decoded:
+    """A raw reader over a ``_ByteSource`` in another text encoding, handing out its text as UTF-8
+    (the one form the parsers read). Undecodable input is an error naming the line and the byte
+    offset in the (decompressed) input."""
+
+    _PIECE = 1 << 20
+
+    def __init__(self, src: _ByteSource, encoding: str, name: str) -> None:
+        self._src = src
+        self._encoding = encoding
+        self._name = name
+        self._decoder = codecs.getincrementaldecoder(encoding)("strict")
+        self._out = b""
+        self._fed = 0  # input bytes given to the decoder so far
+        self._newlines = 0  # line ends in the text decoded so far
+        self._eof = False
+
+    def readinto(self, view: Any) -> int:
+        while not self._out and not self._eof:
+            piece = self._src.read(self._PIECE)
+            self._eof = not piece
+            pending = len(self._decoder.getstate()[0])  # bytes held back from the previous piece
+            try:
+                text = self._decoder.decode(piece, final=self._eof)
+            except UnicodeDecodeError as e:
+                raise self._error(e, self._fed - pending) from None
+            self._fed += len(piece)
+            self._newlines += text.count("\n")
+            self._out = text.encode("utf-8")
+        n = min(len(view), len(self._out))
+        view[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def _error(self, e: UnicodeDecodeError, base: int) -> InvalidInput:
+        before = e.object[: e.start].decode(e.encoding, "replace")
+        line = self._newlines + before.count("\n") + 1
+        bad = e.object[e.start : e.end].hex(" ")
+        return InvalidInput(
+            f"{self._name}: line {line}, byte offset {base + e.start}: cannot decode {bad} as"
+            f" {self._encoding} ({e.reason}); give the file's encoding with --encoding"
+        )
+
+
+def _text_encoding(head: bytes, given: str | None) -> str:
+    """The encoding to read text in: the one given, else the one a byte order mark names, else UTF-8."""
+    if given is not None:
+        return given
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name
+    return "utf-8"
+
+
+def _decoded_source(src: _ByteSource, head: bytes, options: ReadOptions, name: str) -> tuple[_ByteSource, bool]:
+    """``src`` as UTF-8 text, and whether the chunker must still check that it is valid UTF-8
+    (it is cheaper there, chunk by chunk, than transcoding UTF-8 to itself)."""
+    encoding = _text_encoding(head, options.encoding)
+    if encoding in ("utf-8", "ascii"):  # ascii ⊂ utf-8; the chunker's check refuses non-ASCII as non-UTF-8
+        return src, True
+    return _ByteSource(_Decoded(src, encoding, name), "none", name), False
+
+
 @dataclass
 class _Opened:
     name: str  # for messages
@@ -468,6 +561,7 @@ class _Opened:
     path: str | None  # a plain (uncompressed) file path, for Parquet's random access
     seekable_file: Any  # an uncompressed seekable file object at offset 0, ditto
     total_size: int | None
+    check_utf8: bool = True  # text: the chunker checks that it is UTF-8 (False: transcoded, so it is)
 
 
 def _detect_from_name(name: str | None) -> tuple[str | None, str | None]:
@@ -582,10 +676,18 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         path = None
         seekable_file = None
     src = _ByteSource(reader, codec, label)
-    if fmt is None:
+    check_utf8 = True
+    if fmt != "parquet":
         head = src.read(_SNIFF_BYTES)
         src.unread(head)
-        fmt = _sniff_format(head)
+        if fmt is None and head.startswith(_PAR1):
+            fmt = "parquet"
+        else:
+            src, check_utf8 = _decoded_source(src, head, options, label)
+            if fmt is None:
+                head = src.read(_SNIFF_BYTES)
+                src.unread(head)
+                fmt = _sniff_format(head)
     return _Opened(
         name=label,
         source=src,
@@ -596,6 +698,7 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         path=path if codec == "none" else None,
         seekable_file=seekable_file,
         total_size=total_size,
+        check_utf8=check_utf8,
     )
 
 
@@ -734,9 +837,11 @@ class _Chunker:
         cut: Callable[[bytes, bytes], int],
         name: str,
         cr_lines: bool = False,
+        check_utf8: bool = True,
     ) -> None:
         self._src = src
         self._cr_lines = cr_lines  # CSV: a file whose only line terminator is \r counts \r
+        self._check_utf8 = check_utf8
         self._block = block_size
         self._cut = cut
         self._name = name
@@ -745,6 +850,7 @@ class _Chunker:
         self._first = True
         self.eol = b"\n"
         self.line = 1  # line number of the start of the next chunk
+        self.offset = 0  # byte offset of the start of the next chunk in the input
 
     def next(self) -> tuple[bytes, int] | None:
         target = self._block
@@ -763,6 +869,7 @@ class _Chunker:
                 self._first = False
                 if self._buf.startswith(_BOM):
                     self._buf = self._buf[3:]
+                    self.offset = len(_BOM)
                 if self._cr_lines and b"\n" not in self._buf and b"\r" in self._buf:
                     self.eol = b"\r"
             if self._eof:
@@ -781,9 +888,37 @@ class _Chunker:
                     " (an unterminated quoted field?)"
                 )
             target = len(self._buf) + max(self._block, len(self._buf))
+        if self._check_utf8:
+            self._check_text(out)
         first = self.line
         self.line += out.count(self.eol)
+        self.offset += len(out)
         return out, first
+
+    def _check_text(self, data: bytearray) -> None:
+        """Refuse a chunk that is not UTF-8 text, naming the line and byte offset: pyarrow would
+        read it as ``binary`` columns or fail deep inside. A NUL byte is refused too: UTF-8 text
+        holds none, UTF-16/32 without a byte order mark is full of them."""
+        try:
+            codecs.utf_8_decode(data, "strict", True)
+            bad, end, reason = len(data), 0, ""
+        except UnicodeDecodeError as e:
+            bad, end, reason = e.start, e.end, e.reason
+        nul = data.find(0, 0, bad)  # whichever comes first: UTF-16 text fails on a NUL before anything else
+        if nul >= 0:
+            bad, reason = nul, ""
+        elif not reason:
+            return
+        where = f"{self._name}: line {self.line + data.count(self.eol, 0, bad)}, byte offset {self.offset + bad}"
+        if reason:
+            raise InvalidInput(
+                f"{where}: not UTF-8 ({data[bad:end].hex(' ')}: {reason}); give the file's encoding"
+                " with --encoding, e.g. --encoding latin-1"
+            )
+        raise InvalidInput(
+            f"{where}: a NUL byte (UTF-16 or UTF-32 text without a byte order mark? give --encoding,"
+            " e.g. --encoding utf-16-le)"
+        )
 
 
 def _first_failure(n: int, fails: Callable[[int, int], bool]) -> int | None:
@@ -979,7 +1114,8 @@ class _CsvFormat(_TextFormat):
         self.name = opened.name
         self._options = options
         self._block = options.block_size
-        delimiter = options.delimiter or ("\t" if fmt == "tsv" else ",")
+        delimiter = options.delimiter or ("\t" if fmt == "tsv" else _sniff_delimiter(opened.source))
+        self.delimiter = delimiter
         self._pattern = _row_pattern(delimiter.encode("ascii"))
         self._parse_options = pacsv.ParseOptions(
             delimiter=delimiter,
@@ -997,6 +1133,7 @@ class _CsvFormat(_TextFormat):
             lambda buf, eol: _csv_cut(buf, eol, complete_rows, delimiter_byte),
             opened.name,
             cr_lines=True,
+            check_utf8=opened.check_utf8,
         )
         self._overrides = options.override_types()
         self._null_spellings = NULL_VALUES
@@ -1227,6 +1364,44 @@ class _CsvFormat(_TextFormat):
         return InvalidInput(f"{where}, column {col!r}: {_one_line(rest)}")
 
 
+_DELIMITER_SNIFF_BYTES = 64 << 10
+
+
+def _sniff_delimiter(src: _ByteSource) -> str:
+    """The delimiter of a CSV whose delimiter is not given, from its first rows (at most
+    ``_SNIFF_ROWS`` complete rows in the first 64 KiB: a function of the bytes only): of
+    :data:`SNIFFED_DELIMITERS`, the one that splits every one of these rows into the same number of
+    fields, the most fields (a tie goes to the earlier one); ``,`` when none splits them."""
+    head = src.read(_DELIMITER_SNIFF_BYTES)
+    src.unread(head)
+    whole = len(head) < _DELIMITER_SNIFF_BYTES
+    if head.startswith(_BOM):
+        head = head[len(_BOM):]
+    best, most = ",", 1
+    for d in SNIFFED_DELIMITERS:
+        rows = _csv_rows(head, _row_pattern(d.encode("ascii")), limit=_SNIFF_ROWS)
+        if not whole and len(rows) > 1 and not head[: rows[-1][1]].endswith((b"\n", b"\r")):
+            rows.pop()  # cut by the 64 KiB limit
+        counts = {_field_count(head[start:end], d) for start, end in rows}
+        if len(counts) == 1 and (n := counts.pop()) > most:
+            best, most = d, n
+    return best
+
+
+def _field_count(row: bytes, delimiter: str) -> int:
+    """Fields in one CSV row (pyarrow's dialect; 0 if it does not parse)."""
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(pa.py_buffer(row if row.endswith((b"\n", b"\r")) else row + b"\n")),
+            read_options=pacsv.ReadOptions(use_threads=False, autogenerate_column_names=True),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(check_utf8=False),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return 0
+    return table.num_columns
+
+
 def _json_rows(data: bytes) -> list[tuple[int, int]]:
     rows = []
     pos, n = 0, len(data)
@@ -1244,7 +1419,9 @@ class _JsonFormat(_TextFormat):
         self.name = opened.name
         self._options = options
         self._block = options.block_size
-        self.chunker = _Chunker(opened.source, options.block_size, _json_cut, opened.name)
+        self.chunker = _Chunker(
+            opened.source, options.block_size, _json_cut, opened.name, check_utf8=opened.check_utf8
+        )
         self._overrides = options.override_types()
         self._null_spellings = ()
         self._read_schema: pa.Schema | None = None
@@ -1705,6 +1882,8 @@ def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None
             raise InvalidInput(
                 f"{opened.name}: delimiter, header and column_names apply to CSV/TSV only, not {fmt}"
             )
+        if fmt == "parquet" and options.encoding is not None:
+            raise InvalidInput(f"{opened.name}: encoding applies to CSV/TSV and JSON Lines only, not parquet")
         if fmt == "parquet":
             pf = _ParquetFormat(opened, options)
             return Input(
