@@ -55,10 +55,20 @@ Choices, documented because callers and error messages depend on them:
   lines count, and a quoted CSV field holding newlines counts as that many lines, so the line
   reported is the one where the offending row *starts* (what an editor shows). A file whose
   only line terminator is ``\\r`` counts ``\\r`` instead. Parquet errors name the 1-based row.
+- **Text encoding** (``encoding``): ``None`` reads UTF-8, or UTF-16/UTF-32 when the input starts
+  with their byte order mark; any other Python text codec can be given (``latin-1``, ``cp1252``,
+  ``utf-16-le``…). Other encodings are transcoded to UTF-8 on the fly (:class:`_Decoded`); UTF-8
+  input is checked chunk by chunk (a chunk ends at a row end, so never inside a character).
+  Undecodable input and NUL bytes (UTF-16 without a byte order mark looks like that) are errors
+  naming the line and the 0-based **byte offset** in the decompressed input, never ``binary``
+  columns: text becomes ``binary`` only with ``--type COL=binary``.
 - **CSV dialect**: RFC 4180 quoting with ``"`` (a quote opens a quoted field only at the start
   of a field, ``""`` inside is a literal quote, quoted fields may hold delimiters and
-  newlines); no escape character; blank lines are skipped; a UTF-8 BOM is skipped. TSV is the
-  same dialect with a tab delimiter. Null spellings (numbers, dates, …): :data:`NULL_VALUES`;
+  newlines); no escape character; blank lines are skipped; a UTF-8 BOM is skipped; lines end
+  with ``\n``, ``\r\n`` or ``\r``, mixed or not. TSV is the same dialect with a tab delimiter.
+  **Delimiter**: given, else tab for TSV, else sniffed for CSV (:func:`_sniff_delimiter`): of
+  ``,`` tab ``;`` ``|``, the one that splits each of the first 20 rows (within the first 64 KiB)
+  into the same number of fields, the most fields, ties to the earlier; ``,`` if none splits them. Null spellings (numbers, dates, …): :data:`NULL_VALUES`;
   string columns never hold nulls (an empty field is ``""``), as in pyarrow's default.
   A column that is empty in the whole first chunk (pyarrow would infer ``null``) is read as
   ``string``, so that later values still fit.
