@@ -68,7 +68,8 @@ Choices, documented because callers and error messages depend on them:
   with ``\n``, ``\r\n`` or ``\r``, mixed or not. TSV is the same dialect with a tab delimiter.
   **Delimiter**: given, else tab for TSV, else sniffed for CSV (:func:`_sniff_delimiter`): of
   ``,`` tab ``;`` ``|``, the one that splits each of the first 20 rows (within the first 64 KiB)
-  into the same number of fields, the most fields, ties to the earlier; ``,`` if none splits them. Null spellings (numbers, dates, …): :data:`NULL_VALUES`;
+  into the same number of fields, the most fields, ties to the earlier; ``,`` if none splits them.
+  Null spellings (numbers, dates, …): :data:`NULL_VALUES`;
   string columns never hold nulls (an empty field is ``""``), as in pyarrow's default.
   A column that is empty in the whole first chunk (pyarrow would infer ``null``) is read as
   ``string``, so that later values still fit.
@@ -120,6 +121,7 @@ __all__ = [
     "EVENT_TIME_TYPE",
     "FORMATS",
     "NULL_VALUES",
+    "SNIFFED_DELIMITERS",
     "TYPE_NAMES",
     "Input",
     "ReadOptions",
@@ -555,7 +557,7 @@ def _decoded_source(src: _ByteSource, head: bytes, options: ReadOptions, name: s
     """``src`` as UTF-8 text, and whether the chunker must still check that it is valid UTF-8
     (it is cheaper there, chunk by chunk, than transcoding UTF-8 to itself)."""
     encoding = _text_encoding(head, options.encoding)
-    if encoding in ("utf-8", "ascii"):  # ascii ⊂ utf-8; the chunker's check refuses non-ASCII as non-UTF-8
+    if encoding == "utf-8":
         return src, True
     return _ByteSource(_Decoded(src, encoding, name), "none", name), False
 
