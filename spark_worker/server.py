@@ -73,6 +73,15 @@ class Cancelled(Exception):
     pass
 
 
+def _read_input(spark: Any, paths: list[str]) -> Any:
+    """An input's files as one DataFrame. A dataset's schema only grows by columns appended at the
+    end (ODF "Schema Evolution", docs/datasets.md), so its last file has every column: all files are
+    read under that file's schema, and older files' missing columns read as nulls of its type."""
+    if len(paths) < 2:
+        return spark.read.parquet(*paths)
+    return spark.read.schema(spark.read.parquet(paths[-1]).schema).parquet(*paths)
+
+
 @dataclass
 class Job:
     id: str
@@ -199,7 +208,7 @@ class Worker:
         created: list[str] = []
         try:
             for name, (paths, columns) in job.inputs.items():
-                df = spark.read.parquet(*paths)
+                df = _read_input(spark, paths)
                 if len(df.columns) != len(columns):
                     raise InputMismatch(
                         f"input {name}: its Parquet files have {len(df.columns)} columns, "

@@ -41,15 +41,35 @@ class Writer:
     close: Callable[[object], None]
 
 
+def _cell(value: object) -> object:
+    """JSON for what json cannot write: binary as hex (as in CSV), the rest (dates, decimals…) as text."""
+    return value.hex() if isinstance(value, bytes) else str(value)
+
+
 def _jsonl_write(sink: object, table: pa.Table) -> None:
     assert isinstance(sink, _Sink)
     for row in table.to_pylist():
-        sink.write(json.dumps(row, default=str, ensure_ascii=False).encode() + b"\n")
+        sink.write(json.dumps(row, default=_cell, ensure_ascii=False).encode() + b"\n")
+
+
+def _hex_binary(table: pa.Table) -> pa.Table:
+    """Binary columns as hex text: CSV is text, and binary cells need not be UTF-8 (pyarrow's CSV
+    writer fails on them). Binary columns are rare (only when asked for at ingest), so per-cell Python is fine."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            cells = [None if v is None else v.hex() for v in table.column(i).to_pylist()]
+            table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(cells, pa.string()))
+    return table
+
+
+def _csv_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
+                      else f for f in schema])
 
 
 WRITERS = {
-    "csv": Writer("csv", "text/csv", lambda sink, schema: pacsv.CSVWriter(sink, schema),
-                  lambda w, t: w.write_table(t), lambda w: w.close()),  # type: ignore[attr-defined]
+    "csv": Writer("csv", "text/csv", lambda sink, schema: pacsv.CSVWriter(sink, _csv_schema(schema)),
+                  lambda w, t: w.write_table(_hex_binary(t)), lambda w: w.close()),  # type: ignore[attr-defined]
     "parquet": Writer("parquet", "application/vnd.apache.parquet",
                       lambda sink, schema: pq.ParquetWriter(sink, schema, compression="zstd"),
                       lambda w, t: w.write_table(t), lambda w: w.close()),  # type: ignore[attr-defined]

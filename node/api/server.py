@@ -114,6 +114,7 @@ def _read_options(q: MultiMapping[str]) -> ReadOptions:
         format=q.get("format") or None,
         compression=q.get("compression") or None,
         delimiter=q.get("delimiter") or None,
+        encoding=q.get("encoding") or None,
         header=header == "true",
         column_names=columns.split(",") if columns else None,
         schema_overrides=overrides,
@@ -161,6 +162,15 @@ class TooLarge(CairnError):
     status = 413
 
 
+async def _naming(ingest: Awaitable[dict[str, object]], path: str, label: str) -> dict[str, object]:
+    try:
+        return await ingest
+    except CairnError as e:
+        if path in e.message:
+            e.args = (e.message.replace(path, label), *e.args[1:])
+        raise
+
+
 async def datasets_add(request: web.Request) -> web.StreamResponse:
     """Upload a file (streamed to disk, size-limited), then ingest it. With ``progress=true`` the answer is
     NDJSON: ``{"bytes", "rows"}`` lines while ingesting, then ``{"result": …}`` or ``{"error": …}``."""
@@ -196,6 +206,8 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         ingest = node.add_dataset(path, name=name or to or "", create=bool(name), options=options,
                                   strategy=q.get("merge", "append"), primary_key=pk, info=_info(q),
                                   progress=progress)
+        if spooled:  # errors name the file the client sent, not our spool file
+            ingest = _naming(ingest, str(path), Path(q.get("filename", "")).name or "upload")
         # The ingest runs as its own task: a client that goes away does not cut it half-way.
         task = asyncio.ensure_future(ingest)
         if q.get("progress") != "true":

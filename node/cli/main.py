@@ -124,7 +124,8 @@ def cmd_add(args: argparse.Namespace) -> int:
     from node.cli.progress import upload_progress
 
     params: list[tuple[str, str]] = [("name", args.name)] if args.name else [("to", args.to)]
-    for key in ("format", "compression", "delimiter", "event_time", "merge", "title", "description", "license"):
+    for key in ("format", "compression", "delimiter", "encoding", "event_time", "merge", "title", "description",
+                "license"):
         value = getattr(args, key)
         if value:
             params.append((key, value))
@@ -380,7 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to", help="append to this dataset")
     sp.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help="default: from the file name or its bytes")
     sp.add_argument("--compression", choices=["gzip", "zstd", "none"], help="default: from the file name or its bytes")
-    sp.add_argument("--delimiter", help="CSV field delimiter (default , for csv, tab for tsv)")
+    sp.add_argument("--delimiter", help="CSV field delimiter, or tab (default: tab for tsv; for csv sniffed"
+                    " among , ; tab |)")
+    sp.add_argument("--encoding", help="text encoding of CSV/JSON Lines, e.g. latin-1, cp1252, utf-16"
+                    " (default UTF-8, or UTF-16/32 by byte order mark)")
     sp.add_argument("--no-header", action="store_true", help="the CSV has no header row")
     sp.add_argument("--columns", help="column names, comma-separated (with --no-header)")
     sp.add_argument("--type", action="append", metavar="COL=TYPE", help="override a column's type (repeatable)")

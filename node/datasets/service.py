@@ -238,7 +238,11 @@ class Datasets:
             inp.close()
 
         added_rows = offset - start
-        if old is not None and added_rows == 0 and not info and structure == old.structure:
+        if old is not None and added_rows == 0:
+            # A column no row carries is not added: a schema changes with the first rows that have it,
+            # so a version's last slice always holds every column (readers and the worker rely on it).
+            structure = old.structure or structure
+        if old is not None and added_rows == 0 and not info:
             # Nothing new (e.g. a ledger that had seen every row): the chain stays as it is.
             return AddResult(name, old.dataset_id, old.head, old.head, rows_read, 0, [], False)
 

@@ -303,3 +303,77 @@ def test_get_writes_csv_and_parquet_files(nodes: Any, tmp_path: Path) -> None:
     assert len(r.stdout.decode().splitlines()) == 2
     r = a.cli("get", "nope")
     assert r.returncode == 1 and "nope" in r.stderr.decode()
+
+
+# -- text encodings and dialects (issue 13 item 5) ---------------------------------------------
+
+LATIN1 = "id,city,pop\n1,Orléans,116000\n2,Besançon,117000\n3,Saint-Étienne,173000\n".encode("latin-1")
+
+
+def upload(node: NodeProcess, query: str, body: bytes) -> tuple[int, Any]:
+    """POST /api/v0/datasets with the node's token: the HTTP route, without the CLI."""
+    token = (node.home / "api.token").read_text().strip()
+    req = urllib.request.Request(f"{node.api}/api/v0/datasets?{query}", data=body, method="POST",
+                                 headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_latin1_round_trips_through_get_csv(nodes: Any, tmp_path: Path) -> None:
+    import pandas as pd
+
+    a, _ = nodes
+    src = write(tmp_path, "latin1.csv", LATIN1)
+    err = add(a, src, "--name", "latin", ok=False)  # not UTF-8: refused, naming where
+    bad = LATIN1.index(b"\xe9")
+    assert f"line 2, byte offset {bad}: not UTF-8" in err and "--encoding" in err
+    assert a.get("/api/v0/datasets/latin")[0] == 404  # nothing was created
+    add(a, src, "--name", "latin", "--encoding", "latin-1")
+    r = a.cli("get", "latin", "--format", "csv")
+    assert r.returncode == 0, r.stderr.decode()
+    got = pd.read_csv(io.BytesIO(r.stdout), encoding="utf-8")  # what we serve is UTF-8
+    assert got.to_dict("records") == pd.read_csv(io.BytesIO(LATIN1), encoding="latin-1").to_dict("records")
+    # Over HTTP (the upload route takes the same options as query parameters): same rows, same hash.
+    add(a, src, "--name", "latin-up", "--encoding", "latin-1", "--upload")
+    status, body = upload(a, "name=latin-http&encoding=latin-1&filename=x.csv", LATIN1)
+    assert status == 201, body
+    assert info(a, "latin-up")["logicalHash"] == info(a, "latin-http")["logicalHash"] == info(a, "latin")["logicalHash"]
+
+
+def test_undecodable_input_is_a_400_naming_line_and_byte(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    junk = b"id,city\n1,ok\n" + bytes(range(128, 256)) * 4
+    status, body = upload(a, "name=junk", junk)
+    assert status == 400 and body["error"]["message"] == (
+        "upload: line 3, byte offset 13: not UTF-8 (80: invalid start byte); give the file's encoding"
+        " with --encoding, e.g. --encoding latin-1")
+    status, body = upload(a, "name=junk&encoding=nope", CSV)
+    assert status == 400 and "unknown encoding 'nope'" in body["error"]["message"]
+    status, body = upload(a, "name=junk&encoding=utf-16-le", b"ab\n")  # an odd number of bytes
+    assert status == 400 and "byte offset 2: cannot decode 0a as utf-16-le" in body["error"]["message"]
+    for name, data in (("empty.csv", b""), ("nul.csv", b"a,b\n1,\x00\n"), ("rand.jsonl", bytes(range(256)))):
+        err = add(a, write(tmp_path, name, data), "--name", "junk", ok=False)
+        assert err.startswith("error: ") and ("byte offset" in err or "empty" in err), err
+    assert a.get("/api/v0/datasets/junk")[0] == 404
+
+
+@pytest.mark.parametrize("delimiter", [";", "\t", "|"])
+def test_delimiters_are_sniffed_end_to_end(nodes: Any, tmp_path: Path, delimiter: str) -> None:
+    a, _ = nodes
+    name = "sniff-" + {";": "semi", "\t": "tab", "|": "pipe"}[delimiter]
+    data = CSV.replace(b",", delimiter.encode())
+    add(a, write(tmp_path, name + ".csv", data), "--name", name)
+    assert info(a, name)["schema"] == [["id", "int64"], ["city", "utf8"], ["pop", "int64"]]
+    add(a, write(tmp_path, "comma.csv", CSV), "--name", name + "-comma")
+    assert info(a, name)["logicalHash"] == info(a, name + "-comma")["logicalHash"]
+
+
+def test_binary_asked_for_is_served_as_hex_in_csv(nodes: Any, tmp_path: Path) -> None:
+    a, _ = nodes
+    add(a, write(tmp_path, "bin.csv", b"id,blob\n1,abc\n2,\n"), "--name", "bin", "--type", "blob=binary")
+    r = a.cli("get", "bin", "--format", "csv")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().splitlines() == ['"id","blob"', '1,"616263"', '2,""']

@@ -1,4 +1,4 @@
-"""Input readers (node/datasets/readers.py): formats, compressions, streams, types, errors,
+"""Input readers (node/datasets/readers/): formats, compressions, streams, types, errors,
 bounded memory."""
 
 from __future__ import annotations
@@ -755,7 +755,7 @@ def test_tsv_with_quotes_and_custom_delimiter():
 def test_results_do_not_depend_on_threads(monkeypatch, workers):
     from node.datasets import readers
 
-    monkeypatch.setattr(readers, "_WORKERS", workers)
+    monkeypatch.setattr(readers.inputs, "_WORKERS", workers)
     rows = sample_rows()
     data = to_csv(rows)
     t = read_all(io.BytesIO(data), block_size=2048)

@@ -1,0 +1,241 @@
+"""Cutting decompressed text into chunks of complete rows (CSV quoting, JSON lines), UTF-8 checks.
+
+Part of :mod:`node.datasets.readers` (see its docstring for the rules these follow)."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from node.datasets.readers.options import _BOM, _size_text
+from node.datasets.readers.source import _ByteSource
+from node.errors import InvalidInput
+
+
+#: A row may make its chunk grow to at most this much beyond the block size.
+MAX_ROW_BYTES = 64 << 20
+
+
+def _row_pattern(delimiter: bytes) -> re.Pattern[bytes]:
+    """One CSV row, as pyarrow's parser splits rows (see the module docstring's dialect):
+    a quote opens a quoted field only at a field's start; ``""`` inside is literal; after the
+    closing quote the field goes on unquoted. Possessive/atomic so that an unterminated
+    quoted field does not match at all (rather than being re-read another way)."""
+    d = re.escape(delimiter)
+    quoted = b'"[^"]*+(?:""[^"]*+)*+"[^' + d + b"\r\n]*+"
+    plain = b'[^"' + d + b"\r\n][^" + d + b"\r\n]*+"
+    fld = b"(?>" + quoted + b"|" + plain + b"|)"
+    return re.compile(fld + b"(?:" + d + fld + b")*+(?:\r\n|\n|\r|\\Z)")
+
+
+def _complete_rows_pattern(delimiter: bytes) -> re.Pattern[bytes]:
+    """As many complete (terminated) rows as there are, in one match."""
+    d = re.escape(delimiter)
+    quoted = b'"[^"]*+(?:""[^"]*+)*+"[^' + d + b"\r\n]*+"
+    plain = b'[^"' + d + b"\r\n][^" + d + b"\r\n]*+"
+    fld = b"(?>" + quoted + b"|" + plain + b"|)"
+    return re.compile(b"(?:" + fld + b"(?:" + d + fld + b")*+(?:\r\n|\n|\r))*+")
+
+
+def _csv_rows(data: bytes, pattern: re.Pattern[bytes], limit: int | None = None) -> list[tuple[int, int]]:
+    """(start, end) of each non-blank row of ``data``; an unterminated quoted field at the
+    end makes the rest one row."""
+    rows: list[tuple[int, int]] = []
+    pos, n = 0, len(data)
+    match = pattern.match
+    while pos < n:
+        m = match(data, pos)
+        if m is None or m.end() == pos:
+            rows.append((pos, n))
+            break
+        end = m.end()
+        if end - pos > 2 or data[pos:end] not in (b"\n", b"\r\n", b"\r"):
+            rows.append((pos, end))
+            if limit is not None and len(rows) >= limit:
+                break
+        pos = end
+    return rows
+
+
+def _csv_cut(buf: bytes, eol: bytes, rows: re.Pattern[bytes], delimiter: int) -> int:
+    """Where to cut ``buf`` (which starts at a row boundary): just after the last complete
+    row; 0 if there is none. Exact for pyarrow's dialect, and fast when the data is RFC 4180:
+
+    - no quote before the last line terminator: that terminator;
+    - else the last terminator preceded by an even number of quotes, if every quote before it
+      is where RFC 4180 puts one (:func:`_rfc_quotes`): then that parity is exactly pyarrow's
+      quoting state;
+    - else (stray quotes inside unquoted fields, or a quoted field spanning the last lines)
+      the buffer is lexed with :func:`_complete_rows_pattern`.
+    """
+    last = buf.rfind(eol)
+    if last < 0:
+        return 0
+    first_quote = buf.find(b'"', 0, last)
+    if first_quote < 0:
+        return last + 1
+    data = pa.Array.from_buffers(pa.uint8(), last + 1, [None, pa.py_buffer(buf)])
+    quotes = pc.indices_nonzero(pc.equal(data, pa.scalar(34, pa.uint8())))
+    n = len(quotes)
+    cut = last + 1
+    if n % 2:
+        # the last terminator is inside quotes: try the last one before the unmatched quote
+        opening = quotes[n - 1].as_py()
+        before = buf.rfind(eol, 0, opening)
+        if before < 0 or (n > 1 and before < quotes[n - 2].as_py()):
+            return _csv_complete_end(buf, rows)
+        cut, n = before + 1, n - 1
+        quotes = quotes.slice(0, n)
+    if _rfc_quotes(data, quotes, delimiter):
+        return cut
+    return _csv_complete_end(buf, rows)
+
+
+_ALLOWED_AROUND_QUOTES: dict[int, pa.Array] = {}
+
+
+def _rfc_quotes(data: pa.Array, quotes: pa.Array, delimiter: int) -> bool:
+    """Whether the (even number of) quotes at positions ``quotes`` of ``data`` pair up as RFC
+    4180 quoting: taken two by two, each opening quote follows a delimiter, a line end, the
+    start or the previous closing quote (``""``), and each closing quote is followed by a
+    delimiter, a line end, the end or the next opening quote. Then a line end is inside quotes
+    exactly when an odd number of quotes precedes it, as pyarrow's lexer sees it.
+    Vectorised (pyarrow.compute, which runs without the GIL)."""
+    if len(quotes) == 0:
+        return True
+    allowed = _ALLOWED_AROUND_QUOTES.get(delimiter)
+    if allowed is None:
+        allowed = _ALLOWED_AROUND_QUOTES.setdefault(delimiter, pa.array([delimiter, 10, 13, 34], pa.uint8()))
+    pairs = pa.FixedSizeListArray.from_arrays(quotes, 2)
+    # (an opening quote at 0 is "preceded" by itself and a closing one at the end "followed"
+    # by itself: quotes, so allowed, as the start and the end are)
+    before = pc.take(data, pc.max_element_wise(pc.subtract(pc.list_element(pairs, 0), 1), 0))
+    if not pc.all(pc.is_in(before, value_set=allowed)).as_py():
+        return False
+    after = pc.take(data, pc.min_element_wise(pc.add(pc.list_element(pairs, 1), 1), len(data) - 1))
+    return bool(pc.all(pc.is_in(after, value_set=allowed)).as_py())
+
+
+def _csv_complete_end(buf: bytes, rows: re.Pattern[bytes]) -> int:
+    """End of the last complete (terminated) row of ``buf`` (``rows``: :func:`_complete_rows_pattern`)."""
+    m = rows.match(buf)
+    return m.end() if m else 0
+
+
+def _json_cut(buf: bytes, eol: bytes) -> int:
+    return buf.rfind(b"\n") + 1
+
+
+class _Chunker:
+    """Cuts the decompressed input into chunks of complete rows: ``block_size`` bytes, cut
+    back to the last row end; a chunk grows (doubling) while it holds no complete row. A pure
+    function of the bytes and the block size."""
+
+    def __init__(
+        self,
+        src: _ByteSource,
+        block_size: int,
+        cut: Callable[[bytes, bytes], int],
+        name: str,
+        cr_lines: bool = False,
+        check_utf8: bool = True,
+    ) -> None:
+        self._src = src
+        self._cr_lines = cr_lines  # CSV: a file whose only line terminator is \r counts \r
+        self._check_utf8 = check_utf8
+        self._block = block_size
+        self._cut = cut
+        self._name = name
+        self._buf = bytearray()
+        self._eof = False
+        self._first = True
+        self.eol = b"\n"
+        self.line = 1  # line number of the start of the next chunk
+        self.offset = 0  # byte offset of the start of the next chunk in the input
+
+    def next(self) -> tuple[bytes, int] | None:
+        target = self._block
+        while True:
+            if not self._eof and len(self._buf) < target:
+                # One allocation per chunk: the leftover, then the input read straight after it.
+                have = len(self._buf)
+                buf = bytearray(target)
+                buf[:have] = self._buf
+                got = self._src.readinto(buf, have)
+                if got < target - have:
+                    self._eof = True
+                    del buf[have + got :]
+                self._buf = buf
+            if self._first and self._buf:
+                self._first = False
+                if self._buf.startswith(_BOM):
+                    self._buf = self._buf[3:]
+                    self.offset = len(_BOM)
+                if self._cr_lines and b"\n" not in self._buf and b"\r" in self._buf:
+                    self.eol = b"\r"
+            if self._eof:
+                out, self._buf = self._buf, bytearray()
+                if not out:
+                    return None
+                break
+            cut = self._cut(self._buf, self.eol)
+            if cut > 0:
+                out, self._buf = self._buf, self._buf[cut:]
+                del out[cut:]
+                break
+            if len(self._buf) > self._block + MAX_ROW_BYTES:
+                raise InvalidInput(
+                    f"{self._name}: line {self.line}: a row longer than {_size_text(MAX_ROW_BYTES)}"
+                    " (an unterminated quoted field?)"
+                )
+            target = len(self._buf) + max(self._block, len(self._buf))
+        if self._check_utf8:
+            self._check_text(out)
+        first = self.line
+        self.line += out.count(self.eol)
+        self.offset += len(out)
+        return out, first
+
+    def _check_text(self, data: bytearray) -> None:
+        """Refuse a chunk that is not UTF-8 text, naming the line and byte offset: pyarrow would
+        read it as ``binary`` columns or fail deep inside. A NUL byte is refused too: UTF-8 text
+        holds none, UTF-16/32 without a byte order mark is full of them."""
+        try:
+            codecs.utf_8_decode(data, "strict", True)
+            bad, end, reason = len(data), 0, ""
+        except UnicodeDecodeError as e:
+            bad, end, reason = e.start, e.end, e.reason
+        nul = data.find(0, 0, bad)  # whichever comes first: UTF-16 text fails on a NUL before anything else
+        if nul >= 0:
+            bad, reason = nul, ""
+        elif not reason:
+            return
+        where = f"{self._name}: line {self.line + data.count(self.eol, 0, bad)}, byte offset {self.offset + bad}"
+        if reason:
+            raise InvalidInput(
+                f"{where}: not UTF-8 ({data[bad:end].hex(' ')}: {reason}); give the file's encoding"
+                " with --encoding, e.g. --encoding latin-1"
+            )
+        raise InvalidInput(
+            f"{where}: a NUL byte (UTF-16 or UTF-32 text without a byte order mark? give --encoding,"
+            " e.g. --encoding utf-16-le)"
+        )
+
+
+def _first_failure(n: int, fails: Callable[[int, int], bool]) -> int | None:
+    """The first index in [0, n) whose item fails on its own, given ``fails(lo, hi)`` for the
+    items [lo, hi) and that [0, n) fails as a whole. Halving: O(n) work overall."""
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails(lo, mid):
+            hi = mid
+        else:
+            lo = mid
+    if n and fails(lo, lo + 1):
+        return lo
+    return None

@@ -1,0 +1,333 @@
+"""CSV and TSV: header, delimiter sniffing, type inference on the first chunk, errors by line.
+
+Part of :mod:`node.datasets.readers` (see its docstring for the rules these follow)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from node.datasets.readers.chunking import (
+    _Chunker,
+    _complete_rows_pattern,
+    _csv_cut,
+    _csv_rows,
+    _first_failure,
+    _row_pattern,
+)
+from node.datasets.readers.convert import _TextFormat, _event_time_supported, _output_schema
+from node.datasets.readers.options import (
+    EVENT_TIME_TYPE,
+    FALSE_VALUES,
+    NULL_VALUES,
+    ReadOptions,
+    TRUE_VALUES,
+    _BOM,
+    _check_names,
+    _one_line,
+    _size_text,
+    _snip,
+)
+from node.datasets.readers.source import _ByteSource, _Opened
+from node.errors import InvalidInput
+
+
+#: Delimiters tried when a CSV's is not given, in order of preference on a tie.
+SNIFFED_DELIMITERS = (",", "\t", ";", "|")
+_SNIFF_ROWS = 20  # rows the delimiter is sniffed from (a fixed number: every node sniffs the same)
+
+
+class _CsvFormat(_TextFormat):
+    def __init__(self, opened: _Opened, options: ReadOptions, fmt: str) -> None:
+        self.name = opened.name
+        self._options = options
+        self._block = options.block_size
+        delimiter = options.delimiter or ("\t" if fmt == "tsv" else _sniff_delimiter(opened.source))
+        self.delimiter = delimiter
+        self._pattern = _row_pattern(delimiter.encode("ascii"))
+        self._parse_options = pacsv.ParseOptions(
+            delimiter=delimiter,
+            quote_char='"',
+            double_quote=True,
+            escape_char=False,
+            newlines_in_values=True,
+            ignore_empty_lines=True,
+        )
+        delimiter_byte = ord(delimiter)
+        complete_rows = _complete_rows_pattern(delimiter.encode("ascii"))
+        self.chunker = _Chunker(
+            opened.source,
+            options.block_size,
+            lambda buf, eol: _csv_cut(buf, eol, complete_rows, delimiter_byte),
+            opened.name,
+            cr_lines=True,
+            check_utf8=opened.check_utf8,
+        )
+        self._overrides = options.override_types()
+        self._null_spellings = NULL_VALUES
+        self._setup()
+
+    # -- pyarrow calls
+
+    def _convert_options(self, column_types: dict[str, pa.DataType]) -> pacsv.ConvertOptions:
+        return pacsv.ConvertOptions(
+            check_utf8=True,
+            column_types=column_types,
+            null_values=list(NULL_VALUES),
+            true_values=list(TRUE_VALUES),
+            false_values=list(FALSE_VALUES),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=True,
+            auto_dict_encode=False,
+            decimal_point=".",
+            timestamp_parsers=[pacsv.ISO8601],
+        )
+
+    def _read(
+        self,
+        data: bytes,
+        names: list[str] | None,
+        convert: pacsv.ConvertOptions | None,
+        parse: pacsv.ParseOptions | None = None,
+    ) -> pa.Table:
+        read = pacsv.ReadOptions(
+            use_threads=False,
+            block_size=min(max(len(data) + 1, 1 << 16), (1 << 31) - 1),
+            column_names=names,
+            autogenerate_column_names=names is None and not self._options.header,
+        )
+        return pacsv.read_csv(
+            pa.BufferReader(pa.py_buffer(data)),
+            read_options=read,
+            parse_options=parse or self._parse_options,
+            convert_options=convert or self._convert_options({}),
+        )
+
+    # -- setup: header, names, inference on the first chunk
+
+    def _setup(self) -> None:
+        opts = self._options
+        first = self.chunker.next()
+        if first is None or not first[0].strip():
+            raise InvalidInput(f"{self.name}: the input is empty")
+        data, line = first
+        rows = _csv_rows(data, self._pattern, limit=1)
+        start, end = rows[0]
+        row = data[start:end]
+        if not row.endswith((b"\n", b"\r")):
+            row += b"\n"
+        try:
+            if opts.header:
+                header = self._read(row, None, None).column_names
+            else:
+                header = None
+                count = self._read(row, None, None).num_columns
+        except pa.ArrowInvalid as e:
+            raise InvalidInput(
+                f"{self.name}: line {line + data.count(self.chunker.eol, 0, start)}: {_one_line(str(e))}"
+            ) from None
+        if opts.header:
+            assert header is not None
+            if opts.column_names is not None:
+                if len(opts.column_names) != len(header):
+                    raise InvalidInput(
+                        f"{self.name}: {len(opts.column_names)} column names given, the header has {len(header)} columns"
+                    )
+                names = list(opts.column_names)
+            else:
+                names = header
+            _check_names(names, f"{self.name}: header: ")
+            data_line = line + data.count(self.chunker.eol, 0, end)
+            data = data[end:]
+        else:
+            if opts.column_names is not None:
+                if len(opts.column_names) != count:
+                    raise InvalidInput(
+                        f"{self.name}: {len(opts.column_names)} column names given, the first row has {count} fields"
+                    )
+                names = list(opts.column_names)
+            else:
+                names = [f"f{i}" for i in range(count)]
+            data_line = line
+        self._names = names
+        for col in self._overrides:
+            if col not in names:
+                raise InvalidInput(
+                    f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})"
+                )
+        if opts.event_time is not None and opts.event_time not in names:
+            raise InvalidInput(
+                f"{self.name}: event time column {opts.event_time!r} not found (columns: {', '.join(names)})"
+            )
+        # pyarrow's CSV reader cannot convert to decimal256: read as text, cast afterwards.
+        fixed = {c: pa.string() if pa.types.is_decimal256(t) else t for c, t in self._overrides.items()}
+        if opts.event_time is not None and opts.event_time not in fixed:
+            fixed[opts.event_time] = pa.string()
+
+        # Type inference: the first chunk holding data rows (the first one, unless the header
+        # filled it), with the overridden columns' types given.
+        while not data.strip(b"\r\n") and (nxt := self.chunker.next()) is not None:
+            data, data_line = nxt
+        self._event_index = names.index(opts.event_time) if opts.event_time is not None else None
+        table: pa.Table | None = None
+        if data.strip(b"\r\n"):
+            table = self._parse_table(data, data_line, self._convert_options(fixed))
+        if table is not None:
+            types = {}
+            for f in table.schema:
+                t = f.type
+                types[f.name] = fixed.get(f.name, pa.string() if pa.types.is_null(t) else t)
+        else:  # a header and no rows
+            types = {n: fixed.get(n, pa.string()) for n in names}
+        self._types = types
+        self._fixed_convert = self._convert_options(types)
+        if table is not None and any(table.schema.field(n).type != types[n] for n in names):
+            table = self._parse_table(data, data_line, self._fixed_convert)
+        out_fields = []
+        for n in names:
+            t = EVENT_TIME_TYPE if n == opts.event_time else self._overrides.get(n, types[n])
+            if n == opts.event_time and not _event_time_supported(types[n]):
+                raise InvalidInput(
+                    f"{self.name}: event time column {n!r} has type {types[n]}; it needs timestamps, dates or"
+                    " ISO 8601 strings"
+                )
+            out_fields.append(pa.field(n, t))
+        self.schema = _output_schema(out_fields)
+        self._first = (
+            self._finish(table, data, data_line, self._row_line)
+            if table is not None and table.num_rows
+            else []
+        )
+
+    def first_batches(self) -> list[pa.RecordBatch]:
+        out, self._first = self._first, []
+        return out
+
+    def parse(self, data: bytes, first_line: int) -> list[pa.RecordBatch]:
+        table = self._parse_table(data, first_line, self._fixed_convert)
+        if table is None or not table.num_rows:
+            return []
+        return self._finish(table, data, first_line, self._row_line)
+
+    def _parse_table(self, data: bytes, first_line: int, convert: pacsv.ConvertOptions) -> pa.Table | None:
+        try:
+            return self._read(data, self._names, convert)
+        except pa.ArrowNotImplementedError as e:
+            raise InvalidInput(f"{self.name}: {_one_line(str(e))}") from None
+        except pa.ArrowInvalid as e:
+            if not data.strip(b"\r\n"):
+                return None
+            raise self._locate(data, first_line, convert, e) from None
+
+    # -- errors
+
+    def _row_line(self, data: bytes, first_line: int, index: int) -> int:
+        rows = _csv_rows(data, self._pattern)
+        start = rows[index][0] if index < len(rows) else len(data)
+        return first_line + data.count(self.chunker.eol, 0, start)
+
+    def _locate(
+        self, data: bytes, first_line: int, convert: pacsv.ConvertOptions, error: Exception
+    ) -> InvalidInput:
+        rows = _csv_rows(data, self._pattern)
+        invalid: list[Any] = []
+
+        def handler(row: Any) -> str:
+            invalid.append(row)
+            return "error"
+
+        parse = pacsv.ParseOptions(
+            delimiter=self._parse_options.delimiter,
+            quote_char='"',
+            double_quote=True,
+            escape_char=False,
+            newlines_in_values=True,
+            ignore_empty_lines=True,
+            invalid_row_handler=handler,
+        )
+        errors: list[Exception] = []
+
+        def fails(lo: int, hi: int) -> bool:
+            invalid.clear()
+            try:
+                self._read(data[rows[lo][0] : rows[hi - 1][1]], self._names, convert, parse)
+                return False
+            except pa.ArrowInvalid as e:
+                errors.append(e)
+                return True
+
+        index = _first_failure(len(rows), fails)
+        eol = self.chunker.eol
+        if index is None:
+            last = first_line + data.count(eol) - (1 if data.endswith(eol) else 0)
+            return InvalidInput(f"{self.name}: lines {first_line}–{last}: {_one_line(str(error))}")
+        start, end = rows[index]
+        line = first_line + data.count(eol, 0, start)
+        text = data[start:end].rstrip(b"\r\n")
+        where = f"{self.name}: line {line}"
+        if invalid:
+            row = invalid[-1]
+            return InvalidInput(
+                f"{where}: expected {row.expected_columns} fields, found {row.actual_columns}: {_snip(text)}"
+            )
+        msg = str(errors[-1]) if errors else str(error)
+        m = re.match(r"In CSV column #(\d+): (.*)", msg, re.DOTALL)
+        if not m:
+            return InvalidInput(f"{where}: {_one_line(msg)}")
+        col = self._names[int(m.group(1))]
+        rest = re.sub(r"^Row #\d+: ", "", m.group(2))
+        conv = re.match(r"CSV conversion error to (.+?): invalid value '(.*)'\s*$", rest, re.DOTALL)
+        if conv:
+            type_text, value = conv.group(1), conv.group(2)
+            if col in self._overrides:
+                hint = f"(type given by --type {col}={self._options.schema_overrides[col]})"
+            else:
+                hint = (
+                    f"(type inferred from the first {_size_text(self._block)} of the input);"
+                    f" use --type {col}=string"
+                )
+            return InvalidInput(
+                f"{where}, column {col!r}: value {_snip(value)} is not a valid {type_text} {hint}"
+            )
+        return InvalidInput(f"{where}, column {col!r}: {_one_line(rest)}")
+
+
+_DELIMITER_SNIFF_BYTES = 64 << 10
+
+
+def _sniff_delimiter(src: _ByteSource) -> str:
+    """The delimiter of a CSV whose delimiter is not given, from its first rows (at most
+    ``_SNIFF_ROWS`` complete rows in the first 64 KiB: a function of the bytes only): of
+    :data:`SNIFFED_DELIMITERS`, the one that splits every one of these rows into the same number of
+    fields, the most fields (a tie goes to the earlier one); ``,`` when none splits them."""
+    head = src.read(_DELIMITER_SNIFF_BYTES)
+    src.unread(head)
+    whole = len(head) < _DELIMITER_SNIFF_BYTES
+    if head.startswith(_BOM):
+        head = head[len(_BOM):]
+    best, most = ",", 1
+    for d in SNIFFED_DELIMITERS:
+        rows = _csv_rows(head, _row_pattern(d.encode("ascii")), limit=_SNIFF_ROWS)
+        if not whole and len(rows) > 1 and not head[: rows[-1][1]].endswith((b"\n", b"\r")):
+            rows.pop()  # cut by the 64 KiB limit
+        counts = {_field_count(head[start:end], d) for start, end in rows}
+        if len(counts) == 1 and (n := counts.pop()) > most:
+            best, most = d, n
+    return best
+
+
+def _field_count(row: bytes, delimiter: str) -> int:
+    """Fields in one CSV row (pyarrow's dialect; 0 if it does not parse)."""
+    try:
+        table = pacsv.read_csv(
+            pa.BufferReader(pa.py_buffer(row if row.endswith((b"\n", b"\r")) else row + b"\n")),
+            read_options=pacsv.ReadOptions(use_threads=False, autogenerate_column_names=True),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(check_utf8=False),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return 0
+    return table.num_columns
