@@ -286,5 +286,7 @@ def _show(result: pa.Table | Failed) -> str:
 def test_no_generated_query_gave_two_answers() -> None:
     """Runs after the property test (file order): it must have run enough statements, and none disagreed."""
     assert STATS["accepted"] >= MIN_ACCEPTED and STATS["ran"] >= MIN_ACCEPTED * 3 // 4, STATS
-    report = "\n".join(f"- {sql}\n    canonical: {why}" for sql, why in sorted(BROKEN.items()))
+    broken = sorted(BROKEN.items())
+    report = "\n".join([f"- {sql}\n    canonical: {why}" for sql, why in broken[:10]]
+                       + [f"- {sql}" for sql, _ in broken[10:]])
     assert not BROKEN, f"{len(BROKEN)} of {STATS['accepted']} accepted statements gave different rows ({STATS}):\n{report}"
