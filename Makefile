@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup kubo java clean
+.PHONY: run test setup kubo java faketime clean
 
 run: setup
 	$(VENV)/bin/cairn node start
@@ -13,7 +13,7 @@ run: setup
 test: setup
 	$(PY) -m pytest -q
 
-setup: $(STAMP) kubo java
+setup: $(STAMP) kubo java faketime
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ kubo:
 
 java:
 	@bash scripts/setup/java.sh
+
+# libfaketime, for the determinism property test (tests/integration/test_query_determinism.py).
+faketime:
+	@bash scripts/setup/faketime.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
