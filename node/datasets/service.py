@@ -33,7 +33,8 @@ from node.errors import CairnError, InvalidInput, NotFound
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
-from node.model import CID, Block, InvalidObject, MetadataBlock, Structure, block_of, cid_for, cid_str, decode, decode_object, parse_cid
+from node.ipfs.unixfs import UnixfsHasher
+from node.model import CID, Block, InvalidObject, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 
 log = logging.getLogger("cairn.datasets")
 
@@ -336,29 +337,30 @@ class Datasets:
             path.unlink(missing_ok=True)
         fd, name = tempfile.mkstemp(prefix=f"{cid_str(cid)}.", suffix=".part", dir=self.cache_dir)
         tmp = Path(name)
+        hasher = UnixfsHasher()  # hashed as it streams in: no second pass before the rename
         try:
             with os.fdopen(fd, "wb") as f:
                 async for chunk in self.kubo.cat(cid, timeout=timeout):
                     f.write(chunk)
-            await self._check_file(cid, tmp, timeout)
+                    hasher.update(chunk)
+            got = hasher.cid()
+            if bytes(got) != bytes(cid):
+                raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)  # after os.replace this is a no-op; on any failure it removes the temp
         return path
 
-    async def _check_file(self, cid: CID, path: Path, timeout: float | None) -> None:
-        """Raise unless the file's bytes, added as Cairn adds bulk data, give ``cid`` (DESIGN.md, bulk data)."""
-        got = await self.file_cid(path, timeout)
-        if bytes(got) != bytes(cid):
-            raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
+    async def file_cid(self, path: Path) -> CID:
+        """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""
+        def run() -> CID:
+            hasher = UnixfsHasher()
+            with open(path, "rb") as f:
+                while block := f.read(CHUNK_SIZE):
+                    hasher.update(block)
+            return hasher.cid()
 
-    async def file_cid(self, path: Path, timeout: float | None = None) -> CID:
-        """The UnixFS CID of a local file: computed here for one chunk (a raw leaf), by Kubo's only-hash add
-        (nothing stored) for larger files."""
-        if path.stat().st_size <= CHUNK_SIZE:
-            data = await asyncio.to_thread(path.read_bytes)
-            return cid_for(data, "raw")
-        return (await self.kubo.add(path, pin=False, only_hash=True, timeout=timeout)).cid
+        return await asyncio.to_thread(run)
 
     async def read_cid(self, cid: CID, *, size: int | None = None, timeout: float | None = None) -> pa.Table:
         """Read a cached slice; if it does not read as Parquet, re-hash the cached file (the suspicion), drop it
@@ -367,7 +369,7 @@ class Datasets:
         try:
             return await asyncio.to_thread(read_slice, path)
         except InvalidInput:
-            if path.exists() and bytes(await self.file_cid(path, timeout)) == bytes(cid):
+            if path.exists() and bytes(await self.file_cid(path)) == bytes(cid):
                 raise  # the bytes are the CID's: the slice itself is not Parquet
             log.warning("cached slice was corrupt: fetching it again", extra={"cid": cid_str(cid)})
             path.unlink(missing_ok=True)

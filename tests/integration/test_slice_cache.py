@@ -20,6 +20,7 @@ from node.datasets.slices import write_parquet_slice
 from node.index import Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
+from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, cid_str
 
 
@@ -109,16 +110,34 @@ async def test_corrupt_cached_slice_is_verified_and_fetched_again(kubo_client: K
     assert (await ds.slice_path(SliceRef(cid, 0, len(good), "", 0), timeout=60)).read_bytes() == good
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(size=st.one_of(st.integers(0, 4096), st.integers(CHUNK_SIZE - 2, CHUNK_SIZE + 2),
-                      st.integers(CHUNK_SIZE + 3, 3 * CHUNK_SIZE)))
-async def test_file_cid_equals_kubo(kubo_client: KuboClient, tmp_path: Path, size: int) -> None:
-    """The CID the cache checks against, computed here for one chunk, is the CID Kubo gives the bytes."""
+                      st.integers(CHUNK_SIZE + 3, 5 * CHUNK_SIZE)),
+       piece=st.integers(1, 3 * CHUNK_SIZE))
+async def test_unixfs_cid_equals_kubo(kubo_client: KuboClient, tmp_path: Path, size: int, piece: int) -> None:
+    """The CID the cache checks against, computed here while bytes stream in (any piece sizes) and from a file,
+    is the CID Kubo's own add gives the same bytes."""
+    data = os.urandom(size)
     path = tmp_path / f"f{size}.bin"
-    path.write_bytes(os.urandom(size))
-    ds = _datasets(kubo_client, tmp_path / "home")
+    path.write_bytes(data)
     kubo_cid = (await kubo_client.add(path, pin=False, only_hash=True)).cid
-    assert bytes(await ds.file_cid(path)) == bytes(kubo_cid)
+    hasher = UnixfsHasher()
+    for i in range(0, size, piece):
+        hasher.update(data[i:i + piece])
+    assert bytes(hasher.cid()) == bytes(kubo_cid)
+    assert bytes(await _datasets(kubo_client, tmp_path / "home").file_cid(path)) == bytes(kubo_cid)
+
+
+@pytest.mark.parametrize("chunks", [174, 175])
+async def test_unixfs_cid_of_a_two_level_tree_equals_kubo(kubo_client: KuboClient, tmp_path: Path, chunks: int) -> None:
+    """Past 174 chunks Kubo's balanced layout grows a second level of nodes."""
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        for _ in range(chunks):
+            f.write(os.urandom(CHUNK_SIZE))
+        f.write(b"tail")
+    kubo_cid = (await kubo_client.add(path, pin=False, only_hash=True)).cid
+    assert bytes(await _datasets(kubo_client, tmp_path / "home").file_cid(path)) == bytes(kubo_cid)
 
 
 class _SlowKubo:
