@@ -22,7 +22,7 @@ from node.ipfs import KuboClient
 from node.model import CID, cid_str
 from node.resolve import Resolver
 from node.resolve.resolver import VERIFIED_LABELS
-from node.resolve.claims import ClaimRefused, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, ClaimRefused, check_announcement
 from p2p.host import P2PError, P2PHost
 
 log = logging.getLogger("cairn.network")
@@ -79,7 +79,8 @@ class Network:
             ident = await self.kubo.id(timeout=5.0)
         except Exception:
             return []
-        return [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+        addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+        return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
 
     async def _announcement(self, row: ExecutionRow) -> bytes:
         return self.resolver.announcement(row, await self._providers()).block().data
