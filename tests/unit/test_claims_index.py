@@ -73,3 +73,44 @@ def test_an_index_from_before_trust_labels_is_migrated(tmp_path: Path) -> None:
     one, two = index.execution("i1"), index.execution("i2")
     assert one is not None and one.trust == "computed"
     assert two is not None and two.trust == "unverified"  # nothing says how it was checked: the weakest label
+
+
+def _claimant(index: Index, invocation: object, n: int) -> tuple[object, str]:
+    """A well-signed claim about ``invocation`` from a fresh signer, recorded as received."""
+    from node.index import ClaimRow
+    from node.model import cid_str
+
+    who = generate()
+    ex = cid_for(f"ex{n}".encode())
+    an = Announcement(invocation, ex, ex, "f1e20" + "00" * 32, 1, {"name": "spark"}, (), who.node_key,
+                      "2026-01-01T00:00:00Z").signed(who.sign)
+    index.add_claim(ClaimRow(cid_str(invocation), who.node_key, cid_str(ex), cid_str(ex), an.logical_hash, 1,
+                             "peer", block_of(an).data, 0.0, "pending", ""))
+    return ex, who.node_key
+
+
+async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
+    """Refused for what it says: never again. Refused by policy: looked at again. Signer refused more often than
+    accepted: not used. Otherwise best record first."""
+    from node.model import cid_str
+    from node.resolve.resolver import POLICY, Resolver
+
+    index = Index(tmp_path / "index.sqlite")
+    resolver = Resolver(None, None, index, None, generate(), tmp_path, 1)  # type: ignore[arg-type]
+    inv = cid_for(b"the invocation")
+    (ex_lied, lied), (ex_policy, policy), (ex_good, good), (ex_new, new), (ex_bad, bad) = \
+        [_claimant(index, inv, n) for n in range(5)]
+    index.set_claim_status(cid_str(inv), lied, cid_str(ex_lied), "refused", "the data does not match")
+    index.set_claim_status(cid_str(inv), policy, cid_str(ex_policy), "refused", POLICY + "not trusted", score=False)
+    for _ in range(3):
+        index.set_claim_status("other", good, "x", "accepted")
+    for _ in range(2):  # a good record does not bring back a claim refused for what it says
+        index.set_claim_status("other", lied, "x", "accepted")
+    index.set_claim_status("other", bad, "x", "accepted")
+    index.set_claim_status("other", bad, "y", "refused", "lied")
+    index.set_claim_status("other", bad, "z", "refused", "lied")
+    signers = [c.signer for c in await resolver._claims(inv, lambda kind, data: None)]
+    assert signers[0] == good and set(signers) == {good, policy, new}  # lied: final; bad: 1 accepted, 2 refused
+    assert index.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
+    (row,) = [c for c in index.claims(cid_str(inv)) if c.signer == bad]
+    assert row.status == "refused" and "refused 2 times, accepted 1" in row.reason
