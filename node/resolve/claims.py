@@ -3,8 +3,8 @@
 Nothing a peer says is taken on its word (DESIGN.md "Resolving a query"; ODF "Verifiability"). A claim is
 used only if every statement in it holds against what was fetched or what we built ourselves:
 - the announcement is well-formed, names at most ``MAX_PROVIDERS`` providers, each a ``/…/p2p/<id>`` multiaddr;
-- the announcement's and the receipt's signatures verify with their signers' did:keys, and they agree on the
-  invocation, execution, logical hash and row count; the invocation is the one we asked (its CID, built here);
+- the announcement and the receipt are signed by one key (their signatures verify with its did:key), and they
+  agree on the invocation, execution, logical hash and row count; the invocation is the one we asked (built here);
 - every block fetched is hash-checked (Kubo's bitswap, and our client re-hashes blocks it gets);
 - the ex_0 succeeded, runs the bytecode we expect (the ``mbe_0`` of *our* canonical statement, built here) with
   the engine handle we expect;
@@ -216,6 +216,8 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
             raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {e.message}") from None
         if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (an.invocation, an.execution, an.logical_hash, an.rows):
             raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
+        if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
+            raise ClaimRefused(f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}")
         ex = await _object(kubo, rc.execution, timeout, Execution)
         assert isinstance(ex, Execution)
         if ex.exit_status or ex.output is None:

@@ -236,7 +236,8 @@ def _count_sql(threshold: int) -> str:
 
 def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: Any = None, bytecode_sql: str | None = None,
                  inputs: list[list[str]] | None = None, input_table: Any = None, structure: Any = None,
-                 logical_hash: str | None = None, providers: list[str] | None = None) -> tuple[bytes, Any, str]:
+                 logical_hash: str | None = None, providers: list[str] | None = None,
+                 receipt_signer: Any = None) -> tuple[bytes, Any, str]:
     """(an_0 block, forger, invocation) for ``sql`` over ``node``'s sales; the blocks are put in ``kubo``."""
     import tempfile
     from pathlib import Path
@@ -286,8 +287,9 @@ def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: An
             h = LogicalHasher(out.schema)
             h.update(out)
             lh = logical_hash or str(h.finish())
-            rc = block_of(Receipt(ex, parse_cid(target), forger.node_key, "2026-01-01T00:00:00Z", {"name": "spark"},
-                                  lh, out.num_rows, st, (), {}).signed(forger.sign))
+            rcs = receipt_signer or forger
+            rc = block_of(Receipt(ex, parse_cid(target), rcs.node_key, "2026-01-01T00:00:00Z", {"name": "spark"},
+                                  lh, out.num_rows, st, (), {}).signed(rcs.sign))
             await put(rc)
             an = Announcement(parse_cid(target), ex, rc.cid, lh, out.num_rows, {"name": "spark"}, tuple(addrs),
                               forger.node_key, "2026-01-01T00:00:00Z").signed(forger.sign)
@@ -363,6 +365,13 @@ def test_inputs_that_are_not_the_invocations_are_refused(net: dict[str, NodeProc
 
     fewer = pcsv.read_csv(io.BytesIO(SALES)).slice(0, 5)
     _refused_for(net["c"], kubo, 3, "not the data the invocation names", input_table=fewer)
+
+
+def test_receipt_signed_by_another_key_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:
+    """The announcement's signer relays a receipt someone else signed: trust is in what a signer computed."""
+    from node.identity import generate
+
+    _refused_for(net["c"], kubo, 0, "signed by", receipt_signer=generate())
 
 
 def test_signer_refused_more_often_than_accepted_is_never_used(net: dict[str, NodeProcess], kubo: Any) -> None:
