@@ -81,6 +81,10 @@ class PeerSettings:
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
     fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
+    resolve_timeout: float = _doc("Seconds the whole network stage of a miss (lookup, connects, fetching and checking "
+                                  "claims) may take before the node computes instead; each output slice that arrives "
+                                  "and checks out gives it this long again, so a large result that keeps flowing is "
+                                  "still fetched.", default=10.0)
 
 
 @dataclass(frozen=True)
@@ -233,3 +237,5 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}")
     if s.api.max_upload_bytes <= 0:
         raise ConfigError("api.max_upload_bytes must be positive")
+    if s.peers.resolve_timeout <= 0:
+        raise ConfigError("peers.resolve_timeout must be positive")

@@ -107,7 +107,8 @@ class Node:
         self.resolver = Resolver(self.datasets, self.kubo, self.index, self.worker, self.identity,
                                  self.datasets.tmp_dir, self.settings.datasets.rows_per_slice, sp.query_timeout,
                                  trust_mode=peers.trust, community=peers.community or None,
-                                 fetch_timeout=peers.fetch_timeout, worker_ready=self._worker_ready)
+                                 fetch_timeout=peers.fetch_timeout, resolve_timeout=peers.resolve_timeout,
+                                 worker_ready=self._worker_ready)
         self.jobs = Jobs()
         if self.settings.peers.enabled:
             from node.network import Network
@@ -264,7 +265,8 @@ class Node:
             "inputs": answer.versions,
             "slices": list(row.slices),
             "peer": answer.peer,
-            "verified": answer.source != "peer" or bool(answer.peer and answer.peer.get("verified")),
+            "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
+            "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
         }
 
@@ -285,7 +287,7 @@ class Node:
         return {
             "execution": row.execution, "invocation": row.invocation, "query": row.query, "receipt": row.receipt,
             "logicalHash": row.logical_hash, "rows": row.rows, "structure": row.structure,
-            "slices": list(row.slices), "source": row.source,
+            "slices": list(row.slices), "source": row.source, "trust": row.trust,
             "signer": receipt.signer, "time": receipt.time, "engine": receipt.engine, "timings": receipt.timings,
             "versions": [cid_str(v) for v in receipt.versions],
             "profile": cid_str(receipt.profile) if receipt.profile else None,

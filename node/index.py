@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS executions (
     structure    TEXT NOT NULL,         -- st_0 of the result
     slices       TEXT NOT NULL,         -- JSON list of output slice CIDs
     source       TEXT NOT NULL,         -- computed | peer
-    created      REAL NOT NULL
+    created      REAL NOT NULL,
+    trust        TEXT NOT NULL DEFAULT 'unverified'  -- TRUST_LABELS: how it was checked when stored
     -- profile: added by _migrate (ep_0 CID of the engine that computed it; NULL if unknown)
 );
 CREATE TABLE IF NOT EXISTS divergences (
@@ -101,6 +102,18 @@ class DatasetRow:
     updated: float
 
 
+# Trust labels (DESIGN.md "Trust labels are facts"), weakest first; docs/peers.md.
+TRUST_LABELS = ("unverified", "trusted-signer", "recomputed-agreed", "computed")
+_STRENGTH = {"unverified": 0, "trusted-signer": 1, "recomputed-agreed": 2, "computed": 2}  # computed here = checked
+
+
+_STRENGTH_SQL = "CASE executions.trust " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in _STRENGTH.items()) + " ELSE 0 END"
+
+
+def trust_strength(label: str) -> int:
+    return _STRENGTH.get(label, 0)
+
+
 @dataclass(frozen=True)
 class ExecutionRow:
     invocation: str
@@ -113,6 +126,7 @@ class ExecutionRow:
     slices: tuple[str, ...]
     source: str
     created: float
+    trust: str = "computed"  # one of TRUST_LABELS
     profile: str | None = None  # ep_0 CID of the engine that computed it (None: not known here)
 
 
@@ -166,6 +180,10 @@ class Index:
         cols = {r[1] for r in self._db.execute("PRAGMA table_info(executions)")}
         if "profile" not in cols:
             self._db.execute("ALTER TABLE executions ADD COLUMN profile TEXT")
+        if "trust" not in cols:
+            # An index from before trust labels: what we computed keeps "computed"; a peer's row is unverified.
+            self._db.execute("ALTER TABLE executions ADD COLUMN trust TEXT NOT NULL DEFAULT 'unverified'")
+            self._db.execute("UPDATE executions SET trust = 'computed' WHERE source = 'computed'")
 
     def close(self) -> None:
         self._db.close()
@@ -204,18 +222,24 @@ class Index:
         with self._lock:
             row = self._db.execute(
                 "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created, "
-                "profile FROM executions WHERE invocation = ?", (invocation,)).fetchone()
+                "trust, profile FROM executions WHERE invocation = ?", (invocation,)).fetchone()
         if not row:
             return None
-        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9], row[10])
+        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9], row[10], row[11])
 
     def add_execution(self, e: "ExecutionRow") -> None:
-        """First writer wins: an invocation's answer, once recorded, is never replaced."""
+        """First writer wins, except that a better-checked answer replaces a looser one (a row computed here
+        replaces a peer's unverified row): a stricter request that computed must find its own row."""
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO executions (invocation, query, execution, receipt, logical_hash, "
-                             "rows, structure, slices, source, created, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows,
-                              e.structure, json.dumps(list(e.slices)), e.source, e.created, e.profile))
+            self._db.execute(
+                "INSERT INTO executions (invocation, query, execution, receipt, logical_hash, rows, structure, "
+                "slices, source, created, trust, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(invocation) DO UPDATE SET query = excluded.query, execution = excluded.execution, "
+                "receipt = excluded.receipt, logical_hash = excluded.logical_hash, rows = excluded.rows, "
+                "structure = excluded.structure, slices = excluded.slices, source = excluded.source, "
+                "created = excluded.created, trust = excluded.trust, profile = excluded.profile WHERE ? > " + _STRENGTH_SQL,
+                (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows, e.structure,
+                 json.dumps(list(e.slices)), e.source, e.created, e.trust, e.profile, trust_strength(e.trust)))
 
     def executions(self, limit: int = 1000) -> list["ExecutionRow"]:
         with self._lock:
@@ -269,10 +293,15 @@ class Index:
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [ClaimRow(*r) for r in rows]
 
-    def set_claim_status(self, invocation: str, signer: str, execution: str, status: str, reason: str = "") -> None:
+    def set_claim_status(self, invocation: str, signer: str, execution: str, status: str, reason: str = "",
+                         score: bool = True) -> None:
+        """``score``: whether this counts for or against the signer (a policy refusal, such as an untrusted
+        signer in community mode, says nothing about the claim's truth and does not)."""
         with self._lock:
             self._db.execute("UPDATE claims SET status = ?, reason = ? WHERE invocation = ? AND signer = ? AND execution = ?",
                              (status, reason, invocation, signer, execution))
+            if not score:
+                return
             col = "accepted" if status == "accepted" else "refused"
             self._db.execute(f"INSERT INTO signer_scores (key, {col}) VALUES (?, 1) "
                              f"ON CONFLICT(key) DO UPDATE SET {col} = {col} + 1", (signer,))

@@ -21,7 +21,8 @@ from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import CID, cid_str
 from node.resolve import Resolver
-from node.resolve.claims import ClaimRefused, check_announcement
+from node.resolve.resolver import VERIFIED_LABELS
+from node.resolve.claims import MAX_PROVIDERS, ClaimRefused, check_announcement
 from p2p.host import P2PError, P2PHost
 
 log = logging.getLogger("cairn.network")
@@ -30,6 +31,12 @@ TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000
+
+
+def _ours(row: ExecutionRow) -> bool:
+    """Only what was computed here (or recomputed here and agreed) goes out under our signature: signing a
+    peer's unchecked answer would launder it into a trusted one for whoever trusts us (docs/peers.md)."""
+    return row.trust in VERIFIED_LABELS
 
 
 class Network:
@@ -72,7 +79,8 @@ class Network:
             ident = await self.kubo.id(timeout=5.0)
         except Exception:
             return []
-        return [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+        addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+        return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
 
     async def _announcement(self, row: ExecutionRow) -> bytes:
         return self.resolver.announcement(row, await self._providers()).block().data
@@ -123,7 +131,7 @@ class Network:
         except Exception:
             return dag_cbor.encode([])
         row = self.index.execution(cid_str(invocation))
-        return dag_cbor.encode([await self._announcement(row)] if row else [])
+        return dag_cbor.encode([await self._announcement(row)] if row and _ours(row) else [])
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
         try:
@@ -139,7 +147,7 @@ class Network:
         self._spawn(self._catch_up(peer))
 
     async def _catch_up(self, peer: str) -> None:
-        rows = self.index.executions(limit=CATCHUP_LIMIT)
+        rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
         if not rows:
             return
         items = [await self._announcement(r) for r in rows]

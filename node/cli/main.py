@@ -228,6 +228,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+# How `cairn query` shows an answer's trust label (docs/peers.md "Trust labels").
+TRUST_SHOWN = {"computed": "computed here", "trusted-signer": "trusted signer (not recomputed)",
+               "recomputed-agreed": "verified (recomputed here, agrees)", "unverified": "UNVERIFIED"}
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     inputs: dict[str, str] = {}
     for spec in args.input or []:
@@ -251,11 +256,12 @@ def cmd_query(args: argparse.Namespace) -> int:
         if out["truncated"]:
             print(f"… {out['row_count'] - len(out['rows'])} more rows (use -o FILE for all)")
     print(f"{out['row_count']} rows, {out['source']} in {out['elapsed_ms']:.1f} ms", file=sys.stderr)
+    label = TRUST_SHOWN.get(out.get("trust", ""), out.get("trust", ""))
     if out.get("peer"):
         p = out["peer"]
-        label = "verified (recomputed here, agrees)" if p.get("agreement") else \
-            "trusted signer" if p.get("verified") else "UNVERIFIED"
-        print(f"from peer   {p['peer']} signed by {p['signer']}, trust {p['trust']}: {label}", file=sys.stderr)
+        print(f"from peer   {p['peer']} signed by {p['signer']}, trust mode {p['mode']}: {label}", file=sys.stderr)
+    else:
+        print(f"trust       {label}", file=sys.stderr)
     print(f"query       {out['query']}", file=sys.stderr)
     print(f"invocation  {out['invocation']}", file=sys.stderr)
     print(f"execution   {out['execution']}", file=sys.stderr)

@@ -32,6 +32,8 @@ from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
 from node.errors import CairnError, InvalidInput, NotFound
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
+from node.ipfs.client import CHUNK_SIZE
+from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, Block, InvalidObject, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 
 log = logging.getLogger("cairn.datasets")
@@ -42,6 +44,12 @@ Progress = Callable[[int, int], None]  # (bytes read, rows read)
 
 class SchemaChangeRefused(InvalidInput):
     pass
+
+
+class SliceCorrupt(CairnError):
+    """Bytes fetched for a slice do not give its CID: they never enter the cache."""
+
+    status = 502
 
 
 @dataclass(frozen=True)
@@ -316,23 +324,69 @@ class Datasets:
 
     async def slice_path(self, s: SliceRef, timeout: float | None = None) -> Path:
         """The slice as a local file, fetched from IPFS once (Kubo verifies every block it fetches)."""
-        path = self.cache_dir / f"{s.cid}.parquet"
+        return await self.cid_path(s.cid, size=s.size or None, timeout=timeout)
+
+    async def cid_path(self, cid: CID, *, size: int | None = None, timeout: float | None = None) -> Path:
+        """The UnixFS file ``cid`` as a local file in the CID-keyed cache.
+
+        The cache is trusted by name, so nothing enters it unhashed: each fetch writes its own temp file
+        (concurrent fetches never share one), the bytes must give ``cid`` before the atomic rename, and a
+        cancelled or failed fetch removes its temp. A cached file of the wrong size is re-fetched.
+        """
+        path = self.cache_dir / f"{cid_str(cid)}.parquet"
         if path.exists():
-            return path
-        tmp = path.with_suffix(f".{os.getpid()}.part")
-        with open(tmp, "wb") as f:
-            async for chunk in self.kubo.cat(s.cid, timeout=timeout):
-                f.write(chunk)
-        os.replace(tmp, path)
+            if size is None or path.stat().st_size == size:
+                return path
+            log.warning("cached slice has the wrong size: fetching it again", extra={"cid": cid_str(cid)})
+            path.unlink(missing_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"{cid_str(cid)}.", suffix=".part", dir=self.cache_dir)
+        tmp = Path(name)
+        hasher = UnixfsHasher()  # hashed as it streams in: no second pass before the rename
+        try:
+            with os.fdopen(fd, "wb") as f:
+                async for chunk in self.kubo.cat(cid, timeout=timeout):
+                    f.write(chunk)
+                    hasher.update(chunk)
+            got = hasher.cid()
+            if bytes(got) != bytes(cid):
+                raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # after os.replace this is a no-op; on any failure it removes the temp
         return path
+
+    async def file_cid(self, path: Path) -> CID:
+        """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""
+        def run() -> CID:
+            hasher = UnixfsHasher()
+            with open(path, "rb") as f:
+                while block := f.read(CHUNK_SIZE):
+                    hasher.update(block)
+            return hasher.cid()
+
+        return await asyncio.to_thread(run)
+
+    async def read_cid(self, cid: CID, *, size: int | None = None, timeout: float | None = None) -> pa.Table:
+        """Read a cached slice; if it does not read as Parquet, re-hash the cached file (the suspicion), drop it
+        if it is not ``cid``'s bytes, fetch it again and read once more."""
+        path = await self.cid_path(cid, size=size, timeout=timeout)
+        try:
+            return await asyncio.to_thread(read_slice, path)
+        except InvalidInput:
+            if path.exists() and bytes(await self.file_cid(path)) == bytes(cid):
+                raise  # the bytes are the CID's: the slice itself is not Parquet
+            log.warning("cached slice was corrupt: fetching it again", extra={"cid": cid_str(cid)})
+            path.unlink(missing_ok=True)
+            return await asyncio.to_thread(read_slice, await self.cid_path(cid, size=size, timeout=timeout))
 
     async def tables(self, v: Version) -> AsyncIterator[pa.Table]:
         """The version's rows, slice by slice; older slices get nulls for columns added later."""
         target: pa.Schema | None = None
         if v.slices:
-            target = (await asyncio.to_thread(read_slice, await self.slice_path(v.slices[-1]))).schema
+            last = v.slices[-1]
+            target = (await self.read_cid(last.cid, size=last.size or None)).schema
         for s in v.slices:
-            t = await asyncio.to_thread(read_slice, await self.slice_path(s))
+            t = await self.read_cid(s.cid, size=s.size or None)
             if target is not None and t.schema.names != target.names:
                 t = pa.table({f.name: t.column(f.name) if f.name in t.schema.names
                               else pa.nulls(t.num_rows, f.type) for f in target}, schema=target)

@@ -1,12 +1,21 @@
 """Using a peer's claim (an_0) about an invocation: fetch what it names by CID and check all of it.
 
-Nothing a peer says is taken on its word (DESIGN.md "Resolving a query"; ODF "Verifiability"):
-- the announcement's and the receipt's signatures verify with the signer's did:key, and they agree on the
-  invocation, execution, logical hash and row count;
+Nothing a peer says is taken on its word (DESIGN.md "Resolving a query"; ODF "Verifiability"). A claim is
+used only if every statement in it holds against what was fetched or what we built ourselves:
+- the announcement is well-formed, names at most ``MAX_PROVIDERS`` providers, each a ``/…/p2p/<id>`` multiaddr;
+- the announcement and the receipt are signed by one key (their signatures verify with its did:key), and they
+  agree on the invocation, execution, logical hash and row count; the invocation is the one we asked (built here);
 - every block fetched is hash-checked (Kubo's bitswap, and our client re-hashes blocks it gets);
-- the ex_0 is a successful execution whose output list the receipt's data hashes match: the logical hash
-  of the fetched rows, recomputed here, equals the claim's, and so does the row count.
-Any failure refuses the claim, with the reason, and leaves nothing usable in the index.
+- the ex_0 succeeded, runs the bytecode we expect (the ``mbe_0`` of *our* canonical statement, built here) with
+  the engine handle we expect;
+- the ex_0 input is one slice list per input of the invocation, and each list has the input's identity
+  (DESIGN.md "iv_0"): either it is exactly our own version's slice list (same CIDs, so same bytes), or its slices,
+  fetched and hashed here, give the invocation input's abstract structure, logical hash and row count;
+- every output slice reads as Parquet whose structure is the receipt's ``st_0``, and the logical hash and row
+  count of all output rows, recomputed here, equal the claim's.
+Any failure refuses the claim with a reason naming the CID at fault, and leaves nothing usable in the index.
+What no check here can show is that the rows are the right answer: only recomputing does (trust mode
+``verify``); a label says which of the two an answer had (docs/peers.md).
 """
 
 from __future__ import annotations
@@ -14,16 +23,23 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Callable
 
-from node.datasets import Datasets, LogicalHasher, SliceRef
-from node.datasets.slices import read_slice
+import pyarrow as pa
+
+from node.datasets import Datasets, LogicalHasher, canonical_type
 from node.errors import CairnError
 from node.identity import public_key_from_did
 from node.index import ExecutionRow
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Announcement, Execution, RecursiveDataEnvelope, Receipt, Structure, cid_str, decode, decode_object,
+    CID, Announcement, Block, Execution, Invocation, ModuleBytecodeEnvelope, RecursiveDataEnvelope, Receipt,
+    Structure, block_of, cid_str, decode, decode_object,
 )
+
+MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
+MAX_ADDR_LEN = 256
+CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own deadline (peers.resolve_timeout)
 
 
 class ClaimRefused(CairnError):
@@ -36,14 +52,50 @@ class Verified:
     receipt: Receipt
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What we asked, built here from our own inputs: what a claim is checked against."""
+
+    invocation: Invocation
+    cid: CID  # of the iv_0
+    bytecode: CID  # mbe_0 of our canonical statement
+    handle: str  # the engine entry point an ex_0 must name
+    inputs: tuple[tuple[CID, ...], ...]  # our versions' slice CIDs, in the invocation's input order
+
+
+def bytecode_of(statement: str) -> tuple[Block, Block]:
+    """The canonical SQL as Holium ModuleBytecode_v0 (a cbor leaf of its bytes) and its mbe_0 envelope."""
+    leaf = block_of(statement.encode(), "cbor")
+    return leaf, block_of(ModuleBytecodeEnvelope(leaf.cid))
+
+
+def asked(iv_block: Block, statement: str, handle: str, inputs: list[tuple[CID, ...]]) -> Asked:
+    iv = decode_object(decode(iv_block.data))
+    assert isinstance(iv, Invocation)
+    return Asked(iv, iv_block.cid, bytecode_of(statement)[1].cid, handle, tuple(inputs))
+
+
+def _same(a: CID, b: CID) -> bool:
+    return bytes(a) == bytes(b)
+
+
+def _provider_ok(addr: object) -> bool:
+    return isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr and len(addr) <= MAX_ADDR_LEN
+
+
 def check_announcement(data: bytes) -> Announcement:
-    """An an_0 block as received: well-formed and signed by the key it names."""
+    """An an_0 block as received: well-formed, with a bounded list of provider multiaddrs, signed by the key
+    it names."""
     try:
         obj = decode_object(decode(data))
     except CairnError as e:
         raise ClaimRefused(f"not an announcement: {e.message}") from None
     if not isinstance(obj, Announcement):
         raise ClaimRefused("not an announcement (an_0)")
+    if len(obj.providers) > MAX_PROVIDERS:
+        raise ClaimRefused(f"announcement names {len(obj.providers)} providers (at most {MAX_PROVIDERS})")
+    if not all(_provider_ok(a) for a in obj.providers):
+        raise ClaimRefused("announcement has a provider that is not a /…/p2p/<peer id> multiaddr")
     try:
         obj.verify(public_key_from_did(obj.signer))
     except CairnError as e:
@@ -59,16 +111,102 @@ async def _object(kubo: KuboClient, cid: CID, timeout: float, kind: type) -> obj
     return obj
 
 
-async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcement, invocation: CID,
-                           timeout: float) -> Verified:
-    if an.invocation != invocation:
-        raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(invocation)}")
-    for addr in an.providers:  # reach the claimant's Kubo directly; bitswap does the rest
-        try:
-            await kubo.swarm_connect(addr, timeout=min(timeout, 10.0))
-            break
-        except CairnError:
-            continue
+async def _links(kubo: KuboClient, cid: CID, timeout: float, what: str) -> list[CID]:
+    items = decode(await kubo.block_get(cid, timeout=timeout), cid.codec.code)
+    if not isinstance(items, list) or not all(isinstance(c, CID) for c in items):
+        raise ClaimRefused(f"{what} {cid_str(cid)} is not a list of links")
+    return items
+
+
+async def _connect(kubo: KuboClient, providers: tuple[str, ...]) -> None:
+    """Reach the claimant's Kubo (bitswap does the rest): all providers at once, the first that answers wins."""
+    tasks = [asyncio.ensure_future(kubo.swarm_connect(a, timeout=CONNECT_TIMEOUT)) for a in providers]
+    try:
+        for done in asyncio.as_completed(tasks):
+            try:
+                await done
+                return
+            except CairnError:
+                continue
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def structure_of(schema: pa.Schema) -> Structure:
+    """The st_0 of Parquet data, built exactly as the resolver builds a result's."""
+    return Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in schema))
+
+
+async def _hash_slices(datasets: Datasets, cids: list[CID], timeout: float, what: str,
+                       progress: Callable[[], None] | None = None) -> tuple[Structure, LogicalHasher]:
+    """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
+    Every slice must have the first one's structure."""
+    hasher: LogicalHasher | None = None
+    structure: Structure | None = None
+    fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
+    try:
+        for i, cid in enumerate(cids):
+            await fetches[i]
+            if i + 1 < len(cids):
+                fetches.append(asyncio.ensure_future(datasets.cid_path(cids[i + 1], timeout=timeout)))
+            try:
+                table = await datasets.read_cid(cid, timeout=timeout)
+            except CairnError as e:
+                raise ClaimRefused(f"{what}: slice {cid_str(cid)}: {e.message}") from None
+            got = structure_of(table.schema)
+            if structure is not None and got != structure:
+                raise ClaimRefused(f"{what}: slice {cid_str(cid)} has structure {got.schema}, not {structure.schema}")
+            structure, hasher = got, hasher or LogicalHasher(table.schema)
+            await asyncio.to_thread(hasher.update, table)
+            if progress is not None:
+                progress()
+    finally:
+        for f in fetches:
+            f.cancel()
+        await asyncio.gather(*fetches, return_exceptions=True)
+    assert structure is not None and hasher is not None
+    return structure, hasher
+
+
+def _check_bytecode(ex: Execution, ex_cid: CID, want: Asked) -> None:
+    if not _same(ex.bytecode, want.bytecode):
+        raise ClaimRefused(f"execution {cid_str(ex_cid)} runs bytecode {cid_str(ex.bytecode)}, not "
+                           f"{cid_str(want.bytecode)}: the canonical statement of the query asked")
+    if ex.handle != want.handle:
+        raise ClaimRefused(f"execution {cid_str(ex_cid)} runs handle {ex.handle!r}, not {want.handle!r}")
+
+
+async def _check_inputs(kubo: KuboClient, datasets: Datasets, ex: Execution, ex_cid: CID, want: Asked,
+                        timeout: float) -> None:
+    """The ex_0 read data with the identities the invocation names, input by input."""
+    env = await _object(kubo, ex.input, timeout, RecursiveDataEnvelope)
+    assert isinstance(env, RecursiveDataEnvelope)
+    lists = await _links(kubo, env.content, timeout, f"execution {cid_str(ex_cid)}: input")
+    if len(lists) != len(want.invocation.inputs):
+        raise ClaimRefused(f"execution {cid_str(ex_cid)} read {len(lists)} inputs, the invocation names "
+                           f"{len(want.invocation.inputs)}")
+    for i, (lst, ident, ours) in enumerate(zip(lists, want.invocation.inputs, want.inputs)):
+        slices = await _links(kubo, lst, timeout, f"execution {cid_str(ex_cid)}: input {i}")
+        if len(slices) == len(ours) and all(_same(a, b) for a, b in zip(slices, ours)):
+            continue  # our own version's slices: same bytes, same identity
+        what = f"execution {cid_str(ex_cid)}: input {i}"
+        if not slices:
+            raise ClaimRefused(f"{what} lists no slices")
+        structure, hasher = await _hash_slices(datasets, slices, timeout, what)
+        got = (block_of(structure.abstract()).cid, str(hasher.finish()), hasher.rows)
+        if not _same(got[0], ident.structure) or got[1:] != (ident.logical_hash, ident.rows):
+            raise ClaimRefused(f"{what} (slices {cid_str(lst)}) is not the data the invocation names: "
+                               f"structure, logical hash or row count differ")
+
+
+async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcement, want: Asked,
+                           timeout: float, progress: Callable[[], None] | None = None) -> Verified:
+    """Check everything the claim states (module docstring); ``progress`` is called after each output slice."""
+    if not _same(an.invocation, want.cid):
+        raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
+    await _connect(kubo, an.providers)
     try:
         rc = await _object(kubo, an.receipt, timeout, Receipt)
         assert isinstance(rc, Receipt)
@@ -78,38 +216,26 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
             raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {e.message}") from None
         if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (an.invocation, an.execution, an.logical_hash, an.rows):
             raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
+        if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
+            raise ClaimRefused(f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}")
         ex = await _object(kubo, rc.execution, timeout, Execution)
         assert isinstance(ex, Execution)
         if ex.exit_status or ex.output is None:
             raise ClaimRefused(f"execution {cid_str(rc.execution)} did not succeed")
+        _check_bytecode(ex, rc.execution, want)
+        await _check_inputs(kubo, datasets, ex, rc.execution, want, timeout)
         env = await _object(kubo, ex.output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
-        out_list = decode(await kubo.block_get(env.content, timeout=timeout))
-        if not isinstance(out_list, list) or not all(isinstance(c, CID) for c in out_list) or not out_list:
+        out_list = await _links(kubo, env.content, timeout, f"execution {cid_str(rc.execution)}: output")
+        if not out_list:
             raise ClaimRefused(f"execution {cid_str(rc.execution)}: output is not a list of slices")
-        structure = await _object(kubo, rc.structure, timeout, Structure)
-        assert isinstance(structure, Structure)
-
-        hasher: LogicalHasher | None = None
-        # Fetch slice i+1 while slice i is decoded and hashed: the transfer and the check overlap.
-        fetches = [asyncio.ensure_future(datasets.slice_path(SliceRef(out_list[0], 0, 0, "", 0), timeout=timeout))]
-        try:
-            for i in range(len(out_list)):
-                path = await fetches[i]
-                if i + 1 < len(out_list):
-                    fetches.append(asyncio.ensure_future(
-                        datasets.slice_path(SliceRef(out_list[i + 1], 0, 0, "", 0), timeout=timeout)))
-                table = await asyncio.to_thread(read_slice, path)
-                hasher = hasher or LogicalHasher(table.schema)
-                await asyncio.to_thread(hasher.update, table)
-        finally:
-            for f in fetches:
-                f.cancel()
-            await asyncio.gather(*fetches, return_exceptions=True)
-        assert hasher is not None
+        claimed = await _object(kubo, rc.structure, timeout, Structure)
+        structure, hasher = await _hash_slices(datasets, out_list, timeout,
+                                               f"execution {cid_str(rc.execution)}: output", progress)
+        if structure != claimed:
+            raise ClaimRefused(f"execution {cid_str(rc.execution)}: its output's structure is {structure.schema}, "
+                               f"not the {cid_str(rc.structure)} its receipt claims")
         if str(hasher.finish()) != rc.logical_hash or hasher.rows != rc.rows:
-            for cid in out_list:  # what we cached is not what was claimed: do not keep it
-                (datasets.cache_dir / f"{cid_str(cid)}.parquet").unlink(missing_ok=True)
             raise ClaimRefused(f"the data of execution {cid_str(rc.execution)} does not match the logical hash "
                                f"and row count its receipt claims")
     except CairnError as e:
@@ -122,5 +248,6 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
         await kubo.pin_add(cid, recursive=False)
     await kubo.pin_add(env.content, recursive=True)
     row = ExecutionRow(cid_str(an.invocation), "", cid_str(rc.execution), cid_str(an.receipt), rc.logical_hash,
-                       rc.rows, cid_str(rc.structure), tuple(cid_str(c) for c in out_list), "peer", time.time())
+                       rc.rows, cid_str(rc.structure), tuple(cid_str(c) for c in out_list), "peer", time.time(),
+                       "unverified")
     return Verified(row, rc)

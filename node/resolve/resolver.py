@@ -8,6 +8,7 @@ whose CID is the cache key. Identical invocations in flight share one computatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -21,18 +22,17 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 import pyarrow as pa
 
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
-from node.datasets.chain import SliceRef
-from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
+from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import CairnError, InvalidInput
 from node.identity import Identity
-from node.index import ClaimRow, Divergence, ExecutionRow, Index
+from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
     CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
     ModuleBytecodeEnvelope, Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
-from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
+from node.resolve.claims import ClaimRefused, Verified, asked, check_announcement, fetch_and_verify
 from node.resolve.spark import SparkWorker
 
 log = logging.getLogger("cairn.resolve")
@@ -42,6 +42,16 @@ Event = Callable[[str, dict[str, Any]], None]
 
 
 TRUST_MODES = ("self", "community", "verify", "any")
+# Which stored trust labels each mode may answer with (DESIGN.md: "a stricter request never receives a looser
+# row"); a row it may not use is a miss for it: it goes to peers or computes. docs/peers.md.
+ACCEPTS: dict[str, tuple[str, ...]] = {
+    "self": ("computed", "recomputed-agreed"),
+    "verify": ("computed", "recomputed-agreed"),
+    "community": ("computed", "recomputed-agreed", "trusted-signer"),
+    "any": TRUST_LABELS,
+}
+VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
+POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
 Lookup = Callable[[CID], Awaitable[dict[str, list[bytes]]]]
 
 
@@ -59,6 +69,7 @@ class Claim:
 class Outcome:
     row: ExecutionRow
     source: str
+    trust: str  # one of TRUST_LABELS: how this answer was checked
     peer: dict[str, Any] | None = None
 
 
@@ -71,7 +82,12 @@ class Answer:
     elapsed_ms: float
     output_names: tuple[str, ...]
     versions: dict[str, str] = field(default_factory=dict)  # alias → dataset version used
-    peer: dict[str, Any] | None = None  # for source "peer": which peer, which signer, what trust
+    peer: dict[str, Any] | None = None  # for source "peer": which peer, which signer, which mode
+    trust: str = "computed"  # one of TRUST_LABELS
+
+    @property
+    def verified(self) -> bool:
+        return self.trust in VERIFIED_LABELS
 
 
 def _now() -> str:
@@ -82,11 +98,12 @@ class Resolver:
     def __init__(self, datasets: Datasets, kubo: KuboClient, index: Index, worker: SparkWorker,
                  identity: Identity, work_dir: Path, rows_per_slice: int, query_timeout: float | None = None,
                  trust_mode: str = "community", community: str | None = None, fetch_timeout: float = 60.0,
-                 lookup: Lookup | None = None,
+                 lookup: Lookup | None = None, resolve_timeout: float = 10.0,
                  worker_ready: Callable[[Event], Awaitable[None]] | None = None) -> None:
         self.worker_ready = worker_ready
         self.query_timeout = query_timeout
         self.trust_mode, self.community, self.fetch_timeout = trust_mode, community, fetch_timeout
+        self.resolve_timeout = resolve_timeout  # the whole network stage (peers.resolve_timeout)
         self.lookup = lookup  # asks connected peers; set by the node once its p2p host runs
         self.on_published: Callable[[ExecutionRow], Awaitable[None]] | None = None  # gossip, when networked
         self.datasets, self.kubo, self.index, self.worker = datasets, kubo, index, worker
@@ -137,7 +154,11 @@ class Resolver:
         key = cid_str(iv_block.cid)
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
         hit = self.index.execution(key)
-        outcome = Outcome(hit, "local") if hit is not None else None
+        if hit is not None and hit.trust not in ACCEPTS[mode]:
+            log.info("local row too loosely checked for this request", extra={"invocation": key, "trust": hit.trust,
+                                                                             "mode": mode})
+            hit = None
+        outcome = Outcome(hit, "local", hit.trust) if hit is not None else None
         if outcome is None:
             flight = self._inflight.get((key, mode))
             if flight is None:  # identical invocations in flight share one resolution (single-flight)
@@ -147,47 +168,73 @@ class Resolver:
             outcome = await asyncio.shield(flight)
         return Answer(iv.query, iv_block.cid, outcome.row, outcome.source,
                       round((time.perf_counter() - started) * 1000, 3), cq.output_names,
-                      {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)}, outcome.peer)
+                      {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)}, outcome.peer, outcome.trust)
 
     async def _miss(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
                     mode: str, emit: Event) -> "Outcome":
-        """Not in the index: ask peers (per the trust policy), else compute."""
-        if mode != "self":
-            for claim in await self._claims(iv_block.cid, emit):
-                if mode == "community" and not self._trusted(claim.signer):
-                    self._refuse(claim, "signer is not in a trusted community")
-                    continue
-                emit("fetching", {"peer": claim.peer, "signer": claim.signer})
-                try:
-                    got = await fetch_and_verify(self.kubo, self.datasets, claim.announcement, iv_block.cid,
-                                                 self.fetch_timeout)
-                except ClaimRefused as e:
-                    self._refuse(claim, e.message)
-                    continue
-                peer = {"peer": claim.peer, "signer": claim.signer, "trust": mode, "receipt": cid_str(claim.announcement.receipt)}
-                if mode == "verify":
-                    mine = await self._compute(cq, objects, iv_block, versions, emit)
-                    if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
-                        self._refuse(claim, "recomputed here: the logical hash differs")
-                        return Outcome(mine, "computed")
-                    self._accept(claim)
-                    # Our own signed receipt for the same execution is the agreement receipt.
-                    return Outcome(mine, "peer", {**peer, "verified": True, "agreement": mine.receipt})
-                row = replace(got.row, query=cid_str(objects[-1].cid))
-                for blk in (*objects, iv_block):  # the question itself, so the record is whole here too
-                    await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
-                self.index.add_execution(row)
+        """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute."""
+        found = await self._from_peers(cq, iv_block, versions, mode, emit) if mode != "self" else None
+        if found is not None:
+            claim, got = found
+            peer = {"peer": claim.peer, "signer": claim.signer, "mode": mode,
+                    "receipt": cid_str(claim.announcement.receipt)}
+            if mode == "verify":
+                mine = await self._compute(cq, objects, iv_block, versions, emit)
+                if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
+                    self._refuse(claim, "recomputed here: the logical hash differs")
+                    return Outcome(mine, "computed", "computed")
                 self._accept(claim)
-                await self._provide([got.receipt.execution, claim.announcement.receipt])
-                return Outcome(self.index.execution(row.invocation) or row, "peer",
-                               {**peer, "verified": mode == "community"})
-        return Outcome(await self._compute(cq, objects, iv_block, versions, emit), "computed")
+                # Our own signed receipt for the same execution is the agreement receipt.
+                return Outcome(mine, "peer", "recomputed-agreed", {**peer, "agreement": mine.receipt})
+            label = "trusted-signer" if self._trusted(claim.signer) else "unverified"
+            row = replace(got.row, query=cid_str(objects[-1].cid), trust=label)
+            for blk in (*objects, iv_block):  # the question itself, so the record is whole here too
+                await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+            self.index.add_execution(row)
+            self._accept(claim)
+            await self._provide([got.receipt.execution, claim.announcement.receipt])
+            stored = self.index.execution(row.invocation) or row
+            return Outcome(stored, "peer", stored.trust, peer)
+        return Outcome(await self._compute(cq, objects, iv_block, versions, emit), "computed", "computed")
+
+    async def _from_peers(self, cq: CanonicalQuery, iv_block: Block, versions: list[Version], mode: str,
+                          emit: Event) -> "tuple[Claim, Verified] | None":
+        """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
+        query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
+        large result that keeps flowing is fetched while a claim that stalls is given up; then we compute."""
+        want = asked(iv_block, cq.statement, ENGINE_HANDLE, [tuple(s.cid for s in v.slices) for v in versions])
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.resolve_timeout) as deadline:
+                def progress() -> None:
+                    with contextlib.suppress(RuntimeError):
+                        deadline.reschedule(loop.time() + self.resolve_timeout)
+
+                for claim in await self._claims(iv_block.cid, emit):
+                    if mode == "community" and not self._trusted(claim.signer):
+                        self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
+                        continue
+                    emit("fetching", {"peer": claim.peer, "signer": claim.signer})
+                    try:
+                        return claim, await fetch_and_verify(self.kubo, self.datasets, claim.announcement, want,
+                                                             self.fetch_timeout, progress)
+                    except ClaimRefused as e:
+                        self._refuse(claim, e.message)
+        except TimeoutError:
+            log.warning("peers gave no usable answer within peers.resolve_timeout: computing",
+                        extra={"invocation": cid_str(iv_block.cid), "timeout": self.resolve_timeout})
+            emit("peers-deadline", {"timeout": self.resolve_timeout})
+        return None
 
     async def _claims(self, invocation: CID, emit: Event) -> list["Claim"]:
         """Claims about an invocation: those already received (gossip), then a lookup among peers."""
         found: dict[tuple[str, str], Claim] = {}
-        for row in self.index.claims(cid_str(invocation)):
-            if row.status != "refused":
+        rows = self.index.claims(cid_str(invocation))
+        # A claim refused for what it is stays refused; one refused by policy (untrusted signer, bad score) is
+        # looked at again: another mode, or a better score, may allow it.
+        refused = {(r.signer, r.execution) for r in rows if r.status == "refused" and not r.reason.startswith(POLICY)}
+        for row in rows:
+            if (row.signer, row.execution) not in refused:
                 try:
                     found[(row.signer, row.execution)] = Claim(row.peer, check_announcement(row.announcement))
                 except ClaimRefused:
@@ -203,12 +250,21 @@ class Resolver:
                         self.index.log_refusal(peer, e.message)
                         continue
                     self.record_claim(peer, an, data)
-                    found.setdefault((an.signer, cid_str(an.execution)), Claim(peer, an))
-        # Prefer signers with a good record; never those refused more often than accepted.
-        def score(c: Claim) -> int:
-            ok, bad = self.index.signer_score(c.signer)
-            return ok - 2 * bad
-        return sorted((c for c in found.values() if c.announcement.invocation == invocation), key=score, reverse=True)
+                    if (an.signer, cid_str(an.execution)) not in refused:
+                        found.setdefault((an.signer, cid_str(an.execution)), Claim(peer, an))
+        # Prefer signers with a good record; never those refused more often than accepted (docs/peers.md).
+        scores = {c.signer: self.index.signer_score(c.signer) for c in found.values()}
+        usable = []
+        for c in found.values():
+            ok, bad = scores[c.signer]
+            if not _same(c.announcement.invocation, invocation):
+                continue
+            if bad > ok:
+                self._refuse(c, f"{POLICY}signer refused {bad} times, accepted {ok}: its claims are not used",
+                             score=False)
+                continue
+            usable.append(c)
+        return sorted(usable, key=lambda c: scores[c.signer][0] - 2 * scores[c.signer][1], reverse=True)
 
     def record_claim(self, peer: str, an: Announcement, data: bytes) -> bool:
         self._check_divergence(peer, an)
@@ -219,11 +275,13 @@ class Resolver:
     def _trusted(self, signer: str) -> bool:
         return any(key == signer for key, _ in self.index.trusted(self.community))
 
-    def _refuse(self, claim: "Claim", reason: str) -> None:
+    def _refuse(self, claim: "Claim", reason: str, score: bool = True) -> None:
+        """Refuse a claim with its reason; ``score`` False for policy refusals, which say nothing of its truth."""
         an = claim.announcement
         log.warning("claim refused", extra={"peer": claim.peer, "signer": claim.signer, "reason": reason})
         self.record_claim(claim.peer, an, an.block().data)
-        self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason)
+        self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason,
+                                    score=score)
 
     def _accept(self, claim: "Claim") -> None:
         an = claim.announcement
@@ -378,8 +436,7 @@ class Resolver:
     async def iter_result(self, row: ExecutionRow) -> AsyncIterator[pa.Table]:
         """The result's slices in order, read one at a time (a caller that has enough stops early)."""
         for s in row.slices:
-            path = await self.datasets.slice_path(SliceRef(parse_cid(s), 0, 0, "", 0))
-            yield await asyncio.to_thread(read_slice, path)
+            yield await self.datasets.read_cid(parse_cid(s))
 
     def preview(self, row: ExecutionRow, limit: int) -> "Awaitable[tuple[pa.Schema, list[list[Any]]]]":
         """The result's schema and first ``limit`` rows; cached, since results never change."""
@@ -404,6 +461,10 @@ class Resolver:
                 break
         assert schema is not None
         return schema, shown
+
+
+def _same(a: CID, b: CID) -> bool:
+    return bytes(a) == bytes(b)
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:

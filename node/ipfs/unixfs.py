@@ -1,0 +1,107 @@
+"""The UnixFS CID of a file's bytes, computed here exactly as Kubo's ``add`` builds it with Cairn's parameters
+(DESIGN.md "bulk data": CIDv1, BLAKE3, raw leaves, fixed 1 MiB chunks; balanced layout, 174 links per node).
+
+So a fetched slice can be hashed while it streams in, before it enters the CID-keyed cache, with no second pass
+over the file and no round trip to Kubo. ``tests/integration/test_slice_cache.py`` compares it with Kubo's
+``add --only-hash`` over generated sizes.
+"""
+
+from __future__ import annotations
+
+import blake3
+from multiformats import CID, multihash
+
+CHUNK = 1 << 20  # node.ipfs.client.CHUNK_SIZE
+MAX_LINKS = 174  # boxo's helpers.DefaultLinksPerBlock
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(num: int, payload: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _cid(codec: str, data: bytes) -> CID:
+    return CID("base32", 1, codec, multihash.wrap(blake3.blake3(data).digest(), "blake3"))
+
+
+class _Node:
+    """A built node: its CID, the file bytes under it, and its Tsize (encoded size of the whole sub-DAG)."""
+
+    __slots__ = ("cid", "file_size", "tsize")
+
+    def __init__(self, cid: CID, file_size: int, tsize: int) -> None:
+        self.cid, self.file_size, self.tsize = cid, file_size, tsize
+
+
+def _branch(children: list[_Node]) -> _Node:
+    """A dag-pb UnixFS File node over ``children`` (PBNode: Links first, then Data; PBLink: Hash, Name "", Tsize)."""
+    links = b"".join(_field(2, _field(1, bytes(c.cid)) + _field(2, b"") + b"\x18" + _varint(c.tsize))
+                     for c in children)
+    size = sum(c.file_size for c in children)
+    data = b"\x08\x02" + b"\x18" + _varint(size) + b"".join(b"\x20" + _varint(c.file_size) for c in children)
+    block = links + _field(1, data)
+    return _Node(_cid("dag-pb", block), size, len(block) + sum(c.tsize for c in children))
+
+
+class UnixfsHasher:
+    """Feed a file's bytes in any pieces; ``cid()`` gives the CID Kubo's ``add`` would."""
+
+    def __init__(self) -> None:
+        self._leaves: list[_Node] = []
+        self._hasher = blake3.blake3()
+        self._filled = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            take = min(CHUNK - self._filled, len(view))
+            self._hasher.update(view[:take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == CHUNK:
+                self._cut()
+
+    def _cut(self) -> None:
+        digest = self._hasher.digest()
+        self._leaves.append(_Node(CID("base32", 1, "raw", multihash.wrap(digest, "blake3")), self._filled, self._filled))
+        self._hasher, self._filled = blake3.blake3(), 0
+
+    def cid(self) -> CID:
+        if self._filled or not self._leaves:  # the last, partial chunk (an empty file is one empty raw leaf)
+            self._cut()
+        if len(self._leaves) == 1:
+            return self._leaves[0].cid
+        return _balanced(self._leaves).cid
+
+
+def _balanced(leaves: list[_Node]) -> _Node:
+    """boxo's balanced layout: the smallest depth that holds every leaf, full subtrees filled left to right."""
+    depth, capacity = 1, MAX_LINKS
+    while capacity < len(leaves):
+        depth, capacity = depth + 1, capacity * MAX_LINKS
+    return _fill(leaves, 0, depth)[0]
+
+
+def _fill(leaves: list[_Node], start: int, depth: int) -> tuple[_Node, int]:
+    """The node of ``depth`` over leaves from ``start``, and the index after its last leaf."""
+    children: list[_Node] = []
+    i = start
+    while len(children) < MAX_LINKS and i < len(leaves):
+        if depth == 1:
+            children.append(leaves[i])
+            i += 1
+        else:
+            child, i = _fill(leaves, i, depth - 1)
+            children.append(child)
+    return _branch(children), i
