@@ -20,6 +20,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import pyarrow as pa
 
+from node import values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.chain import SliceRef
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
@@ -331,7 +332,8 @@ class Resolver:
             yield await asyncio.to_thread(read_slice, path)
 
     def preview(self, row: ExecutionRow, limit: int) -> "Awaitable[tuple[pa.Schema, list[list[Any]]]]":
-        """The result's schema and first ``limit`` rows; cached, since results never change."""
+        """The result's schema and first ``limit`` rows, rendered JSON-safe (node.values); cached, since
+        results never change."""
         key = (row.execution, limit)
         cached = self._previews.get(key)
         if cached is None:
@@ -345,14 +347,17 @@ class Resolver:
 
     async def _preview(self, row: ExecutionRow, limit: int) -> tuple[pa.Schema, list[list[Any]]]:
         schema: pa.Schema | None = None
-        shown: list[list[Any]] = []
+        parts: list[pa.Table] = []
+        shown = 0
         async for t in self.iter_result(row):
             schema = schema or t.schema
-            shown += [list(r.values()) for r in t.slice(0, max(0, limit - len(shown))).to_pylist()]
-            if len(shown) >= limit:
+            parts.append(t.slice(0, max(0, limit - shown)))
+            shown += parts[-1].num_rows
+            if shown >= limit:
                 break
         assert schema is not None
-        return schema, shown
+        head = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+        return schema, values.json_rows(head)
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
