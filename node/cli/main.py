@@ -238,7 +238,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     whole = args.output is not None or args.format is not None
     to_stdout = whole and args.output in (None, "-")
     fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(
-        Path(args.output).suffix if not to_stdout else "", "csv")
+        Path(args.output).suffix if whole and not to_stdout else "", "csv")
     if to_stdout and args.json:
         raise InvalidInput("--json and the result both go to stdout: write the result with -o FILE")
     if to_stdout and fmt == "parquet" and sys.stdout.isatty():

@@ -33,6 +33,7 @@ from node.model import (
     RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
+from node.resolve.empty_input import write_empty
 from node.resolve.claims import ClaimRefused, check_announcement, fetch_and_verify
 from node.resolve.spark import SparkWorker
 
@@ -107,8 +108,8 @@ class Resolver:
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
             versions[alias] = (await self.datasets.resolve(ref))[1]
-            if versions[alias].structure is None or not versions[alias].slices:
-                raise InvalidInput(f"input {alias!r} ({ref}) has no data yet: add rows before querying it")
+            if versions[alias].structure is None:  # no schema yet; a known schema with 0 rows is a table
+                raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
         cq = canonicalize(sql, {a: list(v.structure.schema) for a, v in versions.items()})  # type: ignore[union-attr]
         ordered = [versions[a] for a in cq.inputs]
         abstract = [block_of(v.structure.abstract()) for v in ordered]  # type: ignore[union-attr]
@@ -238,15 +239,21 @@ class Resolver:
                        versions: list[Version], emit: Event) -> ExecutionRow:
         t0 = time.perf_counter()
         inputs: dict[str, tuple[list[Path], list[str]]] = {}
+        work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.work_dir))
         for i, v in enumerate(versions):
             paths = [await self.datasets.slice_path(s) for s in v.slices]
+            if not paths:  # a version with no rows: Spark reads an empty file of its structure
+                paths = [write_empty(work / f"empty-{i}.parquet", v.structure.schema)]  # type: ignore[union-attr]
             names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
             inputs[chr(ord("a") + i)] = (paths, names)
         if self.worker_ready is not None:
             await self.worker_ready(emit)
         emit("computing", {"engine": "spark"})
         self.computed += 1
-        result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
+        try:
+            result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         t1 = time.perf_counter()
         table = _canonical_order(result.table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
