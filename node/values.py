@@ -116,11 +116,12 @@ def _converter(t: pa.DataType) -> Callable[[pa.Array], list[Any]] | None:
 
 def _integers(a: pa.Array) -> list[Any]:
     values = a.to_pylist()
-    if a.type.bit_width < 54 or len(a) == a.null_count:
+    if a.type.bit_width < 54:
         return values
-    lo, hi = pc.min_max(a).values()
-    if -MAX_SAFE_INT <= lo.as_py() and hi.as_py() <= MAX_SAFE_INT:
-        return values
+    if len(values) > 4096:  # one vectorised check instead of a Python pass over a long column
+        lo, hi = pc.min_max(a).values()
+        if lo.as_py() is None or (-MAX_SAFE_INT <= lo.as_py() and hi.as_py() <= MAX_SAFE_INT):
+            return values
     return [str(v) if v is not None and not -MAX_SAFE_INT <= v <= MAX_SAFE_INT else v for v in values]
 
 
@@ -133,9 +134,7 @@ def _floats(a: pa.Array) -> list[Any]:
         text = pc.cast(a, pa.string()).to_pylist()
         return [None if s is None else _NON_FINITE.get(s.lower()) or float(s) for s in text]
     values = a.to_pylist()
-    if len(a) == a.null_count or pc.all(pc.is_finite(a)).as_py():
-        return values
-    return [v if v is None or v - v == 0 else _NON_FINITE[repr(v)] for v in values]
+    return [v if v is None or v - v == 0 else _NON_FINITE[repr(v)] for v in values]  # x - x is NaN unless finite
 
 
 def _strip_zero_fraction(s: pa.Array) -> pa.Array:
@@ -143,13 +142,16 @@ def _strip_zero_fraction(s: pa.Array) -> pa.Array:
 
 
 def _timestamps(a: pa.Array) -> list[Any]:
+    return _timestamp_text(a).to_pylist()
+
+
+def _timestamp_text(a: pa.Array) -> pa.Array:
     t: pa.TimestampType = a.type
-    if t.tz is not None:  # an instant: always written in UTC, so equal instants are equal strings
-        a = a.cast(pa.timestamp(t.unit, "UTC"))
-    text = _strip_zero_fraction(pc.strftime(a, format="%Y-%m-%dT%H:%M:%S"))
-    if t.tz is not None:
-        text = pc.binary_join_element_wise(text, "Z", "")
-    return text.to_pylist()
+    # With a zone the value is an instant, stored as UTC: written in UTC with Z, so equal instants are equal
+    # strings. Dropping the zone keeps the stored UTC value (no conversion), and Arrow then prints it as is.
+    text = pc.cast(a.cast(pa.timestamp(t.unit)) if t.tz is not None else a, pa.string())
+    text = _strip_zero_fraction(pc.replace_substring(text, " ", "T", max_replacements=1))
+    return pc.binary_join_element_wise(text, "Z", "") if t.tz is not None else text
 
 
 def _seconds_text(amount: int, unit: str) -> str:
@@ -236,15 +238,23 @@ def cell_text(value: Any) -> str | None:
 
 
 def text_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A column as strings, one cell per value, with the same rendering as JSON (null stays null)."""
+    """A column as one ``string`` array, a cell per value, with the same rendering as JSON (null stays null)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     t = col.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_date(t):
+    if pa.types.is_dictionary(t):
+        return text_column(col.dictionary_decode())
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) \
+            or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_date(t):
         return pc.cast(col, pa.string())  # Arrow's text is exactly ours for these: vectorised
     if pa.types.is_boolean(t):
         return pc.if_else(col, "true", "false")
-    return pa.array([cell_text(v) for v in _column(col)], pa.string())
+    if pa.types.is_floating(t):  # Arrow prints the shortest text that reads back as the same float
+        named = pc.if_else(pc.is_nan(col), "NaN", pc.if_else(pc.greater(col, 0), "Infinity", "-Infinity"))
+        return pc.if_else(pc.is_finite(col), pc.cast(col, pa.string()), named)
+    if pa.types.is_timestamp(t):
+        return _timestamp_text(col)
+    return pa.array([cell_text(v) for v in _values(col)], pa.string())
 
 
 def text_table(table: pa.Table, names: list[str] | None = None) -> pa.Table:
@@ -259,12 +269,22 @@ def text_table(table: pa.Table, names: list[str] | None = None) -> pa.Table:
     return pa.Table.from_arrays(cols, names=names)
 
 
-_NEEDS_QUOTES = r'^$|[",\r\n]|^\s|\s$'  # RFC 4180: quote cells with , " CR LF; and "" for empty (null stays bare)
-
-
 def _csv_cells(col: pa.Array) -> pa.Array:
+    """RFC 4180 fields: quoted when they hold , " CR or LF, and "" for an empty string (null stays bare)."""
+    needs = pc.equal(col, "")
+    for ch in ('"', ",", "\r", "\n"):
+        needs = pc.or_(needs, pc.match_substring(col, ch))
     quoted = pc.binary_join_element_wise('"', pc.replace_substring(col, '"', '""'), '"', "")
-    return pc.fill_null(pc.if_else(pc.match_substring_regex(col, _NEEDS_QUOTES), quoted, col), "")
+    return pc.fill_null(pc.if_else(needs, quoted, col), "")
+
+
+def _csv_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    text = text_column(col)
+    t = col.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t) \
+            or pa.types.is_temporal(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return pc.fill_null(text, "")  # their text never holds a character that needs quoting
+    return _csv_cells(text)
 
 
 def csv_header(names: list[str]) -> bytes:
@@ -281,7 +301,7 @@ def csv_rows(table: pa.Table) -> bytes:
         return b""
     if table.num_columns == 0:
         return b"\r\n" * table.num_rows
-    cells = [_csv_cells(text_column(c)) for c in table.columns]
+    cells = [_csv_column(c) for c in table.columns]
     # A lone empty field would be a blank line, which readers skip: write it "" (as Python's csv module does).
     lines = pc.binary_join_element_wise(*cells, ",") if len(cells) > 1 else pc.if_else(
         pc.equal(cells[0], ""), '""', cells[0])
