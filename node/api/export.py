@@ -53,8 +53,7 @@ class _TextWriter:
         if self.csv:
             self.sink.write(values.csv_rows(table))
         else:
-            for line in values.jsonl_lines(table, self.names):
-                self.sink.write(line)
+            self.sink.write(values.jsonl_rows(table, self.names))
 
 
 def _parquet(sink: _Sink, schema: pa.Schema, names: list[str]) -> object:
