@@ -361,7 +361,10 @@ def _json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     elif pa.types.is_integer(t):
         text = pc.cast(col, pa.string())
         if t.bit_width >= 54:  # past 2^53: a string of the exact digits (see json_columns)
-            text = pc.if_else(pc.or_(pc.greater(col, MAX_SAFE_INT), pc.less(col, -MAX_SAFE_INT)), _quote(text), text)
+            big = pc.greater(col, pa.scalar(MAX_SAFE_INT, t))  # typed: uint64 and int64 do not mix
+            if pa.types.is_signed_integer(t):
+                big = pc.or_(big, pc.less(col, pa.scalar(-MAX_SAFE_INT, t)))
+            text = pc.if_else(big, _quote(text), text)
     elif pa.types.is_boolean(t):
         text = pc.if_else(col, "true", "false")
     elif pa.types.is_floating(t):

@@ -238,22 +238,7 @@ class Resolver:
     async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
                        versions: list[Version], emit: Event) -> ExecutionRow:
         t0 = time.perf_counter()
-        inputs: dict[str, tuple[list[Path], list[str]]] = {}
-        work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.work_dir))
-        for i, v in enumerate(versions):
-            paths = [await self.datasets.slice_path(s) for s in v.slices]
-            if not paths:  # a version with no rows: Spark reads an empty file of its structure
-                paths = [write_empty(work / f"empty-{i}.parquet", v.structure.schema)]  # type: ignore[union-attr]
-            names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
-            inputs[chr(ord("a") + i)] = (paths, names)
-        if self.worker_ready is not None:
-            await self.worker_ready(emit)
-        emit("computing", {"engine": "spark"})
-        self.computed += 1
-        try:
-            result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        result = await self._run_on_spark(cq.statement, versions, emit)
         t1 = time.perf_counter()
         table = _canonical_order(result.table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
@@ -263,6 +248,25 @@ class Resolver:
         log.info("computed", extra={"invocation": row.invocation, "rows": row.rows,
                                     "compute_ms": round((t1 - t0) * 1000, 1)})
         return row
+
+    async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
+        """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""
+        work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.work_dir))
+        try:
+            inputs: dict[str, tuple[list[Path], list[str]]] = {}
+            for i, v in enumerate(versions):
+                paths = [await self.datasets.slice_path(s) for s in v.slices]
+                if not paths:  # a version with no rows is a table of 0 rows: an empty file of its structure
+                    paths = [write_empty(work / f"empty-{i}.parquet", v.structure.schema)]  # type: ignore[union-attr]
+                names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
+                inputs[chr(ord("a") + i)] = (paths, names)
+            if self.worker_ready is not None:
+                await self.worker_ready(emit)
+            emit("computing", {"engine": "spark"})
+            self.computed += 1
+            return await self.worker.run(statement, inputs, timeout=self.query_timeout)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     async def _publish(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
                        table: pa.Table, timings: dict[str, float], t0: float) -> ExecutionRow:

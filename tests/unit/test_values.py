@@ -14,6 +14,7 @@ import zoneinfo
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -199,3 +200,19 @@ def test_unknown_type_is_a_clear_422() -> None:
 
 def test_duplicate_names_become_unique_keys_in_jsonl() -> None:
     assert values.unique_names(["x", "x", "x_2", "x"]) == ["x", "x_2", "x_2_2", "x_3"]
+
+
+@pytest.mark.parametrize("t", [
+    pa.int64(), pa.uint8(), pa.float32(), pa.bool_(), pa.string(), pa.binary(), pa.date32(), pa.null(),
+    pa.decimal128(38, 10), pa.decimal256(50, 2), pa.timestamp("us", "UTC"), pa.timestamp("ms"),
+    pa.timestamp("ns", 'Odd "zone"'), pa.time64("us"), pa.duration("ns"), pa.binary(4), pa.list_(pa.int8(), 3),
+    pa.list_(pa.struct([("a b", pa.map_(pa.string(), pa.list_(pa.date32()))), ('x"y', pa.float64())])),
+])
+def test_empty_input_schema_from_canonical_types(t: pa.DataType, tmp_path: Any) -> None:
+    """An input with no rows reaches Spark as an empty Parquet file whose types give the same canonical strings."""
+    from node.datasets import canonical_type
+    from node.resolve.empty_input import arrow_type, write_empty
+
+    assert canonical_type(arrow_type(canonical_type(t))) == canonical_type(t)
+    back = pa.parquet.read_table(write_empty(tmp_path / "e.parquet", [("c", canonical_type(t))]))
+    assert back.num_rows == 0 and back.schema.names == ["c"]
