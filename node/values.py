@@ -257,18 +257,6 @@ def text_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pa.array([cell_text(v) for v in _values(col)], pa.string())
 
 
-def text_table(table: pa.Table, names: list[str] | None = None) -> pa.Table:
-    """``table`` with every column as text (for CSV); column names kept, duplicates included."""
-    names = names or table.schema.names
-    cols = []
-    for name, col in zip(names, table.columns):
-        try:
-            cols.append(text_column(col))
-        except RenderError as e:
-            raise RenderError(f"column {name!r}: {e.message}") from None
-    return pa.Table.from_arrays(cols, names=names)
-
-
 def _csv_cells(col: pa.Array) -> pa.Array:
     """RFC 4180 fields: quoted when they hold , " CR or LF, and "" for an empty string (null stays bare)."""
     needs = pc.equal(col, "")
