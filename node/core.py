@@ -18,6 +18,7 @@ from node.index import Index
 from node.identity import Identity
 from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.errors import CairnError, InvalidInput, NotFound
+from node.values import RenderError
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 
@@ -246,8 +247,14 @@ class Node:
         assert self.resolver is not None
         answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
         row = answer.execution
+        # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
+        self.index.set_output_names(row.execution, list(answer.output_names))  # type: ignore[union-attr]
         limit = self.settings.query.answer_rows if limit is None else limit
-        arrow_schema, shown = await self.resolver.preview(row, limit)
+        try:
+            arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
+        except RenderError as e:  # the answer is recorded: say where it is, never lose it
+            raise RenderError(f"{e.message} (execution {row.execution} is recorded: "
+                              f"GET /api/v0/executions/{row.execution}/data?format=parquet)") from None
         schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, arrow_schema)]
         return {
             "query": cid_str(answer.query),
@@ -298,18 +305,15 @@ class Node:
                             for d in self.index.divergences(row.invocation)],  # type: ignore[union-attr]
         }
 
-    async def execution_tables(self, cid: CID, names: list[str] | None = None) -> list[Any]:
-        """The whole result of an execution, slice by slice; columns renamed to ``names`` if given."""
+    async def execution_data(self, cid: CID, names: list[str] | None = None
+                             ) -> tuple[list[str] | None, AsyncIterator[Any]]:
+        """An execution's column names (``names``, else those its asking query gave, else None for the
+        positional ``_0, _1, …``) and its rows, slice by slice, read as they are sent."""
         assert self.index is not None and self.resolver is not None
         row = self.index.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
-        tables = await self.resolver.result_tables(row)
-        if names is not None:
-            if len(names) != tables[0].num_columns:
-                raise InvalidInput(f"names: expected {tables[0].num_columns} column names, got {len(names)}")
-            tables = [t.rename_columns(names) for t in tables]
-        return tables
+        return names or self.index.output_names(row.execution), self.resolver.iter_result(row)
 
     # -- peers and trust ------------------------------------------------------------------------
 

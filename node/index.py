@@ -83,6 +83,10 @@ CREATE TABLE IF NOT EXISTS signer_scores (
     accepted INTEGER NOT NULL DEFAULT 0,
     refused  INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS output_names (
+    execution TEXT PRIMARY KEY,         -- ex_0 CID
+    names     TEXT NOT NULL             -- JSON list: the asking query's output names, for display (first wins)
+);
 CREATE TABLE IF NOT EXISTS version_facts (
     head         TEXT PRIMARY KEY,      -- a version (block CID)
     logical_hash TEXT NOT NULL,         -- over all rows of the version, in order
@@ -342,3 +346,14 @@ class Index:
     def set_version_facts(self, head: str, logical_hash: str, rows: int) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO version_facts VALUES (?, ?, ?)", (head, logical_hash, rows))
+
+    def output_names(self, execution: str) -> list[str] | None:
+        with self._lock:
+            row = self._db.execute("SELECT names FROM output_names WHERE execution = ?", (execution,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def set_output_names(self, execution: str, names: list[str]) -> None:
+        """The column names a user's query gave an execution (computed or fetched from a peer): its
+        outputs are positional (_0, _1, …), these are what `/data` shows. The first query to ask wins."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO output_names VALUES (?, ?)", (execution, json.dumps(names)))

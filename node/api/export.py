@@ -1,9 +1,8 @@
-"""Rendering a version's rows as CSV, JSON Lines or Parquet, streamed chunk by chunk."""
+"""Writing rows (a dataset version's, an execution's) as CSV, JSON Lines or Parquet, streamed chunk by chunk."""
 
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
@@ -11,6 +10,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from node import values
 from node.errors import InvalidInput
 
 
@@ -36,45 +36,45 @@ class _Sink(io.RawIOBase):
 class Writer:
     name: str
     content_type: str
-    open: Callable[[_Sink, pa.Schema], object]
+    open: Callable[[_Sink, pa.Schema, list[str]], object]
     write: Callable[[object, pa.Table], None]
     close: Callable[[object], None]
 
 
-def _cell(value: object) -> object:
-    """JSON for what json cannot write: binary as hex (as in CSV), the rest (dates, decimals…) as text."""
-    return value.hex() if isinstance(value, bytes) else str(value)
+class _TextWriter:
+    """CSV or JSON Lines through node.values: the same rendering as JSON answers (docs/queries.md)."""
+
+    def __init__(self, sink: _Sink, names: list[str], csv: bool) -> None:
+        self.sink, self.names, self.csv = sink, names, csv
+        if csv:
+            sink.write(values.csv_header(names))
+
+    def write(self, table: pa.Table) -> None:
+        if self.csv:
+            self.sink.write(values.csv_rows(table))
+        else:
+            self.sink.write(values.jsonl_rows(table, self.names))
 
 
-def _jsonl_write(sink: object, table: pa.Table) -> None:
-    assert isinstance(sink, _Sink)
-    for row in table.to_pylist():
-        sink.write(json.dumps(row, default=_cell, ensure_ascii=False).encode() + b"\n")
+def _parquet(sink: _Sink, schema: pa.Schema, names: list[str]) -> object:
+    return pq.ParquetWriter(sink, _renamed(schema, names), compression="zstd")
 
 
-def _hex_binary(table: pa.Table) -> pa.Table:
-    """Binary columns as hex text: CSV is text, and binary cells need not be UTF-8 (pyarrow's CSV
-    writer fails on them). Binary columns are rare (only when asked for at ingest), so per-cell Python is fine."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
-            cells = [None if v is None else v.hex() for v in table.column(i).to_pylist()]
-            table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(cells, pa.string()))
-    return table
-
-
-def _csv_schema(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
-                      else f for f in schema])
+def _renamed(schema: pa.Schema, names: list[str]) -> pa.Schema:
+    return pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
 
 
 WRITERS = {
-    "csv": Writer("csv", "text/csv", lambda sink, schema: pacsv.CSVWriter(sink, _csv_schema(schema)),
-                  lambda w, t: w.write_table(_hex_binary(t)), lambda w: w.close()),  # type: ignore[attr-defined]
-    "parquet": Writer("parquet", "application/vnd.apache.parquet",
-                      lambda sink, schema: pq.ParquetWriter(sink, schema, compression="zstd"),
-                      lambda w, t: w.write_table(t), lambda w: w.close()),  # type: ignore[attr-defined]
-    "jsonl": Writer("jsonl", "application/x-ndjson", lambda sink, schema: sink, _jsonl_write, lambda w: None),
+    "csv": Writer("csv", "text/csv; charset=utf-8", lambda sink, schema, names: _TextWriter(sink, names, True),
+                  lambda w, t: w.write(t), lambda w: None),  # type: ignore[attr-defined]
+    "parquet": Writer("parquet", "application/vnd.apache.parquet", _parquet,
+                      lambda w, t: w.write_table(t.rename_columns(w.schema.names)),  # type: ignore[attr-defined]
+                      lambda w: w.close()),  # type: ignore[attr-defined]
+    "jsonl": Writer("jsonl", "application/x-ndjson", lambda sink, schema, names: _TextWriter(sink, names, False),
+                    lambda w, t: w.write(t), lambda w: None),  # type: ignore[attr-defined]
 }
+
+BATCH_ROWS = 65536  # text is rendered and sent this many rows at a time: memory stays flat for any result
 
 
 def writer_for(fmt: str) -> Writer:
@@ -89,8 +89,10 @@ async def each(tables: list[pa.Table]) -> AsyncIterator[pa.Table]:
         yield t
 
 
-async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | None = None) -> AsyncIterator[bytes]:
-    """The rows of ``tables`` (at most ``limit``) in ``writer``'s format, a chunk per table."""
+async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | None = None,
+                 names: list[str] | None = None) -> AsyncIterator[bytes]:
+    """The rows of ``tables`` (at most ``limit``) in ``writer``'s format, under column ``names`` (default:
+    the tables' own), a chunk per batch of rows. An empty result still gets its header / Parquet footer."""
     sink = _Sink()
     handle: object | None = None
     left = limit
@@ -99,10 +101,11 @@ async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | N
             table = table.slice(0, left)
             left -= table.num_rows
         if handle is None:
-            handle = writer.open(sink, table.schema)
-        writer.write(handle, table)
-        if sink.buf:
-            yield sink.take()
+            handle = writer.open(sink, table.schema, _names(table.schema, names))
+        for start in range(0, table.num_rows, BATCH_ROWS):
+            writer.write(handle, table.slice(start, BATCH_ROWS))
+            if sink.buf:
+                yield sink.take()
         if left == 0:
             break
     if handle is not None:
@@ -110,3 +113,11 @@ async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | N
     tail = sink.take()
     if tail:
         yield tail
+
+
+def _names(schema: pa.Schema, names: list[str] | None) -> list[str]:
+    if names is None:
+        return list(schema.names)
+    if len(names) != len(schema):
+        raise InvalidInput(f"names: expected {len(schema)} column names, got {len(names)}")
+    return list(names)

@@ -14,11 +14,12 @@ import re
 import logging
 import tempfile
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from multidict import MultiMapping
 
+from node import values
 from node.api import export
 from node.api.metrics import Metrics
 from node.core import Node
@@ -34,8 +35,13 @@ TOKEN_KEY = web.AppKey("token", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _json(obj: object, status: int = 200) -> web.Response:
+    """A JSON answer; strict (node.values.dumps): never a bare NaN, whatever a result holds."""
+    return web.json_response(obj, status=status, dumps=values.dumps)
+
+
 def _error(status: int, kind: str, message: str) -> web.Response:
-    return web.json_response({"error": {"type": kind, "message": message}}, status=status)
+    return _json({"error": {"type": kind, "message": message}}, status=status)
 
 
 @web.middleware
@@ -260,12 +266,8 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
     node = _node(request)
     version = await node.dataset_version(request.match_info["ref"])
     writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
-    resp = web.StreamResponse(headers={"Content-Type": writer.content_type, "X-Cairn-Version": cid_str(version.head)})
-    await resp.prepare(request)
-    async for chunk in export.stream(node.datasets.tables(version), writer, limit):
-        await resp.write(chunk)
-    await resp.write_eof()
-    return resp
+    return await _stream(request, export.stream(node.datasets.tables(version), writer, limit), writer.content_type,
+                         {"X-Cairn-Version": cid_str(version.head)})
 
 
 async def pull(request: web.Request) -> web.Response:
@@ -300,13 +302,13 @@ async def query(request: web.Request) -> web.Response:
         raise InvalidInput('"limit" must be a non-negative integer')
     node = _node(request)
     if wait is False:
-        return web.json_response(node.start_query(sql, inputs, limit=limit, trust=trust), status=202)
-    return web.json_response(await node.query(sql, inputs, limit=limit, trust=trust))
+        return _json(node.start_query(sql, inputs, limit=limit, trust=trust), status=202)
+    return _json(await node.query(sql, inputs, limit=limit, trust=trust))
 
 
 async def job_get(request: web.Request) -> web.Response:
     assert _node(request).jobs is not None
-    return web.json_response(_node(request).jobs.get(request.match_info["id"]).view())  # type: ignore[union-attr]
+    return _json(_node(request).jobs.get(request.match_info["id"]).view())  # type: ignore[union-attr]
 
 
 async def job_events(request: web.Request) -> web.StreamResponse:
@@ -317,9 +319,9 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     async for kind, data in job.follow():
-        await resp.write(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+        await resp.write(f"event: {kind}\ndata: {values.dumps(data)}\n\n".encode())
     if job.result is not None:
-        await resp.write(f"event: result\ndata: {json.dumps(job.result)}\n\n".encode())
+        await resp.write(f"event: result\ndata: {values.dumps(job.result)}\n\n".encode())
     await resp.write_eof()
     return resp
 
@@ -329,12 +331,24 @@ async def execution_get(request: web.Request) -> web.Response:
 
 
 async def execution_data(request: web.Request) -> web.StreamResponse:
+    """The whole result, streamed slice by slice. Columns are named by ``name=`` (repeated, one per column,
+    any characters) or ``names=a,b``, else by the query that asked for the execution."""
     writer = export.writer_for(request.query.get("format", "csv"))
-    names = [n for n in request.query.get("names", "").split(",") if n] or None
-    tables = await _node(request).execution_tables(parse_cid(request.match_info["cid"]), names)
-    resp = web.StreamResponse(headers={"Content-Type": writer.content_type})
+    names = list(request.query.getall("name", [])) or \
+        [n for n in request.query.get("names", "").split(",") if n] or None
+    names, tables = await _node(request).execution_data(parse_cid(request.match_info["cid"]), names)
+    return await _stream(request, export.stream(tables, writer, names=names), writer.content_type)
+
+
+async def _stream(request: web.Request, chunks: AsyncIterator[bytes], content_type: str,
+                  headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Send ``chunks``; the first is made before the answer starts, so a bad request or a value that cannot
+    be rendered is still a clean 4xx rather than a cut stream."""
+    first = await anext(chunks, b"")
+    resp = web.StreamResponse(headers={"Content-Type": content_type, **(headers or {})})
     await resp.prepare(request)
-    async for chunk in export.stream(export.each(tables), writer):
+    await resp.write(first)
+    async for chunk in chunks:
         await resp.write(chunk)
     await resp.write_eof()
     return resp

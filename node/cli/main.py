@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from config import default_home, load_settings
-from node import __version__
+from node import __version__, values
 from node.cli.client import NodeClient, RemoteError
 from node.errors import CairnError, InvalidInput
 from node.home import Home
@@ -240,21 +240,28 @@ def cmd_query(args: argparse.Namespace) -> int:
         if not sep or not alias or not ref:
             raise InvalidInput(f"--input {spec!r} must look like NAME=DATASET")
         inputs[alias] = ref
-    whole = args.output is not None
+    # --format or -o: the whole result as a file; without -o (or with -o -) it goes to stdout.
+    whole = args.output is not None or args.format is not None
+    to_stdout = whole and args.output in (None, "-")
+    fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(
+        Path(args.output).suffix if whole and not to_stdout else "", "csv")
+    if to_stdout and args.json:
+        raise InvalidInput("--json and the result both go to stdout: write the result with -o FILE")
+    if to_stdout and fmt == "parquet" and sys.stdout.isatty():
+        raise InvalidInput("Parquet is binary: not written to a terminal; use -o FILE or redirect stdout")
     body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
     client = NodeClient.for_home(_home(args))
     out = client.post_json("/api/v0/query", json.dumps(body).encode())
-    if whole:  # the whole result, straight from its slices
-        fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(Path(args.output).suffix, "csv")
-        names = urllib.parse.quote(",".join(out["columns"]))
-        _download(client, f"/api/v0/executions/{out['execution']}/data?format={fmt}&names={names}", args.output)
+    if whole:  # the whole result, straight from its slices, under the names this query gives its columns
+        params = urllib.parse.urlencode([("format", fmt)] + [("name", n) for n in out["columns"]])
+        _download(client, f"/api/v0/executions/{out['execution']}/data?{params}", "-" if to_stdout else args.output)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(values.dumps(out, indent=2))
         return 0
     if not whole:
         _print_table(out["columns"], out["rows"])
         if out["truncated"]:
-            print(f"… {out['row_count'] - len(out['rows'])} more rows (use -o FILE for all)")
+            print(f"… {out['row_count'] - len(out['rows'])} more rows (use --format csv or -o FILE for all)")
     print(f"{out['row_count']} rows, {out['source']} in {out['elapsed_ms']:.1f} ms", file=sys.stderr)
     label = TRUST_SHOWN.get(out.get("trust", ""), out.get("trust", ""))
     if out.get("peer"):
@@ -269,12 +276,14 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _print_table(columns: list[str], rows: list[list[Any]]) -> None:
+    """The answer's rows (already JSON-safe, node.values) as a terminal table: text as is, the rest as JSON."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(*columns, show_edge=False)
+    table = Table(*(escape(c) for c in columns), show_edge=False)
     for r in rows:
-        table.add_row(*("∅" if v is None else str(v) for v in r))
+        table.add_row(*("∅" if v is None else escape(values.cell_text(v) or "") for v in r))
     Console().print(table)
 
 
@@ -419,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--input", "-i", action="append", metavar="NAME=DATASET", help="a table the SQL reads (repeatable)")
     sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
-    sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="format of -o (default: from its extension)")
+    sp.add_argument("--format", choices=["csv", "parquet", "jsonl"],
+                    help="write the whole result in this format, to -o or else stdout (default: from -o's extension, else csv)")
     sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     sp.add_argument("--trust", choices=["self", "community", "verify", "any"], help="how to use peers' results (default: peers.trust)")
     sp = add("peers", cmd_peers, "the p2p peers this node knows")

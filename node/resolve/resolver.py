@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
 
 import pyarrow as pa
 
+from node import values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import CairnError, InvalidInput
@@ -33,6 +34,7 @@ from node.model import (
 )
 from node.query import CanonicalQuery, canonicalize
 from node.resolve.claims import ClaimRefused, Verified, asked, check_announcement, fetch_and_verify
+from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
 
 log = logging.getLogger("cairn.resolve")
@@ -126,8 +128,8 @@ class Resolver:
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
             versions[alias] = (await self.datasets.resolve(ref))[1]
-            if versions[alias].structure is None or not versions[alias].slices:
-                raise InvalidInput(f"input {alias!r} ({ref}) has no data yet: add rows before querying it")
+            if versions[alias].structure is None:  # no schema yet; a known schema with 0 rows is a table
+                raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
         cq = canonicalize(sql, {a: list(v.structure.schema) for a, v in versions.items()})  # type: ignore[union-attr]
         ordered = [versions[a] for a in cq.inputs]
         abstract = [block_of(v.structure.abstract()) for v in ordered]  # type: ignore[union-attr]
@@ -299,16 +301,7 @@ class Resolver:
     async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
                        versions: list[Version], emit: Event) -> ExecutionRow:
         t0 = time.perf_counter()
-        inputs: dict[str, tuple[list[Path], list[str]]] = {}
-        for i, v in enumerate(versions):
-            paths = [await self.datasets.slice_path(s) for s in v.slices]
-            names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
-            inputs[chr(ord("a") + i)] = (paths, names)
-        if self.worker_ready is not None:
-            await self.worker_ready(emit)
-        emit("computing", {"engine": "spark"})
-        self.computed += 1
-        result = await self.worker.run(cq.statement, inputs, timeout=self.query_timeout)
+        result = await self._run_on_spark(cq.statement, versions, emit)
         t1 = time.perf_counter()
         table = _canonical_order(result.table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
@@ -318,6 +311,25 @@ class Resolver:
         log.info("computed", extra={"invocation": row.invocation, "rows": row.rows,
                                     "compute_ms": round((t1 - t0) * 1000, 1)})
         return row
+
+    async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
+        """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""
+        work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.work_dir))
+        try:
+            inputs: dict[str, tuple[list[Path], list[str]]] = {}
+            for i, v in enumerate(versions):
+                paths = [await self.datasets.slice_path(s) for s in v.slices]
+                if not paths:  # a version with no rows is a table of 0 rows: an empty file of its structure
+                    paths = [write_empty(work / f"empty-{i}.parquet", v.structure.schema)]  # type: ignore[union-attr]
+                names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
+                inputs[chr(ord("a") + i)] = (paths, names)
+            if self.worker_ready is not None:
+                await self.worker_ready(emit)
+            emit("computing", {"engine": "spark"})
+            self.computed += 1
+            return await self.worker.run(statement, inputs, timeout=self.query_timeout)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     async def _publish(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
                        table: pa.Table, timings: dict[str, float], t0: float,
@@ -439,7 +451,8 @@ class Resolver:
             yield await self.datasets.read_cid(parse_cid(s))
 
     def preview(self, row: ExecutionRow, limit: int) -> "Awaitable[tuple[pa.Schema, list[list[Any]]]]":
-        """The result's schema and first ``limit`` rows; cached, since results never change."""
+        """The result's schema and first ``limit`` rows, rendered JSON-safe (node.values); cached, since
+        results never change."""
         key = (row.execution, limit)
         cached = self._previews.get(key)
         if cached is None:
@@ -453,14 +466,17 @@ class Resolver:
 
     async def _preview(self, row: ExecutionRow, limit: int) -> tuple[pa.Schema, list[list[Any]]]:
         schema: pa.Schema | None = None
-        shown: list[list[Any]] = []
+        parts: list[pa.Table] = []
+        shown = 0
         async for t in self.iter_result(row):
             schema = schema or t.schema
-            shown += [list(r.values()) for r in t.slice(0, max(0, limit - len(shown))).to_pylist()]
-            if len(shown) >= limit:
+            parts.append(t.slice(0, max(0, limit - shown)))
+            shown += parts[-1].num_rows
+            if shown >= limit:
                 break
         assert schema is not None
-        return schema, shown
+        head = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+        return schema, values.json_rows(head)
 
 
 def _same(a: CID, b: CID) -> bool:

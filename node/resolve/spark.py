@@ -59,6 +59,8 @@ class SparkError(CairnError):
                  sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker" | "refused"
+        if kind == "analysis" or (sqlstate or "")[:2] in ("22", "42") or "UNSUPPORTED_DATA_TYPE" in (condition or message):
+            self.status = 422  # the query (or its data) is what Spark refused: the asker's to fix, not a 500
         self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
         self.sqlstate = sqlstate
 

@@ -162,7 +162,8 @@ def test_execution_record_and_whole_result(nodes: Any, tmp_path: Path) -> None:
     dest = tmp_path / "all.csv"
     r = a.cli("query", SQL, "--input", "sales=sales", "-o", str(dest))
     assert r.returncode == 0, r.stderr.decode()
-    assert dest.read_text().splitlines() == ['"region","total"', '"east",12', '"north",14', '"south",12']
+    # RFC 4180: CRLF records, fields quoted only when they must be; the query's own column names.
+    assert dest.read_bytes() == b"region,total\r\neast,12\r\nnorth,14\r\nsouth,12\r\n"
     r = a.cli("query", SQL, "--input", "sales=sales", "--json")
     assert json.loads(r.stdout)["source"] == "local"
 

@@ -141,7 +141,8 @@ async def test_analysis_error_then_worker_still_works(worker: SparkWorker, data:
     with pytest.raises(SparkError) as err:
         await worker.run("SELECT nosuch FROM a", sales(data))
     e = err.value
-    assert isinstance(e, CairnError) and e.status == 500 and not isinstance(e, SparkWorkerDied)
+    # The asker's query is what Spark refused: a 4xx, never a 500 (docs/queries.md, "Answers").
+    assert isinstance(e, CairnError) and e.status == 422 and not isinstance(e, SparkWorkerDied)
     assert e.kind == "analysis" and e.condition == "UNRESOLVED_COLUMN.WITH_SUGGESTION"
     assert "`nosuch`" in e.message and "\n" not in e.message
     result = await worker.run("SELECT count(*) FROM a", sales(data))
@@ -153,6 +154,7 @@ async def test_runtime_error_is_ansi(worker: SparkWorker, data: Path) -> None:
     with pytest.raises(SparkError) as err:
         await worker.run("SELECT col_1 / 0 FROM a", sales(data))
     assert err.value.kind == "runtime" and err.value.condition == "DIVIDE_BY_ZERO"
+    assert err.value.status == 422  # SQLSTATE 22012: the query's data, not a fault of the node
 
 
 @pytest.mark.parametrize(
