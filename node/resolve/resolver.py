@@ -380,7 +380,7 @@ class Resolver:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(cid_str(iv_block.cid), cid_str(objects[-1].cid), cid_str(ex.cid), cid_str(rc_block.cid),
                                logical, table.num_rows, cid_str(st_block.cid), tuple(cid_str(c) for c in slices),
-                               "computed", time.time(), cid_str(ep_block.cid))
+                               "computed", time.time(), trust="computed", profile=cid_str(ep_block.cid))
             self.index.add_execution(row)
             await self._provide([ex.cid, rc_block.cid, *slices])
             stored = self.index.execution(row.invocation) or row

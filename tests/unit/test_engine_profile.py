@@ -124,8 +124,8 @@ def test_index_migration_keeps_existing_rows(tmp_path: Path) -> None:
     db.commit()
     db.close()
     index = Index(path)
-    assert index.execution("iv1") == ExecutionRow("iv1", "q", "ex1", "rc1", "lh", 3, "st", ("s1",), "computed", 1.0, None)
-    index.add_execution(ExecutionRow("iv2", "q", "ex2", "rc2", "lh", 1, "st", (), "computed", 2.0, "bafyep"))
+    assert index.execution("iv1") == ExecutionRow("iv1", "q", "ex1", "rc1", "lh", 3, "st", ("s1",), "computed", 1.0, "computed", None)
+    index.add_execution(ExecutionRow("iv2", "q", "ex2", "rc2", "lh", 1, "st", (), "computed", 2.0, profile="bafyep"))
     assert index.execution("iv2").profile == "bafyep"  # type: ignore[union-attr]
     index.close()
     assert Index(path).execution("iv2").profile == "bafyep"  # type: ignore[union-attr]  # reopening migrates nothing twice
