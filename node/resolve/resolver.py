@@ -30,10 +30,10 @@ from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
     CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
-    ModuleBytecodeEnvelope, Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
+    Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
 from node.query import CanonicalQuery, canonicalize
-from node.resolve.claims import ClaimRefused, Verified, asked, check_announcement, fetch_and_verify
+from node.resolve.claims import ClaimRefused, Verified, asked, bytecode_of, check_announcement, fetch_and_verify
 from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
 
@@ -357,8 +357,7 @@ class Resolver:
             structure = Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema))
             st_block = block_of(structure)
 
-            sql_leaf = block_of(cq.statement.encode(), "cbor")  # ModuleBytecode_v0: the canonical SQL as bytes
-            mbe = block_of(ModuleBytecodeEnvelope(sql_leaf.cid))
+            sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
             in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
             in_root = block_of([b.cid for b in in_lists])
             out_list = block_of(list(slices))
