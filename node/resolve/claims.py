@@ -249,5 +249,5 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
     await kubo.pin_add(env.content, recursive=True)
     row = ExecutionRow(cid_str(an.invocation), "", cid_str(rc.execution), cid_str(an.receipt), rc.logical_hash,
                        rc.rows, cid_str(rc.structure), tuple(cid_str(c) for c in out_list), "peer", time.time(),
-                       "unverified")
+                       trust="unverified", profile=cid_str(rc.profile) if rc.profile else None)
     return Verified(row, rc)

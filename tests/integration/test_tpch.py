@@ -10,6 +10,7 @@ execution CID, no new Spark job.
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import math
@@ -77,16 +78,33 @@ def tpch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpch]:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _post_query(node: NodeProcess, sql: str, inputs: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def _post_query(node: NodeProcess, sql: str, inputs: dict[str, str], limit: int | None = 0
+                ) -> tuple[int, dict[str, Any]]:
     # limit 0: the answer carries no rows; the result is read as Parquet from the execution instead.
-    body = {"sql": sql, "inputs": inputs, "limit": 0}
+    body: dict[str, Any] = {"sql": sql, "inputs": inputs} if limit is None else {"sql": sql, "inputs": inputs, "limit": limit}
     req = urllib.request.Request(node.api + "/api/v0/query", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.loads(r.read())
+            return r.status, json.loads(r.read(), parse_constant=_no_constant)
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
+
+
+def _json_cell_is(cell: Any, value: Any) -> bool:
+    """A JSON answer's cell against the verified Parquet value, by the documented mapping (docs/queries.md
+    "Answers: how values are written"): decimals exact as strings, dates as ISO 8601, numbers as numbers."""
+    if value is None:
+        return cell is None
+    if isinstance(value, Decimal):
+        return isinstance(cell, str) and Decimal(cell) == value
+    if isinstance(value, datetime.date):
+        return isinstance(cell, str) and datetime.date.fromisoformat(cell) == value
+    return type(cell) is type(value) and cell == value
 
 
 def _get_parquet(node: NodeProcess, path: str) -> pa.Table:
@@ -247,9 +265,13 @@ def test_tpch_query_equals_duckdb(tpch: Tpch, qid: str) -> None:
     assert why is None, f"{qid}: {why}"
 
     jobs = _spark_jobs(tpch.node)
-    status, again = _post_query(tpch.node, sql, inputs)
+    status, again = _post_query(tpch.node, sql, inputs, limit=None)  # the default answer, rows as strict JSON
     assert status == 200, again
     assert again["source"] == "local" and again["execution"] == first["execution"]
+    shown = got.slice(0, len(again["rows"])).to_pylist()
+    assert len(again["rows"]) == min(got.num_rows, len(again["rows"])) and again["rows"], qid
+    for json_row, parquet_row in zip(again["rows"], shown):
+        assert all(_json_cell_is(c, v) for c, v in zip(json_row, parquet_row.values())), (qid, json_row, parquet_row)
     assert _spark_jobs(tpch.node) == jobs  # answered from the index: the worker received no job
 
 
