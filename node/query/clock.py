@@ -102,6 +102,8 @@ def check(root: exp.Expr, column_type: ColumnType) -> None:
             _check_call(node, column_type)
         elif isinstance(node, exp.Extract):
             check_value(node.expression, TIMESTAMP, node, column_type)
+        elif (shifted := interval_operand(node)) is not None and datetime_kind(shifted, column_type) is None:
+            check_value(shifted, TIMESTAMP, node, column_type)  # 'today' + INTERVAL 1 DAY casts the string
         elif isinstance(node, (*_COMPARISONS, exp.Between, exp.In, exp.Case, exp.If, exp.Coalesce)):
             _check_unified(node, _operands(node), column_type)
 
@@ -151,6 +153,8 @@ def check_value(value: exp.Expr, target: str, where: exp.Expr, column_type: Colu
     """``value`` is cast to ``target`` (date, timestamp, timestamp_ntz): refuse it if that can read the clock."""
     while isinstance(value, exp.Paren):
         value = value.this
+    if (shifted := interval_operand(value)) is not None:
+        return check_value(shifted, target, where, column_type)  # '2020-01-01' + INTERVAL …: the string is cast
     if isinstance(value, exp.Literal) and value.is_string:
         if not FIXED_FORMS.fullmatch(value.name):
             raise QueryRefused(
@@ -174,10 +178,21 @@ def check_value(value: exp.Expr, target: str, where: exp.Expr, column_type: Colu
         )
 
 
+def interval_operand(node: exp.Expr) -> exp.Expr | None:
+    """The value an interval is added to or taken from (``x + INTERVAL …``, ``INTERVAL … + x``, ``x - INTERVAL …``)."""
+    if isinstance(node, exp.Add) and isinstance(node.this, exp.Interval):
+        return node.expression
+    if isinstance(node, (exp.Add, exp.Sub)) and isinstance(node.expression, exp.Interval):
+        return node.this
+    return None
+
+
 def datetime_kind(node: exp.Expr, column_type: ColumnType) -> str | None:
     """date, timestamp or timestamp_ntz when ``node`` is known to be of that type, else None."""
     while isinstance(node, exp.Paren):
         node = node.this
+    if (shifted := interval_operand(node)) is not None:
+        return datetime_kind(shifted, column_type)  # a date/time moved by an interval keeps its type
     if isinstance(node, exp.Cast):
         return _CAST_TARGETS.get(node.to.this) if isinstance(node.to, exp.DataType) else None
     if isinstance(node, SparkCall):
@@ -209,6 +224,8 @@ def _has_string(node: exp.Expr) -> bool:
     """A string literal inside, not counting those behind a cast to date/time (checked on their own)."""
     if isinstance(node, exp.Literal):
         return node.is_string
+    if isinstance(node, exp.Interval):
+        return False  # INTERVAL '1' YEAR: the quoted amount is an interval, never a date/time
     if isinstance(node, exp.Cast) and datetime_kind(node, lambda _c: None) is not None:
         return False
     return any(_has_string(child) for child in node.iter_expressions())

@@ -64,6 +64,8 @@ CLOCK_QUERIES = [
     "SELECT CAST(concat('to', 'day') AS DATE) FROM t",
     "SELECT CAST(' Today UTC ' AS DATE) FROM t",
     "SELECT k FROM t WHERE d = (CAST('yesterday' AS STRING))",
+    "SELECT k FROM t WHERE d < 'today' + INTERVAL '1' DAY",
+    "SELECT 'now' - INTERVAL '1' HOUR FROM t",
 ]
 
 
@@ -124,6 +126,11 @@ def test_fixed_format_literals_pass(value: dt.datetime, form: int, target: str) 
     "SELECT CAST(CAST('2020-01-01' AS DATE) AS TIMESTAMP) FROM t",
     "SELECT date_add(DATE '2020-01-01', k) FROM t",
     "SELECT date_format(ts, 'EEEE') FROM t",
+    # TPC-H's date arithmetic: a fixed date moved by an interval is a date (the quoted amount is no date string)
+    "SELECT k FROM t WHERE d < CAST('1994-01-01' AS DATE) + INTERVAL '1' YEAR",
+    "SELECT k FROM t WHERE d <= DATE '1998-12-01' - INTERVAL '90' DAY",
+    "SELECT k FROM t WHERE d >= INTERVAL '3' MONTH + DATE '1993-07-01'",
+    "SELECT k FROM t WHERE ts < '2020-01-01 00:00:00' + INTERVAL '1' HOUR",
 ])
 def test_deterministic_date_uses_pass(sql: str) -> None:
     canonicalize(sql, T)
