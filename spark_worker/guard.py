@@ -47,6 +47,11 @@ _NOT_STRING = frozenset(
     EqualTo EqualNullSafe LessThan LessThanOrEqual GreaterThan GreaterThanOrEqual And Or Not In InSet IsNull
     IsNotNull Like ILike RLike StartsWith EndsWith Contains Length OctetLength BitLength StringInstr
     StringLocate Levenshtein Ascii
+    TruncTimestamp TruncDate TimeAdd DateAdd DateSub DateAddInterval DatetimeSub TimestampAddYMInterval
+    TimestampAddInterval AddMonths MakeDate MakeTimestamp MakeInterval ParseToDate ParseToTimestamp GetTimestamp
+    ToUnixTimestamp UnixTimestamp DateDiff MonthsBetween Year Month Quarter DayOfMonth DayOfWeek DayOfYear
+    WeekDay WeekOfYear Hour Minute Second Add Subtract Multiply Divide IntegralDivide Remainder Pmod UnaryMinus
+    Abs
     """.split()
 )
 _COLUMNS = frozenset({"AttributeReference", "OuterReference", "BoundReference", "NamedLambdaVariable"})

@@ -95,3 +95,16 @@ async def test_deterministic_date_functions_run(worker: SparkWorker, data: Path)
     row = result.table.to_pylist()[0]
     assert row["_0"] == dt.datetime(1970, 1, 1, 12, tzinfo=dt.timezone.utc)
     assert row["_1"] == DATES[0] + dt.timedelta(days=1)
+
+
+async def test_date_arithmetic_on_a_truncated_timestamp_runs(worker: SparkWorker, data: Path) -> None:
+    # TruncTimestamp takes a string unit ('HOUR') but gives a timestamp: no string reaches the cast (a generated
+    # query of the determinism test was refused for it once).
+    result = await worker.run(
+        "SELECT DATE_TRUNC('HOUR', CAST(a.col_0 AS TIMESTAMP)) + INTERVAL '1' HOUR AS _0, "
+        "CASE WHEN a.col_2 > 0 THEN DATE_TRUNC('HOUR', CAST(a.col_0 AS TIMESTAMP)) + INTERVAL '1' HOUR END AS _1 "
+        "FROM a ORDER BY a.col_0",
+        inputs(data),
+    )
+    want = [dt.datetime.combine(d, dt.time(1), tzinfo=dt.timezone.utc) for d in sorted(DATES)]
+    assert [r["_0"] for r in result.table.to_pylist()] == want
