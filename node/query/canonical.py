@@ -252,10 +252,15 @@ class _Canonicalizer:
         for scope in self.scopes:
             expression = scope.expression
             if isinstance(expression, exp.Select):
-                display[id(expression)] = [
+                names = [
                     self._display_name(p, col_target, self.occ_kind, self.source_scope, display)
                     for p in expression.expressions
                 ]
+                renamed = expression.meta.get("cairn_alias_columns") if expression.meta else None
+                for k, name in enumerate(renamed or []):  # a column alias list names these outputs
+                    if k < len(names):
+                        names[k] = name
+                display[id(expression)] = names
             elif isinstance(expression, (exp.SetOperation, exp.Subquery)):
                 display[id(expression)] = display.get(id(leftmost_select(expression)), [])
         self.output_names = tuple(display.get(id(leftmost_select(root)), []))

@@ -640,6 +640,26 @@ def test_output_names_are_kept_for_display():
     assert q.output_names == ("Key",)
 
 
+@pytest.mark.parametrize(
+    ("sql", "names", "same_as"),
+    [
+        ("SELECT y FROM (SELECT count(x) FROM t) AS s (y)", ("y",), "SELECT c FROM (SELECT count(x) AS c FROM t) s"),
+        ("WITH c (y) AS (SELECT count(x) FROM t) SELECT y FROM c", ("y",), "WITH c AS (SELECT count(x) y FROM t) SELECT y FROM c"),
+        ("SELECT s.y + 1 AS z, w FROM (SELECT count(x), k FROM t GROUP BY k) AS s (y, w)", ("z", "w"),
+         "SELECT s.y + 1 AS z, s.k FROM (SELECT count(x) y, k FROM t GROUP BY k) AS s"),
+        ("SELECT * FROM (SELECT k AS p, x FROM t UNION ALL SELECT k, x FROM t) AS s (q, r)", ("q", "r"),
+         "SELECT * FROM (SELECT k, x FROM t UNION ALL SELECT k, x FROM t) AS s"),
+    ],
+)
+def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], same_as: str):
+    # Issue 13: a column alias list renames a derived table's or CTE's outputs for display; the statement
+    # itself is the same as without the list.
+    q = canonicalize(sql, ONE)
+    assert q.output_names == names
+    assert q.statement == canonicalize(same_as, ONE).statement
+    roundtrip(q)
+
+
 def test_order_by_is_completed_with_every_output():
     q = canonicalize("SELECT k, x, s FROM t ORDER BY x DESC LIMIT 3", ONE)
     assert q.statement == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, _0, _2 LIMIT 3"
