@@ -211,6 +211,8 @@ def _has_string(node: exp.Expr) -> bool:
         return node.is_string
     if isinstance(node, exp.Cast) and datetime_kind(node, lambda _c: None) is not None:
         return False
+    if isinstance(node, exp.Interval) and isinstance(node.this, exp.Literal):
+        return False  # INTERVAL '3' MONTH: a count Spark parses with the statement, never a date/time
     return any(_has_string(child) for child in node.iter_expressions())
 
 
