@@ -38,7 +38,7 @@ from node.query.qualify import prepare, qualify_statement
 
 __all__ = ["CANONICALIZER_VERSION", "MAX_SQL_CHARS", "CanonicalQuery", "SortKey", "abstract_table_name", "canonicalize"]
 
-FORM_REVISION = 1
+FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
 MAX_SQL_CHARS = 100_000
 
 
@@ -335,7 +335,9 @@ class _Canonicalizer:
             if self.occ_kind[id(occ)][0] == "input"
         }
         order_by = complete_orders(self.ctx, root, input_column)
-        complete_windows(self.ctx, root, self.visible, self.qualifier_of, self.occ_kind, self.source_scope)
+        complete_windows(
+            self.ctx, root, self.visible, self.qualifier_of, self.occ_kind, self.source_scope, input_column
+        )
 
         normalize_identifiers(root)
         post_check(root)
