@@ -4,8 +4,8 @@ completed to a total order, and the statement's sort keys."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -118,7 +118,7 @@ def may_hold_float(type_string: str | None) -> bool:
 # Functions whose result never holds a float: their keys need no tie-breaker (a shorter statement, nothing more).
 _NEVER_FLOAT_CALLS = frozenset("""
     count count_if row_number rank dense_rank ntile length char_length character_length octet_length bit_length
-    upper lower ucase lcase trim ltrim rtrim concat concat_ws substring substr year month day dayofmonth dayofweek
+    upper lower ucase lcase trim ltrim rtrim concat_ws substring substr year month day dayofmonth dayofweek
     dayofyear hour minute second quarter weekofyear to_date date_add date_sub datediff
 """.split())
 

@@ -60,9 +60,7 @@ def _sortable(t: pa.DataType) -> bool:
 
 def float_bits(array: pa.Array) -> pa.Array:
     """A float column's IEEE-754 bits as signed integers (null where the value is null)."""
-    width = np.int32 if array.type.bit_width == 32 else np.int64
-    if array.type.bit_width == 16:
-        width = np.int16
+    width = {16: np.int16, 32: np.int32}.get(array.type.bit_width, np.int64)
     values = array.fill_null(0).to_numpy(zero_copy_only=False).view(width).astype(np.int64)
     return pa.array(values, pa.int64(), mask=array.is_null().to_numpy(zero_copy_only=False))
 
