@@ -175,7 +175,7 @@ def _key_type(
 ) -> str | None:
     """The declared type of a sort key when it is an input column (or an output that is one), else None."""
     if isinstance(key, SparkCall) and key.fname == "map_entries" and len(key.expressions) == 1:
-        key = key.expressions[0]
+        key = key.expressions[0]  # how a map is sorted: its entries hold what the map holds
     k = output_ref(key)
     if k is not None and k < len(outputs):
         key = outputs[k].this if isinstance(outputs[k], exp.Alias) else outputs[k]
@@ -324,9 +324,6 @@ def complete_windows(
         def type_of(key: exp.Expr) -> str | None:
             if id(key) in typed:
                 return typed[id(key)]
-            source = input_column.get(id(key))
-            if source is not None:
-                return ctx.declared[source[0]].types[source[1]]
-            return "other" if never_float(key) else None
+            return _key_type(ctx, key, [], input_column)
 
         add_float_tiebreakers(order, type_of)
