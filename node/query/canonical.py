@@ -38,7 +38,7 @@ from node.query.qualify import prepare, qualify_statement
 
 __all__ = ["CANONICALIZER_VERSION", "MAX_SQL_CHARS", "CanonicalQuery", "SortKey", "abstract_table_name", "canonicalize"]
 
-FORM_REVISION = 1
+FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
 MAX_SQL_CHARS = 100_000
 
 
@@ -252,10 +252,15 @@ class _Canonicalizer:
         for scope in self.scopes:
             expression = scope.expression
             if isinstance(expression, exp.Select):
-                display[id(expression)] = [
+                names = [
                     self._display_name(p, col_target, self.occ_kind, self.source_scope, display)
                     for p in expression.expressions
                 ]
+                renamed = expression.meta.get("cairn_alias_columns") if expression.meta else None
+                for k, name in enumerate(renamed or []):  # a column alias list names these outputs
+                    if k < len(names):
+                        names[k] = name
+                display[id(expression)] = names
             elif isinstance(expression, (exp.SetOperation, exp.Subquery)):
                 display[id(expression)] = display.get(id(leftmost_select(expression)), [])
         self.output_names = tuple(display.get(id(leftmost_select(root)), []))
@@ -330,7 +335,9 @@ class _Canonicalizer:
             if self.occ_kind[id(occ)][0] == "input"
         }
         order_by = complete_orders(self.ctx, root, input_column)
-        complete_windows(self.ctx, root, self.visible, self.qualifier_of, self.occ_kind, self.source_scope)
+        complete_windows(
+            self.ctx, root, self.visible, self.qualifier_of, self.occ_kind, self.source_scope, input_column
+        )
 
         normalize_identifiers(root)
         post_check(root)

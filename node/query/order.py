@@ -4,6 +4,7 @@ completed to a total order, and the statement's sort keys."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,84 @@ def sort_key_for(type_string: str, expression: exp.Expr) -> tuple[exp.Expr, bool
     return None
 
 
+_FLOAT_TYPE = re.compile(r"float|double")
+
+
+def may_hold_float(type_string: str | None) -> bool:
+    """Whether a sort key of this type (unknown: ``None`` or "") can hold a FLOAT/DOUBLE, even nested."""
+    return not type_string or _FLOAT_TYPE.search(type_string) is not None
+
+
+# Functions whose result never holds a float: their keys need no tie-breaker (a shorter statement, nothing more).
+_NEVER_FLOAT_CALLS = frozenset("""
+    count count_if row_number rank dense_rank ntile length char_length character_length octet_length bit_length
+    upper lower ucase lcase trim ltrim rtrim concat_ws substring substr year month day dayofmonth dayofweek
+    dayofyear hour minute second quarter weekofyear to_date date_add date_sub datediff
+""".split())
+
+
+def never_float(expression: exp.Expr) -> bool:
+    """Whether an expression of unknown type surely holds no FLOAT/DOUBLE (else it gets a tie-breaker)."""
+    while isinstance(expression, (exp.Paren, exp.Window)):
+        expression = unwrap_nulls(expression.this)
+    if isinstance(expression, (SparkCall, SparkAggCall)):
+        return expression.fname in _NEVER_FLOAT_CALLS
+    if isinstance(expression, exp.Literal):
+        return expression.is_string or re.fullmatch(r"[0-9]+", expression.name) is not None
+    if isinstance(expression, (exp.Cast, exp.TryCast)) and isinstance(expression.to, exp.DataType):
+        return not _FLOAT_TYPE.search(expression.to.sql(dialect=DIALECT).lower())
+    return isinstance(expression, (exp.Predicate, exp.Connector, exp.Not))
+
+
+def float_tiebreaker(key: exp.Expr) -> exp.Expr:
+    """The key that makes a float sort key total: ``TO_JSON(NAMED_STRUCT('v', key))``.
+
+    Spark's order ties -0.0 with 0.0 (and every NaN), so rows differing only there would come in the order of
+    the input's layout. Their JSON differs ("-0.0" vs "0.0"); values Spark's order does not tie are never compared
+    by it, so how a JVM writes other numbers cannot change the order. Measured on Spark 4: ``atan2(x, -1)`` does
+    not work (Spark adds 0.0 to its arguments), ``x / 0`` fails under ANSI, casts to STRING are refused by the
+    worker's guard; TO_JSON is accepted and works for any type (nested floats included).
+    """
+    return SparkCall(
+        this="TO_JSON",
+        expressions=[SparkCall(this="NAMED_STRUCT", expressions=[exp.Literal.string("v"), key.copy()])],
+    )
+
+
+def is_tiebreaker(node: exp.Expr, key: exp.Expr | None) -> bool:
+    return key is not None and node.sql(dialect=DIALECT) == float_tiebreaker(key).sql(dialect=DIALECT)
+
+
+def add_float_tiebreakers(order: exp.Expr, type_of: Callable[[exp.Expr], str | None]) -> None:
+    """After each key of ``order`` that may hold a float, its ``float_tiebreaker`` (unless already there)."""
+    keys = list(order.expressions)
+    out: list[exp.Expr] = []
+    for i, ordered in enumerate(keys):
+        out.append(ordered)
+        previous = keys[i - 1].this if i else None
+        if is_tiebreaker(ordered.this, previous) or not may_hold_float(type_of(ordered.this)):
+            continue
+        if i + 1 < len(keys) and is_tiebreaker(keys[i + 1].this, ordered.this):
+            continue
+        out.append(exp.Ordered(this=float_tiebreaker(ordered.this), nulls_first=True))
+    order.set("expressions", out)
+
+
+def _key_type(
+    ctx: Context, key: exp.Expr, outputs: list[exp.Expr], input_column: dict[int, tuple[int, int]]
+) -> str | None:
+    """The declared type of a sort key when it is an input column (or an output that is one), else None."""
+    if isinstance(key, SparkCall) and key.fname == "map_entries" and len(key.expressions) == 1:
+        key = key.expressions[0]  # how a map is sorted: its entries hold what the map holds
+    k = output_ref(key)
+    if k is not None and k < len(outputs):
+        key = outputs[k].this if isinstance(outputs[k], exp.Alias) else outputs[k]
+    source = input_column.get(id(key))
+    if source is not None:
+        return ctx.declared[source[0]].types[source[1]]
+    return "other" if never_float(key) else None
+
+
 def complete_orders(
     ctx: Context, root: exp.Expr, input_column: dict[int, tuple[int, int]]
 ) -> tuple[SortKey, ...] | None:
@@ -122,8 +201,12 @@ def complete_orders(
         ]
         keys: list[SortKey] = []
         present: set[int] = set()
+        previous: exp.Expr | None = None
         for ordered in order.expressions:
             this = ordered.this
+            if is_tiebreaker(this, previous):  # our own tie-breaker, read back: not a key of its own
+                previous = None
+                continue
             if isinstance(this, exp.Literal) and not this.is_string and re.fullmatch(r"[1-9][0-9]*", this.name):
                 position = int(this.name) - 1  # ORDER BY <ordinal>
                 if position >= len(outputs):
@@ -147,6 +230,7 @@ def complete_orders(
                     ordered.set("this", exp.column(f"_{k}"))
             if k is not None and k >= len(outputs):
                 k = None
+            previous = ordered.this
             keys.append(SortKey(k, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")), entries))
             if k is not None:
                 present.add(k)
@@ -163,6 +247,7 @@ def complete_orders(
                 continue
             order.append("expressions", exp.Ordered(this=how[0], nulls_first=True))
             keys.append(SortKey(k, False, True, how[1]))
+        add_float_tiebreakers(order, lambda key: _key_type(ctx, key, outputs, input_column))
         if skipped and (query.args.get("limit") or query.args.get("offset")):
             raise QueryRefused(
                 "unordered-limit", "the order cannot be made total: an output is a map", sql_of(outputs[skipped[0]])
@@ -179,8 +264,11 @@ def complete_windows(
     qualifier_of: dict[int, str],
     occ_kind: dict[int, tuple[str, Any]],
     source_scope: dict[int, Scope],
+    input_column: dict[int, tuple[int, int]] | None = None,
 ) -> None:
-    """Append tie-breakers to every row-positional window's ORDER BY: the GROUP BY keys, or every column it reads."""
+    """Append tie-breakers to every row-positional window's ORDER BY: the GROUP BY keys, or every column it reads,
+    each float key followed by its ``float_tiebreaker``."""
+    input_column = input_column or {}
     for window in list(root.find_all(exp.Window)):
         if window_kind(window) != "complete":
             continue
@@ -188,6 +276,7 @@ def complete_windows(
         if select is None:
             raise QueryRefused("unordered-window", "cannot complete the window's order", sql_of(window))
         tiebreakers: list[exp.Expr] = []
+        typed: dict[int, str] = {}  # id(tie-breaker column) -> its declared type
         group = select.args.get("group")
         if group is not None:
             if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")) or any(
@@ -198,7 +287,12 @@ def complete_windows(
                     "cannot make a window order total over ROLLUP/CUBE/GROUPING SETS",
                     sql_of(window),
                 )
-            tiebreakers = [e.copy() for e in group.expressions]
+            for key in group.expressions:
+                copy = key.copy()
+                source = input_column.get(id(key))
+                if source is not None:  # the copy is not in input_column: keep the group key's type
+                    typed[id(copy)] = ctx.declared[source[0]].types[source[1]]
+                tiebreakers.append(copy)
         elif not is_aggregate_select(select):
             for occurrence in visible.get(id(select), []):
                 kind, info = occ_kind[id(occurrence)]
@@ -212,6 +306,7 @@ def complete_windows(
                                 "cannot make the window order total: an input column holds a nested map",
                                 sql_of(window),
                             )
+                        typed[id(how[0])] = type_string
                         tiebreakers.append(how[0])
                 else:
                     scope = source_scope.get(id(occurrence))
@@ -225,3 +320,10 @@ def complete_windows(
             if text not in have:
                 have.add(text)
                 order.append("expressions", exp.Ordered(this=expression, nulls_first=True))
+
+        def type_of(key: exp.Expr) -> str | None:
+            if id(key) in typed:
+                return typed[id(key)]
+            return _key_type(ctx, key, [], input_column)
+
+        add_float_tiebreakers(order, type_of)

@@ -30,6 +30,15 @@ def prepare(ctx: Context, root: exp.Expr) -> None:
                 projection.meta["cairn_display"] = projection.alias
             elif not isinstance(projection, (exp.Column, exp.Star)):
                 projection.meta["cairn_display"] = sql_of(projection)
+    # A column alias list (`AS s (y)`, `WITH c (y) AS`) renames the outputs of the query it aliases; qualify
+    # pushes it into that query's projections, so the display names are kept on its leftmost SELECT.
+    for alias in root.find_all(exp.TableAlias):
+        columns = alias.args.get("columns") or []
+        body = alias.parent.this if isinstance(alias.parent, (exp.Subquery, exp.CTE)) else None
+        while isinstance(body, (exp.SetOperation, exp.Subquery)):
+            body = body.this
+        if columns and isinstance(body, exp.Select):
+            body.meta["cairn_alias_columns"] = [c.name for c in columns]
     # Field names are part of a result's type: keep their case through identifier normalization.
     for ident in root.find_all(exp.Identifier):
         parent = ident.parent

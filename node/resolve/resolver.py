@@ -32,7 +32,8 @@ from node.model import (
     CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
     Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
 )
-from node.query import CanonicalQuery, canonicalize
+from node.query import CanonicalQuery, SortKey, canonicalize
+from node.query.result_order import canonical_order
 from node.resolve.claims import ClaimRefused, Verified, asked, bytecode_of, check_announcement, fetch_and_verify
 from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
@@ -489,16 +490,12 @@ def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
             "canonicalizer": cq.canonicalizer}
 
 
-def _canonical_order(table: pa.Table, order_by: tuple[int, ...] | None) -> pa.Table:
+def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Table:
     """Rows in canonical order (DESIGN.md): the query's total ORDER BY if it has one, else all columns."""
-    if table.num_rows < 2:
-        return table
-    names = table.schema.names
     if order_by:
         # The canonicalizer completed the statement's ORDER BY to a total order: Spark's order is canonical.
         return table
-    keys = [(n, "ascending") for n in names]
-    try:
-        return table.sort_by(keys)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
-        raise CairnError(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None
+    try:  # every column, nested ones by their canonical byte encoding (docs/queries.md "Order")
+        return canonical_order(table)
+    except (pa.ArrowException, TypeError) as e:  # a result type with no canonical order: say so, not a 500
+        raise InvalidInput(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None

@@ -640,15 +640,98 @@ def test_output_names_are_kept_for_display():
     assert q.output_names == ("Key",)
 
 
+@pytest.mark.parametrize(
+    ("sql", "names", "same_as"),
+    [
+        ("SELECT y FROM (SELECT count(x) FROM t) AS s (y)", ("y",), "SELECT c FROM (SELECT count(x) AS c FROM t) s"),
+        ("WITH c (y) AS (SELECT count(x) FROM t) SELECT y FROM c", ("y",), "WITH c AS (SELECT count(x) y FROM t) SELECT y FROM c"),
+        ("SELECT s.y + 1 AS z, w FROM (SELECT count(x), k FROM t GROUP BY k) AS s (y, w)", ("z", "w"),
+         "SELECT s.y + 1 AS z, s.k FROM (SELECT count(x) y, k FROM t GROUP BY k) AS s"),
+        ("SELECT * FROM (SELECT k AS p, x FROM t UNION ALL SELECT k, x FROM t) AS s (q, r)", ("q", "r"),
+         "SELECT * FROM (SELECT k, x FROM t UNION ALL SELECT k, x FROM t) AS s"),
+    ],
+)
+def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], same_as: str):
+    # Issue 13: a column alias list renames a derived table's or CTE's outputs for display; the statement
+    # itself is the same as without the list.
+    q = canonicalize(sql, ONE)
+    assert q.output_names == names
+    assert q.statement == canonicalize(same_as, ONE).statement
+    roundtrip(q)
+
+
 def test_order_by_is_completed_with_every_output():
     q = canonicalize("SELECT k, x, s FROM t ORDER BY x DESC LIMIT 3", ONE)
-    assert q.statement == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, _0, _2 LIMIT 3"
+    assert q.statement == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, TO_JSON(NAMED_STRUCT('v', _1)), _0, _2 LIMIT 3"
     assert q.order_by == (SortKey(1, True, False), SortKey(0), SortKey(2))
+
+
+def _tj(key: str) -> str:
+    return f"TO_JSON(NAMED_STRUCT('v', {key}))"
+
+
+@pytest.mark.parametrize(
+    ("type_string", "tied"),
+    [
+        ("float64", True), ("float32", True), ("list<float32>", True), ('struct<"f":float64,"G":utf8>', True),
+        ("map<utf8,float64>", True), ("int64", False), ("utf8", False), ("date32", False), ("list<int64>", False),
+        ("decimal(10,2)", False), ("bool", False),
+    ],
+)
+def test_float_sort_keys_get_a_tiebreaker(type_string: str, tied: bool):
+    # Issue 12 item 1: Spark's order ties -0.0 with 0.0; the tie-breaker tells them apart (docs/queries.md "Order").
+    q = canonicalize("SELECT k, v FROM t ORDER BY k LIMIT 3", {"t": [("k", "int64"), ("v", type_string)]})
+    key = "MAP_ENTRIES(_1)" if type_string.startswith("map<") else "_1"
+    expected = f"ORDER BY _0, {key}, {_tj(key)} LIMIT 3" if tied else f"ORDER BY _0, {key} LIMIT 3"
+    assert q.statement.endswith(expected), q.statement
+    assert [k.position for k in q.order_by] == [0, 1]  # a tie-breaker is no key of its own
+    if not type_string.startswith("map<"):  # the user's own key
+        q = canonicalize("SELECT v, k FROM t ORDER BY v LIMIT 3", {"t": [("k", "int64"), ("v", type_string)]})
+        assert q.statement.endswith(f"ORDER BY _0, {_tj('_0')}, _1 LIMIT 3" if tied else "ORDER BY _0, _1 LIMIT 3")
+    roundtrip(q)
+
+
+@pytest.mark.parametrize(
+    ("sql", "tied"),
+    [
+        ("SELECT count(*) AS n, s FROM t GROUP BY s ORDER BY n", False),
+        ("SELECT sum(x) AS n, s FROM t GROUP BY s ORDER BY n", True),  # a double
+        ("SELECT sum(k) AS n, s FROM t GROUP BY s ORDER BY n", True),  # type unknown here: tied to be safe
+        ("SELECT length(s) AS n, s FROM t ORDER BY n", False),
+        ("SELECT CAST(x AS BIGINT) AS n, s FROM t ORDER BY n", False),
+        ("SELECT CAST(k AS DOUBLE) AS n, s FROM t ORDER BY n", True),
+        ("SELECT k > 1 AS n, s FROM t ORDER BY n", False),
+    ],
+)
+def test_computed_sort_keys_are_tied_unless_surely_not_float(sql: str, tied: bool):
+    q = canonicalize(sql, ONE)
+    assert (_tj("_0") in q.statement) == tied, q.statement
+    roundtrip(q)
+
+
+def test_a_tiebreaker_is_never_added_twice():
+    q = canonicalize("SELECT x FROM t ORDER BY x, TO_JSON(NAMED_STRUCT('v', x))", ONE)
+    assert q.statement == f"SELECT a.col_1 AS _0 FROM a ORDER BY _0, {_tj('_0')}"
+    assert q.order_by == (SortKey(0),)
+
+
+def test_window_float_keys_get_a_tiebreaker():
+    q = canonicalize("SELECT lag(k) OVER (ORDER BY x) FROM t", ONE)
+    assert f"ORDER BY a.col_1, {_tj('a.col_1')}, a.col_0, a.col_2, a.col_3, a.col_4)" in q.statement
+    q = canonicalize("SELECT x, row_number() OVER (ORDER BY count(*)) FROM t GROUP BY x", ONE)
+    assert f"ORDER BY COUNT(*), a.col_1, {_tj('a.col_1')})" in q.statement
+    # A map input column is sorted by its entries: no float in map<utf8,int64>, so no tie-breaker, read again too.
+    q = canonicalize("SELECT id, row_number() OVER (ORDER BY id) FROM n", NESTED)
+    assert "MAP_ENTRIES(a.col_3))" in q.statement and "TO_JSON" not in q.statement
+    roundtrip(q)
+    q = canonicalize("SELECT rank() OVER (ORDER BY x) FROM t", ONE)  # ties ranked alike: nothing to add
+    assert "TO_JSON" not in q.statement
+    roundtrip(q)
 
 
 def test_order_by_a_hidden_expression():
     q = canonicalize("SELECT s FROM t ORDER BY x", ONE)
-    assert q.statement == "SELECT a.col_2 AS _0 FROM a ORDER BY a.col_1, _0"
+    assert q.statement == "SELECT a.col_2 AS _0 FROM a ORDER BY a.col_1, TO_JSON(NAMED_STRUCT('v', a.col_1)), _0"
     assert q.order_by == (SortKey(None), SortKey(0))
 
 
@@ -667,7 +750,7 @@ def test_no_order_by_means_none():
 def test_row_windows_are_completed_to_a_total_order():
     q = canonicalize("SELECT row_number() OVER (PARTITION BY s ORDER BY d) FROM t", ONE)
     assert q.statement == (
-        "SELECT ROW_NUMBER() OVER (PARTITION BY a.col_2 ORDER BY a.col_3, a.col_0, a.col_1, a.col_4) AS _0 FROM a"
+        "SELECT ROW_NUMBER() OVER (PARTITION BY a.col_2 ORDER BY a.col_3, a.col_0, a.col_1, TO_JSON(NAMED_STRUCT('v', a.col_1)), a.col_4) AS _0 FROM a"
     )
     # ranking functions treat ties alike: no completion
     q = canonicalize("SELECT rank() OVER (PARTITION BY s ORDER BY d) FROM t", ONE)
@@ -976,14 +1059,14 @@ DOC_EXAMPLES = [
     (
         "SELECT lat, precip_amt FROM precip ORDER BY precip_amt DESC LIMIT 3",
         PRECIP,
-        "SELECT a.col_1 AS _0, a.col_3 AS _1 FROM a ORDER BY _1 DESC, _0 LIMIT 3",
+        "SELECT a.col_1 AS _0, a.col_3 AS _1 FROM a ORDER BY _1 DESC, _0, TO_JSON(NAMED_STRUCT('v', _0)) LIMIT 3",
     ),
     (
         "SELECT r.y AS latitude, mm FROM rain r ORDER BY 2 DESC LIMIT 3",
         RAIN,
-        "SELECT a.col_1 AS _0, a.col_3 AS _1 FROM a ORDER BY _1 DESC, _0 LIMIT 3",
+        "SELECT a.col_1 AS _0, a.col_3 AS _1 FROM a ORDER BY _1 DESC, _0, TO_JSON(NAMED_STRUCT('v', _0)) LIMIT 3",
     ),
-    ("SELECT name FROM stations ORDER BY lat", STATIONS, "SELECT a.col_1 AS _0 FROM a ORDER BY a.col_2, _0"),
+    ("SELECT name FROM stations ORDER BY lat", STATIONS, "SELECT a.col_1 AS _0 FROM a ORDER BY a.col_2, TO_JSON(NAMED_STRUCT('v', a.col_2)), _0"),
     (
         (
             "SELECT s.name, count(*) AS wet_days FROM precip p JOIN stations s ON p.lat = s.lat AND p.lng = s.lng\n"
@@ -1012,7 +1095,7 @@ DOC_EXAMPLES = [
         PRECIP,
         (
             "SELECT a.col_1 AS _0, a.col_0 AS _1, ROW_NUMBER() OVER (PARTITION BY a.col_1 ORDER BY a.col_3 DESC, a.col_0, "
-            "a.col_2) AS _2 FROM a"
+            "a.col_2, TO_JSON(NAMED_STRUCT('v', a.col_2))) AS _2 FROM a"
         ),
     ),
     (
