@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, get_type_hints
+from typing import Any, get_type_hints
 
 from node.errors import ConfigError
 
@@ -25,8 +26,12 @@ def _doc(text: str, **kw: Any) -> Any:
 
 @dataclass(frozen=True)
 class ApiSettings:
-    host: str = _doc("Address the HTTP API binds. Loopback by default; anything else exposes the node.", default="127.0.0.1")
-    port: int = _doc("Port of the HTTP API; 0 picks a free port (the chosen one is in `cairn status`).", default=DEFAULT_API_PORT)
+    host: str = _doc(
+        "Address the HTTP API binds. Loopback by default; anything else exposes the node.", default="127.0.0.1"
+    )
+    port: int = _doc(
+        "Port of the HTTP API; 0 picks a free port (the chosen one is in `cairn status`).", default=DEFAULT_API_PORT
+    )
     max_upload_bytes: int = _doc("Largest request body the API accepts, in bytes.", default=1 << 30)
 
 
@@ -37,12 +42,19 @@ class IpfsSettings:
         "Empty: the node runs its own Kubo with its repo under `$CAIRN_HOME/kubo`.",
         default="",
     )
-    binary: str = _doc("Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), else `ipfs` on PATH if it is v0.42.0.", default="")
+    binary: str = _doc(
+        "Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), else `ipfs` on PATH if it is v0.42.0.",
+        default="",
+    )
     api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
     gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
     swarm_port: int = _doc("Managed Kubo: swarm (libp2p TCP) port on 127.0.0.1; 0 picks a free port.", default=0)
-    bootstrap: list[str] = _doc("Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list)
-    timeout: float = _doc("Seconds an RPC call to Kubo may take before it fails (fetches of absent CIDs never hang).", default=30.0)
+    bootstrap: list[str] = _doc(
+        "Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list
+    )
+    timeout: float = _doc(
+        "Seconds an RPC call to Kubo may take before it fails (fetches of absent CIDs never hang).", default=30.0
+    )
 
 
 @dataclass(frozen=True)
@@ -57,9 +69,16 @@ class DatasetSettings:
 
 @dataclass(frozen=True)
 class SparkSettings:
-    master: str = _doc("Spark master for the worker: `local[2]` (in-process, default), `spark://HOST:PORT` for a standalone cluster.", default="local[2]")
-    conf: list[str] = _doc("Extra Spark settings as `key=value` items (the sandbox settings cannot be overridden).", default_factory=list)
-    autostart: bool = _doc("Start the Spark worker with the node (true), or at the first query that needs it (false).", default=True)
+    master: str = _doc(
+        "Spark master for the worker: `local[2]` (in-process, default), `spark://HOST:PORT` for a standalone cluster.",
+        default="local[2]",
+    )
+    conf: list[str] = _doc(
+        "Extra Spark settings as `key=value` items (the sandbox settings cannot be overridden).", default_factory=list
+    )
+    autostart: bool = _doc(
+        "Start the Spark worker with the node (true), or at the first query that needs it (false).", default=True
+    )
     start_timeout: float = _doc("Seconds the Spark worker may take to start before queries fail.", default=180.0)
     query_timeout: float = _doc("Seconds one Spark job may run before it is abandoned.", default=3600.0)
 
@@ -71,20 +90,29 @@ class QuerySettings:
 
 @dataclass(frozen=True)
 class PeerSettings:
-    trust: str = _doc("How peers' claims are used: `self` (compute everything), `community` (claims signed by trusted keys), "
-                      "`verify` (any claim, recomputed and compared before answering), `any` (used, labelled unverified).",
-                      default="community")
-    community: str = _doc("The trusted set `community` mode uses (`cairn trust add KEY --community NAME`); empty: every set.", default="")
-    listen: list[str] = _doc("libp2p listen multiaddrs of the p2p host.", default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"])
+    trust: str = _doc(
+        "How peers' claims are used: `self` (compute everything), `community` (claims signed by trusted keys), "
+        "`verify` (any claim, recomputed and compared before answering), `any` (used, labelled unverified).",
+        default="community",
+    )
+    community: str = _doc(
+        "The trusted set `community` mode uses (`cairn trust add KEY --community NAME`); empty: every set.", default=""
+    )
+    listen: list[str] = _doc(
+        "libp2p listen multiaddrs of the p2p host.", default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"]
+    )
     bootstrap: list[str] = _doc("libp2p peers to dial at start (`/ip4/…/tcp/…/p2p/12D3KooW…`).", default_factory=list)
     mdns: bool = _doc("Find peers on the local network with mDNS.", default=False)
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
     fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
-    resolve_timeout: float = _doc("Seconds the whole network stage of a miss (lookup, connects, fetching and checking "
-                                  "claims) may take before the node computes instead; each output slice that arrives "
-                                  "and checks out gives it this long again, so a large result that keeps flowing is "
-                                  "still fetched.", default=10.0)
+    resolve_timeout: float = _doc(
+        "Seconds the whole network stage of a miss (lookup, connects, fetching and checking "
+        "claims) may take before the node computes instead; each output slice that arrives "
+        "and checks out gives it this long again, so a large result that keeps flowing is "
+        "still fetched.",
+        default=10.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -115,9 +143,15 @@ class Settings:
         return out
 
 
-SECTIONS: dict[str, type] = {"api": ApiSettings, "ipfs": IpfsSettings, "datasets": DatasetSettings,
-                           "spark": SparkSettings, "query": QuerySettings, "peers": PeerSettings,
-                           "log": LogSettings}
+SECTIONS: dict[str, type] = {
+    "api": ApiSettings,
+    "ipfs": IpfsSettings,
+    "datasets": DatasetSettings,
+    "spark": SparkSettings,
+    "query": QuerySettings,
+    "peers": PeerSettings,
+    "log": LogSettings,
+}
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
@@ -223,8 +257,12 @@ def load_settings(
 
 
 def _check(s: Settings) -> None:
-    for key, port in (("api.port", s.api.port), ("ipfs.api_port", s.ipfs.api_port),
-                      ("ipfs.gateway_port", s.ipfs.gateway_port), ("ipfs.swarm_port", s.ipfs.swarm_port)):
+    for key, port in (
+        ("api.port", s.api.port),
+        ("ipfs.api_port", s.ipfs.api_port),
+        ("ipfs.gateway_port", s.ipfs.gateway_port),
+        ("ipfs.swarm_port", s.ipfs.swarm_port),
+    ):
         if not 0 <= port <= 65535:
             raise ConfigError(f"{key} must be a port number (0-65535), got {port}")
     if s.log.level.lower() not in ("debug", "info", "warning", "error"):

@@ -5,22 +5,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
-
+from typing import Any
 
 from config import Settings
 from node import __version__
 from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
-from node.home import Home
-from node.resolve import Jobs, Resolver, SparkWorker
-from node.index import Index
-from node.identity import Identity
-from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.errors import CairnError, InvalidInput, NotFound
-from node.values import RenderError
+from node.home import Home
+from node.identity import Identity
+from node.index import Index
+from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
+from node.resolve import Jobs, Resolver, SparkWorker
+from node.values import RenderError
 
 log = logging.getLogger("cairn.node")
 
@@ -98,24 +98,39 @@ class Node:
         self.index = Index(self.home.path / "index.sqlite")
         self.datasets = Datasets(self.kubo, self.index, self.home.path, self.settings.datasets.rows_per_slice)
         sp = self.settings.spark
-        self.worker = SparkWorker(_socket_path(self.home.path), master=sp.master,
-                                  conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
-                                  log_path=self.home.logs / "spark.log", start_timeout=sp.start_timeout)
+        self.worker = SparkWorker(
+            _socket_path(self.home.path),
+            master=sp.master,
+            conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
+            log_path=self.home.logs / "spark.log",
+            start_timeout=sp.start_timeout,
+        )
         # Spark takes seconds to warm up: the node serves at once, queries wait for the worker.
         if sp.autostart:
             self._ensure_worker()
         peers = self.settings.peers
-        self.resolver = Resolver(self.datasets, self.kubo, self.index, self.worker, self.identity,
-                                 self.datasets.tmp_dir, self.settings.datasets.rows_per_slice, sp.query_timeout,
-                                 trust_mode=peers.trust, community=peers.community or None,
-                                 fetch_timeout=peers.fetch_timeout, resolve_timeout=peers.resolve_timeout,
-                                 worker_ready=self._worker_ready)
+        self.resolver = Resolver(
+            self.datasets,
+            self.kubo,
+            self.index,
+            self.worker,
+            self.identity,
+            self.datasets.tmp_dir,
+            self.settings.datasets.rows_per_slice,
+            sp.query_timeout,
+            trust_mode=peers.trust,
+            community=peers.community or None,
+            fetch_timeout=peers.fetch_timeout,
+            resolve_timeout=peers.resolve_timeout,
+            worker_ready=self._worker_ready,
+        )
         self.jobs = Jobs()
         if self.settings.peers.enabled:
             from node.network import Network
 
-            self.network = Network(self.settings.peers, self.identity, self.resolver, self.index, self.kubo,
-                                   self.home.path / "peers.json")
+            self.network = Network(
+                self.settings.peers, self.identity, self.resolver, self.index, self.kubo, self.home.path / "peers.json"
+            )
             await self.network.start()
         self.started_at = time.time()
         log.info("node started", extra={"peer_id": self.identity.peer_id, "kubo": url})
@@ -153,7 +168,7 @@ class Node:
         self.kubo_state = "down"
         log.info("node stopped")
 
-    async def __aenter__(self) -> "Node":
+    async def __aenter__(self) -> Node:
         await self.start()
         return self
 
@@ -198,8 +213,12 @@ class Node:
             kubo["error"] = e.message
         spark: dict[str, Any] = {"state": self.spark_state()}
         if self.worker is not None:
-            spark.update(master=self.settings.spark.master, pid=self.worker.pid, jobs=self.worker.jobs_sent,
-                         restarts=self.worker.restarts)
+            spark.update(
+                master=self.settings.spark.master,
+                pid=self.worker.pid,
+                jobs=self.worker.jobs_sent,
+                restarts=self.worker.restarts,
+            )
         return {
             "version": __version__,
             "home": str(self.home.path),
@@ -212,7 +231,7 @@ class Node:
             "uptime_s": round(time.time() - self.started_at, 3) if self.started_at else 0.0,
         }
 
-    def _ensure_worker(self) -> "asyncio.Future[None]":
+    def _ensure_worker(self) -> asyncio.Future[None]:
         assert self.worker is not None
         if self._worker_start is None:
             self._worker_start = asyncio.ensure_future(self.worker.start())
@@ -241,8 +260,15 @@ class Node:
 
     # -- queries ----------------------------------------------------------------------------
 
-    async def query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None, trust: str | None = None,
-                    on_event: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    async def query(
+        self,
+        sql: str,
+        inputs: dict[str, str],
+        *,
+        limit: int | None = None,
+        trust: str | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published."""
         assert self.resolver is not None
         answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
@@ -253,8 +279,10 @@ class Node:
         try:
             arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
         except RenderError as e:  # the answer is recorded: say where it is, never lose it
-            raise RenderError(f"{e.message} (execution {row.execution} is recorded: "
-                              f"GET /api/v0/executions/{row.execution}/data?format=parquet)") from None
+            raise RenderError(
+                f"{e.message} (execution {row.execution} is recorded: "
+                f"GET /api/v0/executions/{row.execution}/data?format=parquet)"
+            ) from None
         schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, arrow_schema)]
         return {
             "query": cid_str(answer.query),
@@ -277,8 +305,9 @@ class Node:
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
         }
 
-    def start_query(self, sql: str, inputs: dict[str, str], *, limit: int | None = None,
-                    trust: str | None = None) -> dict[str, Any]:
+    def start_query(
+        self, sql: str, inputs: dict[str, str], *, limit: int | None = None, trust: str | None = None
+    ) -> dict[str, Any]:
         assert self.jobs is not None
         job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit))
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
@@ -292,21 +321,41 @@ class Node:
         receipt = decode_object(decode(await self._kubo().block_get(parse_cid(row.receipt))))
         assert isinstance(receipt, Receipt)
         return {
-            "execution": row.execution, "invocation": row.invocation, "query": row.query, "receipt": row.receipt,
-            "logicalHash": row.logical_hash, "rows": row.rows, "structure": row.structure,
-            "slices": list(row.slices), "source": row.source, "trust": row.trust,
-            "signer": receipt.signer, "time": receipt.time, "engine": receipt.engine, "timings": receipt.timings,
+            "execution": row.execution,
+            "invocation": row.invocation,
+            "query": row.query,
+            "receipt": row.receipt,
+            "logicalHash": row.logical_hash,
+            "rows": row.rows,
+            "structure": row.structure,
+            "slices": list(row.slices),
+            "source": row.source,
+            "trust": row.trust,
+            "signer": receipt.signer,
+            "time": receipt.time,
+            "engine": receipt.engine,
+            "timings": receipt.timings,
             "versions": [cid_str(v) for v in receipt.versions],
             "profile": cid_str(receipt.profile) if receipt.profile else None,
             # Peers' answers for the same invocation that disagree with this one (DESIGN.md "Engine profile").
-            "divergences": [{"signer": d.signer, "peer": d.peer, "execution": d.their_execution,
-                             "receipt": d.their_receipt, "profile": d.their_profile,
-                             "logicalHash": d.their_logical_hash, "rows": d.their_rows, "received": d.received}
-                            for d in self.index.divergences(row.invocation)],  # type: ignore[union-attr]
+            "divergences": [
+                {
+                    "signer": d.signer,
+                    "peer": d.peer,
+                    "execution": d.their_execution,
+                    "receipt": d.their_receipt,
+                    "profile": d.their_profile,
+                    "logicalHash": d.their_logical_hash,
+                    "rows": d.their_rows,
+                    "received": d.received,
+                }
+                for d in self.index.divergences(row.invocation)
+            ],  # type: ignore[union-attr]
         }
 
-    async def execution_data(self, cid: CID, names: list[str] | None = None
-                             ) -> tuple[list[str] | None, AsyncIterator[Any]]:
+    async def execution_data(
+        self, cid: CID, names: list[str] | None = None
+    ) -> tuple[list[str] | None, AsyncIterator[Any]]:
         """An execution's column names (``names``, else those its asking query gave, else None for the
         positional ``_0, _1, …``) and its rows, slice by slice, read as they are sent."""
         assert self.index is not None and self.resolver is not None
@@ -348,11 +397,22 @@ class Node:
 
     def announcements(self, limit: int = 100) -> dict[str, Any]:
         assert self.index is not None
-        claims = [{"invocation": c.invocation, "signer": c.signer, "peer": c.peer, "execution": c.execution,
-                   "receipt": c.receipt, "rows": c.rows, "logicalHash": c.logical_hash, "received": c.received,
-                   "status": c.status, "reason": c.reason,
-                   "signer_score": dict(zip(("accepted", "refused"), self.index.signer_score(c.signer)))}
-                  for c in self.index.claims(limit=limit)]
+        claims = [
+            {
+                "invocation": c.invocation,
+                "signer": c.signer,
+                "peer": c.peer,
+                "execution": c.execution,
+                "receipt": c.receipt,
+                "rows": c.rows,
+                "logicalHash": c.logical_hash,
+                "received": c.received,
+                "status": c.status,
+                "reason": c.reason,
+                "signer_score": dict(zip(("accepted", "refused"), self.index.signer_score(c.signer))),
+            }
+            for c in self.index.claims(limit=limit)
+        ]
         refused = [{"peer": p, "reason": r, "received": t} for p, r, t in self.index.refusals(limit)]
         return {"claims": claims, "refused_messages": refused}
 
@@ -387,24 +447,44 @@ class Node:
         await self._kubo().pin_add(root, recursive=True)
         return root, len(blocks)
 
-
     # -- datasets ---------------------------------------------------------------------------
 
-    async def add_dataset(self, source: Any, *, name: str, create: bool, options: ReadOptions,
-                          strategy: str = "append", primary_key: list[str] | None = None,
-                          info: dict[str, Any] | None = None,
-                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    async def add_dataset(
+        self,
+        source: Any,
+        *,
+        name: str,
+        create: bool,
+        options: ReadOptions,
+        strategy: str = "append",
+        primary_key: list[str] | None = None,
+        info: dict[str, Any] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, Any]:
         """Ingest a file as a new dataset (``create``) or a new version of one; ``progress`` gets
         (bytes read, rows read) as the input is consumed."""
         started = time.perf_counter()
-        r = await self.datasets.add(source, name=name, create=create, options=options, strategy=strategy,
-                                    primary_key=primary_key, info=info, progress=progress)
+        r = await self.datasets.add(
+            source,
+            name=name,
+            create=create,
+            options=options,
+            strategy=strategy,
+            primary_key=primary_key,
+            info=info,
+            progress=progress,
+        )
         return {
-            "name": r.name, "id": r.dataset_id, "head": cid_str(r.head),
+            "name": r.name,
+            "id": r.dataset_id,
+            "head": cid_str(r.head),
             "previous": cid_str(r.previous) if r.previous else None,
-            "rows_read": r.rows_read, "rows_added": r.rows_added, "schema_changed": r.schema_changed,
-            "slices": [{"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash}
-                       for s in r.slices],
+            "rows_read": r.rows_read,
+            "rows_added": r.rows_added,
+            "schema_changed": r.schema_changed,
+            "slices": [
+                {"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in r.slices
+            ],
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }
 
@@ -412,8 +492,17 @@ class Node:
         out = []
         for row in self.datasets.index.datasets():
             v = await self.datasets.version(parse_cid(row.head))
-            out.append({"name": row.name, "id": row.id, "head": row.head, "rows": v.rows,
-                        "slices": len(v.slices), "owned": bool(row.key_name), "updated": row.updated})
+            out.append(
+                {
+                    "name": row.name,
+                    "id": row.id,
+                    "head": row.head,
+                    "rows": v.rows,
+                    "slices": len(v.slices),
+                    "owned": bool(row.key_name),
+                    "updated": row.updated,
+                }
+            )
         return out
 
     async def dataset(self, ref: str) -> dict[str, Any]:
@@ -432,21 +521,35 @@ class Node:
             "schema": [list(c) for c in v.structure.schema] if v.structure else [],
             "merge": v.merge,
             "info": v.info,
-            "slices": [{"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash,
-                        "offset": s.offset} for s in v.slices],
+            "slices": [
+                {
+                    "cid": cid_str(s.cid),
+                    "rows": s.rows,
+                    "size": s.size,
+                    "logicalHash": s.logical_hash,
+                    "offset": s.offset,
+                }
+                for s in v.slices
+            ],
         }
 
     async def dataset_log(self, ref: str) -> list[dict[str, Any]]:
         _, v = await self.datasets.resolve(ref)
         return [{"cid": cid_str(cid), "seq": b.seq, "time": b.time, "event": _plain(b.event)} for cid, b in v.blocks]
 
-    async def dataset_version(self, ref: str) -> "Version":
+    async def dataset_version(self, ref: str) -> Version:
         return (await self.datasets.resolve(ref))[1]
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
         r = await pull(self.datasets, source, name=name, timeout=self.settings.datasets.pull_timeout)
-        return {"name": r.name, "id": r.dataset_id, "head": cid_str(r.head), "blocks": r.blocks,
-                "slices": r.slices, "bytes": r.bytes}
+        return {
+            "name": r.name,
+            "id": r.dataset_id,
+            "head": cid_str(r.head),
+            "blocks": r.blocks,
+            "slices": r.slices,
+            "bytes": r.bytes,
+        }
 
     # -- transfer protocol and gateway --------------------------------------------------------
 

@@ -20,7 +20,7 @@ from node.errors import ConfigError
 log = logging.getLogger("cairn.daemon")
 
 
-async def serve(settings: Settings, ready: "asyncio.Event | None" = None) -> None:
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     node = Node(settings)
     running = node.home.read_runtime()
     if running is not None:
@@ -47,8 +47,9 @@ async def serve(settings: Settings, ready: "asyncio.Event | None" = None) -> Non
             raise
         host, port = runner.addresses[0][:2]
         node.api_url = f"http://{host}:{port}"
-        node.home.write_runtime({"pid": os.getpid(), "api": node.api_url, "version": __version__,
-                                 "started": time.time()})
+        node.home.write_runtime(
+            {"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()}
+        )
         log.info("http api listening", extra={"api": node.api_url})
         print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)  # type: ignore[union-attr]
         if ready is not None:

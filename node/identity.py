@@ -27,9 +27,7 @@ class Identity:
 
     @property
     def public_bytes(self) -> bytes:
-        return self.private_key.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        return self.private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
     @property
     def seed(self) -> bytes:
@@ -59,7 +57,7 @@ def public_key_from_did(did: str) -> Ed25519PublicKey:
     try:
         if not did.startswith("did:key:z"):
             raise ValueError
-        raw = multibase.decode(did[len("did:key:"):])
+        raw = multibase.decode(did[len("did:key:") :])
         if raw[:2] != _ED25519_PUB_MULTICODEC or len(raw) != 34:
             raise ValueError
         return Ed25519PublicKey.from_public_bytes(raw[2:])

@@ -111,7 +111,9 @@ TRUST_LABELS = ("unverified", "trusted-signer", "recomputed-agreed", "computed")
 _STRENGTH = {"unverified": 0, "trusted-signer": 1, "recomputed-agreed": 2, "computed": 2}  # computed here = checked
 
 
-_STRENGTH_SQL = "CASE executions.trust " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in _STRENGTH.items()) + " ELSE 0 END"
+_STRENGTH_SQL = (
+    "CASE executions.trust " + " ".join(f"WHEN '{k}' THEN {v}" for k, v in _STRENGTH.items()) + " ELSE 0 END"
+)
 
 
 def trust_strength(label: str) -> int:
@@ -198,40 +200,49 @@ class Index:
         return DatasetRow(*row) if row else None
 
     def dataset(self, name: str) -> DatasetRow | None:
-        return self._one("SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE name = ?", (name,))
+        return self._one(
+            "SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE name = ?", (name,)
+        )
 
     def dataset_by_id(self, dataset_id: str) -> DatasetRow | None:
-        return self._one("SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE id = ?", (dataset_id,))
+        return self._one(
+            "SELECT name, id, head, ipns, key_name, created, updated FROM datasets WHERE id = ?", (dataset_id,)
+        )
 
     def datasets(self) -> list[DatasetRow]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT name, id, head, ipns, key_name, created, updated FROM datasets ORDER BY name").fetchall()
+                "SELECT name, id, head, ipns, key_name, created, updated FROM datasets ORDER BY name"
+            ).fetchall()
         return [DatasetRow(*r) for r in rows]
 
     def create_dataset(self, name: str, dataset_id: str, head: str, ipns: str | None, key_name: str) -> None:
         now = time.time()
         with self._lock:
-            self._db.execute("INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (name, dataset_id, head, ipns, key_name, now, now))
+            self._db.execute(
+                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)", (name, dataset_id, head, ipns, key_name, now, now)
+            )
 
     def move_head(self, name: str, old: str, new: str) -> bool:
         """Compare-and-set: moves the head only if nobody moved it since ``old`` was read."""
         with self._lock:
-            cur = self._db.execute("UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?",
-                                   (new, time.time(), name, old))
+            cur = self._db.execute(
+                "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, time.time(), name, old)
+            )
         return cur.rowcount == 1
 
-    def execution(self, invocation: str) -> "ExecutionRow | None":
+    def execution(self, invocation: str) -> ExecutionRow | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created, "
-                "trust, profile FROM executions WHERE invocation = ?", (invocation,)).fetchone()
+                "trust, profile FROM executions WHERE invocation = ?",
+                (invocation,),
+            ).fetchone()
         if not row:
             return None
         return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9], row[10], row[11])
 
-    def add_execution(self, e: "ExecutionRow") -> None:
+    def add_execution(self, e: ExecutionRow) -> None:
         """First writer wins, except that a better-checked answer replaces a looser one (a row computed here
         replaces a peer's unverified row): a stricter request that computed must find its own row."""
         with self._lock:
@@ -241,27 +252,61 @@ class Index:
                 "ON CONFLICT(invocation) DO UPDATE SET query = excluded.query, execution = excluded.execution, "
                 "receipt = excluded.receipt, logical_hash = excluded.logical_hash, rows = excluded.rows, "
                 "structure = excluded.structure, slices = excluded.slices, source = excluded.source, "
-                "created = excluded.created, trust = excluded.trust, profile = excluded.profile WHERE ? > " + _STRENGTH_SQL,
-                (e.invocation, e.query, e.execution, e.receipt, e.logical_hash, e.rows, e.structure,
-                 json.dumps(list(e.slices)), e.source, e.created, e.trust, e.profile, trust_strength(e.trust)))
+                "created = excluded.created, trust = excluded.trust, profile = excluded.profile WHERE ? > "
+                + _STRENGTH_SQL,
+                (
+                    e.invocation,
+                    e.query,
+                    e.execution,
+                    e.receipt,
+                    e.logical_hash,
+                    e.rows,
+                    e.structure,
+                    json.dumps(list(e.slices)),
+                    e.source,
+                    e.created,
+                    e.trust,
+                    e.profile,
+                    trust_strength(e.trust),
+                ),
+            )
 
-    def executions(self, limit: int = 1000) -> list["ExecutionRow"]:
+    def executions(self, limit: int = 1000) -> list[ExecutionRow]:
         with self._lock:
-            rows = self._db.execute("SELECT invocation FROM executions ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+            rows = self._db.execute(
+                "SELECT invocation FROM executions ORDER BY created DESC LIMIT ?", (limit,)
+            ).fetchall()
         return [e for (inv,) in rows if (e := self.execution(inv)) is not None]
 
     def add_divergence(self, d: Divergence) -> bool:
         """Record a disagreeing answer once (False if already known); our own answer stays the cached one."""
         with self._lock:
-            cur = self._db.execute("INSERT OR IGNORE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   (d.invocation, d.execution, d.profile, d.logical_hash, d.rows, d.signer, d.peer,
-                                    d.their_execution, d.their_receipt, d.their_profile, d.their_logical_hash,
-                                    d.their_rows, d.received))
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    d.invocation,
+                    d.execution,
+                    d.profile,
+                    d.logical_hash,
+                    d.rows,
+                    d.signer,
+                    d.peer,
+                    d.their_execution,
+                    d.their_receipt,
+                    d.their_profile,
+                    d.their_logical_hash,
+                    d.their_rows,
+                    d.received,
+                ),
+            )
         return cur.rowcount == 1
 
     def divergences(self, invocation: str | None = None, limit: int = 100) -> list[Divergence]:
-        sql = "SELECT * FROM divergences" + (" WHERE invocation = ?" if invocation else "") + \
-              " ORDER BY received DESC LIMIT ?"
+        sql = (
+            "SELECT * FROM divergences"
+            + (" WHERE invocation = ?" if invocation else "")
+            + " ORDER BY received DESC LIMIT ?"
+        )
         with self._lock:
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [Divergence(*r) for r in rows]
@@ -273,42 +318,64 @@ class Index:
 
     def refusals(self, limit: int = 100) -> list[tuple[str, str, float]]:
         with self._lock:
-            return self._db.execute("SELECT peer, reason, received FROM refusals ORDER BY received DESC LIMIT ?",
-                                    (limit,)).fetchall()
+            return self._db.execute(
+                "SELECT peer, reason, received FROM refusals ORDER BY received DESC LIMIT ?", (limit,)
+            ).fetchall()
 
-    def executions_by_cid(self, execution: str) -> "ExecutionRow | None":
+    def executions_by_cid(self, execution: str) -> ExecutionRow | None:
         with self._lock:
             row = self._db.execute("SELECT invocation FROM executions WHERE execution = ?", (execution,)).fetchone()
         return self.execution(row[0]) if row else None
 
     # -- peers' claims and trust ---------------------------------------------------------------
 
-    def add_claim(self, c: "ClaimRow") -> bool:
+    def add_claim(self, c: ClaimRow) -> bool:
         """Record a claim as received (a refusal is recorded too, never as usable). False if known."""
         with self._lock:
-            cur = self._db.execute("INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   (c.invocation, c.signer, c.execution, c.receipt, c.logical_hash, c.rows,
-                                    c.peer, c.announcement, c.received, c.status, c.reason))
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    c.invocation,
+                    c.signer,
+                    c.execution,
+                    c.receipt,
+                    c.logical_hash,
+                    c.rows,
+                    c.peer,
+                    c.announcement,
+                    c.received,
+                    c.status,
+                    c.reason,
+                ),
+            )
         return cur.rowcount == 1
 
-    def claims(self, invocation: str | None = None, limit: int = 100) -> list["ClaimRow"]:
-        sql = "SELECT * FROM claims" + (" WHERE invocation = ?" if invocation else "") + " ORDER BY received DESC LIMIT ?"
+    def claims(self, invocation: str | None = None, limit: int = 100) -> list[ClaimRow]:
+        sql = (
+            "SELECT * FROM claims" + (" WHERE invocation = ?" if invocation else "") + " ORDER BY received DESC LIMIT ?"
+        )
         with self._lock:
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [ClaimRow(*r) for r in rows]
 
-    def set_claim_status(self, invocation: str, signer: str, execution: str, status: str, reason: str = "",
-                         score: bool = True) -> None:
+    def set_claim_status(
+        self, invocation: str, signer: str, execution: str, status: str, reason: str = "", score: bool = True
+    ) -> None:
         """``score``: whether this counts for or against the signer (a policy refusal, such as an untrusted
         signer in community mode, says nothing about the claim's truth and does not)."""
         with self._lock:
-            self._db.execute("UPDATE claims SET status = ?, reason = ? WHERE invocation = ? AND signer = ? AND execution = ?",
-                             (status, reason, invocation, signer, execution))
+            self._db.execute(
+                "UPDATE claims SET status = ?, reason = ? WHERE invocation = ? AND signer = ? AND execution = ?",
+                (status, reason, invocation, signer, execution),
+            )
             if not score:
                 return
             col = "accepted" if status == "accepted" else "refused"
-            self._db.execute(f"INSERT INTO signer_scores (key, {col}) VALUES (?, 1) "
-                             f"ON CONFLICT(key) DO UPDATE SET {col} = {col} + 1", (signer,))
+            self._db.execute(
+                f"INSERT INTO signer_scores (key, {col}) VALUES (?, 1) "
+                f"ON CONFLICT(key) DO UPDATE SET {col} = {col} + 1",
+                (signer,),
+            )
 
     def signer_score(self, key: str) -> tuple[int, int]:
         with self._lock:
@@ -329,8 +396,9 @@ class Index:
         with self._lock:
             if community is None:
                 return self._db.execute("SELECT key, community FROM trust ORDER BY community, key").fetchall()
-            return self._db.execute("SELECT key, community FROM trust WHERE community = ? ORDER BY key",
-                                    (community,)).fetchall()
+            return self._db.execute(
+                "SELECT key, community FROM trust WHERE community = ? ORDER BY key", (community,)
+            ).fetchall()
 
     def count(self, table: str) -> int:
         if table not in ("datasets", "executions", "divergences"):

@@ -21,8 +21,8 @@ from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import CID, cid_str
 from node.resolve import Resolver
-from node.resolve.resolver import VERIFIED_LABELS
 from node.resolve.claims import MAX_PROVIDERS, ClaimRefused, check_announcement
+from node.resolve.resolver import VERIFIED_LABELS
 from p2p.host import P2PError, P2PHost
 
 log = logging.getLogger("cairn.network")
@@ -40,11 +40,19 @@ def _ours(row: ExecutionRow) -> bool:
 
 
 class Network:
-    def __init__(self, settings: PeerSettings, identity: Identity, resolver: Resolver, index: Index,
-                 kubo: KuboClient, peerstore: Any) -> None:
+    def __init__(
+        self,
+        settings: PeerSettings,
+        identity: Identity,
+        resolver: Resolver,
+        index: Index,
+        kubo: KuboClient,
+        peerstore: Any,
+    ) -> None:
         self.settings, self.identity, self.resolver, self.index, self.kubo = settings, identity, resolver, index, kubo
-        self.host = P2PHost(identity.seed, settings.listen, peerstore_path=peerstore, bootstrap=settings.bootstrap,
-                            mdns=settings.mdns)
+        self.host = P2PHost(
+            identity.seed, settings.listen, peerstore_path=peerstore, bootstrap=settings.bootstrap, mdns=settings.mdns
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self.received = 0
         self.refused = 0

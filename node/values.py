@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,11 +37,13 @@ class RenderError(CairnError):
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
     """JSON that every strict parser reads: no NaN/Infinity tokens (they are rendered as strings first)."""
-    return json.dumps(obj, allow_nan=False, ensure_ascii=False, indent=indent,
-                      separators=None if indent else (",", ":"))
+    return json.dumps(
+        obj, allow_nan=False, ensure_ascii=False, indent=indent, separators=None if indent else (",", ":")
+    )
 
 
 # -- Arrow → JSON-safe values ------------------------------------------------------------------------
+
 
 def json_columns(table: pa.Table | pa.RecordBatch) -> list[list[Any]]:
     """Each column of ``table`` as a list of JSON-safe values (see the module doc)."""
@@ -84,8 +87,13 @@ def _converter(t: pa.DataType) -> Callable[[pa.Array], list[Any]] | None:
         return lambda a: _values(pc.run_end_decode(a))
     if isinstance(t, pa.ExtensionType):
         return lambda a: _values(a.storage)
-    if types.is_null(t) or types.is_boolean(t) or types.is_string(t) or types.is_large_string(t) \
-            or types.is_string_view(t):
+    if (
+        types.is_null(t)
+        or types.is_boolean(t)
+        or types.is_string(t)
+        or types.is_large_string(t)
+        or types.is_string_view(t)
+    ):
         return lambda a: a.to_pylist()
     if types.is_integer(t):
         return _integers
@@ -100,14 +108,20 @@ def _converter(t: pa.DataType) -> Callable[[pa.Array], list[Any]] | None:
     if types.is_duration(t):
         return lambda a: [None if v is None else _iso_duration(0, 0, v, t.unit) for v in a.cast(pa.int64()).to_pylist()]
     if t == pa.month_day_nano_interval():
-        return lambda a: [None if v is None else _iso_duration(v.months, v.days, v.nanoseconds, "ns")
-                          for v in a.to_pylist()]
+        return lambda a: [
+            None if v is None else _iso_duration(v.months, v.days, v.nanoseconds, "ns") for v in a.to_pylist()
+        ]
     if types.is_binary(t) or types.is_large_binary(t) or types.is_fixed_size_binary(t) or types.is_binary_view(t):
         return lambda a: [None if v is None else base64.b64encode(v).decode() for v in a.to_pylist()]
     if types.is_map(t):
         return _maps
-    if types.is_list(t) or types.is_large_list(t) or types.is_fixed_size_list(t) \
-            or types.is_list_view(t) or types.is_large_list_view(t):
+    if (
+        types.is_list(t)
+        or types.is_large_list(t)
+        or types.is_fixed_size_list(t)
+        or types.is_list_view(t)
+        or types.is_large_list_view(t)
+    ):
         return _lists
     if types.is_struct(t):
         return _structs
@@ -120,7 +134,7 @@ def _integers(a: pa.Array) -> list[Any]:
         return values
     if len(values) > 4096:  # one vectorised check instead of a Python pass over a long column
         lo, hi = pc.min_max(a).values()
-        if lo.as_py() is None or (-MAX_SAFE_INT <= lo.as_py() and hi.as_py() <= MAX_SAFE_INT):
+        if lo.as_py() is None or (lo.as_py() >= -MAX_SAFE_INT and hi.as_py() <= MAX_SAFE_INT):
             return values
     return [str(v) if v is not None and not -MAX_SAFE_INT <= v <= MAX_SAFE_INT else v for v in values]
 
@@ -199,7 +213,7 @@ def _lists(a: pa.Array) -> list[Any]:
     offsets, start = _spans(a)
     child = _values(a.values.slice(start, offsets[-1] - start))
     valid = a.is_valid().to_pylist()
-    return [child[offsets[i] - start:offsets[i + 1] - start] if valid[i] else None for i in range(len(a))]
+    return [child[offsets[i] - start : offsets[i + 1] - start] if valid[i] else None for i in range(len(a))]
 
 
 def _maps(a: pa.Array) -> list[Any]:
@@ -224,11 +238,13 @@ def _structs(a: pa.Array) -> list[Any]:
     names = [a.type.field(i).name for i in range(a.type.num_fields)]
     fields = [_values(f) for f in a.flatten()]  # flatten() honours the slice and the struct's own nulls
     valid = a.is_valid().to_pylist()
-    return [dict(zip(names, vals)) if ok else None for ok, vals in zip(valid, zip(*fields) if fields else
-                                                                        ([()] * len(a)))]
+    return [
+        dict(zip(names, vals)) if ok else None for ok, vals in zip(valid, zip(*fields) if fields else ([()] * len(a)))
+    ]
 
 
 # -- text cells (CSV, the terminal table) --------------------------------------------------------------
+
 
 def cell_text(value: Any) -> str | None:
     """A rendered value as one text cell: strings as they are, null as None, anything else its compact JSON."""
@@ -244,8 +260,14 @@ def text_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     t = col.type
     if pa.types.is_dictionary(t):
         return text_column(col.dictionary_decode())
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) \
-            or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_date(t):
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_date(t)
+    ):
         return pc.cast(col, pa.string())  # Arrow's text is exactly ours for these: vectorised
     if pa.types.is_boolean(t):
         return pc.if_else(col, "true", "false")
@@ -269,8 +291,15 @@ def _csv_cells(col: pa.Array) -> pa.Array:
 def _csv_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     text = text_column(col)
     t = col.type
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t) or pa.types.is_boolean(t) \
-            or pa.types.is_temporal(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    ):
         return pc.fill_null(text, "")  # their text never holds a character that needs quoting
     return _csv_cells(text)
 
@@ -291,8 +320,11 @@ def csv_rows(table: pa.Table) -> bytes:
         return b"\r\n" * table.num_rows
     cells = [_csv_column(c) for c in table.columns]
     # A lone empty field would be a blank line, which readers skip: write it "" (as Python's csv module does).
-    lines = pc.binary_join_element_wise(*cells, ",") if len(cells) > 1 else pc.if_else(
-        pc.equal(cells[0], ""), '""', cells[0])
+    lines = (
+        pc.binary_join_element_wise(*cells, ",")
+        if len(cells) > 1
+        else pc.if_else(pc.equal(cells[0], ""), '""', cells[0])
+    )
     return ("\r\n".join(lines.to_pylist()) + "\r\n").encode()
 
 
@@ -358,8 +390,9 @@ def _json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     elif pa.types.is_floating(t):
         text = text_column(col)  # shortest round-trip digits, or NaN / Infinity / -Infinity
         whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
-        text = pc.if_else(pc.is_finite(col), pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text),
-                          _quote(text))
+        text = pc.if_else(
+            pc.is_finite(col), pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text), _quote(text)
+        )
     elif pa.types.is_decimal(t) or pa.types.is_date(t) or pa.types.is_timestamp(t):
         text = _quote(text_column(col))  # digits, dashes, colons: nothing to escape
     else:

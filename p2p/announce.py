@@ -72,7 +72,7 @@ def public_key_from_peer_id(peer_id: str) -> bytes:
     prefix = _IDENTITY_PREFIX + _PROTO_ED25519
     if len(raw) != len(prefix) + 32 or not raw.startswith(prefix):
         raise ValueError(f"not an ed25519 libp2p peer id: {peer_id!r}")
-    return raw[len(prefix):]
+    return raw[len(prefix) :]
 
 
 def sign(seed: bytes, data: bytes) -> bytes:

@@ -39,7 +39,7 @@ log = logging.getLogger("cairn.p2p")
 
 T = TypeVar("T")
 
-_live: "weakref.WeakSet[TrioThread]" = weakref.WeakSet()
+_live: weakref.WeakSet[TrioThread] = weakref.WeakSet()
 
 
 @atexit.register
@@ -116,7 +116,7 @@ class TrioThread:
             if self._done is not None and self._thread is not None and self._thread.is_alive():
                 try:
                     await asyncio.wait_for(asyncio.shield(self._done), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     log.warning("%s did not stop within %g s", self.name, timeout)
         finally:
             if self._thread is not None:

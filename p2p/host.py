@@ -54,7 +54,7 @@ from p2p.bridge import TrioThread  # noqa: E402
 from p2p.errors import P2PError, P2PTimeout, one_line  # noqa: E402
 from p2p.peers import PeerTable, strip_p2p  # noqa: E402
 
-__all__ = ["P2PHost", "P2PError", "P2PTimeout", "MAX_PUBLISH_BYTES", "MAX_FRAME_BYTES"]
+__all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "P2PError", "P2PHost", "P2PTimeout"]
 
 log = logging.getLogger("cairn.p2p")
 
@@ -367,7 +367,9 @@ class P2PHost:
         pid = pid_obj.to_base58()
         live = bool(self._host.get_network().get_connections(pid_obj))
         flipped = self._table.set_connected(
-            pid, live, source="inbound" if inbound else "dialed",
+            pid,
+            live,
+            source="inbound" if inbound else "dialed",
             inbound_from=_remote_addr(conn) if (up and inbound) else None,
         )
         if flipped:
@@ -774,12 +776,21 @@ _REASONS: list[tuple[tuple[str, ...], str]] = [
     (("negative cache",), "peer recently unreachable; try again in a minute"),
     (("protocols not supported", "protocol not supported"), "the peer does not speak that protocol"),
     (("No valid connections", "No known addresses"), "not connected and no known address"),
-    (("failed to negotiate the secure protocol", "upgrade security"),
-     "security handshake failed (not a libp2p peer with Noise?)"),
-    (("all attempts to connect", "Connection refused", "Connect call failed", "OpenConnectionError",
-      "fail to open connection"), "connection refused"),
-    (("StreamReset", "stream reset", "StreamEOF", "IncompleteReadError", "StreamClosed"),
-     "the peer closed the stream"),
+    (
+        ("failed to negotiate the secure protocol", "upgrade security"),
+        "security handshake failed (not a libp2p peer with Noise?)",
+    ),
+    (
+        (
+            "all attempts to connect",
+            "Connection refused",
+            "Connect call failed",
+            "OpenConnectionError",
+            "fail to open connection",
+        ),
+        "connection refused",
+    ),
+    (("StreamReset", "stream reset", "StreamEOF", "IncompleteReadError", "StreamClosed"), "the peer closed the stream"),
 ]
 
 

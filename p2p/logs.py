@@ -71,7 +71,7 @@ def tame_libp2p_logging(force: bool = False) -> None:
     global _tamed
     if (_tamed and not force) or (os.environ.get("LIBP2P_DEBUG") and not force):
         return
-    import libp2p  # noqa: F401  (its import-time setup must run first, or it would undo ours)
+    import libp2p
 
     del libp2p
 

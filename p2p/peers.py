@@ -76,8 +76,11 @@ class PeerTable:
                     continue
                 source = e.get("source") if isinstance(e.get("source"), str) else "remembered"
                 self._peers[pid] = {
-                    "addrs": addrs[:MAX_ADDRS], "connected": False, "last_seen": last,
-                    "source": source, "ephemeral": set(),
+                    "addrs": addrs[:MAX_ADDRS],
+                    "connected": False,
+                    "last_seen": last,
+                    "source": source,
+                    "ephemeral": set(),
                 }
 
     def save(self) -> None:
@@ -108,7 +111,11 @@ class PeerTable:
         p = self._peers.get(pid)
         if p is None:
             p = self._peers[pid] = {
-                "addrs": [], "connected": False, "last_seen": None, "source": source, "ephemeral": set(),
+                "addrs": [],
+                "connected": False,
+                "last_seen": None,
+                "source": source,
+                "ephemeral": set(),
             }
         return p
 

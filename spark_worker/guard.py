@@ -34,25 +34,12 @@ DATETIME_TYPES = frozenset({"date", "timestamp", "timestamp_ntz"})
 
 #: Expression classes (simple names) whose value depends on when, where or by whom a query runs.
 NONDETERMINISTIC_CLASSES = frozenset(
-    """
-    CurrentDate CurrentTimestamp Now LocalTimestamp CurrentTime LocalTime CurrentTimeZone CurrentUser
-    CurrentDatabase CurrentCatalog SessionUser SparkVersion Rand Randn Uniform RandStr Uuid Shuffle
-    MonotonicallyIncreasingID SparkPartitionID InputFileName InputFileBlockStart InputFileBlockLength
-    """.split()
+    ["CurrentDate", "CurrentTimestamp", "Now", "LocalTimestamp", "CurrentTime", "LocalTime", "CurrentTimeZone", "CurrentUser", "CurrentDatabase", "CurrentCatalog", "SessionUser", "SparkVersion", "Rand", "Randn", "Uniform", "RandStr", "Uuid", "Shuffle", "MonotonicallyIncreasingID", "SparkPartitionID", "InputFileName", "InputFileBlockStart", "InputFileBlockLength"]
 )
 
 #: Classes whose value is a boolean or a number whatever their inputs: they end a "is this a string" search.
 _NOT_STRING = frozenset(
-    """
-    EqualTo EqualNullSafe LessThan LessThanOrEqual GreaterThan GreaterThanOrEqual And Or Not In InSet IsNull
-    IsNotNull Like ILike RLike StartsWith EndsWith Contains Length OctetLength BitLength StringInstr
-    StringLocate Levenshtein Ascii
-    TruncTimestamp TruncDate TimeAdd DateAdd DateSub DateAddInterval DatetimeSub TimestampAddYMInterval
-    TimestampAddInterval AddMonths MakeDate MakeTimestamp MakeInterval ParseToDate ParseToTimestamp GetTimestamp
-    ToUnixTimestamp UnixTimestamp DateDiff MonthsBetween Year Month Quarter DayOfMonth DayOfWeek DayOfYear
-    WeekDay WeekOfYear Hour Minute Second Add Subtract Multiply Divide IntegralDivide Remainder Pmod UnaryMinus
-    Abs
-    """.split()
+    ["EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "And", "Or", "Not", "In", "InSet", "IsNull", "IsNotNull", "Like", "ILike", "RLike", "StartsWith", "EndsWith", "Contains", "Length", "OctetLength", "BitLength", "StringInstr", "StringLocate", "Levenshtein", "Ascii", "TruncTimestamp", "TruncDate", "TimeAdd", "DateAdd", "DateSub", "DateAddInterval", "DatetimeSub", "TimestampAddYMInterval", "TimestampAddInterval", "AddMonths", "MakeDate", "MakeTimestamp", "MakeInterval", "ParseToDate", "ParseToTimestamp", "GetTimestamp", "ToUnixTimestamp", "UnixTimestamp", "DateDiff", "MonthsBetween", "Year", "Month", "Quarter", "DayOfMonth", "DayOfWeek", "DayOfYear", "WeekDay", "WeekOfYear", "Hour", "Minute", "Second", "Add", "Subtract", "Multiply", "Divide", "IntegralDivide", "Remainder", "Pmod", "UnaryMinus", "Abs"]
 )
 _COLUMNS = frozenset({"AttributeReference", "OuterReference", "BoundReference", "NamedLambdaVariable"})
 
@@ -148,8 +135,9 @@ def check_node(node: Node) -> None:
         _check_datetime_cast(child, str(target))
     elif target == "string" and _has_float(child.data_type):
         raise Refused(
-            "float-format", "FLOAT/DOUBLE as text depends on the JVM's Double.toString (it changed in JDK 19); "
-                            "use format_number(x, d) or a DECIMAL cast"
+            "float-format",
+            "FLOAT/DOUBLE as text depends on the JVM's Double.toString (it changed in JDK 19); "
+            "use format_number(x, d) or a DECIMAL cast",
         )
 
 
@@ -157,16 +145,22 @@ def _check_datetime_cast(child: Node, target: str) -> None:
     if child.kind == "Literal":
         value = child.fields.get("value")
         if child.data_type == "string" and value is not None and not FIXED_FORMS.fullmatch(str(value)):
-            raise Refused("clock-value", f"the string {str(value)[:40]!r} reaching {target.upper()} is not a "
-                                         "fixed-format date/time (yyyy-MM-dd[ HH:mm[:ss[.f]]][Z|±HH:mm])")
+            raise Refused(
+                "clock-value",
+                f"the string {str(value)[:40]!r} reaching {target.upper()} is not a "
+                "fixed-format date/time (yyyy-MM-dd[ HH:mm[:ss[.f]]][Z|±HH:mm])",
+            )
         return
     if not is_string(child):
         return
     if is_constant(child):
         raise Refused("clock-value", f"a computed string reaching {target.upper()} could be read from the clock")
     if target == "timestamp":
-        raise Refused("clock-value", "a string cast to TIMESTAMP takes today's date for time-only values "
-                                     "('12:00'); use to_timestamp(s, 'pattern')")
+        raise Refused(
+            "clock-value",
+            "a string cast to TIMESTAMP takes today's date for time-only values "
+            "('12:00'); use to_timestamp(s, 'pattern')",
+        )
 
 
 def is_string(node: Node) -> bool:

@@ -158,8 +158,16 @@ def _parse_job(req: dict[str, Any]) -> Job:
 
 
 class Worker:
-    def __init__(self, spark: Any, listener: socket.socket, socket_path: Path, socket_ino: int,
-                 parent_pid: int | None, *, warmup: bool = True) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        listener: socket.socket,
+        socket_path: Path,
+        socket_ino: int,
+        parent_pid: int | None,
+        *,
+        warmup: bool = True,
+    ) -> None:
         self.spark = spark
         self.sc = spark.sparkContext
         self.version = spark.version
@@ -304,8 +312,13 @@ class Worker:
             if header["ok"]:
                 log.info("job %s: %d rows in %.0f ms", job.id, header["rows"], header["elapsed_ms"])
             else:
-                log.info("job %s failed (%s, %.0f ms): %s", job.id, header["kind"],
-                         (time.perf_counter() - t0) * 1000, header["error"])
+                log.info(
+                    "job %s failed (%s, %.0f ms): %s",
+                    job.id,
+                    header["kind"],
+                    (time.perf_counter() - t0) * 1000,
+                    header["error"],
+                )
             job.future.set_result((header, buf))
             if not header["ok"] and not self.jvm_alive():
                 log.error("the JVM died; exiting so that the node restarts the worker")
@@ -337,10 +350,18 @@ class Worker:
                     if op == "ping":
                         with self.lock:
                             jobs = self.counters["jobs"]
-                        self._send(conn, {"ok": True, "spark": self.version, "jobs": jobs,
-                                          "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
-                                          "jvm_pid": getattr(self.jvm_proc(), "pid", None),
-                                          "profile": self.profile})
+                        self._send(
+                            conn,
+                            {
+                                "ok": True,
+                                "spark": self.version,
+                                "jobs": jobs,
+                                "protocol": PROTOCOL_VERSION,
+                                "pid": os.getpid(),
+                                "jvm_pid": getattr(self.jvm_proc(), "pid", None),
+                                "profile": self.profile,
+                            },
+                        )
                     elif op == "stats":
                         self._send(conn, self.stats())
                     elif op == "run":
@@ -357,10 +378,17 @@ class Worker:
         with self.lock:
             counters = dict(self.counters)
         running = self.running
-        return {"ok": True, **counters, "running": running.id if running else None,
-                "queued": self.jobs.qsize(), "spark": self.version, "master": self.master,
-                "uptime_s": round(time.time() - self.started, 3), "pid": os.getpid(),
-                "jvm_pid": getattr(self.jvm_proc(), "pid", None)}
+        return {
+            "ok": True,
+            **counters,
+            "running": running.id if running else None,
+            "queued": self.jobs.qsize(),
+            "spark": self.version,
+            "master": self.master,
+            "uptime_s": round(time.time() - self.started, 3),
+            "pid": os.getpid(),
+            "jvm_pid": getattr(self.jvm_proc(), "pid", None),
+        }
 
     def _run(self, conn: socket.socket, req: dict[str, Any]) -> bool:
         """Serve one run request; False when the connection is gone."""
@@ -571,8 +599,13 @@ def _warm_up(worker: Worker) -> None:
         path = os.path.join(tmp, "warmup.parquet")
         n = 1000
         pq.write_table(pa.table({"k": [i % 7 for i in range(n)], "v": [i * 0.5 for i in range(n)]}), path)
-        worker.execute(Job("warmup", "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
-                           {"a": ([path], ["col_0", "col_1"])}))
+        worker.execute(
+            Job(
+                "warmup",
+                "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
+                {"a": ([path], ["col_0", "col_1"])},
+            )
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -596,8 +629,9 @@ def main(argv: list[str] | None = None) -> int:
         os.close(fd)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     conf: dict[str, str] = {}
@@ -610,7 +644,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_conf(conf)
         if args.master.strip().startswith("sc://"):
-            raise ValueError("Spark Connect masters (sc://) are not supported by this worker; use spark://… or local[N]")
+            raise ValueError(
+                "Spark Connect masters (sc://) are not supported by this worker; use spark://… or local[N]"
+            )
     except ValueError as e:
         log.error("%s", e)
         return EXIT_USAGE

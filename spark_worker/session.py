@@ -132,40 +132,79 @@ FORCED: dict[str, str] = {
 }
 
 # FORCED settings that only take effect when the session is built (SQL cannot change them).
-STATIC = frozenset({"spark.sql.restrictedMode.enabled", "spark.driver.extraJavaOptions",
-                    "spark.executor.extraJavaOptions"})
+STATIC = frozenset(
+    {"spark.sql.restrictedMode.enabled", "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"}
+)
 
 # Session-level settings among FORCED: set again before each job (a statement could have SET them).
 SESSION_FORCED = tuple(k for k in FORCED if k not in STATIC)
 
 # Keys a --conf may set: resources, addresses, security of the cluster's own links, UI and logging.
 # None of them can change what a query returns; every other key is refused at start.
-ALLOWED_KEYS = frozenset({
-    "spark.app.name", "spark.master",
-    "spark.driver.memory", "spark.driver.memoryOverhead", "spark.driver.maxResultSize", "spark.driver.cores",
-    "spark.driver.host", "spark.driver.bindAddress", "spark.driver.port", "spark.driver.blockManager.port",
-    "spark.blockManager.port", "spark.port.maxRetries", "spark.network.timeout",
-    "spark.executor.cores", "spark.executor.instances", "spark.executor.heartbeatInterval",
-    "spark.cores.max", "spark.task.cpus", "spark.task.maxFailures",
-    "spark.memory.fraction", "spark.memory.storageFraction", "spark.memory.offHeap.enabled",
-    "spark.memory.offHeap.size", "spark.local.dir", "spark.sql.warehouse.dir",
-    "spark.authenticate", "spark.authenticate.secret", "spark.network.crypto.enabled",
-    "spark.io.encryption.enabled", "spark.logConf", "spark.log.level",
-    "spark.sql.execution.arrow.maxRecordsPerBatch", "spark.sql.autoBroadcastJoinThreshold",
-    "spark.sql.broadcastTimeout",
-})
-ALLOWED_PREFIXES = ("spark.ui.", "spark.executor.memory", "spark.dynamicAllocation.", "spark.eventLog.",
-                    "spark.ssl.")
+ALLOWED_KEYS = frozenset(
+    {
+        "spark.app.name",
+        "spark.master",
+        "spark.driver.memory",
+        "spark.driver.memoryOverhead",
+        "spark.driver.maxResultSize",
+        "spark.driver.cores",
+        "spark.driver.host",
+        "spark.driver.bindAddress",
+        "spark.driver.port",
+        "spark.driver.blockManager.port",
+        "spark.blockManager.port",
+        "spark.port.maxRetries",
+        "spark.network.timeout",
+        "spark.executor.cores",
+        "spark.executor.instances",
+        "spark.executor.heartbeatInterval",
+        "spark.cores.max",
+        "spark.task.cpus",
+        "spark.task.maxFailures",
+        "spark.memory.fraction",
+        "spark.memory.storageFraction",
+        "spark.memory.offHeap.enabled",
+        "spark.memory.offHeap.size",
+        "spark.local.dir",
+        "spark.sql.warehouse.dir",
+        "spark.authenticate",
+        "spark.authenticate.secret",
+        "spark.network.crypto.enabled",
+        "spark.io.encryption.enabled",
+        "spark.logConf",
+        "spark.log.level",
+        "spark.sql.execution.arrow.maxRecordsPerBatch",
+        "spark.sql.autoBroadcastJoinThreshold",
+        "spark.sql.broadcastTimeout",
+    }
+)
+ALLOWED_PREFIXES = ("spark.ui.", "spark.executor.memory", "spark.dynamicAllocation.", "spark.eventLog.", "spark.ssl.")
 
 # Keys Spark itself puts in the SparkConf of a running context (never an answer-relevant setting).
-_SPARK_INTERNAL = frozenset({
-    "spark.app.id", "spark.app.startTime", "spark.app.submitTime", "spark.app.initial.jar.urls",
-    "spark.app.initial.file.urls", "spark.executor.id", "spark.rdd.compress", "spark.submit.deployMode",
-    "spark.submit.pyFiles", "spark.serializer.objectStreamReset", "spark.driver.defaultJavaOptions",
-    "spark.sql.artifact.isolation.enabled", "spark.sql.artifact.isolation.alwaysApplyClassloader",
-    "spark.executor.extraClassPath", "spark.driver.extraClassPath", "spark.repl.local.jars",
-    "spark.files", "spark.jars", "spark.submit.appArgs",
-})
+_SPARK_INTERNAL = frozenset(
+    {
+        "spark.app.id",
+        "spark.app.startTime",
+        "spark.app.submitTime",
+        "spark.app.initial.jar.urls",
+        "spark.app.initial.file.urls",
+        "spark.executor.id",
+        "spark.rdd.compress",
+        "spark.submit.deployMode",
+        "spark.submit.pyFiles",
+        "spark.serializer.objectStreamReset",
+        "spark.driver.defaultJavaOptions",
+        "spark.sql.artifact.isolation.enabled",
+        "spark.sql.artifact.isolation.alwaysApplyClassloader",
+        "spark.executor.extraClassPath",
+        "spark.driver.extraClassPath",
+        "spark.repl.local.jars",
+        "spark.files",
+        "spark.jars",
+        "spark.submit.appArgs",
+    }
+)
 
 UNSET = "<unset>"  # how the profile shows a setting with no value (Spark's "<undefined>" default)
 
@@ -207,11 +246,15 @@ def check_conf(conf: Mapping[str, str]) -> None:
         forced = FORCED.get(key)
         if forced is not None:
             if value.strip().lower() != forced.lower():
-                raise ValueError(f"{key} is fixed to {forced} in the Cairn Spark worker (got {value!r}): "
-                                 f"it can change answers (docs/spark.md)")
+                raise ValueError(
+                    f"{key} is fixed to {forced} in the Cairn Spark worker (got {value!r}): "
+                    f"it can change answers (docs/spark.md)"
+                )
         elif not allowed(key):
-            raise ValueError(f"{key} cannot be set in the Cairn Spark worker: only resource, address, UI and "
-                             f"logging settings are allowed, because a setting can change answers (docs/spark.md)")
+            raise ValueError(
+                f"{key} cannot be set in the Cairn Spark worker: only resource, address, UI and "
+                f"logging settings are allowed, because a setting can change answers (docs/spark.md)"
+            )
 
 
 def effective_conf(master: str, conf: Mapping[str, str]) -> dict[str, str]:
@@ -272,11 +315,18 @@ def jvm_properties(spark: SparkSession) -> dict[str, str]:
 def check_running(spark: SparkSession) -> None:
     """Refuse an engine that does not run with the pinned settings (one-line ValueError)."""
     props = jvm_properties(spark)
-    for key, want in {**JVM_PINS, "locale": "en-US", "locale.format": "en-US", "timezone": "UTC",
-                      "charset": "UTF-8"}.items():
+    for key, want in {
+        **JVM_PINS,
+        "locale": "en-US",
+        "locale.format": "en-US",
+        "timezone": "UTC",
+        "charset": "UTF-8",
+    }.items():
         if props[key] != want:
-            raise ValueError(f"the Spark driver JVM runs with {key}={props[key]!r}, not {want!r} "
-                             f"(is it overridden by _JAVA_OPTIONS or a spark-defaults.conf?)")
+            raise ValueError(
+                f"the Spark driver JVM runs with {key}={props[key]!r}, not {want!r} "
+                f"(is it overridden by _JAVA_OPTIONS or a spark-defaults.conf?)"
+            )
     for key, want in FORCED.items():
         got = _read(spark, key)
         # Spark puts its own JVM module options before ours in extraJavaOptions: ours must come last.
@@ -284,8 +334,10 @@ def check_running(spark: SparkSession) -> None:
             raise ValueError(f"the Spark session runs with {key}={got!r}, not {want!r}")
     for key, _ in spark.sparkContext.getConf().getAll():
         if key not in FORCED and key not in _SPARK_INTERNAL and not allowed(key):
-            raise ValueError(f"{key} is set in the Spark configuration (spark-defaults.conf?), and the Cairn "
-                             f"Spark worker does not allow it: it can change answers (docs/spark.md)")
+            raise ValueError(
+                f"{key} is set in the Spark configuration (spark-defaults.conf?), and the Cairn "
+                f"Spark worker does not allow it: it can change answers (docs/spark.md)"
+            )
 
 
 def _read(spark: SparkSession, key: str) -> str:
@@ -332,8 +384,13 @@ def engine_profile(spark: SparkSession) -> dict[str, Any]:
             "java": f"{system.getProperty('java.vendor')} {system.getProperty('java.runtime.version')}",
             "pyarrow": pyarrow.__version__,
         },
-        "jvm": {"locale": props["locale"], "locale.format": props["locale.format"], "timezone": props["timezone"],
-                "charset": props["charset"], "file.encoding": props["file.encoding"]},
+        "jvm": {
+            "locale": props["locale"],
+            "locale.format": props["locale.format"],
+            "timezone": props["timezone"],
+            "charset": props["charset"],
+            "file.encoding": props["file.encoding"],
+        },
         "settings": settings,
     }
 

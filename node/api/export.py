@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import io
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from node import values
@@ -65,13 +64,27 @@ def _renamed(schema: pa.Schema, names: list[str]) -> pa.Schema:
 
 
 WRITERS = {
-    "csv": Writer("csv", "text/csv; charset=utf-8", lambda sink, schema, names: _TextWriter(sink, names, True),
-                  lambda w, t: w.write(t), lambda w: None),  # type: ignore[attr-defined]
-    "parquet": Writer("parquet", "application/vnd.apache.parquet", _parquet,
-                      lambda w, t: w.write_table(t.rename_columns(w.schema.names)),  # type: ignore[attr-defined]
-                      lambda w: w.close()),  # type: ignore[attr-defined]
-    "jsonl": Writer("jsonl", "application/x-ndjson", lambda sink, schema, names: _TextWriter(sink, names, False),
-                    lambda w, t: w.write(t), lambda w: None),  # type: ignore[attr-defined]
+    "csv": Writer(
+        "csv",
+        "text/csv; charset=utf-8",
+        lambda sink, schema, names: _TextWriter(sink, names, True),
+        lambda w, t: w.write(t),
+        lambda w: None,
+    ),  # type: ignore[attr-defined]
+    "parquet": Writer(
+        "parquet",
+        "application/vnd.apache.parquet",
+        _parquet,
+        lambda w, t: w.write_table(t.rename_columns(w.schema.names)),  # type: ignore[attr-defined]
+        lambda w: w.close(),
+    ),  # type: ignore[attr-defined]
+    "jsonl": Writer(
+        "jsonl",
+        "application/x-ndjson",
+        lambda sink, schema, names: _TextWriter(sink, names, False),
+        lambda w, t: w.write(t),
+        lambda w: None,
+    ),  # type: ignore[attr-defined]
 }
 
 BATCH_ROWS = 65536  # text is rendered and sent this many rows at a time: memory stays flat for any result
@@ -89,8 +102,9 @@ async def each(tables: list[pa.Table]) -> AsyncIterator[pa.Table]:
         yield t
 
 
-async def stream(tables: AsyncIterator[pa.Table], writer: Writer, limit: int | None = None,
-                 names: list[str] | None = None) -> AsyncIterator[bytes]:
+async def stream(
+    tables: AsyncIterator[pa.Table], writer: Writer, limit: int | None = None, names: list[str] | None = None
+) -> AsyncIterator[bytes]:
     """The rows of ``tables`` (at most ``limit``) in ``writer``'s format, under column ``names`` (default:
     the tables' own), a chunk per batch of rows. An empty result still gets its header / Parquet footer."""
     sink = _Sink()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,8 +20,13 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("cairn_http_requests", "HTTP requests answered", ["route", "status"], registry=r)
-        self.latency = Histogram("cairn_http_request_seconds", "HTTP request latency", ["route"], registry=r,
-                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10, 60))
+        self.latency = Histogram(
+            "cairn_http_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10, 60),
+        )
         self.kubo_up = Gauge("cairn_kubo_up", "1 when the node's Kubo answers", registry=r)
         self.kubo_restarts = Gauge("cairn_kubo_restarts", "Restarts of the managed Kubo", registry=r)
         self.spark_jobs = Gauge("cairn_spark_jobs", "Jobs sent to the Spark worker", registry=r)

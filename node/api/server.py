@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import os
 import re
-import logging
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -104,6 +104,7 @@ async def holium_import(request: web.Request) -> web.Response:
 
 
 # -- datasets ---------------------------------------------------------------------------------
+
 
 def _read_options(q: MultiMapping[str]) -> ReadOptions:
     overrides: dict[str, str] = {}
@@ -209,9 +210,16 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
             state["bytes"], state["rows"] = nbytes, rows
 
-        ingest = node.add_dataset(path, name=name or to or "", create=bool(name), options=options,
-                                  strategy=q.get("merge", "append"), primary_key=pk, info=_info(q),
-                                  progress=progress)
+        ingest = node.add_dataset(
+            path,
+            name=name or to or "",
+            create=bool(name),
+            options=options,
+            strategy=q.get("merge", "append"),
+            primary_key=pk,
+            info=_info(q),
+            progress=progress,
+        )
         if spooled:  # errors name the file the client sent, not our spool file
             ingest = _naming(ingest, str(path), Path(q.get("filename", "")).name or "upload")
         # The ingest runs as its own task: a client that goes away does not cut it half-way.
@@ -229,7 +237,9 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             final = {"error": {"type": type(e).__name__, "message": e.message, "status": e.status}}
         except Exception as e:
             log.exception("ingest failed")
-            final = {"error": {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}}
+            final = {
+                "error": {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
+            }
         await resp.write(json.dumps(final).encode() + b"\n")
         await resp.write_eof()
         return resp
@@ -266,8 +276,12 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
     node = _node(request)
     version = await node.dataset_version(request.match_info["ref"])
     writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
-    return await _stream(request, export.stream(node.datasets.tables(version), writer, limit), writer.content_type,
-                         {"X-Cairn-Version": cid_str(version.head)})
+    return await _stream(
+        request,
+        export.stream(node.datasets.tables(version), writer, limit),
+        writer.content_type,
+        {"X-Cairn-Version": cid_str(version.head)},
+    )
 
 
 async def pull(request: web.Request) -> web.Response:
@@ -283,13 +297,16 @@ async def pull(request: web.Request) -> web.Response:
 
 # -- queries ----------------------------------------------------------------------------------
 
+
 async def query(request: web.Request) -> web.Response:
     try:
         body = await request.json()
         if not isinstance(body, dict):
             raise TypeError
     except (ValueError, TypeError):
-        raise InvalidInput('body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}') from None
+        raise InvalidInput(
+            'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
+        ) from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
     trust = body.get("trust")
     if trust is not None and not isinstance(trust, str):
@@ -334,14 +351,16 @@ async def execution_data(request: web.Request) -> web.StreamResponse:
     """The whole result, streamed slice by slice. Columns are named by ``name=`` (repeated, one per column,
     any characters) or ``names=a,b``, else by the query that asked for the execution."""
     writer = export.writer_for(request.query.get("format", "csv"))
-    names = list(request.query.getall("name", [])) or \
-        [n for n in request.query.get("names", "").split(",") if n] or None
+    names = (
+        list(request.query.getall("name", [])) or [n for n in request.query.get("names", "").split(",") if n] or None
+    )
     names, tables = await _node(request).execution_data(parse_cid(request.match_info["cid"]), names)
     return await _stream(request, export.stream(tables, writer, names=names), writer.content_type)
 
 
-async def _stream(request: web.Request, chunks: AsyncIterator[bytes], content_type: str,
-                  headers: dict[str, str] | None = None) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, chunks: AsyncIterator[bytes], content_type: str, headers: dict[str, str] | None = None
+) -> web.StreamResponse:
     """Send ``chunks``; the first is made before the answer starts, so a bad request or a value that cannot
     be rendered is still a clean 4xx rather than a cut stream."""
     first = await anext(chunks, b"")
@@ -355,6 +374,7 @@ async def _stream(request: web.Request, chunks: AsyncIterator[bytes], content_ty
 
 
 # -- peers and trust --------------------------------------------------------------------------
+
 
 async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
     try:
@@ -400,6 +420,7 @@ async def announcements(request: web.Request) -> web.Response:
 
 # -- transfer protocol and gateway ------------------------------------------------------------
 
+
 async def odf_head(request: web.Request) -> web.Response:
     head = await _node(request).odf_head(request.match_info["dataset"])
     return web.Response(text=cid_str(head), content_type="text/plain")
@@ -422,8 +443,11 @@ async def gateway(request: web.Request) -> web.StreamResponse:
     node = _node(request)
     accept = request.headers.get("Accept", "")
     if "application/vnd.ipld.raw" in accept:
-        return web.Response(body=await node.raw_block(cid), content_type="application/vnd.ipld.raw",
-                            headers={"X-Ipfs-Roots": cid_str(cid)})
+        return web.Response(
+            body=await node.raw_block(cid),
+            content_type="application/vnd.ipld.raw",
+            headers={"X-Ipfs-Roots": cid_str(cid)},
+        )
     if "application/vnd.ipld.car" in accept:
         chunks = node.car_export(cid)
         content_type = "application/vnd.ipld.car; version=1"
@@ -475,4 +499,3 @@ def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app.router.add_get("/odf/{dataset}/data/{cid}", odf_data)
     app.router.add_get("/ipfs/{cid}", gateway)
     return app
-

@@ -31,20 +31,32 @@ class NodeClient:
         self.timeout = timeout
 
     @classmethod
-    def for_home(cls, home: Home) -> "NodeClient":
+    def for_home(cls, home: Home) -> NodeClient:
         info = home.read_runtime()
         if info is None:
             raise NodeNotRunning(f"no node is running for {home.path} (start one with `cairn node start`)")
         token = home.token() if home.token_file.exists() else None
         return cls(info["api"], token)
 
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json", length: int | None = None) -> tuple[int, bytes]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        length: int | None = None,
+    ) -> tuple[int, bytes]:
         with self.open(method, path, body, content_type, length) as resp:
             return resp.status, resp.read()
 
-    def open(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-             length: int | None = None) -> Any:
+    def open(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        length: int | None = None,
+    ) -> Any:
         """The response as a file (stream it); ``body`` may be bytes, a file, or an iterable of chunks
         (sent chunked when ``length`` is unknown)."""
         req = urllib.request.Request(self.base_url + path, data=body, method=method)
@@ -74,6 +86,5 @@ class NodeClient:
     def get_json(self, path: str) -> Any:
         return json.loads(self.request("GET", path)[1])
 
-    def post_json(self, path: str, body: Any, content_type: str = "application/json",
-                  length: int | None = None) -> Any:
+    def post_json(self, path: str, body: Any, content_type: str = "application/json", length: int | None = None) -> Any:
         return json.loads(self.request("POST", path, body, content_type, length)[1])

@@ -8,8 +8,9 @@ import io
 import json
 import sys
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from config import default_home, load_settings
 from node import __version__, values
@@ -35,6 +36,7 @@ def _read_input(path: str | None) -> bytes:
 
 # -- commands -------------------------------------------------------------------------------
 
+
 def cmd_init(args: argparse.Namespace) -> int:
     home = _home(args)
     created = home.init()
@@ -49,10 +51,16 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from node import logs
     from node.daemon import serve
 
-    settings = load_settings(args.home, overrides={
-        "api.host": args.api_host, "api.port": args.api_port,
-        "ipfs.api": args.ipfs_api, "ipfs.binary": args.ipfs_binary, "log.level": args.log_level,
-    })
+    settings = load_settings(
+        args.home,
+        overrides={
+            "api.host": args.api_host,
+            "api.port": args.api_port,
+            "ipfs.api": args.ipfs_api,
+            "ipfs.binary": args.ipfs_binary,
+            "log.level": args.log_level,
+        },
+    )
     logs.setup(settings.log.level, settings.log.format)
     asyncio.run(serve(settings))
     return 0
@@ -76,8 +84,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"running    {info['api']}")
     print(f"peer id    {info['peer_id']}")
     print(f"node key   {info['node_key']}")
-    print(f"kubo       {kubo.get('version', '?')} {kubo.get('state')} at {kubo.get('api')}"
-          f" ({'managed' if kubo.get('managed') else 'external'})")
+    print(
+        f"kubo       {kubo.get('version', '?')} {kubo.get('state')} at {kubo.get('api')}"
+        f" ({'managed' if kubo.get('managed') else 'external'})"
+    )
     for addr in kubo.get("swarm", []):
         print(f"  swarm    {addr}")
     return 0
@@ -124,8 +134,17 @@ def cmd_add(args: argparse.Namespace) -> int:
     from node.cli.progress import upload_progress
 
     params: list[tuple[str, str]] = [("name", args.name)] if args.name else [("to", args.to)]
-    for key in ("format", "compression", "delimiter", "encoding", "event_time", "merge", "title", "description",
-                "license"):
+    for key in (
+        "format",
+        "compression",
+        "delimiter",
+        "encoding",
+        "event_time",
+        "merge",
+        "title",
+        "description",
+        "license",
+    ):
         value = getattr(args, key)
         if value:
             params.append((key, value))
@@ -169,8 +188,10 @@ def cmd_add(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     verb = "created" if args.name else "appended to"
-    print(f"{verb} {out['name']}: {out['rows_added']} rows added of {out['rows_read']} read, "
-          f"{len(out['slices'])} slices, {out['elapsed_ms'] / 1000:.2f} s")
+    print(
+        f"{verb} {out['name']}: {out['rows_added']} rows added of {out['rows_read']} read, "
+        f"{len(out['slices'])} slices, {out['elapsed_ms'] / 1000:.2f} s"
+    )
     print(f"head  {out['head']}")
     print(f"id    {out['id']}")
     return 0
@@ -196,8 +217,10 @@ def cmd_log(args: argparse.Namespace) -> int:
         ev = dict(b["event"])
         kind = ev.pop("kind")
         if kind == "AddData":
-            detail = f"rows {ev['offsets'][0]}..{ev['offsets'][1]} in {len(ev['slices'])} slices, " \
-                     f"merge {ev['merge']['strategy']}, logical hash {ev['logicalHash']}"
+            detail = (
+                f"rows {ev['offsets'][0]}..{ev['offsets'][1]} in {len(ev['slices'])} slices, "
+                f"merge {ev['merge']['strategy']}, logical hash {ev['logicalHash']}"
+            )
         elif kind == "SetDataSchema":
             detail = f"structure {ev['structure']}"
         else:
@@ -208,7 +231,8 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(
-        Path(args.output).suffix if args.output else "", "jsonl")
+        Path(args.output).suffix if args.output else "", "jsonl"
+    )
     ref = urllib.parse.quote(args.ref, safe="")
     query = urllib.parse.urlencode([("format", fmt)] + ([("limit", str(args.limit))] if args.limit is not None else []))
     version = _download(NodeClient.for_home(_home(args)), f"/api/v0/datasets/{ref}/data?{query}", args.output or "-")
@@ -223,14 +247,20 @@ def cmd_pull(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"pulled {out['name']}: {out['blocks']} blocks, {out['slices']} slices verified ({out['bytes']} bytes fetched)")
+    print(
+        f"pulled {out['name']}: {out['blocks']} blocks, {out['slices']} slices verified ({out['bytes']} bytes fetched)"
+    )
     print(f"head  {out['head']}")
     return 0
 
 
 # How `cairn query` shows an answer's trust label (docs/peers.md "Trust labels").
-TRUST_SHOWN = {"computed": "computed here", "trusted-signer": "trusted signer (not recomputed)",
-               "recomputed-agreed": "verified (recomputed here, agrees)", "unverified": "UNVERIFIED"}
+TRUST_SHOWN = {
+    "computed": "computed here",
+    "trusted-signer": "trusted signer (not recomputed)",
+    "recomputed-agreed": "verified (recomputed here, agrees)",
+    "unverified": "UNVERIFIED",
+}
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -244,7 +274,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     whole = args.output is not None or args.format is not None
     to_stdout = whole and args.output in (None, "-")
     fmt = args.format or {".csv": "csv", ".parquet": "parquet", ".jsonl": "jsonl"}.get(
-        Path(args.output).suffix if whole and not to_stdout else "", "csv")
+        Path(args.output).suffix if whole and not to_stdout else "", "csv"
+    )
     if to_stdout and args.json:
         raise InvalidInput("--json and the result both go to stdout: write the result with -o FILE")
     if to_stdout and fmt == "parquet" and sys.stdout.isatty():
@@ -308,7 +339,9 @@ def cmd_peers(args: argparse.Namespace) -> int:
         print(json.dumps(peers, indent=2))
         return 0
     for p in peers:
-        print(f"{p.get('peer_id', p.get('id'))}  {'connected' if p.get('connected') else 'known'}  {' '.join(p.get('addrs', [])[:2])}")
+        print(
+            f"{p.get('peer_id', p.get('id'))}  {'connected' if p.get('connected') else 'known'}  {' '.join(p.get('addrs', [])[:2])}"
+        )
     return 0
 
 
@@ -342,8 +375,10 @@ def cmd_announcements(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     for c in out["claims"]:
-        print(f"{c['status']:<9} {c['invocation']}  from {c['peer']}  signer {c['signer']}"
-              + (f"  ({c['reason']})" if c["reason"] else ""))
+        print(
+            f"{c['status']:<9} {c['invocation']}  from {c['peer']}  signer {c['signer']}"
+            + (f"  ({c['reason']})" if c["reason"] else "")
+        )
     for r in out["refused_messages"]:
         print(f"refused   message from {r['peer']}: {r['reason']}")
     return 0
@@ -351,20 +386,27 @@ def cmd_announcements(args: argparse.Namespace) -> int:
 
 # -- parser ---------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
+    p = argparse.ArgumentParser(
+        prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results."
+    )
     p.add_argument("--version", action="version", version=f"cairn {__version__}")
     p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, parent: Any = sub) -> argparse.ArgumentParser:
+    def add(
+        name: str, fn: Callable[[argparse.Namespace], int], help: str, parent: Any = sub
+    ) -> argparse.ArgumentParser:
         sp = parent.add_parser(name, help=help, description=help)
         sp.set_defaults(func=fn)
         return sp
 
     add("init", cmd_init, "create the data directory, config, node key and API token")
 
-    node = sub.add_parser("node", help="run the node daemon").add_subparsers(dest="node_command", required=True, metavar="COMMAND")
+    node = sub.add_parser("node", help="run the node daemon").add_subparsers(
+        dest="node_command", required=True, metavar="COMMAND"
+    )
     sp = add("start", cmd_node_start, "run the node in the foreground (Ctrl-C stops it)", node)
     sp.add_argument("--api-host", help="HTTP API bind address (api.host)")
     sp.add_argument("--api-port", type=int, help="HTTP API port, 0 = free port (api.port)")
@@ -375,7 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("status", cmd_status, "say whether the node of this home is running")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
 
-    dag = sub.add_parser("dag", help="store and read IPLD objects").add_subparsers(dest="dag_command", required=True, metavar="COMMAND")
+    dag = sub.add_parser("dag", help="store and read IPLD objects").add_subparsers(
+        dest="dag_command", required=True, metavar="COMMAND"
+    )
     sp = add("put", cmd_dag_put, "store a DAG-JSON object as DAG-CBOR in Kubo, pin it, print its CID", dag)
     sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
     sp.add_argument("--no-pin", dest="pin", action="store_false", help="store without pinning")
@@ -385,7 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("cid", cmd_cid, "print the CID `dag put` would give, computed locally (no node needed)")
     sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
 
-    holium = sub.add_parser("holium", help="Holium data trees").add_subparsers(dest="holium_command", required=True, metavar="COMMAND")
+    holium = sub.add_parser("holium", help="Holium data trees").add_subparsers(
+        dest="holium_command", required=True, metavar="COMMAND"
+    )
     sp = add("import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID", holium)
     sp.add_argument("file")
     sp.add_argument("--format", choices=["json", "csv", "cbor", "bin"], help="default: from the file extension")
@@ -394,12 +440,18 @@ def build_parser() -> argparse.ArgumentParser:
     target = sp.add_mutually_exclusive_group(required=True)
     target.add_argument("--name", help="create a dataset with this name")
     target.add_argument("--to", help="append to this dataset")
-    sp.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet"], help="default: from the file name or its bytes")
+    sp.add_argument(
+        "--format", choices=["csv", "tsv", "jsonl", "parquet"], help="default: from the file name or its bytes"
+    )
     sp.add_argument("--compression", choices=["gzip", "zstd", "none"], help="default: from the file name or its bytes")
-    sp.add_argument("--delimiter", help="CSV field delimiter, or tab (default: tab for tsv; for csv sniffed"
-                    " among , ; tab |)")
-    sp.add_argument("--encoding", help="text encoding of CSV/JSON Lines, e.g. latin-1, cp1252, utf-16"
-                    " (default UTF-8, or UTF-16/32 by byte order mark)")
+    sp.add_argument(
+        "--delimiter", help="CSV field delimiter, or tab (default: tab for tsv; for csv sniffed among , ; tab |)"
+    )
+    sp.add_argument(
+        "--encoding",
+        help="text encoding of CSV/JSON Lines, e.g. latin-1, cp1252, utf-16"
+        " (default UTF-8, or UTF-16/32 by byte order mark)",
+    )
     sp.add_argument("--no-header", action="store_true", help="the CSV has no header row")
     sp.add_argument("--columns", help="column names, comma-separated (with --no-header)")
     sp.add_argument("--type", action="append", metavar="COL=TYPE", help="override a column's type (repeatable)")
@@ -428,10 +480,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--input", "-i", action="append", metavar="NAME=DATASET", help="a table the SQL reads (repeatable)")
     sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
-    sp.add_argument("--format", choices=["csv", "parquet", "jsonl"],
-                    help="write the whole result in this format, to -o or else stdout (default: from -o's extension, else csv)")
+    sp.add_argument(
+        "--format",
+        choices=["csv", "parquet", "jsonl"],
+        help="write the whole result in this format, to -o or else stdout (default: from -o's extension, else csv)",
+    )
     sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
-    sp.add_argument("--trust", choices=["self", "community", "verify", "any"], help="how to use peers' results (default: peers.trust)")
+    sp.add_argument(
+        "--trust",
+        choices=["self", "community", "verify", "any"],
+        help="how to use peers' results (default: peers.trust)",
+    )
     sp = add("peers", cmd_peers, "the p2p peers this node knows")
     sp.add_argument("--json", action="store_true")
     sp = add("connect", cmd_connect, "connect to a peer (an address from its `cairn status --json` p2p_addrs)")
@@ -442,7 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--community", help="the trusted set (default: default)")
     sp = add("announcements", cmd_announcements, "recent claims from peers, with accept/refuse reasons")
     sp.add_argument("--json", action="store_true")
-    sp = add("pull", cmd_pull, "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything")
+    sp = add(
+        "pull",
+        cmd_pull,
+        "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything",
+    )
     sp.add_argument("source", help="http://HOST:PORT/odf/NAME, or a head block CID")
     sp.add_argument("--name", help="local name (default: the remote name)")
     sp.add_argument("--json", action="store_true")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 class _Reading:
     """A file whose reads advance a progress bar; urllib streams it in blocks."""
 
-    def __init__(self, f: BinaryIO, advance: "callable[[int], None]") -> None:  # type: ignore[valid-type]
+    def __init__(self, f: BinaryIO, advance: callable[[int], None]) -> None:  # type: ignore[valid-type]
         self._f, self._advance = f, advance
 
     def read(self, n: int = -1) -> bytes:
@@ -26,13 +27,20 @@ class _Reading:
 
 
 @contextlib.contextmanager
-def upload_progress(f: BinaryIO, total: int | None, quiet: bool = False) -> Iterator[tuple[object, Callable[[int, int], None]]]:
+def upload_progress(
+    f: BinaryIO, total: int | None, quiet: bool = False
+) -> Iterator[tuple[object, Callable[[int, int], None]]]:
     """The body to send and a callback for the node's ingest progress (bytes of input read, rows)."""
     if quiet or not sys.stderr.isatty():
         yield (f if total is not None else iter(lambda: f.read(1 << 20), b"")), (lambda b, r: None)
         return
-    columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TextColumn("{task.fields[rows]}")]
+    columns = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[rows]}"),
+    ]
     with Progress(*columns, transient=True) as bar:
         upload = bar.add_task("upload", total=total, rows="")
         ingest = bar.add_task("ingest", total=total, rows="", start=False)

@@ -7,8 +7,8 @@ from typing import Any
 
 from multiformats import CID
 
-from node.model import InvalidObject, MetadataBlock, Structure
 from node.identity import public_key_from_did
+from node.model import InvalidObject, MetadataBlock, Structure
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class Version:
         return self.blocks[0][1].seq
 
 
-def build_version(head: CID, blocks: list[tuple[CID, MetadataBlock]],
-                  structures: dict[CID, Structure]) -> Version:
+def build_version(head: CID, blocks: list[tuple[CID, MetadataBlock]], structures: dict[CID, Structure]) -> Version:
     """Check a chain (newest first) end to end and fold it into a Version.
 
     Checks: sequence numbers step by one, prev links match, the chain starts with a Seed, and every
@@ -78,4 +77,3 @@ def build_version(head: CID, blocks: list[tuple[CID, MetadataBlock]],
         elif block.kind == "SetInfo":
             v.info = {k: val for k, val in ev.items() if k != "kind"}
     return v
-

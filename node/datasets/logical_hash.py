@@ -188,8 +188,7 @@ def canonical_type(type_: pa.DataType) -> str:
         return f"fixed_size_list<{canonical_type(type_.value_type)}>[{type_.list_size}]"
     if t.is_struct(type_):
         fields = ",".join(
-            f"{_quote(type_.field(i).name)}:{canonical_type(type_.field(i).type)}"
-            for i in range(type_.num_fields)
+            f"{_quote(type_.field(i).name)}:{canonical_type(type_.field(i).type)}" for i in range(type_.num_fields)
         )
         return f"struct<{fields}>"
     raise InvalidInput(f"logical hash: unsupported Arrow type {type_}")
@@ -308,7 +307,7 @@ class _NullNode(_Node):
 class _FixedNode(_Node):
     """Fixed-width values: little-endian bytes, null slots zeroed, NaNs canonical."""
 
-    __slots__ = ("values", "width", "is_float")
+    __slots__ = ("is_float", "values", "width")
 
     def __init__(self, width: int, is_float: bool) -> None:
         super().__init__()
@@ -367,7 +366,7 @@ class _BoolNode(_Node):
 class _VarNode(_Node):
     """utf8 / binary: u64 length per row (null: 0), then the valid rows' bytes."""
 
-    __slots__ = ("lengths", "data")
+    __slots__ = ("data", "lengths")
 
     def __init__(self) -> None:
         super().__init__()
@@ -411,7 +410,7 @@ def _span(arr: pa.Array) -> tuple[int, int]:
 class _ListNode(_Node):
     """list / large_list: lengths per row (null: 0), then the elements of valid rows."""
 
-    __slots__ = ("lengths", "child")
+    __slots__ = ("child", "lengths")
 
     def __init__(self, value_type: pa.DataType) -> None:
         super().__init__()
@@ -445,7 +444,7 @@ class _FixedSizeListNode(_Node):
 class _MapNode(_Node):
     """map<K,V>: lengths per row (null: 0), then keys and values of valid rows' entries."""
 
-    __slots__ = ("lengths", "keys", "items")
+    __slots__ = ("items", "keys", "lengths")
 
     def __init__(self, key_type: pa.DataType, item_type: pa.DataType) -> None:
         super().__init__()
@@ -501,11 +500,7 @@ def _make_node(type_: pa.DataType) -> _Node:
         return _FixedNode(type_.bit_width // 8, is_float=True)
     if t.is_decimal(type_):
         return _FixedNode(16 if type_.precision <= 38 else 32, is_float=False)
-    if (
-        t.is_integer(type_)
-        or (t.is_temporal(type_) and not t.is_interval(type_))
-        or t.is_fixed_size_binary(type_)
-    ):
+    if t.is_integer(type_) or (t.is_temporal(type_) and not t.is_interval(type_)) or t.is_fixed_size_binary(type_):
         return _FixedNode(type_.bit_width // 8, is_float=False)
     if (
         t.is_string(type_)
@@ -550,7 +545,6 @@ def _feed_column(node: _Node, chunks: list[pa.Array]) -> None:
         node.update(chunk)
 
 
-
 class LogicalHasher:
     """Incremental logical hash over batches that follow one schema.
 
@@ -577,13 +571,9 @@ class LogicalHasher:
         elif isinstance(data, pa.Table):
             columns = [c.chunks for c in data.columns]
         else:
-            raise InvalidInput(
-                f"logical hash: expected a RecordBatch or Table, got {type(data).__name__}"
-            )
+            raise InvalidInput(f"logical hash: expected a RecordBatch or Table, got {type(data).__name__}")
         if len(columns) != len(self._nodes):
-            raise InvalidInput(
-                f"logical hash: {len(columns)} columns where the schema has {len(self._nodes)}"
-            )
+            raise InvalidInput(f"logical hash: {len(columns)} columns where the schema has {len(self._nodes)}")
         # Check every column before feeding any, so that a refused update leaves no trace.
         for i, (field, want) in enumerate(zip(data.schema, self.types, strict=True)):
             got = canonical_type(field.type)
@@ -633,9 +623,7 @@ def logical_hash(
     for item in data:
         if hasher is None:
             if not isinstance(item, (pa.Table, pa.RecordBatch)):
-                raise InvalidInput(
-                    f"logical hash: expected RecordBatches or Tables, got {type(item).__name__}"
-                )
+                raise InvalidInput(f"logical hash: expected RecordBatches or Tables, got {type(item).__name__}")
             hasher = LogicalHasher(item.schema)
         hasher.update(item)
     if hasher is None:

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -72,8 +73,9 @@ def fold_state(tables: Iterable[pa.Table], primary_key: list[str]) -> dict[Key, 
     return state
 
 
-def snapshot(batches: Iterable[pa.RecordBatch], schema: pa.Schema, primary_key: list[str],
-             state: dict[Key, tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+def snapshot(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema, primary_key: list[str], state: dict[Key, tuple[Any, ...]]
+) -> Iterator[pa.RecordBatch]:
     """Change-data-capture of a full snapshot against ``state`` (consumed)."""
     out_schema = with_op(schema)
     seen: set[Key] = set()

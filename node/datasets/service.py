@@ -15,9 +15,10 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +35,18 @@ from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.unixfs import UnixfsHasher
-from node.model import CID, Block, InvalidObject, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
+from node.model import (
+    CID,
+    Block,
+    InvalidObject,
+    MetadataBlock,
+    Structure,
+    block_of,
+    cid_str,
+    decode,
+    decode_object,
+    parse_cid,
+)
 
 log = logging.getLogger("cairn.datasets")
 
@@ -65,7 +77,7 @@ class AddResult:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _structure(schema: pa.Schema) -> Structure:
@@ -77,16 +89,21 @@ def evolve(old: Structure, new: pa.Schema) -> list[str]:
     new_types = {f.name: canonical_type(f.type) for f in new}
     for name, typ in old.schema:
         if name not in new_types:
-            raise SchemaChangeRefused(f"schema change refused: column {name!r} is missing "
-                                      "(only adding columns is allowed)")
+            raise SchemaChangeRefused(
+                f"schema change refused: column {name!r} is missing (only adding columns is allowed)"
+            )
         if new_types[name] != typ:
-            raise SchemaChangeRefused(f"schema change refused: column {name!r} would change type "
-                                      f"{typ} -> {new_types[name]} (only adding columns is allowed)")
+            raise SchemaChangeRefused(
+                f"schema change refused: column {name!r} would change type "
+                f"{typ} -> {new_types[name]} (only adding columns is allowed)"
+            )
     return old.names + [n for n in new.names if n not in old.names]
 
 
 class Datasets:
-    def __init__(self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE) -> None:
+    def __init__(
+        self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE
+    ) -> None:
         self.kubo = kubo
         self.index = index
         self.keys_dir = home / "keys"
@@ -170,9 +187,18 @@ class Datasets:
     def _load_key(self, key_name: str) -> Ed25519PrivateKey:
         return identity.load(self.keys_dir / f"{key_name}.pem").private_key
 
-    async def add(self, source: str | Path | BinaryIO, *, name: str, create: bool, options: ReadOptions,
-                  strategy: str = "append", primary_key: list[str] | None = None,
-                  info: dict[str, Any] | None = None, progress: Progress | None = None) -> AddResult:
+    async def add(
+        self,
+        source: str | Path | BinaryIO,
+        *,
+        name: str,
+        create: bool,
+        options: ReadOptions,
+        strategy: str = "append",
+        primary_key: list[str] | None = None,
+        info: dict[str, Any] | None = None,
+        progress: Progress | None = None,
+    ) -> AddResult:
         if strategy not in ("append", "ledger", "snapshot"):
             raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
         if not name or "/" in name or name.startswith("did:"):
@@ -193,9 +219,19 @@ class Datasets:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
-    async def _add(self, source: Any, name: str, row: DatasetRow | None, old: Version | None,
-                   options: ReadOptions, strategy: str, pk: list[str], info: dict[str, Any] | None,
-                   progress: Progress | None, work: Path) -> AddResult:
+    async def _add(
+        self,
+        source: Any,
+        name: str,
+        row: DatasetRow | None,
+        old: Version | None,
+        options: ReadOptions,
+        strategy: str,
+        pk: list[str],
+        info: dict[str, Any] | None,
+        progress: Progress | None,
+        work: Path,
+    ) -> AddResult:
         prior_tables = [t for t in await self._prior_tables(old)] if old and strategy != "append" else []
         inp = await asyncio.to_thread(open_input, source, options)
         try:
@@ -272,7 +308,9 @@ class Datasets:
         if added_rows:
             ev: dict[str, Any] = {
                 "kind": "AddData",
-                "slices": [{"data": s.cid, "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in slices],
+                "slices": [
+                    {"data": s.cid, "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in slices
+                ],
                 "offsets": [start, offset - 1],
                 "rows": added_rows,
                 "logicalHash": str(total.finish()),
@@ -357,6 +395,7 @@ class Datasets:
 
     async def file_cid(self, path: Path) -> CID:
         """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""
+
         def run() -> CID:
             hasher = UnixfsHasher()
             with open(path, "rb") as f:
@@ -388,8 +427,13 @@ class Datasets:
         for s in v.slices:
             t = await self.read_cid(s.cid, size=s.size or None)
             if target is not None and t.schema.names != target.names:
-                t = pa.table({f.name: t.column(f.name) if f.name in t.schema.names
-                              else pa.nulls(t.num_rows, f.type) for f in target}, schema=target)
+                t = pa.table(
+                    {
+                        f.name: t.column(f.name) if f.name in t.schema.names else pa.nulls(t.num_rows, f.type)
+                        for f in target
+                    },
+                    schema=target,
+                )
             yield t
 
     async def version_hash(self, v: Version) -> tuple[str, int]:
@@ -463,4 +507,3 @@ def _write_slice(table: pa.Table, path: Path, total: LogicalHasher) -> tuple[int
     own = LogicalHasher(table.schema)
     own.update(table)
     return table.num_rows, str(own.finish())
-

@@ -142,9 +142,7 @@ def _canonical_type(type_: pa.DataType, large: bool) -> pa.DataType:
     if t.is_fixed_size_list(type_):
         return pa.list_(pa.field("item", _canonical_type(type_.value_type, large)), type_.list_size)
     if t.is_struct(type_):
-        return pa.struct(
-            [pa.field(f.name, _canonical_type(f.type, large)) for f in type_]
-        )
+        return pa.struct([pa.field(f.name, _canonical_type(f.type, large)) for f in type_])
     if t.is_list_view(type_) or t.is_large_list_view(type_):
         raise InvalidInput(f"slices: unsupported Arrow type {type_}")
     return type_
@@ -230,9 +228,7 @@ def read_slice(path_or_buffer: str | os.PathLike | bytes | bytearray | memoryvie
 # --------------------------------------------------------------------------- slicing
 
 
-def iter_slices(
-    batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows_per_slice: int
-) -> Iterator[pa.Table]:
+def iter_slices(batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows_per_slice: int) -> Iterator[pa.Table]:
     """Re-cut a stream of batches into Tables of exactly ``rows_per_slice`` rows (the last
     one shorter; none at all for an empty stream).
 
@@ -268,4 +264,3 @@ def iter_slices(
                 pending, pending_rows = [], 0
     if pending_rows:
         yield pa.Table.from_batches(pending, schema=schema)
-

@@ -24,6 +24,7 @@ from node.errors import CairnError, InvalidInput, NotFound
 from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
 
+
 class PullRefused(CairnError):
     """Something a peer sent does not check out; the message names the CID that failed."""
 
@@ -47,7 +48,9 @@ class _HttpSource:
         import aiohttp
 
         self.base = base.rstrip("/")
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout, sock_connect=10))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout, sock_connect=10)
+        )
 
     async def close(self) -> None:
         await self._session.close()
@@ -57,7 +60,7 @@ class _HttpSource:
 
         try:
             resp = await self._session.get(self.base + path)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise PullRefused(f"cannot reach {self.base}: {e or type(e).__name__}") from None
         if resp.status != 200:
             text = (await resp.text())[:200].replace("\n", " ")
@@ -151,10 +154,15 @@ async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: f
             raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
 
         existing = ds.index.dataset_by_id(v.dataset_id)
-        if existing is not None and existing.head != cid_str(head) and \
-                all(cid_str(c) != existing.head for c, _ in v.blocks):
-            raise PullRefused(f"dataset {existing.name!r} here has head {existing.head}, which the pulled "
-                              f"chain {head} does not contain: histories diverge")
+        if (
+            existing is not None
+            and existing.head != cid_str(head)
+            and all(cid_str(c) != existing.head for c, _ in v.blocks)
+        ):
+            raise PullRefused(
+                f"dataset {existing.name!r} here has head {existing.head}, which the pulled "
+                f"chain {head} does not contain: histories diverge"
+            )
 
         total_bytes = 0
         for s in v.slices:
@@ -166,14 +174,17 @@ async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: f
             total_bytes += part.stat().st_size
             added = await ds.kubo.add(part, pin=False)  # same UnixFS parameters: same CID or tampered
             if added.cid != s.cid:
-                raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give "
-                                  f"{added.cid}): refused")
+                raise PullRefused(
+                    f"slice {s.cid} from {src.base} does not match its CID (its bytes give {added.cid}): refused"
+                )
             table = await asyncio.to_thread(read_slice, part)
             h = LogicalHasher(table.schema)
             h.update(table)
             if str(h.finish()) != s.logical_hash or table.num_rows != s.rows:
-                raise PullRefused(f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
-                                  f"and row count its AddData block claims: refused")
+                raise PullRefused(
+                    f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
+                    f"and row count its AddData block claims: refused"
+                )
             os.replace(part, cached)
         for c, data in raw.items():
             await ds.kubo.block_put(data, codec=c.codec.name)
@@ -200,6 +211,7 @@ async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: f
         await src.close()
         shutil.rmtree(work, ignore_errors=True)
 
+
 async def block_of_dataset(ds: Datasets, ref: str, cid: CID) -> bytes:
     """A block of the dataset's chain (or one of its structures), for the transfer protocol."""
     _, v = await ds.resolve(ref)
@@ -208,6 +220,7 @@ async def block_of_dataset(ds: Datasets, ref: str, cid: CID) -> bytes:
     if cid not in members:
         raise NotFound(f"{cid} is not a block of dataset {ref}")
     return await ds.kubo.block_get(cid)
+
 
 async def slice_of_dataset(ds: Datasets, ref: str, cid: CID) -> Path:
     _, v = await ds.resolve(ref)

@@ -30,7 +30,6 @@ __all__ = [
     "BlockStat",
     "CarSummary",
     "CarVerifier",
-    "read_car",
     "ExitInfo",
     "KeyInfo",
     "KuboCIDMismatch",
@@ -50,4 +49,5 @@ __all__ = [
     "api_base_url",
     "api_url_from_address",
     "find_kubo_binary",
+    "read_car",
 ]

@@ -210,7 +210,11 @@ class KuboClient:
         except aiohttp.ClientConnectorError as e:
             # asyncio's own text for a refused connect is "Connect call failed (...)": say it plainly.
             errno = getattr(e.os_error, "errno", None)
-            why = os.strerror(errno) if errno and errno > 0 else (getattr(e.os_error, "strerror", None) or str(e.os_error))
+            why = (
+                os.strerror(errno)
+                if errno and errno > 0
+                else (getattr(e.os_error, "strerror", None) or str(e.os_error))
+            )
             raise KuboUnreachable(self._api_url, why) from e
         except aiohttp.ConnectionTimeoutError as e:
             raise KuboUnreachable(self._api_url, f"no answer to connect within {self.connect_timeout:g} s") from e
@@ -283,7 +287,9 @@ class KuboClient:
 
     # --- blocks --------------------------------------------------------------------------
 
-    async def block_put(self, data: bytes, codec: str = "raw", pin: bool = False, *, timeout: float | None = None) -> CID:
+    async def block_put(
+        self, data: bytes, codec: str = "raw", pin: bool = False, *, timeout: float | None = None
+    ) -> CID:
         """Store one block under a CIDv1 ``codec`` + BLAKE3-256; Kubo's CID must equal ours."""
         expected = local_cid(bytes(data), codec)
         params = [("cid-codec", codec), ("mhtype", "blake3"), ("mhlen", 32), ("pin", pin)]
@@ -313,7 +319,7 @@ class KuboClient:
         data: bytes,
         input_codec: str = "dag-cbor",
         store_codec: str = "dag-cbor",
-        hash: str = "blake3",  # noqa: A002 -- Kubo's parameter name
+        hash: str = "blake3",
         pin: bool = True,
         *,
         timeout: float | None = None,
@@ -352,7 +358,9 @@ class KuboClient:
         cut-short stream raises KuboTruncated at its end (after the chunks already yielded)."""
         root = to_cid(cid)
         checker = CarVerifier(root) if verify else None
-        async with self._post("dag/export", [("arg", root), ("offline", offline or None)], timeout=timeout, stream=True) as resp:
+        async with self._post(
+            "dag/export", [("arg", root), ("offline", offline or None)], timeout=timeout, stream=True
+        ) as resp:
             async for chunk in resp.content.iter_any():
                 if checker is not None:
                     checker.feed(chunk)
@@ -371,7 +379,9 @@ class KuboClient:
                 yield chunk
 
         body = _multipart(watched(_chunks(source)), "car")
-        lines = await self._json_lines("dag/import", [("pin-roots", pin_roots)], body=body, timeout=timeout, stream=True)
+        lines = await self._json_lines(
+            "dag/import", [("pin-roots", pin_roots)], body=body, timeout=timeout, stream=True
+        )
         for obj in lines:
             root = obj.get("Root") or {}
             if root.get("PinErrorMsg"):
@@ -453,7 +463,11 @@ class KuboClient:
         return [to_cid(p) for p in obj.get("Pins") or ()]
 
     async def pin_ls(
-        self, cid: CID | str | None = None, *, type: str = "all", timeout: float | None = None  # noqa: A002
+        self,
+        cid: CID | str | None = None,
+        *,
+        type: str = "all",
+        timeout: float | None = None,
     ) -> dict[CID, str]:
         """Pinned CIDs -> "recursive" | "direct" | "indirect"; a CID asked for and not pinned gives {}.
 
@@ -488,7 +502,10 @@ class KuboClient:
             obj = await self._json("pin/ls", params, timeout=timeout)
         except KuboNotFound as e:
             raise KuboRPCError(
-                "pin/ls", f"cannot list {kind} pins, a pinned DAG is incomplete: {e.kubo_message}", e.code, e.http_status
+                "pin/ls",
+                f"cannot list {kind} pins, a pinned DAG is incomplete: {e.kubo_message}",
+                e.code,
+                e.http_status,
             ) from e
         # Asked about one CID, Kubo says "indirect through <root>": we keep the kind only.
         return {to_cid(k): v["Type"].split()[0] for k, v in (obj.get("Keys") or {}).items()}
@@ -519,7 +536,9 @@ class KuboClient:
         """Providers of ``cid`` as the DHT finds them (Kubo's event stream, Type 4 = provider)."""
         seen: set[str] = set()
         params = [("arg", to_cid(cid)), ("num-providers", num)]
-        async for event in self._ndjson("routing/findprovs", params, timeout=timeout if timeout is not None else self.timeout):
+        async for event in self._ndjson(
+            "routing/findprovs", params, timeout=timeout if timeout is not None else self.timeout
+        ):
             if event.get("Type") != 4:
                 continue
             for r in event.get("Responses") or ():
@@ -549,7 +568,7 @@ class KuboClient:
 
     # --- keys and IPNS -------------------------------------------------------------------
 
-    async def key_gen(self, name: str, type: str = "ed25519", *, timeout: float | None = None) -> KeyInfo:  # noqa: A002
+    async def key_gen(self, name: str, type: str = "ed25519", *, timeout: float | None = None) -> KeyInfo:
         obj = await self._json("key/gen", [("arg", name), ("type", type)], timeout=timeout)
         return KeyInfo(name=obj["Name"], id=obj["Id"])
 
@@ -575,7 +594,11 @@ class KuboClient:
         timeout: float | None = None,
     ) -> NamePublished:
         """Point the IPNS name of ``key`` at ``target`` (a CID, or an /ipfs/ or /ipns/ path)."""
-        path = target if isinstance(target, str) and target.startswith(("/ipfs/", "/ipns/")) else f"/ipfs/{cid_text(target)}"
+        path = (
+            target
+            if isinstance(target, str) and target.startswith(("/ipfs/", "/ipns/"))
+            else f"/ipfs/{cid_text(target)}"
+        )
         params = [
             ("arg", path),
             ("key", key),

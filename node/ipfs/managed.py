@@ -98,7 +98,9 @@ def _is_our_daemon(pid: int, binary: Path) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return len(argv) >= 2 and os.path.realpath(os.fsdecode(argv[0])) == os.path.realpath(binary) and argv[1] == b"daemon"
+    return (
+        len(argv) >= 2 and os.path.realpath(os.fsdecode(argv[0])) == os.path.realpath(binary) and argv[1] == b"daemon"
+    )
 
 
 def _tcp_port(multiaddr: str) -> int | None:

@@ -46,8 +46,7 @@ class _Node:
 
 def _branch(children: list[_Node]) -> _Node:
     """A dag-pb UnixFS File node over ``children`` (PBNode: Links first, then Data; PBLink: Hash, Name "", Tsize)."""
-    links = b"".join(_field(2, _field(1, bytes(c.cid)) + _field(2, b"") + b"\x18" + _varint(c.tsize))
-                     for c in children)
+    links = b"".join(_field(2, _field(1, bytes(c.cid)) + _field(2, b"") + b"\x18" + _varint(c.tsize)) for c in children)
     size = sum(c.file_size for c in children)
     data = b"\x08\x02" + b"\x18" + _varint(size) + b"".join(b"\x20" + _varint(c.file_size) for c in children)
     block = links + _field(1, data)
@@ -74,7 +73,9 @@ class UnixfsHasher:
 
     def _cut(self) -> None:
         digest = self._hasher.digest()
-        self._leaves.append(_Node(CID("base32", 1, "raw", multihash.wrap(digest, "blake3")), self._filled, self._filled))
+        self._leaves.append(
+            _Node(CID("base32", 1, "raw", multihash.wrap(digest, "blake3")), self._filled, self._filled)
+        )
         self._hasher, self._filled = blake3.blake3(), 0
 
     def cid(self) -> CID:

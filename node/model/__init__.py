@@ -6,49 +6,140 @@ Everything that decides bytes on the wire lives here, so every peer computes the
 
 from node.model import codec, dagjson, holium_data, kinds, selectors
 from node.model.cid import (
-    BLAKE3, CBOR, CID, DAG_CBOR, DAG_PB, RAW, cid_for, cid_str, parse_cid, verify_block,
+    BLAKE3,
+    CBOR,
+    CID,
+    DAG_CBOR,
+    DAG_PB,
+    RAW,
+    cid_for,
+    cid_str,
+    parse_cid,
+    verify_block,
 )
 from node.model.codec import INT64_MAX, INT64_MIN, Block, block_of, check_ipld, decode, encode
 from node.model.dagjson import dumps, loads
+from node.model.engine import EngineProfile
 from node.model.errors import (
-    EncodingError, HashMismatch, InvalidCID, InvalidDagJson, InvalidObject, UnknownKind,
+    EncodingError,
+    HashMismatch,
+    InvalidCID,
+    InvalidDagJson,
+    InvalidObject,
+    UnknownKind,
 )
 from node.model.holium_data import (
-    DataTree, data_tree, import_bin, import_cbor, import_csv, import_file, import_json,
+    DataTree,
+    data_tree,
+    import_bin,
+    import_cbor,
+    import_csv,
+    import_file,
+    import_json,
 )
 from node.model.kinds import (
-    KINDS, Connection, DryTransformation, Execution, Kind, ModuleBytecodeEnvelope, Pipeline,
-    PipelineEdge, RecursiveDataEnvelope, ScalarDataEnvelope, decode_object, register_kind, validate,
+    KINDS,
+    Connection,
+    DryTransformation,
+    Execution,
+    Kind,
+    ModuleBytecodeEnvelope,
+    Pipeline,
+    PipelineEdge,
+    RecursiveDataEnvelope,
+    ScalarDataEnvelope,
+    decode_object,
+    register_kind,
+    validate,
 )
 from node.model.metadata import EVENT_KINDS, MERGE_STRATEGIES, MetadataBlock
-from node.model.structure import Structure
 from node.model.query import Announcement, InputIdentity, Invocation, Query, Receipt
-from node.model.engine import EngineProfile
 from node.model.selectors import (
-    ExploreIndex, ExploreRange, ExploreUnion, Matcher, Selector, SelectorEnvelope, selector_from_ipld,
+    ExploreIndex,
+    ExploreRange,
+    ExploreUnion,
+    Matcher,
+    Selector,
+    SelectorEnvelope,
+    selector_from_ipld,
 )
+from node.model.structure import Structure
 
 __all__ = [
     # modules
-    "codec", "dagjson", "holium_data", "kinds", "selectors",
+    "codec",
+    "dagjson",
+    "holium_data",
+    "kinds",
+    "selectors",
     # cid
-    "CID", "DAG_CBOR", "CBOR", "RAW", "DAG_PB", "BLAKE3", "cid_for", "parse_cid", "cid_str", "verify_block",
+    "CID",
+    "DAG_CBOR",
+    "CBOR",
+    "RAW",
+    "DAG_PB",
+    "BLAKE3",
+    "cid_for",
+    "parse_cid",
+    "cid_str",
+    "verify_block",
     # codec
-    "Block", "encode", "decode", "block_of", "check_ipld", "INT64_MIN", "INT64_MAX",
+    "Block",
+    "encode",
+    "decode",
+    "block_of",
+    "check_ipld",
+    "INT64_MIN",
+    "INT64_MAX",
     # dag-json
-    "loads", "dumps",
+    "loads",
+    "dumps",
     # errors
-    "InvalidCID", "InvalidDagJson", "InvalidObject", "UnknownKind", "EncodingError", "HashMismatch",
+    "InvalidCID",
+    "InvalidDagJson",
+    "InvalidObject",
+    "UnknownKind",
+    "EncodingError",
+    "HashMismatch",
     # kinds
-    "Kind", "KINDS", "register_kind", "decode_object", "validate",
-    "ScalarDataEnvelope", "RecursiveDataEnvelope", "ModuleBytecodeEnvelope", "Execution",
-    "DryTransformation", "Connection", "Pipeline", "PipelineEdge",
+    "Kind",
+    "KINDS",
+    "register_kind",
+    "decode_object",
+    "validate",
+    "ScalarDataEnvelope",
+    "RecursiveDataEnvelope",
+    "ModuleBytecodeEnvelope",
+    "Execution",
+    "DryTransformation",
+    "Connection",
+    "Pipeline",
+    "PipelineEdge",
     # selectors
-    "Selector", "Matcher", "ExploreIndex", "ExploreRange", "ExploreUnion", "SelectorEnvelope",
+    "Selector",
+    "Matcher",
+    "ExploreIndex",
+    "ExploreRange",
+    "ExploreUnion",
+    "SelectorEnvelope",
     "selector_from_ipld",
     # cairn kinds
-    "Structure", "MetadataBlock", "EVENT_KINDS", "MERGE_STRATEGIES",
-    "Query", "Invocation", "InputIdentity", "Receipt", "Announcement", "EngineProfile",
+    "Structure",
+    "MetadataBlock",
+    "EVENT_KINDS",
+    "MERGE_STRATEGIES",
+    "Query",
+    "Invocation",
+    "InputIdentity",
+    "Receipt",
+    "Announcement",
+    "EngineProfile",
     # holium data
-    "DataTree", "data_tree", "import_json", "import_csv", "import_cbor", "import_bin", "import_file",
+    "DataTree",
+    "data_tree",
+    "import_json",
+    "import_csv",
+    "import_cbor",
+    "import_bin",
+    "import_file",
 ]

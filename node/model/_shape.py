@@ -22,7 +22,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class Ctx:
     """Where a value sits inside an object of some kind."""
 
-    __slots__ = ("kind", "path", "name")
+    __slots__ = ("kind", "name", "path")
 
     def __init__(self, kind: str, path: str = "", name: str | None = None) -> None:
         self.kind, self.path, self.name = kind, path, name

@@ -24,8 +24,18 @@ BLAKE3 = 0x1E
 CODECS: dict[str, int] = {"dag-cbor": DAG_CBOR, "cbor": CBOR, "raw": RAW, "dag-pb": DAG_PB}
 
 __all__ = [
-    "CID", "DAG_CBOR", "CBOR", "RAW", "DAG_PB", "BLAKE3", "CODECS",
-    "cid_for", "parse_cid", "cid_str", "verify_block", "codec_code",
+    "BLAKE3",
+    "CBOR",
+    "CID",
+    "CODECS",
+    "DAG_CBOR",
+    "DAG_PB",
+    "RAW",
+    "cid_for",
+    "cid_str",
+    "codec_code",
+    "parse_cid",
+    "verify_block",
 ]
 
 
@@ -57,7 +67,7 @@ def parse_cid(text: str | CID) -> CID:
     if not isinstance(text, str):
         raise InvalidCID(f"expected a CID string, got {type(text).__name__}")
     if not text:
-        raise InvalidCID("invalid CID \"\": empty string")
+        raise InvalidCID('invalid CID "": empty string')
     if text != text.strip():
         raise InvalidCID(f"invalid CID {quote(text)}: surrounding whitespace")
     try:

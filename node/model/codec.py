@@ -25,7 +25,7 @@ from node.model.plaincbor import decode_plain, encode_plain
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
-__all__ = ["Block", "encode", "decode", "block_of", "check_ipld", "kind_name", "INT64_MIN", "INT64_MAX"]
+__all__ = ["INT64_MAX", "INT64_MIN", "Block", "block_of", "check_ipld", "decode", "encode", "kind_name"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -43,8 +43,7 @@ def _json_str(s: str) -> str:
     return json.dumps(s, ensure_ascii=True)
 
 
-_KIND_NAMES = {bool: "bool", int: "int", float: "float", str: "string", bytes: "bytes",
-               list: "list", dict: "map"}
+_KIND_NAMES = {bool: "bool", int: "int", float: "float", str: "string", bytes: "bytes", list: "list", dict: "map"}
 
 
 def kind_name(v: Any) -> str:
@@ -69,7 +68,9 @@ def check_ipld(value: Any, path: str = "$") -> None:
             continue
         if isinstance(v, int):
             if not INT64_MIN <= v <= INT64_MAX:
-                raise EncodingError(f"cannot encode value at {p}: integer {_short_int(v)} is outside the signed 64-bit range")
+                raise EncodingError(
+                    f"cannot encode value at {p}: integer {_short_int(v)} is outside the signed 64-bit range"
+                )
         elif isinstance(v, float):
             if not math.isfinite(v):
                 raise EncodingError(f"cannot encode value at {p}: {v} is not allowed (IPLD floats are finite)")

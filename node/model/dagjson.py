@@ -23,7 +23,7 @@ from node.model.cid import parse_cid
 from node.model.codec import INT64_MAX, INT64_MIN, as_ipld, check_ipld, child_path
 from node.model.errors import EncodingError, InvalidCID, InvalidDagJson, quote
 
-__all__ = ["loads", "dumps", "MAX_DEPTH"]
+__all__ = ["MAX_DEPTH", "dumps", "loads"]
 
 MAX_DEPTH = 400  # nesting limit: keeps parsing and encoding inside Python's recursion limit
 
@@ -141,8 +141,9 @@ class _Parser:
         while True:
             self.ws()
             if not self.s.startswith('"', self.pos):
-                raise self.fail("trailing comma is not allowed" if self.s.startswith("}", self.pos)
-                                else "expected a string key")
+                raise self.fail(
+                    "trailing comma is not allowed" if self.s.startswith("}", self.pos) else "expected a string key"
+                )
             key_pos = self.pos
             key = self.string()
             if key in out:
@@ -172,7 +173,9 @@ class _Parser:
                 raise self.fail(f"bad link: {exc}", start) from None
         if len(m) == 1 and isinstance(inner, dict) and list(inner) == ["bytes"] and isinstance(inner["bytes"], str):
             return self.b64(inner["bytes"], start)
-        raise self.fail('a map with a "/" key must be a link {"/": "<cid>"} or bytes {"/": {"bytes": "<base64>"}}', start)
+        raise self.fail(
+            'a map with a "/" key must be a link {"/": "<cid>"} or bytes {"/": {"bytes": "<base64>"}}', start
+        )
 
     def b64(self, text: str, start: int) -> bytes:
         # The spec writes no padding; padded input is accepted too, as Kubo does.
@@ -248,13 +251,22 @@ def _dump(v: Any, out: list[str], indent: int | None, level: int, path: str) -> 
         _container(out, "[", "]", [(None, x) for x in v], indent, level, path)
     else:  # dict (check_ipld already refused anything else)
         if "/" in v:
-            raise EncodingError(f'cannot encode value at {path} as DAG-JSON: the "/" key is reserved for links and bytes')
+            raise EncodingError(
+                f'cannot encode value at {path} as DAG-JSON: the "/" key is reserved for links and bytes'
+            )
         items = sorted(v.items(), key=lambda kv: kv[0].encode("utf-8"))
         _container(out, "{", "}", items, indent, level, path)
 
 
-def _container(out: list[str], open_: str, close: str, items: list[tuple[str | None, Any]],
-               indent: int | None, level: int, path: str) -> None:
+def _container(
+    out: list[str],
+    open_: str,
+    close: str,
+    items: list[tuple[str | None, Any]],
+    indent: int | None,
+    level: int,
+    path: str,
+) -> None:
     if not items:
         out.append(open_ + close)
         return

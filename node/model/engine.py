@@ -33,16 +33,22 @@ class EngineProfile(Kind):
     settings: dict[str, str]
 
     def _content(self) -> Any:
-        return {"engine": self.engine, "versions": dict(self.versions), "jvm": dict(self.jvm),
-                "settings": dict(self.settings)}
+        return {
+            "engine": self.engine,
+            "versions": dict(self.versions),
+            "jvm": dict(self.jvm),
+            "settings": dict(self.settings),
+        }
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         m = want_map(content, ctx, required=("engine", *_PARTS))
-        return {"engine": want_str(m["engine"], ctx.at("engine")),
-                **{part: _str_map(m[part], ctx.at(part)) for part in _PARTS}}
+        return {
+            "engine": want_str(m["engine"], ctx.at("engine")),
+            **{part: _str_map(m[part], ctx.at(part)) for part in _PARTS},
+        }
 
     @classmethod
-    def from_report(cls, report: Mapping[str, Any]) -> "EngineProfile":
+    def from_report(cls, report: Mapping[str, Any]) -> EngineProfile:
         """The profile a worker reported (its ping answer's ``profile``); InvalidObject if malformed."""
         return cls.from_ipld({"typedVersion": cls.typed_version, "content": dict(report)})

@@ -21,7 +21,7 @@ def quote(text: object, limit: int = 80) -> str:
         s = s[: limit - 1] + "…"
     out = []
     for ch in s:
-        if ch in "\\\"":
+        if ch in '\\"':
             out.append("\\" + ch)
         elif ch.isprintable():
             out.append(ch)

@@ -36,7 +36,7 @@ from node.model.codec import Block, block_of
 from node.model.errors import EncodingError
 from node.model.plaincbor import NINT64_MIN, UINT64_MAX, CborMap, decode_plain, sorted_pairs
 
-__all__ = ["DataTree", "data_tree", "import_json", "import_csv", "import_cbor", "import_bin", "import_file"]
+__all__ = ["DataTree", "data_tree", "import_bin", "import_cbor", "import_csv", "import_file", "import_json"]
 
 _SCALARS = (type(None), bool, int, float, str, bytes)
 _FORMATS = {".json": "json", ".csv": "csv", ".cbor": "cbor", ".bin": "bin"}
@@ -167,7 +167,9 @@ def import_file(path: str | Path, fmt: str | None = None) -> DataTree:
     if fmt is None:
         fmt = _FORMATS.get(p.suffix.lower())
         if fmt is None:
-            raise InvalidInput(f"cannot tell the format of {p.name}: use a .json, .csv, .cbor or .bin file, or name the format")
+            raise InvalidInput(
+                f"cannot tell the format of {p.name}: use a .json, .csv, .cbor or .bin file, or name the format"
+            )
     importer = _IMPORTERS.get(fmt.lower())
     if importer is None:
         raise InvalidInput(f"unknown data format {fmt!r}: use json, csv, cbor or bin")

@@ -27,9 +27,19 @@ from node.model.errors import InvalidObject, UnknownKind, quote
 from node.model.selectors import SelectorEnvelope
 
 __all__ = [
-    "Kind", "KINDS", "register_kind", "decode_object", "validate",
-    "ScalarDataEnvelope", "RecursiveDataEnvelope", "ModuleBytecodeEnvelope", "Execution",
-    "DryTransformation", "Connection", "Pipeline", "PipelineEdge",
+    "KINDS",
+    "Connection",
+    "DryTransformation",
+    "Execution",
+    "Kind",
+    "ModuleBytecodeEnvelope",
+    "Pipeline",
+    "PipelineEdge",
+    "RecursiveDataEnvelope",
+    "ScalarDataEnvelope",
+    "decode_object",
+    "register_kind",
+    "validate",
 ]
 
 _TYPED_VERSION = re.compile(r"[a-z][a-z0-9]*_[0-9]+\Z")
@@ -214,8 +224,7 @@ class DryTransformation(Kind):
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         c = want_list(content, ctx, 2)
-        return {"bytecode": want_link(c[0], ctx.at(0, "bytecode")),
-                "handle": want_str(c[1], ctx.at(1, "handle"))}
+        return {"bytecode": want_link(c[0], ctx.at(0, "bytecode")), "handle": want_str(c[1], ctx.at(1, "handle"))}
 
 
 @register_kind
@@ -233,8 +242,10 @@ class Connection(Kind):
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         c = want_list(content, ctx, 2)
-        return {"tail_selector": want_link(c[0], ctx.at(0, "tailSelector")),
-                "head_selector": want_link(c[1], ctx.at(1, "headSelector"))}
+        return {
+            "tail_selector": want_link(c[0], ctx.at(0, "tailSelector")),
+            "head_selector": want_link(c[1], ctx.at(1, "headSelector")),
+        }
 
 
 @dataclass(frozen=True)
@@ -259,10 +270,16 @@ class Pipeline(Kind):
     edges: tuple[PipelineEdge, ...]
 
     def _content(self) -> Any:
-        vertices = [dict(v) if isinstance(v, Mapping) else v for v in self.vertices] \
-            if isinstance(self.vertices, (list, tuple)) else self.vertices
-        edges = [e.to_ipld() if isinstance(e, PipelineEdge) else list(e) if isinstance(e, tuple) else e
-                 for e in self.edges] if isinstance(self.edges, (list, tuple)) else self.edges
+        vertices = (
+            [dict(v) if isinstance(v, Mapping) else v for v in self.vertices]
+            if isinstance(self.vertices, (list, tuple))
+            else self.vertices
+        )
+        edges = (
+            [e.to_ipld() if isinstance(e, PipelineEdge) else list(e) if isinstance(e, tuple) else e for e in self.edges]
+            if isinstance(self.edges, (list, tuple))
+            else self.edges
+        )
         return [vertices, edges]
 
     @classmethod

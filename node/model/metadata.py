@@ -33,14 +33,15 @@ def _check_event(ev: Any, ctx: Ctx) -> dict[str, Any]:
         if not did.startswith("did:key:z"):
             raise ctx.at("datasetId").fail(f"expected a did:key, got {did[:40]!r}")
         if m["datasetKind"] not in ("root", "derivative"):
-            raise ctx.at("datasetKind").fail("expected \"root\" or \"derivative\"")
+            raise ctx.at("datasetKind").fail('expected "root" or "derivative"')
     elif kind == "SetDataSchema":
         want_map(m, ctx, required=("kind", "structure", "abstract"))
         want_link(m["structure"], ctx.at("structure"))
         want_link(m["abstract"], ctx.at("abstract"))
     elif kind == "AddData":
-        want_map(m, ctx, required=("kind", "slices", "offsets", "rows", "logicalHash", "merge"),
-                 optional=("eventTime",))
+        want_map(
+            m, ctx, required=("kind", "slices", "offsets", "rows", "logicalHash", "merge"), optional=("eventTime",)
+        )
         for i, s in enumerate(want_list(m["slices"], ctx.at("slices"))):
             sc = ctx.at("slices").at(i)
             sm = want_map(s, sc, required=("data", "rows", "size", "logicalHash"))

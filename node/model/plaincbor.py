@@ -85,7 +85,9 @@ def _enc(v: Any, out: bytearray, path: str) -> None:
         try:
             raw = v.encode("utf-8")
         except UnicodeEncodeError:
-            raise EncodingError(f"cannot encode value at {path}: string is not valid Unicode (lone surrogate)") from None
+            raise EncodingError(
+                f"cannot encode value at {path}: string is not valid Unicode (lone surrogate)"
+            ) from None
         out += _head(3, len(raw)) + raw
     elif isinstance(v, (bytes, bytearray, memoryview)):
         raw = bytes(v)

@@ -32,15 +32,22 @@ class Query(Kind):
     inputs: tuple[CID, ...]  # abstract structures, in the statement's input order (a, b, …)
 
     def _content(self) -> Any:
-        return {"syntax": self.syntax, "dialect": self.dialect, "canonicalizer": self.canonicalizer,
-                "statement": self.statement, "inputs": list(self.inputs)}
+        return {
+            "syntax": self.syntax,
+            "dialect": self.dialect,
+            "canonicalizer": self.canonicalizer,
+            "statement": self.statement,
+            "inputs": list(self.inputs),
+        }
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
         m = want_map(content, ctx, required=("syntax", "dialect", "canonicalizer", "statement", "inputs"))
         return {
             **{k: want_str(m[k], ctx.at(k)) for k in ("syntax", "dialect", "canonicalizer", "statement")},
-            "inputs": tuple(want_link(v, ctx.at("inputs").at(i)) for i, v in enumerate(want_list(m["inputs"], ctx.at("inputs")))),
+            "inputs": tuple(
+                want_link(v, ctx.at("inputs").at(i)) for i, v in enumerate(want_list(m["inputs"], ctx.at("inputs")))
+            ),
         }
 
 
@@ -71,9 +78,13 @@ class Invocation(Kind):
         for i, v in enumerate(want_list(m["inputs"], ctx.at("inputs"))):
             c = ctx.at("inputs").at(i)
             im = want_map(v, c, required=("structure", "logicalHash", "rows"))
-            ins.append(InputIdentity(want_link(im["structure"], c.at("structure")),
-                                     want_str(im["logicalHash"], c.at("logicalHash")),
-                                     want_int(im["rows"], c.at("rows"), 0)))
+            ins.append(
+                InputIdentity(
+                    want_link(im["structure"], c.at("structure")),
+                    want_str(im["logicalHash"], c.at("logicalHash")),
+                    want_int(im["rows"], c.at("rows"), 0),
+                )
+            )
         return {"query": want_link(m["query"], ctx.at("query")), "inputs": tuple(ins)}
 
 
@@ -97,18 +108,37 @@ class Receipt(Signed, Kind):
     profile: CID | None = None
 
     def _unsigned(self) -> dict[str, Any]:
-        out = {"execution": self.execution, "invocation": self.invocation, "signer": self.signer,
-               "time": self.time, "engine": dict(self.engine), "logicalHash": self.logical_hash,
-               "rows": self.rows, "structure": self.structure, "versions": list(self.versions),
-               "timings": dict(self.timings)}
+        out = {
+            "execution": self.execution,
+            "invocation": self.invocation,
+            "signer": self.signer,
+            "time": self.time,
+            "engine": dict(self.engine),
+            "logicalHash": self.logical_hash,
+            "rows": self.rows,
+            "structure": self.structure,
+            "versions": list(self.versions),
+            "timings": dict(self.timings),
+        }
         if self.profile is not None:
             out["profile"] = self.profile
         return out
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
-        keys = ("execution", "invocation", "signer", "time", "engine", "logicalHash", "rows", "structure",
-                "versions", "timings", "sig")
+        keys = (
+            "execution",
+            "invocation",
+            "signer",
+            "time",
+            "engine",
+            "logicalHash",
+            "rows",
+            "structure",
+            "versions",
+            "timings",
+            "sig",
+        )
         m = want_map(content, ctx, required=keys, optional=("profile",))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
@@ -125,10 +155,14 @@ class Receipt(Signed, Kind):
             "invocation": want_link(m["invocation"], ctx.at("invocation")),
             "signer": want_str(m["signer"], ctx.at("signer")),
             "time": want_str(m["time"], ctx.at("time")),
-            "engine": dict(engine), "logical_hash": want_str(m["logicalHash"], ctx.at("logicalHash")),
+            "engine": dict(engine),
+            "logical_hash": want_str(m["logicalHash"], ctx.at("logicalHash")),
             "rows": want_int(m["rows"], ctx.at("rows"), 0),
             "structure": want_link(m["structure"], ctx.at("structure")),
-            "versions": tuple(want_link(v, ctx.at("versions").at(i)) for i, v in enumerate(want_list(m["versions"], ctx.at("versions")))),
+            "versions": tuple(
+                want_link(v, ctx.at("versions").at(i))
+                for i, v in enumerate(want_list(m["versions"], ctx.at("versions")))
+            ),
             "timings": {k: float(v) for k, v in timings.items()},
             "sig": m["sig"],
             "profile": None if profile is None else want_link(profile, ctx.at("profile")),
@@ -161,13 +195,32 @@ class Announcement(Signed, Kind):
     sig: bytes = b""
 
     def _unsigned(self) -> dict[str, Any]:
-        return {"invocation": self.invocation, "execution": self.execution, "receipt": self.receipt,
-                "logicalHash": self.logical_hash, "rows": self.rows, "engine": dict(self.engine),
-                "providers": list(self.providers), "signer": self.signer, "time": self.time}
+        return {
+            "invocation": self.invocation,
+            "execution": self.execution,
+            "receipt": self.receipt,
+            "logicalHash": self.logical_hash,
+            "rows": self.rows,
+            "engine": dict(self.engine),
+            "providers": list(self.providers),
+            "signer": self.signer,
+            "time": self.time,
+        }
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
-        keys = ("invocation", "execution", "receipt", "logicalHash", "rows", "engine", "providers", "signer", "time", "sig")
+        keys = (
+            "invocation",
+            "execution",
+            "receipt",
+            "logicalHash",
+            "rows",
+            "engine",
+            "providers",
+            "signer",
+            "time",
+            "sig",
+        )
         m = want_map(content, ctx, required=keys)
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
@@ -181,7 +234,10 @@ class Announcement(Signed, Kind):
             "logical_hash": want_str(m["logicalHash"], ctx.at("logicalHash")),
             "rows": want_int(m["rows"], ctx.at("rows"), 0),
             "engine": dict(engine),
-            "providers": tuple(want_str(p, ctx.at("providers").at(i)) for i, p in enumerate(want_list(m["providers"], ctx.at("providers")))),
+            "providers": tuple(
+                want_str(p, ctx.at("providers").at(i))
+                for i, p in enumerate(want_list(m["providers"], ctx.at("providers")))
+            ),
             "signer": want_str(m["signer"], ctx.at("signer")),
             "time": want_str(m["time"], ctx.at("time")),
             "sig": m["sig"],

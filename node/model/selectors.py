@@ -10,7 +10,7 @@ IPLD selectors), and a union holds at least one selector.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Self, TypeAlias, Union
+from typing import Any, Self, TypeAlias
 
 from multiformats import CID
 
@@ -18,7 +18,12 @@ from node.model._shape import Ctx, want_int, want_list, want_map, want_str
 from node.model.codec import Block, block_of
 
 __all__ = [
-    "Matcher", "ExploreIndex", "ExploreRange", "ExploreUnion", "Selector", "SelectorEnvelope",
+    "ExploreIndex",
+    "ExploreRange",
+    "ExploreUnion",
+    "Matcher",
+    "Selector",
+    "SelectorEnvelope",
     "selector_from_ipld",
 ]
 
@@ -86,7 +91,7 @@ class ExploreUnion(_Validated):
         return {"|": [_ipld(m) for m in members] if isinstance(members, (tuple, list)) else members}
 
 
-Selector: TypeAlias = Union[Matcher, ExploreIndex, ExploreRange, ExploreUnion]
+Selector: TypeAlias = Matcher | ExploreIndex | ExploreRange | ExploreUnion
 _KEYS = ".", "i", "r", "|"
 
 
@@ -94,9 +99,12 @@ def selector_from_ipld(obj: Any, ctx: Ctx = _ROOT) -> Selector:
     """Parse the keyed-union form of a selector; InvalidObject names the bad field."""
     m = want_map(obj, ctx, optional=_KEYS)
     if len(m) != 1:
-        raise ctx.fail('expected exactly one of the keys ".", "i", "r", "|"' if m else
-                       'empty map: expected one of the keys ".", "i", "r", "|"')
-    (key, body), = m.items()
+        raise ctx.fail(
+            'expected exactly one of the keys ".", "i", "r", "|"'
+            if m
+            else 'empty map: expected one of the keys ".", "i", "r", "|"'
+        )
+    ((key, body),) = m.items()
     here = ctx.at(key)
     if key == ".":
         b = want_map(body, here, optional=("label",))

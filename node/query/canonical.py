@@ -33,7 +33,7 @@ from node.query.errors import QueryRefused
 from node.query.inputs import Context, Input, declare
 from node.query.naming import abstract_table_name, lambda_bound, name_occurrences, normalize_identifiers, rename_lambdas
 from node.query.order import SortKey, complete_orders, complete_windows, leftmost_select
-from node.query.printing import to_ident, normalize_spelling, post_check, sql_of
+from node.query.printing import normalize_spelling, post_check, sql_of, to_ident
 from node.query.qualify import prepare, qualify_statement
 
 __all__ = ["CANONICALIZER_VERSION", "MAX_SQL_CHARS", "CanonicalQuery", "SortKey", "abstract_table_name", "canonicalize"]
@@ -114,7 +114,6 @@ def _canonicalize(sql: str, declared: tuple[Input, ...]) -> CanonicalQuery:
         return _Canonicalizer(sql, declared).run()
     except RecursionError:
         raise QueryRefused("too-complex", "the statement nests too deeply", sql) from None
-
 
 
 class _Canonicalizer:

@@ -27,8 +27,7 @@ MAX_SQL_CHARS = 100_000
 _SQLGLOT_NAMES = {"arg_max": "max_by", "arg_min": "min_by", "array_unique_agg": "collect_set"}
 
 _SPARK_TYPES = frozenset(
-    "BOOLEAN TINYINT SMALLINT INT BIGINT FLOAT DOUBLE DECIMAL TEXT BINARY DATE TIMESTAMP TIMESTAMPTZ TIMESTAMPNTZ "
-    "TIMESTAMPLTZ INTERVAL ARRAY MAP STRUCT".split()
+    ["BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL", "TEXT", "BINARY", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPNTZ", "TIMESTAMPLTZ", "INTERVAL", "ARRAY", "MAP", "STRUCT"]
 )
 
 _VAR_PARENTS = (exp.Interval, exp.IntervalSpan, exp.Extract, exp.DataType, exp.DataTypeParam, exp.WindowSpec)
@@ -122,9 +121,7 @@ def collect_ctes(ctx: Context, root: exp.Expr) -> None:
     for cte in root.find_all(exp.CTE):
         name = cte.alias_or_name.lower()
         if name in ctx.by_key:
-            raise QueryRefused(
-                "cte-name-clash", "a CTE may not have the name of a declared input", cte.alias_or_name
-            )
+            raise QueryRefused("cte-name-clash", "a CTE may not have the name of a declared input", cte.alias_or_name)
         if name.startswith("__"):
             raise QueryRefused("cte-name-clash", "names starting with __ are reserved", cte.alias_or_name)
         if name in ctx.cte_names:
@@ -150,7 +147,6 @@ def check_node(ctx: Context, node: exp.Expr) -> None:
         if isinstance(node, kinds):
             check(ctx, node)
             return
-
 
 
 def _check_query(ctx: Context, node: exp.Select | exp.SetOperation | exp.Subquery) -> None:
@@ -201,11 +197,7 @@ def _check_star(ctx: Context, node: exp.Star) -> None:
 def _check_lambda_call(ctx: Context, node: exp.Transform | exp.Exists) -> None:
     if isinstance(node, exp.Transform) and not isinstance(node.expression, exp.Lambda):
         raise QueryRefused("unsupported-construct", "TRANSFORM needs a lambda", sql_of(node))
-    if (
-        isinstance(node, exp.Exists)
-        and node.expression is not None
-        and not isinstance(node.expression, exp.Lambda)
-    ):
+    if isinstance(node, exp.Exists) and node.expression is not None and not isinstance(node.expression, exp.Lambda):
         raise QueryRefused("unsupported-construct", "EXISTS needs a subquery or a lambda", sql_of(node))
 
 
@@ -221,9 +213,7 @@ def _check_ordered(ctx: Context, node: exp.Ordered) -> None:
 
 def _check_group(ctx: Context, node: exp.Group) -> None:
     if node.args.get("totals") or node.args.get("all"):
-        raise QueryRefused(
-            "unsupported-construct", "GROUP BY ALL is not supported: name the columns", sql_of(node)
-        )
+        raise QueryRefused("unsupported-construct", "GROUP BY ALL is not supported: name the columns", sql_of(node))
     if not any(node.args.get(k) for k in ("expressions", "grouping_sets", "cube", "rollup")):
         raise QueryRefused("parse-error", "GROUP BY without expressions", sql_of(node.parent or node))
 
@@ -266,8 +256,6 @@ def _check_var(ctx: Context, node: exp.Var) -> None:
         )
     if not isinstance(node.parent, _VAR_PARENTS):
         raise QueryRefused("unsupported-construct", "unexpected keyword", sql_of(node.parent or node))
-
-
 
 
 def check_call(ctx: Context, node: exp.Expr) -> None:
@@ -374,9 +362,7 @@ def refuse_function(ctx: Context, node: exp.Expr) -> None:
     name = _SQLGLOT_NAMES.get(name, name)
     fragment = sql_of(node)
     if name in allowlist.NONDETERMINISTIC_FUNCTIONS:
-        raise QueryRefused(
-            "nondeterministic-function", f"{name} does not give the same result on every run", fragment
-        )
+        raise QueryRefused("nondeterministic-function", f"{name} does not give the same result on every run", fragment)
     if name in allowlist.OUTSIDE_REACH_FUNCTIONS:
         raise QueryRefused("outside-reach", f"{name} reaches outside the query (JVM, files, network)", fragment)
     if name in allowlist.ORDER_SENSITIVE_FUNCTIONS:

@@ -57,15 +57,9 @@ CAST_CALLS = {
 #: Date/time arguments of allowlisted functions: name -> (argument positions, the type Spark casts them to).
 #: A negative position counts from the end (convert_timezone's timestamp is its last argument).
 DATETIME_ARGS: dict[str, tuple[tuple[int, ...], str]] = {
-    **{name: ((0,), DATE) for name in (
-        "date_add", "date_sub", "add_months", "last_day", "next_day", "trunc", "year", "month", "day",
-        "dayofweek", "dayofyear", "weekday", "weekofyear", "quarter", "dayname", "monthname", "unix_date",
-    )},
+    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "trunc", "year", "month", "day", "dayofweek", "dayofyear", "weekday", "weekofyear", "quarter", "dayname", "monthname", "unix_date"), ((0,), DATE)),
     "datediff": ((0, 1), DATE),
-    **{name: ((0,), TIMESTAMP) for name in (
-        "hour", "minute", "second", "date_format", "from_utc_timestamp", "to_utc_timestamp", "unix_seconds",
-        "unix_millis", "unix_micros",
-    )},
+    **dict.fromkeys(("hour", "minute", "second", "date_format", "from_utc_timestamp", "to_utc_timestamp", "unix_seconds", "unix_millis", "unix_micros"), ((0,), TIMESTAMP)),
     "months_between": ((0, 1), TIMESTAMP),
     "date_trunc": ((1,), TIMESTAMP),
     "date_part": ((1,), TIMESTAMP),
@@ -74,13 +68,9 @@ DATETIME_ARGS: dict[str, tuple[tuple[int, ...], str]] = {
 
 #: Calls whose result is a date/time (so a string compared with them is cast to it).
 DATETIME_RESULTS = {
-    **{name: DATE for name in ("date_add", "date_sub", "add_months", "last_day", "next_day", "make_date", "trunc",
-                               "date_from_unix_date")},
-    **{name: TIMESTAMP for name in ("make_timestamp", "make_timestamp_ltz", "try_make_timestamp",
-                                    "try_make_timestamp_ltz", "timestamp_seconds", "timestamp_millis",
-                                    "timestamp_micros", "from_utc_timestamp", "to_utc_timestamp", "date_trunc",
-                                    "convert_timezone")},
-    **{name: NTZ for name in ("make_timestamp_ntz", "try_make_timestamp_ntz")},
+    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "make_date", "trunc", "date_from_unix_date"), DATE),
+    **dict.fromkeys(("make_timestamp", "make_timestamp_ltz", "try_make_timestamp", "try_make_timestamp_ltz", "timestamp_seconds", "timestamp_millis", "timestamp_micros", "from_utc_timestamp", "to_utc_timestamp", "date_trunc", "convert_timezone"), TIMESTAMP),
+    **dict.fromkeys(("make_timestamp_ntz", "try_make_timestamp_ntz"), NTZ),
     **CAST_CALLS,
 }  # fmt: skip
 
@@ -166,7 +156,8 @@ def check_value(value: exp.Expr, target: str, where: exp.Expr, column_type: Colu
         return
     if is_constant(value) and _has_string(value) and datetime_kind(value, column_type) is None:
         raise QueryRefused(
-            RULE, f"a computed string reaching {target.upper()} could be read from the clock ('to' || 'day')",
+            RULE,
+            f"a computed string reaching {target.upper()} could be read from the clock ('to' || 'day')",
             _fragment(where),
         )
     if target == TIMESTAMP and isinstance(value, exp.Column) and _is_string_type(column_type(value)):

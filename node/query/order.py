@@ -116,11 +116,9 @@ def may_hold_float(type_string: str | None) -> bool:
 
 
 # Functions whose result never holds a float: their keys need no tie-breaker (a shorter statement, nothing more).
-_NEVER_FLOAT_CALLS = frozenset("""
-    count count_if row_number rank dense_rank ntile length char_length character_length octet_length bit_length
-    upper lower ucase lcase trim ltrim rtrim concat_ws substring substr year month day dayofmonth dayofweek
-    dayofyear hour minute second quarter weekofyear to_date date_add date_sub datediff
-""".split())
+_NEVER_FLOAT_CALLS = frozenset(
+    ["count", "count_if", "row_number", "rank", "dense_rank", "ntile", "length", "char_length", "character_length", "octet_length", "bit_length", "upper", "lower", "ucase", "lcase", "trim", "ltrim", "rtrim", "concat_ws", "substring", "substr", "year", "month", "day", "dayofmonth", "dayofweek", "dayofyear", "hour", "minute", "second", "quarter", "weekofyear", "to_date", "date_add", "date_sub", "datediff"]
+)
 
 
 def never_float(expression: exp.Expr) -> bool:
@@ -215,12 +213,7 @@ def complete_orders(
                 ordered.set("this", this)
             k = output_ref(this)
             entries = False
-            if (
-                k is None
-                and isinstance(this, SparkCall)
-                and this.fname == "map_entries"
-                and len(this.expressions) == 1
-            ):
+            if k is None and isinstance(this, SparkCall) and this.fname == "map_entries" and len(this.expressions) == 1:
                 k = output_ref(this.expressions[0])
                 entries = k is not None
             if k is None and query is select:

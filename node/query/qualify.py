@@ -13,7 +13,7 @@ from sqlglot.schema import MappingSchema
 from node.query.dialect import DIALECT
 from node.query.errors import QueryRefused
 from node.query.inputs import Context, sqlglot_type
-from node.query.printing import to_ident, sql_of
+from node.query.printing import sql_of, to_ident
 
 
 def prepare(ctx: Context, root: exp.Expr) -> None:
@@ -50,8 +50,7 @@ def prepare(ctx: Context, root: exp.Expr) -> None:
 
 def qualify_statement(ctx: Context, root: exp.Expr) -> exp.Expr:
     mapping = {
-        f"__in{i}": {name: sqlglot_type(t) for name, t in zip(d.keys, d.types)}
-        for i, d in enumerate(ctx.declared)
+        f"__in{i}": {name: sqlglot_type(t) for name, t in zip(d.keys, d.types)} for i, d in enumerate(ctx.declared)
     }
     try:
         root = qualify(

@@ -53,9 +53,18 @@ def sort_keys(array: pa.Array) -> list[pa.Array]:
 def _sortable(t: pa.DataType) -> bool:
     if pa.types.is_interval(t):  # Arrow cannot sort month_day_nano intervals: they go by their encoding
         return False
-    return (pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t) or pa.types.is_temporal(t)
-            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_null(t))
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_temporal(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_null(t)
+    )
 
 
 def float_bits(array: pa.Array) -> pa.Array:

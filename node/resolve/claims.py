@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pyarrow as pa
 
@@ -33,8 +33,19 @@ from node.identity import public_key_from_did
 from node.index import ExecutionRow
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Announcement, Block, Execution, Invocation, ModuleBytecodeEnvelope, RecursiveDataEnvelope, Receipt,
-    Structure, block_of, cid_str, decode, decode_object,
+    CID,
+    Announcement,
+    Block,
+    Execution,
+    Invocation,
+    ModuleBytecodeEnvelope,
+    Receipt,
+    RecursiveDataEnvelope,
+    Structure,
+    block_of,
+    cid_str,
+    decode,
+    decode_object,
 )
 
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
@@ -139,8 +150,9 @@ def structure_of(schema: pa.Schema) -> Structure:
     return Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in schema))
 
 
-async def _hash_slices(datasets: Datasets, cids: list[CID], timeout: float, what: str,
-                       progress: Callable[[], None] | None = None) -> tuple[Structure, LogicalHasher]:
+async def _hash_slices(
+    datasets: Datasets, cids: list[CID], timeout: float, what: str, progress: Callable[[], None] | None = None
+) -> tuple[Structure, LogicalHasher]:
     """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
     Every slice must have the first one's structure."""
     hasher: LogicalHasher | None = None
@@ -172,21 +184,25 @@ async def _hash_slices(datasets: Datasets, cids: list[CID], timeout: float, what
 
 def _check_bytecode(ex: Execution, ex_cid: CID, want: Asked) -> None:
     if not _same(ex.bytecode, want.bytecode):
-        raise ClaimRefused(f"execution {cid_str(ex_cid)} runs bytecode {cid_str(ex.bytecode)}, not "
-                           f"{cid_str(want.bytecode)}: the canonical statement of the query asked")
+        raise ClaimRefused(
+            f"execution {cid_str(ex_cid)} runs bytecode {cid_str(ex.bytecode)}, not "
+            f"{cid_str(want.bytecode)}: the canonical statement of the query asked"
+        )
     if ex.handle != want.handle:
         raise ClaimRefused(f"execution {cid_str(ex_cid)} runs handle {ex.handle!r}, not {want.handle!r}")
 
 
-async def _check_inputs(kubo: KuboClient, datasets: Datasets, ex: Execution, ex_cid: CID, want: Asked,
-                        timeout: float) -> None:
+async def _check_inputs(
+    kubo: KuboClient, datasets: Datasets, ex: Execution, ex_cid: CID, want: Asked, timeout: float
+) -> None:
     """The ex_0 read data with the identities the invocation names, input by input."""
     env = await _object(kubo, ex.input, timeout, RecursiveDataEnvelope)
     assert isinstance(env, RecursiveDataEnvelope)
     lists = await _links(kubo, env.content, timeout, f"execution {cid_str(ex_cid)}: input")
     if len(lists) != len(want.invocation.inputs):
-        raise ClaimRefused(f"execution {cid_str(ex_cid)} read {len(lists)} inputs, the invocation names "
-                           f"{len(want.invocation.inputs)}")
+        raise ClaimRefused(
+            f"execution {cid_str(ex_cid)} read {len(lists)} inputs, the invocation names {len(want.invocation.inputs)}"
+        )
     for i, (lst, ident, ours) in enumerate(zip(lists, want.invocation.inputs, want.inputs)):
         slices = await _links(kubo, lst, timeout, f"execution {cid_str(ex_cid)}: input {i}")
         if len(slices) == len(ours) and all(_same(a, b) for a, b in zip(slices, ours)):
@@ -197,12 +213,20 @@ async def _check_inputs(kubo: KuboClient, datasets: Datasets, ex: Execution, ex_
         structure, hasher = await _hash_slices(datasets, slices, timeout, what)
         got = (block_of(structure.abstract()).cid, str(hasher.finish()), hasher.rows)
         if not _same(got[0], ident.structure) or got[1:] != (ident.logical_hash, ident.rows):
-            raise ClaimRefused(f"{what} (slices {cid_str(lst)}) is not the data the invocation names: "
-                               f"structure, logical hash or row count differ")
+            raise ClaimRefused(
+                f"{what} (slices {cid_str(lst)}) is not the data the invocation names: "
+                f"structure, logical hash or row count differ"
+            )
 
 
-async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcement, want: Asked,
-                           timeout: float, progress: Callable[[], None] | None = None) -> Verified:
+async def fetch_and_verify(
+    kubo: KuboClient,
+    datasets: Datasets,
+    an: Announcement,
+    want: Asked,
+    timeout: float,
+    progress: Callable[[], None] | None = None,
+) -> Verified:
     """Check everything the claim states (module docstring); ``progress`` is called after each output slice."""
     if not _same(an.invocation, want.cid):
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
@@ -214,10 +238,17 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
             rc.verify(public_key_from_did(rc.signer))
         except CairnError as e:
             raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {e.message}") from None
-        if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (an.invocation, an.execution, an.logical_hash, an.rows):
+        if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (
+            an.invocation,
+            an.execution,
+            an.logical_hash,
+            an.rows,
+        ):
             raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
         if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
-            raise ClaimRefused(f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}")
+            raise ClaimRefused(
+                f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}"
+            )
         ex = await _object(kubo, rc.execution, timeout, Execution)
         assert isinstance(ex, Execution)
         if ex.exit_status or ex.output is None:
@@ -230,14 +261,19 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
         if not out_list:
             raise ClaimRefused(f"execution {cid_str(rc.execution)}: output is not a list of slices")
         claimed = await _object(kubo, rc.structure, timeout, Structure)
-        structure, hasher = await _hash_slices(datasets, out_list, timeout,
-                                               f"execution {cid_str(rc.execution)}: output", progress)
+        structure, hasher = await _hash_slices(
+            datasets, out_list, timeout, f"execution {cid_str(rc.execution)}: output", progress
+        )
         if structure != claimed:
-            raise ClaimRefused(f"execution {cid_str(rc.execution)}: its output's structure is {structure.schema}, "
-                               f"not the {cid_str(rc.structure)} its receipt claims")
+            raise ClaimRefused(
+                f"execution {cid_str(rc.execution)}: its output's structure is {structure.schema}, "
+                f"not the {cid_str(rc.structure)} its receipt claims"
+            )
         if str(hasher.finish()) != rc.logical_hash or hasher.rows != rc.rows:
-            raise ClaimRefused(f"the data of execution {cid_str(rc.execution)} does not match the logical hash "
-                               f"and row count its receipt claims")
+            raise ClaimRefused(
+                f"the data of execution {cid_str(rc.execution)} does not match the logical hash "
+                f"and row count its receipt claims"
+            )
     except CairnError as e:
         if isinstance(e, ClaimRefused):
             raise
@@ -247,7 +283,18 @@ async def fetch_and_verify(kubo: KuboClient, datasets: Datasets, an: Announcemen
     for cid in (an.receipt, rc.execution, ex.output, rc.structure):
         await kubo.pin_add(cid, recursive=False)
     await kubo.pin_add(env.content, recursive=True)
-    row = ExecutionRow(cid_str(an.invocation), "", cid_str(rc.execution), cid_str(an.receipt), rc.logical_hash,
-                       rc.rows, cid_str(rc.structure), tuple(cid_str(c) for c in out_list), "peer", time.time(),
-                       trust="unverified", profile=cid_str(rc.profile) if rc.profile else None)
+    row = ExecutionRow(
+        cid_str(an.invocation),
+        "",
+        cid_str(rc.execution),
+        cid_str(an.receipt),
+        rc.logical_hash,
+        rc.rows,
+        cid_str(rc.structure),
+        tuple(cid_str(c) for c in out_list),
+        "peer",
+        time.time(),
+        trust="unverified",
+        profile=cid_str(rc.profile) if rc.profile else None,
+    )
     return Verified(row, rc)

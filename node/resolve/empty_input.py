@@ -14,10 +14,23 @@ import pyarrow.parquet as pq
 from node.errors import InvalidInput
 
 _SIMPLE = {
-    "null": pa.null(), "bool": pa.bool_(), "int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(),
-    "int64": pa.int64(), "uint8": pa.uint8(), "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(),
-    "float16": pa.float16(), "float32": pa.float32(), "float64": pa.float64(), "utf8": pa.string(),
-    "binary": pa.binary(), "date32": pa.date32(), "date64": pa.date32(),
+    "null": pa.null(),
+    "bool": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "float16": pa.float16(),
+    "float32": pa.float32(),
+    "float64": pa.float64(),
+    "utf8": pa.string(),
+    "binary": pa.binary(),
+    "date32": pa.date32(),
+    "date64": pa.date32(),
 }
 _WORD = re.compile(r"[a-z_0-9]+")
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -39,7 +52,7 @@ class _Parser:
         end = self.text.find(stop, self.pos)
         if end < 0:
             raise self.fail()
-        out, self.pos = self.text[self.pos:end], end + len(stop)
+        out, self.pos = self.text[self.pos : end], end + len(stop)
         return out
 
     def type(self) -> pa.DataType:

@@ -7,8 +7,9 @@ import asyncio
 import itertools
 import secrets
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from node.errors import CairnError, NotFound
 

@@ -15,9 +15,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,8 +30,22 @@ from node.identity import Identity
 from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import (
-    CID, Announcement, Block, EngineProfile, Execution, InputIdentity, InvalidCID, InvalidObject, Invocation,
-    Query, Receipt, RecursiveDataEnvelope, Structure, block_of, cid_str, parse_cid,
+    CID,
+    Announcement,
+    Block,
+    EngineProfile,
+    Execution,
+    InputIdentity,
+    InvalidCID,
+    InvalidObject,
+    Invocation,
+    Query,
+    Receipt,
+    RecursiveDataEnvelope,
+    Structure,
+    block_of,
+    cid_str,
+    parse_cid,
 )
 from node.query import CanonicalQuery, SortKey, canonicalize
 from node.query.result_order import canonical_order
@@ -94,15 +109,27 @@ class Answer:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class Resolver:
-    def __init__(self, datasets: Datasets, kubo: KuboClient, index: Index, worker: SparkWorker,
-                 identity: Identity, work_dir: Path, rows_per_slice: int, query_timeout: float | None = None,
-                 trust_mode: str = "community", community: str | None = None, fetch_timeout: float = 60.0,
-                 lookup: Lookup | None = None, resolve_timeout: float = 10.0,
-                 worker_ready: Callable[[Event], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        datasets: Datasets,
+        kubo: KuboClient,
+        index: Index,
+        worker: SparkWorker,
+        identity: Identity,
+        work_dir: Path,
+        rows_per_slice: int,
+        query_timeout: float | None = None,
+        trust_mode: str = "community",
+        community: str | None = None,
+        fetch_timeout: float = 60.0,
+        lookup: Lookup | None = None,
+        resolve_timeout: float = 10.0,
+        worker_ready: Callable[[Event], Awaitable[None]] | None = None,
+    ) -> None:
         self.worker_ready = worker_ready
         self.query_timeout = query_timeout
         self.trust_mode, self.community, self.fetch_timeout = trust_mode, community, fetch_timeout
@@ -122,7 +149,9 @@ class Resolver:
 
     # -- hashing the question -------------------------------------------------------------------
 
-    async def prepare(self, sql: str, inputs: Mapping[str, str]) -> tuple[CanonicalQuery, list[Block], Invocation, list[Version]]:
+    async def prepare(
+        self, sql: str, inputs: Mapping[str, str]
+    ) -> tuple[CanonicalQuery, list[Block], Invocation, list[Version]]:
         """Resolve input refs to versions (now, once), canonicalize, and build qy_0 and iv_0."""
         if not inputs:
             raise InvalidInput("a query needs at least one input (--input NAME=DATASET)")
@@ -145,8 +174,9 @@ class Resolver:
 
     # -- answering -----------------------------------------------------------------------------
 
-    async def resolve(self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None,
-                      trust: str | None = None) -> Answer:
+    async def resolve(
+        self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None, trust: str | None = None
+    ) -> Answer:
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
         mode = trust or self.trust_mode
@@ -158,8 +188,10 @@ class Resolver:
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
         hit = self.index.execution(key)
         if hit is not None and hit.trust not in ACCEPTS[mode]:
-            log.info("local row too loosely checked for this request", extra={"invocation": key, "trust": hit.trust,
-                                                                             "mode": mode})
+            log.info(
+                "local row too loosely checked for this request",
+                extra={"invocation": key, "trust": hit.trust, "mode": mode},
+            )
             hit = None
         outcome = Outcome(hit, "local", hit.trust) if hit is not None else None
         if outcome is None:
@@ -169,18 +201,31 @@ class Resolver:
                 self._inflight[(key, mode)] = flight
                 flight.add_done_callback(lambda _: self._inflight.pop((key, mode), None))
             outcome = await asyncio.shield(flight)
-        return Answer(iv.query, iv_block.cid, outcome.row, outcome.source,
-                      round((time.perf_counter() - started) * 1000, 3), cq.output_names,
-                      {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)}, outcome.peer, outcome.trust)
+        return Answer(
+            iv.query,
+            iv_block.cid,
+            outcome.row,
+            outcome.source,
+            round((time.perf_counter() - started) * 1000, 3),
+            cq.output_names,
+            {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)},
+            outcome.peer,
+            outcome.trust,
+        )
 
-    async def _miss(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
-                    mode: str, emit: Event) -> "Outcome":
+    async def _miss(
+        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], mode: str, emit: Event
+    ) -> Outcome:
         """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute."""
         found = await self._from_peers(cq, iv_block, versions, mode, emit) if mode != "self" else None
         if found is not None:
             claim, got = found
-            peer = {"peer": claim.peer, "signer": claim.signer, "mode": mode,
-                    "receipt": cid_str(claim.announcement.receipt)}
+            peer = {
+                "peer": claim.peer,
+                "signer": claim.signer,
+                "mode": mode,
+                "receipt": cid_str(claim.announcement.receipt),
+            }
             if mode == "verify":
                 mine = await self._compute(cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
@@ -200,8 +245,9 @@ class Resolver:
             return Outcome(stored, "peer", stored.trust, peer)
         return Outcome(await self._compute(cq, objects, iv_block, versions, emit), "computed", "computed")
 
-    async def _from_peers(self, cq: CanonicalQuery, iv_block: Block, versions: list[Version], mode: str,
-                          emit: Event) -> "tuple[Claim, Verified] | None":
+    async def _from_peers(
+        self, cq: CanonicalQuery, iv_block: Block, versions: list[Version], mode: str, emit: Event
+    ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
         large result that keeps flowing is fetched while a claim that stalls is given up; then we compute."""
@@ -209,6 +255,7 @@ class Resolver:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.resolve_timeout) as deadline:
+
                 def progress() -> None:
                     with contextlib.suppress(RuntimeError):
                         deadline.reschedule(loop.time() + self.resolve_timeout)
@@ -219,17 +266,20 @@ class Resolver:
                         continue
                     emit("fetching", {"peer": claim.peer, "signer": claim.signer})
                     try:
-                        return claim, await fetch_and_verify(self.kubo, self.datasets, claim.announcement, want,
-                                                             self.fetch_timeout, progress)
+                        return claim, await fetch_and_verify(
+                            self.kubo, self.datasets, claim.announcement, want, self.fetch_timeout, progress
+                        )
                     except ClaimRefused as e:
                         self._refuse(claim, e.message)
         except TimeoutError:
-            log.warning("peers gave no usable answer within peers.resolve_timeout: computing",
-                        extra={"invocation": cid_str(iv_block.cid), "timeout": self.resolve_timeout})
+            log.warning(
+                "peers gave no usable answer within peers.resolve_timeout: computing",
+                extra={"invocation": cid_str(iv_block.cid), "timeout": self.resolve_timeout},
+            )
             emit("peers-deadline", {"timeout": self.resolve_timeout})
         return None
 
-    async def _claims(self, invocation: CID, emit: Event) -> list["Claim"]:
+    async def _claims(self, invocation: CID, emit: Event) -> list[Claim]:
         """Claims about an invocation: those already received (gossip), then a lookup among peers."""
         found: dict[tuple[str, str], Claim] = {}
         rows = self.index.claims(cid_str(invocation))
@@ -263,30 +313,44 @@ class Resolver:
             if not _same(c.announcement.invocation, invocation):
                 continue
             if bad > ok:
-                self._refuse(c, f"{POLICY}signer refused {bad} times, accepted {ok}: its claims are not used",
-                             score=False)
+                self._refuse(
+                    c, f"{POLICY}signer refused {bad} times, accepted {ok}: its claims are not used", score=False
+                )
                 continue
             usable.append(c)
         return sorted(usable, key=lambda c: scores[c.signer][0] - 2 * scores[c.signer][1], reverse=True)
 
     def record_claim(self, peer: str, an: Announcement, data: bytes) -> bool:
         self._check_divergence(peer, an)
-        return self.index.add_claim(ClaimRow(cid_str(an.invocation), an.signer, cid_str(an.execution),
-                                             cid_str(an.receipt), an.logical_hash, an.rows, peer, data,
-                                             time.time(), "pending", ""))
+        return self.index.add_claim(
+            ClaimRow(
+                cid_str(an.invocation),
+                an.signer,
+                cid_str(an.execution),
+                cid_str(an.receipt),
+                an.logical_hash,
+                an.rows,
+                peer,
+                data,
+                time.time(),
+                "pending",
+                "",
+            )
+        )
 
     def _trusted(self, signer: str) -> bool:
         return any(key == signer for key, _ in self.index.trusted(self.community))
 
-    def _refuse(self, claim: "Claim", reason: str, score: bool = True) -> None:
+    def _refuse(self, claim: Claim, reason: str, score: bool = True) -> None:
         """Refuse a claim with its reason; ``score`` False for policy refusals, which say nothing of its truth."""
         an = claim.announcement
         log.warning("claim refused", extra={"peer": claim.peer, "signer": claim.signer, "reason": reason})
         self.record_claim(claim.peer, an, an.block().data)
-        self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason,
-                                    score=score)
+        self.index.set_claim_status(
+            cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason, score=score
+        )
 
-    def _accept(self, claim: "Claim") -> None:
+    def _accept(self, claim: Claim) -> None:
         an = claim.announcement
         self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "accepted")
 
@@ -295,22 +359,39 @@ class Resolver:
         from node.model import parse_cid
 
         engine = {"name": "spark", **({"profile": row.profile} if row.profile else {})}
-        return Announcement(parse_cid(row.invocation), parse_cid(row.execution), parse_cid(row.receipt),
-                            row.logical_hash, row.rows, engine, tuple(providers),
-                            self.identity.node_key, _now()).signed(self.identity.sign)
+        return Announcement(
+            parse_cid(row.invocation),
+            parse_cid(row.execution),
+            parse_cid(row.receipt),
+            row.logical_hash,
+            row.rows,
+            engine,
+            tuple(providers),
+            self.identity.node_key,
+            _now(),
+        ).signed(self.identity.sign)
 
-    async def _compute(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block,
-                       versions: list[Version], emit: Event) -> ExecutionRow:
+    async def _compute(
+        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
+    ) -> ExecutionRow:
         t0 = time.perf_counter()
         result = await self._run_on_spark(cq.statement, versions, emit)
         t1 = time.perf_counter()
         table = _canonical_order(result.table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
-        row = await self._publish(cq, objects, iv_block, versions, table,
-                                  {"compute_ms": round(result.elapsed_ms, 3),
-                                   "engine_round_trip_ms": round(result.total_ms, 3)}, t0, result.profile)
-        log.info("computed", extra={"invocation": row.invocation, "rows": row.rows,
-                                    "compute_ms": round((t1 - t0) * 1000, 1)})
+        row = await self._publish(
+            cq,
+            objects,
+            iv_block,
+            versions,
+            table,
+            {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)},
+            t0,
+            result.profile,
+        )
+        log.info(
+            "computed", extra={"invocation": row.invocation, "rows": row.rows, "compute_ms": round((t1 - t0) * 1000, 1)}
+        )
         return row
 
     async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
@@ -332,9 +413,17 @@ class Resolver:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    async def _publish(self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version],
-                       table: pa.Table, timings: dict[str, float], t0: float,
-                       profile: Mapping[str, Any]) -> ExecutionRow:
+    async def _publish(
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        table: pa.Table,
+        timings: dict[str, float],
+        t0: float,
+        profile: Mapping[str, Any],
+    ) -> ExecutionRow:
         ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
@@ -362,25 +451,61 @@ class Resolver:
             in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
             in_root = block_of([b.cid for b in in_lists])
             out_list = block_of(list(slices))
-            in_env, out_env = block_of(RecursiveDataEnvelope(in_root.cid)), block_of(RecursiveDataEnvelope(out_list.cid))
+            in_env, out_env = (
+                block_of(RecursiveDataEnvelope(in_root.cid)),
+                block_of(RecursiveDataEnvelope(out_list.cid)),
+            )
             ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
 
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
-            rc = Receipt(ex.cid, iv_block.cid, self.identity.node_key, _now(), engine_versions(cq),
-                         logical, table.num_rows, st_block.cid, tuple(v.head for v in versions), timings,
-                         profile=ep_block.cid)
+            rc = Receipt(
+                ex.cid,
+                iv_block.cid,
+                self.identity.node_key,
+                _now(),
+                engine_versions(cq),
+                logical,
+                table.num_rows,
+                st_block.cid,
+                tuple(v.head for v in versions),
+                timings,
+                profile=ep_block.cid,
+            )
             rc_block = block_of(rc.signed(self.identity.sign))
 
-            for blk in [*objects, iv_block, st_block, sql_leaf, mbe, *in_lists, in_root, out_list, in_env,
-                        out_env, ex, rc_block]:
+            for blk in [
+                *objects,
+                iv_block,
+                st_block,
+                sql_leaf,
+                mbe,
+                *in_lists,
+                in_root,
+                out_list,
+                in_env,
+                out_env,
+                ex,
+                rc_block,
+            ]:
                 await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
             # The receipt links everything: one recursive pin keeps result, execution and sources together.
             await self.kubo.pin_add(rc_block.cid, recursive=True)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
-            row = ExecutionRow(cid_str(iv_block.cid), cid_str(objects[-1].cid), cid_str(ex.cid), cid_str(rc_block.cid),
-                               logical, table.num_rows, cid_str(st_block.cid), tuple(cid_str(c) for c in slices),
-                               "computed", time.time(), trust="computed", profile=cid_str(ep_block.cid))
+            row = ExecutionRow(
+                cid_str(iv_block.cid),
+                cid_str(objects[-1].cid),
+                cid_str(ex.cid),
+                cid_str(rc_block.cid),
+                logical,
+                table.num_rows,
+                cid_str(st_block.cid),
+                tuple(cid_str(c) for c in slices),
+                "computed",
+                time.time(),
+                trust="computed",
+                profile=cid_str(ep_block.cid),
+            )
             self.index.add_execution(row)
             await self._provide([ex.cid, rc_block.cid, *slices])
             stored = self.index.execution(row.invocation) or row
@@ -425,13 +550,33 @@ class Resolver:
             theirs = cid_str(parse_cid(theirs)) if theirs else None
         except InvalidCID:
             theirs = None
-        d = Divergence(ours.invocation, ours.execution, ours.profile, ours.logical_hash, ours.rows, an.signer, peer,
-                       cid_str(an.execution), cid_str(an.receipt), theirs, an.logical_hash, an.rows, time.time())
+        d = Divergence(
+            ours.invocation,
+            ours.execution,
+            ours.profile,
+            ours.logical_hash,
+            ours.rows,
+            an.signer,
+            peer,
+            cid_str(an.execution),
+            cid_str(an.receipt),
+            theirs,
+            an.logical_hash,
+            an.rows,
+            time.time(),
+        )
         if self.index.add_divergence(d):
             self.divergences += 1
-            log.warning("divergence: a peer's answer differs from ours",
-                        extra={"invocation": d.invocation, "signer": d.signer, "our_profile": d.profile,
-                               "their_profile": theirs, "same_profile": theirs == ours.profile})
+            log.warning(
+                "divergence: a peer's answer differs from ours",
+                extra={
+                    "invocation": d.invocation,
+                    "signer": d.signer,
+                    "our_profile": d.profile,
+                    "their_profile": theirs,
+                    "same_profile": theirs == ours.profile,
+                },
+            )
 
     async def _provide(self, cids: list[CID]) -> None:
         """Announce on the IPFS DHT; with no peers Kubo refuses at once, which is not an error for us."""
@@ -450,7 +595,7 @@ class Resolver:
         for s in row.slices:
             yield await self.datasets.read_cid(parse_cid(s))
 
-    def preview(self, row: ExecutionRow, limit: int) -> "Awaitable[tuple[pa.Schema, list[list[Any]]]]":
+    def preview(self, row: ExecutionRow, limit: int) -> Awaitable[tuple[pa.Schema, list[list[Any]]]]:
         """The result's schema and first ``limit`` rows, rendered JSON-safe (node.values); cached, since
         results never change."""
         key = (row.execution, limit)
@@ -459,7 +604,8 @@ class Resolver:
             cached = asyncio.ensure_future(self._preview(row, limit))
             self._previews[key] = cached
             cached.add_done_callback(
-                lambda f: (f.cancelled() or f.exception() is not None) and self._previews.pop(key, None))
+                lambda f: (f.cancelled() or f.exception() is not None) and self._previews.pop(key, None)
+            )
             while len(self._previews) > 256:
                 self._previews.pop(next(iter(self._previews)))
         return asyncio.shield(cached)
@@ -486,8 +632,7 @@ def _same(a: CID, b: CID) -> bool:
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
     import pyspark
 
-    return {"name": "spark", "spark": pyspark.__version__, "pyarrow": pa.__version__,
-            "canonicalizer": cq.canonicalizer}
+    return {"name": "spark", "spark": pyspark.__version__, "pyarrow": pa.__version__, "canonicalizer": cq.canonicalizer}
 
 
 def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Table:

@@ -55,11 +55,16 @@ class SparkError(CairnError):
 
     status = 500
 
-    def __init__(self, message: str, *, kind: str = "runtime", condition: str | None = None,
-                 sqlstate: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, kind: str = "runtime", condition: str | None = None, sqlstate: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker" | "refused"
-        if kind == "analysis" or (sqlstate or "")[:2] in ("22", "42") or "UNSUPPORTED_DATA_TYPE" in (condition or message):
+        if (
+            kind == "analysis"
+            or (sqlstate or "")[:2] in ("22", "42")
+            or "UNSUPPORTED_DATA_TYPE" in (condition or message)
+        ):
             self.status = 422  # the query (or its data) is what Spark refused: the asker's to fix, not a 500
         self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
         self.sqlstate = sqlstate
@@ -143,7 +148,7 @@ def group_members(pgid: int) -> list[int]:
                 data = f.read()
         except OSError:
             continue
-        fields = data[data.rfind(b")") + 2:].split()  # after "pid (comm) "
+        fields = data[data.rfind(b")") + 2 :].split()  # after "pid (comm) "
         if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
             members.append(int(entry.name))
     return members
@@ -220,8 +225,19 @@ class SparkWorker:
         await self._launch()
 
     def _command(self) -> list[str]:
-        cmd = [self.python, "-m", "spark_worker", "--socket", str(self.socket_path), "--master", self.master,
-               "--log", str(self.log_path), "--parent-pid", str(os.getpid())]
+        cmd = [
+            self.python,
+            "-m",
+            "spark_worker",
+            "--socket",
+            str(self.socket_path),
+            "--master",
+            self.master,
+            "--log",
+            str(self.log_path),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         conf = dict(self.conf)
         conf.setdefault("spark.local.dir", str(self.scratch / "local"))
         conf.setdefault("spark.sql.warehouse.dir", str(self.scratch / "warehouse"))
@@ -282,8 +298,9 @@ class SparkWorker:
             await self._kill_group(self._proc)
             raise SparkStartError("the Spark worker reported no engine profile (an older worker?)")
         self.profile = MappingProxyType(profile)
-        log.info("Spark worker ready (pid %d, Spark %s) in %.1f s", self._proc.pid, self.spark_version,
-                 time.monotonic() - t0)
+        log.info(
+            "Spark worker ready (pid %d, Spark %s) in %.1f s", self._proc.pid, self.spark_version, time.monotonic() - t0
+        )
 
     def _clean_scratch(self) -> None:
         """Empty the temporary parts of the scratch directory (only once no worker runs)."""
@@ -301,8 +318,9 @@ class SparkWorker:
                 )
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SparkStartError(f"the Spark worker did not answer within {self.start_timeout:.0f} s: "
-                                      f"{self._log_tail()}")
+                raise SparkStartError(
+                    f"the Spark worker did not answer within {self.start_timeout:.0f} s: {self._log_tail()}"
+                )
             if os.path.exists(self.socket_path):
                 # The worker binds its socket before Spark starts and accepts once the session is
                 # up: this ping simply waits for it (or fails when the process exits).
@@ -322,8 +340,11 @@ class SparkWorker:
                 text = f.read().decode(errors="replace")
         except OSError:
             return "(no log)"
-        kept = [ln.strip() for ln in text.splitlines()
-                if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln]
+        kept = [
+            ln.strip()
+            for ln in text.splitlines()
+            if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln
+        ]
         tail = " | ".join(kept[-lines:])
         return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path})"
 
@@ -400,8 +421,9 @@ class SparkWorker:
             await self._kill_group(old)
             self.last_exit = old.returncode
         self.restarts += 1
-        log.warning("restarting the Spark worker (restart %d; the last one %s)", self.restarts,
-                    _describe_exit(self.last_exit))
+        log.warning(
+            "restarting the Spark worker (restart %d; the last one %s)", self.restarts, _describe_exit(self.last_exit)
+        )
         await self._launch()
 
     async def _ensure_running(self) -> None:
@@ -419,7 +441,9 @@ class SparkWorker:
 
     # --- calls -----------------------------------------------------------------------------
 
-    async def _exchange(self, header: dict[str, Any], *, on_sent: Any = None) -> tuple[dict[str, Any], pa.Buffer | None]:
+    async def _exchange(
+        self, header: dict[str, Any], *, on_sent: Any = None
+    ) -> tuple[dict[str, Any], pa.Buffer | None]:
         """One request/answer on a fresh connection (closed on return, error or cancellation)."""
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -507,7 +531,9 @@ class SparkWorker:
                     header, payload = await self._exchange(request, on_sent=mark_sent)
             except TimeoutError:
                 # Our closed connection tells the worker to cancel the job.
-                raise SparkTimeout(f"the Spark job {job} did not finish within {timeout:g} s; it was cancelled") from None
+                raise SparkTimeout(
+                    f"the Spark job {job} did not finish within {timeout:g} s; it was cancelled"
+                ) from None
             except (OSError, _Closed, ProtocolError) as e:
                 if self._stopping:
                     raise SparkError(f"the Spark worker was stopped during job {job}", kind="cancelled") from None
@@ -519,8 +545,10 @@ class SparkWorker:
                         f"the Spark worker (pid {proc.pid}) died {when} job {job} "
                         f"({_describe_exit(proc.returncode)}); it is being restarted"
                     ) from None
-                raise SparkError(f"lost the connection to the Spark worker during job {job}: "
-                                 f"{one_line(str(e)) or type(e).__name__}", kind="worker") from None
+                raise SparkError(
+                    f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
+                    kind="worker",
+                ) from None
             if not header.get("ok"):
                 if header.get("kind") == "refused":
                     raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
@@ -533,5 +561,10 @@ class SparkWorker:
             if payload is None:
                 raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
             table = pa.ipc.open_stream(payload).read_all()
-            return RunResult(table=table, elapsed_ms=float(header.get("elapsed_ms", 0.0)),
-                             total_ms=(time.perf_counter() - t0) * 1000, job=job, profile=self.profile)
+            return RunResult(
+                table=table,
+                elapsed_ms=float(header.get("elapsed_ms", 0.0)),
+                total_ms=(time.perf_counter() - t0) * 1000,
+                job=job,
+                profile=self.profile,
+            )

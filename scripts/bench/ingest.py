@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, wait_gone  # noqa: E402
+from _procs import cairn_argv, cpu_seconds, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -84,8 +84,16 @@ def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
     rows = 0
     chunk = 0
     options = pacsv.WriteOptions(include_header=True, quoting_style=quoting)
-    schema = pa.schema([("id", pa.int64()), ("ts", pa.string()), ("user", pa.string()),
-                        ("amount", pa.float64()), ("category", pa.string()), ("flag", pa.bool_())])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.string()),
+            ("user", pa.string()),
+            ("amount", pa.float64()),
+            ("category", pa.string()),
+            ("flag", pa.bool_()),
+        ]
+    )
     per_row: float | None = None
     with pa.OSFile(str(path), "wb") as sink, pacsv.CSVWriter(sink, schema, write_options=options) as writer:
         header = sink.tell()
@@ -94,20 +102,25 @@ def generate_csv(path: Path, size_bytes: int, quoting: str) -> int:
             ids = pc.add(base, rows)
             # one row every ~3 s from 2024-01-01, jittered
             secs = pc.add(pc.add(pc.multiply(ids, 3), _ints_below(_uniform(GEN_ROWS, seed + 1), 3)), EPOCH_2024)
-            ts = pc.replace_substring(pc.cast(pc.cast(secs, pa.timestamp("s")), pa.string()), " ", "T",
-                                      max_replacements=1)
-            table = pa.table({
-                "id": ids,
-                "ts": ts,
-                "user": pc.take(users, _ints_below(_uniform(GEN_ROWS, seed + 2), USERS)),
-                "amount": pc.round(pc.multiply(_uniform(GEN_ROWS, seed + 3), 1000.0), 2),
-                "category": pc.take(cats, _ints_below(_uniform(GEN_ROWS, seed + 4), len(CATEGORIES))),
-                "flag": pc.less(_uniform(GEN_ROWS, seed + 5), 0.3),
-            }, schema=schema)
+            ts = pc.replace_substring(
+                pc.cast(pc.cast(secs, pa.timestamp("s")), pa.string()), " ", "T", max_replacements=1
+            )
+            table = pa.table(
+                {
+                    "id": ids,
+                    "ts": ts,
+                    "user": pc.take(users, _ints_below(_uniform(GEN_ROWS, seed + 2), USERS)),
+                    "amount": pc.round(pc.multiply(_uniform(GEN_ROWS, seed + 3), 1000.0), 2),
+                    "category": pc.take(cats, _ints_below(_uniform(GEN_ROWS, seed + 4), len(CATEGORIES))),
+                    "flag": pc.less(_uniform(GEN_ROWS, seed + 5), 0.3),
+                },
+                schema=schema,
+            )
             if per_row is None:  # bytes per row, from the first 64 Ki rows
                 probe = pa.BufferOutputStream()
-                pacsv.write_csv(table.slice(0, 1 << 16), probe, pacsv.WriteOptions(include_header=False,
-                                                                                  quoting_style=quoting))
+                pacsv.write_csv(
+                    table.slice(0, 1 << 16), probe, pacsv.WriteOptions(include_header=False, quoting_style=quoting)
+                )
                 per_row = probe.tell() / (1 << 16)
             left = size_bytes - sink.tell()
             if left < per_row * GEN_ROWS:  # the last, partial chunk
@@ -144,8 +157,9 @@ with open(sys.argv[1], "w") as f:
 """
 
 
-def run_measured(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None,
-                 stdout_path: Path | None = None) -> tuple[float, float, float, int, str]:
+def run_measured(
+    argv: list[str], env: dict[str, str] | None = None, log: Path | None = None, stdout_path: Path | None = None
+) -> tuple[float, float, float, int, str]:
     """Run ``argv`` to completion: (wall seconds, peak RSS MB of that process, its CPU seconds
     (user + system, all threads), exit code, stdout)."""
     fd, report = tempfile.mkstemp(prefix="bench-rusage-", suffix=".json")
@@ -154,8 +168,13 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None, log: Path |
         with contextlib.ExitStack() as files:
             out = files.enter_context(open(stdout_path, "wb")) if stdout_path else subprocess.DEVNULL
             err = files.enter_context(open(log, "ab")) if log else subprocess.DEVNULL
-            proc = subprocess.Popen([sys.executable, "-S", "-c", _LAUNCHER, report, *argv], env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+            proc = subprocess.Popen(
+                [sys.executable, "-S", "-c", _LAUNCHER, report, *argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
             try:
                 if proc.wait() != 0:
                     raise RuntimeError(f"the launcher of {argv[0]} failed with {proc.returncode}")
@@ -206,8 +225,13 @@ class BenchNode:
     def start(self, timeout: float = 120.0) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(
+            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
         runtime = self.home / "node.json"
         deadline = time.monotonic() + timeout
         while True:
@@ -280,8 +304,9 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         say(f"cairn add {csv_path.name} ({input_bytes / MB:.0f} MB)…")
         os.sync()
         argv = [*cairn_argv(), "--home", str(node.home), "add", str(csv_path), "--name", "bench", "--json"]
-        seconds, cli_rss, cli_cpu, code, out = run_measured(argv, env=env, log=work / "cairn-add.stderr",
-                                                            stdout_path=work / "cairn-add.json")
+        seconds, cli_rss, cli_cpu, code, out = run_measured(
+            argv, env=env, log=work / "cairn-add.stderr", stdout_path=work / "cairn-add.json"
+        )
         if code != 0:
             raise RuntimeError(f"cairn add exited with {code}: {(work / 'cairn-add.stderr').read_text()[-2000:]}")
         result = json.loads(out)
@@ -291,14 +316,17 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         slices = result["slices"]
         first = node.home / "cache" / "slices" / f"{slices[0]['cid']}.parquet" if slices else None
         # Arrow size of one full slice (scaled from the first one, which is full unless it is the only one)
-        slice_arrow_mb = (pq.read_table(first).nbytes / slices[0]["rows"] * rows_per_slice / MB
-                          if first and first.exists() else None)
+        slice_arrow_mb = (
+            pq.read_table(first).nbytes / slices[0]["rows"] * rows_per_slice / MB if first and first.exists() else None
+        )
         slice_parquet_mb = slices[0]["size"] / MB if slices else None
     finally:
         node.stop()
     rows = result["rows_added"]
-    say(f"cairn: {rows} rows in {seconds:.1f} s ({input_bytes / MB / seconds:.1f} MB/s), "
-        f"node {result['elapsed_ms'] / 1000:.1f} s, {len(slices)} slices")
+    say(
+        f"cairn: {rows} rows in {seconds:.1f} s ({input_bytes / MB / seconds:.1f} MB/s), "
+        f"node {result['elapsed_ms'] / 1000:.1f} s, {len(slices)} slices"
+    )
     return {
         "seconds": round(seconds, 3),
         "rows_per_s": round(rows / seconds),
@@ -359,8 +387,9 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     ipfs = str(find_kubo_binary())
     repo = work / "baseline-kubo"
     env = {**os.environ, "IPFS_PATH": str(repo), "IPFS_TELEMETRY": "off"}
-    out = subprocess.run([ipfs, "init", "--profile=test"], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)
+    out = subprocess.run(
+        [ipfs, "init", "--profile=test"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     if out.returncode != 0:
         raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
     parquet_path = work / "baseline.parquet"
@@ -373,15 +402,31 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     os.sync()
     py_s, py_rss, py_cpu, code, _ = run_measured(
         [sys.executable, __file__, "--convert", str(csv_path), str(parquet_path), spec],
-        log=work / "baseline-convert.stderr")
+        log=work / "baseline-convert.stderr",
+    )
     if code != 0:
         raise RuntimeError(f"baseline conversion failed: {(work / 'baseline-convert.stderr').read_text()[-2000:]}")
     say(f"baseline: ipfs add ({parquet_path.stat().st_size / MB:.0f} MB of Parquet)…")
     os.sync()
     add_s, add_rss, add_cpu, code, cid = run_measured(
-        [ipfs, "add", "--cid-version", "1", "--hash", "blake3", "--raw-leaves", "--chunker", "size-1048576",
-         "--pin", "--quieter", str(parquet_path)],
-        env=env, log=work / "baseline-add.stderr", stdout_path=work / "baseline-add.out")
+        [
+            ipfs,
+            "add",
+            "--cid-version",
+            "1",
+            "--hash",
+            "blake3",
+            "--raw-leaves",
+            "--chunker",
+            "size-1048576",
+            "--pin",
+            "--quieter",
+            str(parquet_path),
+        ],
+        env=env,
+        log=work / "baseline-add.stderr",
+        stdout_path=work / "baseline-add.out",
+    )
     if code != 0:
         raise RuntimeError(f"ipfs add failed: {(work / 'baseline-add.stderr').read_text()[-2000:]}")
     seconds = py_s + add_s
@@ -407,8 +452,9 @@ def kubo_version() -> str | None:
     try:
         from node.ipfs import find_kubo_binary
 
-        out = subprocess.run([str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True,
-                             timeout=30, check=False)
+        out = subprocess.run(
+            [str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True, timeout=30, check=False
+        )
         return out.stdout.strip() or None
     except Exception:  # noqa: BLE001 - informational only
         return None
@@ -418,8 +464,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024, help="CSV size in MB (10^6 bytes); default 1024")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (CSV, homes, repos, logs)")
-    parser.add_argument("--quoting", choices=["needed", "none"], default="needed",
-                        help="pyarrow CSV quoting: needed (default: strings quoted) or none")
+    parser.add_argument(
+        "--quoting",
+        choices=["needed", "none"],
+        default="needed",
+        help="pyarrow CSV quoting: needed (default: strings quoted) or none",
+    )
     parser.add_argument("--convert", nargs=3, metavar=("CSV", "PARQUET", "SPEC"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.convert:
@@ -445,7 +495,11 @@ def main() -> None:
         del cairn["rows"]
         baseline = bench_baseline(work, csv_path, input_bytes, rows, memory["rows_per_slice"])
 
-        peak, before, slice_mb = cairn["node_peak_rss_mb"], memory["node_rss_before_ingest_mb"], memory["slice_arrow_mb"]
+        peak, before, slice_mb = (
+            cairn["node_peak_rss_mb"],
+            memory["node_rss_before_ingest_mb"],
+            memory["slice_arrow_mb"],
+        )
         growth = round(peak - before, 1) if peak and before else None
         result = {
             "bench": "ingest",

@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import blake3  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import blake3
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from node.datasets.logical_hash import logical_hash  # noqa: E402
+from node.datasets.logical_hash import logical_hash
 
 BATCH_ROWS = 1 << 20  # chunking as a Parquet reader would hand it over
 

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, java_version, pid_alive, start_time, stat_fields, wait_gone  # noqa: E402
+from _procs import cairn_argv, cpu_seconds, java_version, pid_alive, start_time, stat_fields, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -102,8 +102,13 @@ def p50(xs: list[float]) -> float | None:
 
 
 def stats(xs: list[float]) -> dict[str, Any]:
-    return {"p50": p50(xs), "min": round(min(xs), 3) if xs else None, "max": round(max(xs), 3) if xs else None,
-            "n": len(xs), "samples": [round(x, 3) for x in xs]}
+    return {
+        "p50": p50(xs),
+        "min": round(min(xs), 3) if xs else None,
+        "max": round(max(xs), 3) if xs else None,
+        "n": len(xs),
+        "samples": [round(x, 3) for x in xs],
+    }
 
 
 class Constants:
@@ -135,12 +140,18 @@ def generate_small(path: Path, rows: int) -> None:
             n = min(GEN_ROWS, rows - done)
             ids = pc.add(base.slice(0, n), done)
             h = pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFFFFF)
-            writer.write_table(pa.table({
-                "id": ids,
-                "k": _mod(ids, 1000),
-                "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
-                "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
-            }, schema=schema), row_group_size=GEN_ROWS)
+            writer.write_table(
+                pa.table(
+                    {
+                        "id": ids,
+                        "k": _mod(ids, 1000),
+                        "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
+                        "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
+                    },
+                    schema=schema,
+                ),
+                row_group_size=GEN_ROWS,
+            )
             done += n
 
 
@@ -239,8 +250,11 @@ def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows:
         ours = sum(c - ours0.get(p, 0.0) for p, c in ours1.items())
         share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
         calm = calm + 1 if share < threshold else 0
-    QUIET["waits"][label] = {"waited_s": round(time.monotonic() - t0, 1), "quiet": calm >= windows,
-                             "last_other_cpu_share": round(share, 3) if share is not None else None}
+    QUIET["waits"][label] = {
+        "waited_s": round(time.monotonic() - t0, 1),
+        "quiet": calm >= windows,
+        "last_other_cpu_share": round(share, 3) if share is not None else None,
+    }
     if calm < windows:
         say(f"{label}: the machine is still busy (other work {share:.0%} of the CPUs); going on")
 
@@ -332,15 +346,21 @@ class BenchNode:
     def start(self, timeout: float = 120.0) -> Self:
         self.home.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(
+            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
         self.started = start_time(self.proc.pid)
         runtime = self.home / "node.json"
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.name} exited with {self.proc.returncode}:\n"
-                                   f"{self.log_path.read_text()[-4000:]}")
+                raise RuntimeError(
+                    f"node {self.name} exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}"
+                )
             if runtime.exists():
                 try:
                     info = json.loads(runtime.read_text())
@@ -369,18 +389,28 @@ class BenchNode:
         return self.api.get("/api/v0/node")
 
     def cli(self, *args: str) -> str:
-        out = subprocess.run([*cairn_argv(), "--home", str(self.home), *args], env=self.env, stdin=subprocess.DEVNULL,
-                             capture_output=True, timeout=3600, check=False)
+        out = subprocess.run(
+            [*cairn_argv(), "--home", str(self.home), *args],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=3600,
+            check=False,
+        )
         if out.returncode != 0:
-            raise RuntimeError(f"cairn {' '.join(args[:2])} on {self.name} exited with {out.returncode}: "
-                               f"{out.stderr.decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"cairn {' '.join(args[:2])} on {self.name} exited with {out.returncode}: "
+                f"{out.stderr.decode(errors='replace')[-2000:]}"
+            )
         return out.stdout.decode()
 
     def ingest(self, path: Path, name: str) -> dict[str, Any]:
         t0 = time.perf_counter()
         result = json.loads(self.cli("add", str(path), "--name", name, "--json"))
-        say(f"node {self.name}: ingested {result['rows_added']} rows as {name!r} in {time.perf_counter() - t0:.1f} s "
-            f"({len(result['slices'])} slices)")
+        say(
+            f"node {self.name}: ingested {result['rows_added']} rows as {name!r} in {time.perf_counter() - t0:.1f} s "
+            f"({len(result['slices'])} slices)"
+        )
         return result
 
     def wait_spark(self, timeout: float = 300.0) -> dict[str, Any]:
@@ -400,26 +430,33 @@ class BenchNode:
                 raise RuntimeError(f"node {self.name}: Spark not warm within {timeout}s (state {spark.get('state')})")
             time.sleep(0.25)
 
-    def query(self, sql: str, dataset: str, trust: str | None, expect: str | None = None) -> tuple[float, dict[str, Any]]:
+    def query(
+        self, sql: str, dataset: str, trust: str | None, expect: str | None = None
+    ) -> tuple[float, dict[str, Any]]:
         assert self.api is not None
         body = {"sql": sql, "inputs": {"t": dataset}, "trust": trust}
         ms, status, answer = self.api.request("POST", "/api/v0/query", body)
         if status != 200:
             raise RuntimeError(f"node {self.name}: query failed: HTTP {status}: {answer}")
         if expect is not None and answer["source"] != expect:
-            raise RuntimeError(f"node {self.name}: expected source {expect!r}, got {answer['source']!r} "
-                               f"(peer {answer.get('peer')}) for {sql}")
+            raise RuntimeError(
+                f"node {self.name}: expected source {expect!r}, got {answer['source']!r} "
+                f"(peer {answer.get('peer')}) for {sql}"
+            )
         return ms, answer
 
-    def query_job(self, sql: str, dataset: str, trust: str | None) -> tuple[float, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    def query_job(
+        self, sql: str, dataset: str, trust: str | None
+    ) -> tuple[float, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         """The same query as a job (``wait: false``), following its events (server-sent) to the end:
         (client wall ms from the POST to the last event, the answer, the events with the node's stamps).
         ``self.job_posted`` is the POST's wall clock (the job's stamps count from about then)."""
         assert self.api is not None
         self.job_posted = time.time()
         t0 = time.perf_counter()
-        _, status, started = self.api.request("POST", "/api/v0/query",
-                                              {"sql": sql, "inputs": {"t": dataset}, "trust": trust, "wait": False})
+        _, status, started = self.api.request(
+            "POST", "/api/v0/query", {"sql": sql, "inputs": {"t": dataset}, "trust": trust, "wait": False}
+        )
         if status != 202:
             raise RuntimeError(f"node {self.name}: job not started: HTTP {status}: {started}")
         _, status, text = self.api.request("GET", started["events"])
@@ -475,7 +512,9 @@ def wait_claim(node: BenchNode, invocation: str, timeout: float) -> dict[str, An
         time.sleep(POLL_S)
 
 
-def events_split(events: list[tuple[str, dict[str, Any]]], answer: dict[str, Any], wall_ms: float) -> dict[str, float | None]:
+def events_split(
+    events: list[tuple[str, dict[str, Any]]], answer: dict[str, Any], wall_ms: float
+) -> dict[str, float | None]:
     """A peer-hit job's time by part, from its events' stamps (s since the job was created, node clock)."""
     t = {}
     for kind, data in events:
@@ -502,8 +541,9 @@ def events_split(events: list[tuple[str, dict[str, Any]]], answer: dict[str, Any
     }
 
 
-async def _probe_fetch(kubo_api: str, a_swarm: list[str], answer: dict[str, Any], work: Path,
-                       batched: bool = False) -> dict[str, float]:
+async def _probe_fetch(
+    kubo_api: str, a_swarm: list[str], answer: dict[str, Any], work: Path, batched: bool = False
+) -> dict[str, float]:
     """Each step of a peer hit after the lookup, done alone against B's (idle) Kubo, for a result B does not
     hold: what node/resolve/claims.py fetch_and_verify + resolver._miss do, in the same order.
 
@@ -603,9 +643,20 @@ async def _probe_fetch(kubo_api: str, a_swarm: list[str], answer: dict[str, Any]
         t = lap("block_put_3", t)
         index = Index(work / "probe-index.sqlite")
         t = time.perf_counter()
-        index.add_execution(ExecutionRow(answer["invocation"], answer["query"], answer["execution"], answer["receipt"],
-                                         answer["logicalHash"], answer["row_count"], "", tuple(answer["slices"]),
-                                         "peer", time.time()))
+        index.add_execution(
+            ExecutionRow(
+                answer["invocation"],
+                answer["query"],
+                answer["execution"],
+                answer["receipt"],
+                answer["logicalHash"],
+                answer["row_count"],
+                "",
+                tuple(answer["slices"]),
+                "peer",
+                time.time(),
+            )
+        )
         index.execution(answer["invocation"])
         t = lap("index_row_sqlite", t)
         for cid in (rc.execution, receipt_cid):
@@ -686,13 +737,16 @@ async def _probe_direct(a_api: str, kubo_api: str, answer: dict[str, Any]) -> di
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def part_peer_hit(a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path,
-                  phases: dict[str, Any]) -> dict[str, Any]:
+def part_peer_hit(
+    a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path, phases: dict[str, Any]
+) -> dict[str, Any]:
     trust = "community"
     # -- warm both workers: up + their warm-up query, then throwaway misses on each -------------------
     spark_a, spark_b = a.wait_spark(), b.wait_spark()
-    say(f"Spark workers up (A warm-up {spark_a.get('warmup_ms')} ms, B {spark_b.get('warmup_ms')} ms); "
-        f"{args.warm} untimed misses on each…")
+    say(
+        f"Spark workers up (A warm-up {spark_a.get('warmup_ms')} ms, B {spark_b.get('warmup_ms')} ms); "
+        f"{args.warm} untimed misses on each…"
+    )
     warm_ms: dict[str, list[float]] = {"a": [], "b": []}
     for _ in range(args.warm):
         warm_ms["a"].append(round(a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")[0], 1))
@@ -731,8 +785,10 @@ def part_peer_hit(a: BenchNode, b: BenchNode, consts: Constants, args: argparse.
             timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]
             if timings.get("compute_ms") is not None:
                 recompute_spark.append(float(timings["compute_ms"]))
-            say(f"  {i + 1}/{args.queries}: A miss {a_miss[-1]:.0f} ms; B peer hit {peer[-1]:.1f} ms "
-                f"(node {peer_node[-1]:.1f}); B local {local[-1]:.1f} ms; B recompute {recompute[-1]:.0f} ms")
+            say(
+                f"  {i + 1}/{args.queries}: A miss {a_miss[-1]:.0f} ms; B peer hit {peer[-1]:.1f} ms "
+                f"(node {peer_node[-1]:.1f}); B local {local[-1]:.1f} ms; B recompute {recompute[-1]:.0f} ms"
+            )
 
     # -- where a peer hit's time goes: as jobs with progress events -----------------------------------
     say(f"{args.diag} peer hits as jobs (progress events)…")
@@ -764,7 +820,9 @@ def part_peer_hit(a: BenchNode, b: BenchNode, consts: Constants, args: argparse.
             if i % 3 == 2:
                 direct.append(asyncio.run(_probe_direct(a.api_url, b_kubo, ans)))
             else:
-                (batched if i % 3 else probes).append(asyncio.run(_probe_fetch(b_kubo, a_swarm, ans, work, bool(i % 3))))
+                (batched if i % 3 else probes).append(
+                    asyncio.run(_probe_fetch(b_kubo, a_swarm, ans, work, bool(i % 3)))
+                )
     probe_p50 = {k: p50([p[k] for p in probes]) for k in probes[0]} if probes else {}
     batched_p50 = {k: p50([p[k] for p in batched]) for k in batched[0]} if batched else {}
     direct_p50 = {k: p50([p[k] for p in direct]) for k in direct[0]} if direct else {}
@@ -773,23 +831,47 @@ def part_peer_hit(a: BenchNode, b: BenchNode, consts: Constants, args: argparse.
 
     peer_p50, rec_p50 = p50(peer), p50(recompute)
     return {
-        "peer_hit_ms": {**stats(peer), "node_elapsed_p50": p50(peer_node), "node_elapsed_samples": peer_node,
-                        "first_untimed_ms": round(first_peer_ms, 1), "trust": trust,
-                        "claim_heard_by_gossip_before_query": heard, "spark_jobs_on_b_during_peer_hits": 0},
-        "recompute_ms": {**stats(recompute), "node_elapsed_p50": p50(recompute_node), "trust": "self", "node": "B",
-                         "spark_compute_ms_p50": p50(recompute_spark), "spark_compute_ms": recompute_spark},
+        "peer_hit_ms": {
+            **stats(peer),
+            "node_elapsed_p50": p50(peer_node),
+            "node_elapsed_samples": peer_node,
+            "first_untimed_ms": round(first_peer_ms, 1),
+            "trust": trust,
+            "claim_heard_by_gossip_before_query": heard,
+            "spark_jobs_on_b_during_peer_hits": 0,
+        },
+        "recompute_ms": {
+            **stats(recompute),
+            "node_elapsed_p50": p50(recompute_node),
+            "trust": "self",
+            "node": "B",
+            "spark_compute_ms_p50": p50(recompute_spark),
+            "spark_compute_ms": recompute_spark,
+        },
         "ratio_recompute_over_peer_hit": round(rec_p50 / peer_p50, 2) if peer_p50 and rec_p50 else None,
-        "ratio_spark_compute_over_peer_hit": (round(p50(recompute_spark) / peer_p50, 2)  # type: ignore[operator]
-                                              if recompute_spark and peer_p50 else None),
+        "ratio_spark_compute_over_peer_hit": (
+            round(p50(recompute_spark) / peer_p50, 2)  # type: ignore[operator]
+            if recompute_spark and peer_p50
+            else None
+        ),
         "local_hit_on_b_ms": stats(local),
         "a_miss_ms": stats(a_miss),
         "warm_misses_ms": warm_ms,
-        "peer_hit_breakdown_ms": {"from": "progress events of peer hits run as jobs (node clock)",
-                                  "p50": split_p50, "job_wall_ms": stats(diag_wall), "each": splits},
-        "peer_hit_probes_ms": {"from": "each step alone against B's idle Kubo, result not held by B",
-                               "p50": probe_p50, "each": probes,
-                               "batched_p50": batched_p50, "batched_each": batched,
-                               "objects_and_slice_over_http_p50": direct_p50, "objects_and_slice_over_http_each": direct},
+        "peer_hit_breakdown_ms": {
+            "from": "progress events of peer hits run as jobs (node clock)",
+            "p50": split_p50,
+            "job_wall_ms": stats(diag_wall),
+            "each": splits,
+        },
+        "peer_hit_probes_ms": {
+            "from": "each step alone against B's idle Kubo, result not held by B",
+            "p50": probe_p50,
+            "each": probes,
+            "batched_p50": batched_p50,
+            "batched_each": batched,
+            "objects_and_slice_over_http_p50": direct_p50,
+            "objects_and_slice_over_http_each": direct,
+        },
         "http_floor_ms_p50": p50(floor),
         "spark": {"a_worker_warmup_ms": spark_a.get("warmup_ms"), "b_worker_warmup_ms": spark_b.get("warmup_ms")},
     }
@@ -808,8 +890,9 @@ def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] 
 
     db = sqlite3.connect(f"file:{node.home / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
     try:
-        row = db.execute("SELECT announcement, received FROM claims WHERE invocation = ? ORDER BY received LIMIT 1",
-                         (invocation,)).fetchone()
+        row = db.execute(
+            "SELECT announcement, received FROM claims WHERE invocation = ? ORDER BY received LIMIT 1", (invocation,)
+        ).fetchone()
     finally:
         db.close()
     if row is None:
@@ -820,8 +903,9 @@ def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] 
     return dt.datetime.fromisoformat(an.time).timestamp(), float(row[1])
 
 
-def part_announce(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int,
-                  phases: dict[str, Any]) -> dict[str, Any]:
+def part_announce(
+    a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int, phases: dict[str, Any]
+) -> dict[str, Any]:
     c.cli("connect", b.info()["p2p_addrs"][0])
     topology = "chain A-B-C (C connected to B only)"
     hops = 2
@@ -868,20 +952,35 @@ def part_announce(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n
                     stamp = announcement_stamp(node, ans["invocation"])
                     if stamp:
                         into.append((stamp[1] - stamp[0]) * 1000)
-            say(f"  announcement at C {polled[-1]:.1f} ms after A's answer (C's stamp {c_recv[-1]:+.1f} ms, "
-                f"B's {b_recv[-1] if b_recv else float('nan'):+.1f} ms)")
+            say(
+                f"  announcement at C {polled[-1]:.1f} ms after A's answer (C's stamp {c_recv[-1]:+.1f} ms, "
+                f"B's {b_recv[-1] if b_recv else float('nan'):+.1f} ms)"
+            )
     hop = [cc - bb for cc, bb in zip(c_recv, b_recv)] if len(c_recv) == len(b_recv) else []
     return {
-        "p50": p50(polled), "samples": [round(x, 1) for x in polled], "hops": hops, "topology": topology,
-        "poll_interval_ms": POLL_S * 1000, "timeouts": timeouts,
+        "p50": p50(polled),
+        "samples": [round(x, 1) for x in polled],
+        "hops": hops,
+        "topology": topology,
+        "poll_interval_ms": POLL_S * 1000,
+        "timeouts": timeouts,
         # the claims' `received` stamps (the receiving node's clock = this machine's) minus the time A's
         # answer reached the client; negative = the announcement arrived before A's HTTP answer was read
-        "received_stamp_ms": {"c_p50": p50(c_recv), "b_p50": p50(b_recv), "b_to_c_p50": p50(hop),
-                              "c": [round(x, 1) for x in c_recv], "b": [round(x, 1) for x in b_recv]},
+        "received_stamp_ms": {
+            "c_p50": p50(c_recv),
+            "b_p50": p50(b_recv),
+            "b_to_c_p50": p50(hop),
+            "c": [round(x, 1) for x in c_recv],
+            "b": [round(x, 1) for x in b_recv],
+        },
         # the receiver's `received` minus the time A signed into the announcement (just before it gossiped
         # it): the one-way latency of the gossip itself, over 1 hop (B) and 2 hops (C)
-        "from_announcement_time_ms": {"b_p50": p50(from_an_b), "c_p50": p50(from_an_c),
-                                      "b": [round(x, 1) for x in from_an_b], "c": [round(x, 1) for x in from_an_c]},
+        "from_announcement_time_ms": {
+            "b_p50": p50(from_an_b),
+            "c_p50": p50(from_an_c),
+            "b": [round(x, 1) for x in from_an_b],
+            "c": [round(x, 1) for x in from_an_c],
+        },
     }
 
 
@@ -901,8 +1000,14 @@ class PlainKubo:
         self.api_port = 0
 
     def start(self) -> Self:
-        out = subprocess.run([self.binary, "init", "--profile=test"], env=self.env, capture_output=True, text=True,
-                             timeout=120, check=False)
+        out = subprocess.run(
+            [self.binary, "init", "--profile=test"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
         cfg_path = self.repo / "config"
@@ -914,8 +1019,9 @@ class PlainKubo:
         cfg["Bootstrap"] = []
         cfg_path.write_text(json.dumps(cfg, indent=2))
         self._log = open(self.repo.parent / f"{self.repo.name}.log", "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen([self.binary, "daemon"], env=self.env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [self.binary, "daemon"], env=self.env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+        )
         self.started = start_time(self.proc.pid)
         deadline = time.monotonic() + 60
         while True:
@@ -968,12 +1074,22 @@ def cpu_of(pids: dict[str, int | None]) -> dict[str, float | None]:
 
 
 def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
-    return {k: round(after[k] - v, 2) if v is not None and after.get(k) is not None else None  # type: ignore[operator]
-            for k, v in before.items()}
+    return {
+        k: round(after[k] - v, 2) if v is not None and after.get(k) is not None else None  # type: ignore[operator]
+        for k, v in before.items()
+    }
 
 
-def plain_kubo_fetch(work: Path, name: str, a_swarm: list[str], slices: list[str], a_kubo_peer: str | None,
-                     b_kubo_peer: str | None, warm_cid: str | None, watch: dict[str, int | None]) -> dict[str, Any]:
+def plain_kubo_fetch(
+    work: Path,
+    name: str,
+    a_swarm: list[str],
+    slices: list[str],
+    a_kubo_peer: str | None,
+    b_kubo_peer: str | None,
+    warm_cid: str | None,
+    watch: dict[str, int | None],
+) -> dict[str, Any]:
     repo = work / name
     kubo = PlainKubo(repo).start()
     assert kubo.proc is not None
@@ -1020,11 +1136,22 @@ def plain_kubo_fetch(work: Path, name: str, a_swarm: list[str], slices: list[str
         kubo.stop()
         shutil.rmtree(repo, ignore_errors=True)
     also_b = bool(b_kubo_peer and b_kubo_peer in peers)
-    say(f"{name}: {total / MB:.1f} MB in {seconds:.2f} s = {total / MB / seconds:.1f} MB/s "
-        f"(bitswap bytes received from A {recv.get('a')}, from B {recv.get('b')})")
-    return {"seconds": round(seconds, 3), "bytes": total, "mb_per_s": round(total / MB / seconds, 2),
-            "per_slice": per_slice, "warmup_cat_s": warm_s, "cpu_seconds": cpu, "swarm_peers": len(peers), "b_kubo_among_peers": also_b,
-            "bitswap_recv_bytes_from_a": recv.get("a"), "bitswap_recv_bytes_from_b": recv.get("b")}
+    say(
+        f"{name}: {total / MB:.1f} MB in {seconds:.2f} s = {total / MB / seconds:.1f} MB/s "
+        f"(bitswap bytes received from A {recv.get('a')}, from B {recv.get('b')})"
+    )
+    return {
+        "seconds": round(seconds, 3),
+        "bytes": total,
+        "mb_per_s": round(total / MB / seconds, 2),
+        "per_slice": per_slice,
+        "warmup_cat_s": warm_s,
+        "cpu_seconds": cpu,
+        "swarm_peers": len(peers),
+        "b_kubo_among_peers": also_b,
+        "bitswap_recv_bytes_from_a": recv.get("a"),
+        "bitswap_recv_bytes_from_b": recv.get("b"),
+    }
 
 
 class CacheWatcher(threading.Thread):
@@ -1081,21 +1208,26 @@ async def _repin_result(kubo_api: str, execution: str) -> float:
         await kubo.close()
 
 
-def part_fetch(a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None,
-               phases: dict[str, Any]) -> dict[str, Any]:
+def part_fetch(
+    a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None, phases: dict[str, Any]
+) -> dict[str, Any]:
     big = work / "big.parquet"
     say(f"generating about {result_mb:g} MB (as Cairn slices) of Parquet…")
     t0 = time.perf_counter()
     rows, per_row = generate_big(big, int(result_mb * MB))
-    say(f"{rows} rows, {per_row:.1f} bytes a row; file {big.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s")
+    say(
+        f"{rows} rows, {per_row:.1f} bytes a row; file {big.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s"
+    )
     with Phase("fetch_ingest", phases):
         added_a = a.ingest(big, BIG)
         b.ingest(big, BIG)
     big.unlink()
     # The input's logical hash is computed at the first query on a version, then cached: pay it here, on
     # both nodes, so that it is not counted as fetching (it is what `prepare` costs on a fresh version).
-    input_hash_ms = {n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]
-                     for n in (a, b)}
+    input_hash_ms = {
+        n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]
+        for n in (a, b)
+    }
     say(f"input logical hash of {BIG!r} (first GET /api/v0/datasets/{BIG}): {input_hash_ms} ms")
     say(f"A computes {BIG_SQL}…")
     with Phase("fetch_a_compute", phases):
@@ -1115,8 +1247,9 @@ def part_fetch(a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_ci
     for i in (1, 2):  # B holds none of the result yet: every byte comes from A
         wait_quiet(f"fetch_kubo_{i}")
         with Phase(f"fetch_plain_kubo_{i}", phases):
-            kubo_before.append(plain_kubo_fetch(work, f"plain-kubo-{i}", a_swarm, slices, a_kubo_peer, b_kubo_peer,
-                                                warm_cid, watch))
+            kubo_before.append(
+                plain_kubo_fetch(work, f"plain-kubo-{i}", a_swarm, slices, a_kubo_peer, b_kubo_peer, warm_cid, watch)
+            )
 
     wait_quiet("fetch_cairn")
     say("B: the same query as a peer hit (trust community)…")
@@ -1211,18 +1344,25 @@ def part_fetch(a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_ci
         # by the sender's Kubo, the receiver's Kubo and (Cairn) the receiving node's verify
         "cairn_cpu_seconds": cairn_cpu,
         "verify_and_answer_alone_on_b_ms": {
-            "read_all_slices": round(read_s * 1000, 1), "logical_hash": round(hash_s * 1000, 1),
+            "read_all_slices": round(read_s * 1000, 1),
+            "logical_hash": round(hash_s * 1000, 1),
             "arrow_mb": round(arrow_bytes / MB, 1),
             "logical_hash_gb_per_s": round(arrow_bytes / 1e9 / hash_s, 2) if hash_s else None,
             "hash_matches": ok,
             # the first batch of 100 rows of the first slice (pyarrow decodes its whole row group)
             "first_100_rows_only": round(first_rows_s * 1000, 1),
-            "recursive_pin_of_output_list_again": repin_ms},
+            "recursive_pin_of_output_list_again": repin_ms,
+        },
         "input_logical_hash_first_get_ms": input_hash_ms,
         "a_compute_ms": round(a_ms, 1),
         "claim_heard_before_query": heard,
-        "dataset": {"rows": rows, "parquet_bytes_per_row": round(per_row, 1), "slices": len(added_a["slices"]),
-                    "parquet_mb": round(sum(s["size"] for s in added_a["slices"]) / MB, 1), "sql": BIG_SQL},
+        "dataset": {
+            "rows": rows,
+            "parquet_bytes_per_row": round(per_row, 1),
+            "slices": len(added_a["slices"]),
+            "parquet_mb": round(sum(s["size"] for s in added_a["slices"]) / MB, 1),
+            "sql": BIG_SQL,
+        },
     }
 
 
@@ -1245,18 +1385,30 @@ def dumps(obj: Any, indent: int = 0, width: int = 120) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the query dataset (default 2 000 000)")
-    parser.add_argument("--result-mb", type=float, default=500,
-                        help="size of the large result (Parquet MB as Cairn writes it; default 500)")
+    parser.add_argument(
+        "--result-mb",
+        type=float,
+        default=500,
+        help="size of the large result (Parquet MB as Cairn writes it; default 500)",
+    )
     parser.add_argument("--queries", type=int, default=7, help="timed peer hits and recomputes (default 7)")
     parser.add_argument("--warm", type=int, default=3, help="untimed misses on each node first (default 3)")
     parser.add_argument("--diag", type=int, default=5, help="peer hits run as jobs for their breakdown (default 5)")
     parser.add_argument("--probes", type=int, default=3, help="step-by-step fetch probes (default 3)")
     parser.add_argument("--announces", type=int, default=9, help="timed announcements A → C (default 9)")
-    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
-                        help="before each timed part, wait up to S s for other work to use < 10%% of the CPUs")
-    parser.add_argument("--a-spark-conf", default="auto",
-                        help="extra Spark settings for node A (CAIRN_SPARK_CONF; it computes the large result): "
-                             "'auto' (spark.driver.memory=3g when --result-mb > 100), 'none', or K=V,…")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each timed part, wait up to S s for other work to use < 10%% of the CPUs",
+    )
+    parser.add_argument(
+        "--a-spark-conf",
+        default="auto",
+        help="extra Spark settings for node A (CAIRN_SPARK_CONF; it computes the large result): "
+        "'auto' (spark.driver.memory=3g when --result-mb > 100), 'none', or K=V,…",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (homes, logs)")
     args = parser.parse_args()
     if args.rows < 1000 or args.queries < 1 or args.result_mb <= 0 or args.announces < 1:

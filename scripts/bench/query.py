@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, java_version, start_time, wait_gone  # noqa: E402
+from _procs import cairn_argv, cpu_seconds, java_version, start_time, wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -133,12 +133,15 @@ def generate_parquet(path: Path, rows: int) -> None:
             ids = pc.add(base.slice(0, n), done)
             # Knuth's multiplicative hash, low 32 bits / 2^32: uniform in [0, 1), independent of k
             h = pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFFFFF)
-            table = pa.table({
-                "id": ids,
-                "k": _mod(ids, 1000),
-                "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
-                "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
-            }, schema=schema)
+            table = pa.table(
+                {
+                    "id": ids,
+                    "k": _mod(ids, 1000),
+                    "v": pc.divide(pc.cast(h, pa.float64()), float(1 << 32)),
+                    "s": pc.take(strings, _mod(pc.shift_right(h, 13), len(STRINGS))),
+                },
+                schema=schema,
+            )
             writer.write_table(table, row_group_size=GEN_ROWS)
             done += n
 
@@ -220,8 +223,11 @@ def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows:
         share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
         calm = calm + 1 if share < threshold else 0
     waited = round(time.monotonic() - t0, 1)
-    QUIET["waits"][label] = {"waited_s": waited, "quiet": calm >= windows,  # type: ignore[index]
-                             "last_other_cpu_share": round(share, 3) if share is not None else None}
+    QUIET["waits"][label] = {
+        "waited_s": waited,
+        "quiet": calm >= windows,  # type: ignore[index]
+        "last_other_cpu_share": round(share, 3) if share is not None else None,
+    }
     if calm < windows:
         say(f"{label}: the machine is still busy after {waited} s (other work {share:.0%} of the CPUs); going on")
     elif waited > windows * window + 1:
@@ -339,8 +345,13 @@ class BenchNode:
     def start(self, timeout: float = 120.0) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen([*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(
+            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
         runtime = self.home / "node.json"
         deadline = time.monotonic() + timeout
         while True:
@@ -430,8 +441,14 @@ class BenchNode:
 def ingest(node: BenchNode, parquet: Path) -> dict[str, Any]:
     say(f"cairn add {parquet.name} ({parquet.stat().st_size / MB:.0f} MB of Parquet)…")
     t0 = time.perf_counter()
-    out = subprocess.run([*cairn_argv(), "--home", str(node.home), "add", str(parquet), "--name", DATASET, "--json"],
-                         env=node.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=3600, check=False)
+    out = subprocess.run(
+        [*cairn_argv(), "--home", str(node.home), "add", str(parquet), "--name", DATASET, "--json"],
+        env=node.env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=3600,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"cairn add exited with {out.returncode}: {out.stderr.decode(errors='replace')[-2000:]}")
     result = json.loads(out.stdout)
@@ -494,8 +511,9 @@ async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result:
         path = work / "probe-result.parquet"
         write, add, hashing = [], [], []
         for _ in range(5):  # the real result with its first column shifted: new bytes, a new CID
-            table = result.set_column(0, result.schema[0].name,
-                                      pc.add(result.column(0), secrets.randbelow(1 << 20) + 1))
+            table = result.set_column(
+                0, result.schema[0].name, pc.add(result.column(0), secrets.randbelow(1 << 20) + 1)
+            )
             t0 = time.perf_counter()
             write_parquet_slice(table, str(path))
             write.append(ms_since(t0))
@@ -585,8 +603,9 @@ async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result:
     return out
 
 
-def probes(api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[str, str]], work: Path,
-           result_file: Path) -> dict[str, Any]:
+def probes(
+    api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[str, str]], work: Path, result_file: Path
+) -> dict[str, Any]:
     from node.datasets.slices import read_slice
     from node.query import canonicalize
 
@@ -603,7 +622,8 @@ def probes(api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[
     out["http_round_trip_floor_ms"] = timed(lambda: api.request("GET", "/api/v0/jobs/none"), 50)
     # canonicalizing a statement not seen before, and one seen before (the node caches per statement text)
     out["canonicalize_new_statement_ms"] = timed(
-        lambda: canonicalize(SQL.format(c=f"0.{secrets.randbelow(10**9):09d}1"), {"t": schema}), 5)
+        lambda: canonicalize(SQL.format(c=f"0.{secrets.randbelow(10**9):09d}1"), {"t": schema}), 5
+    )
     out["canonicalize_cached_ms"] = timed(lambda: canonicalize(SQL.format(c="0.1"), {"t": schema}), 50)
     # the dataset's description: resolve the version + its (now cached) logical hash, over HTTP
     out["get_dataset_warm_ms"] = timed(lambda: api.request("GET", f"/api/v0/datasets/{DATASET}"), 20)
@@ -618,8 +638,9 @@ def probes(api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[
     return out
 
 
-def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: list[str], n_hits: int,
-                phases: dict[str, Any]) -> tuple[dict[str, Any], list[Path], list[tuple[str, str]]]:
+def bench_cairn(
+    work: Path, parquet: Path, rows: int, warm: list[str], timed: list[str], n_hits: int, phases: dict[str, Any]
+) -> tuple[dict[str, Any], list[Path], list[tuple[str, str]]]:
     env = {**os.environ, "IPFS_TELEMETRY": "off", "CAIRN_SPARK_AUTOSTART": "true", "CAIRN_LOG_FORMAT": "json"}
     home = work / "cairn-home"
     env["CAIRN_HOME"] = str(home)
@@ -651,11 +672,19 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
                 share = other.share()
                 if a["source"] != "computed":
                     raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
-                say(f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)"
-                    + (f"; other work used {share:.0%} of the CPUs" if share >= CLEAN_SHARE else ""))
-                return {"constant": c, "client_ms": round(ms, 1), "node_elapsed_ms": a["elapsed_ms"],
-                        "invocation": a["invocation"], "execution": a["execution"], "row_count": a["row_count"],
-                        "other_cpu_share": share}
+                say(
+                    f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)"
+                    + (f"; other work used {share:.0%} of the CPUs" if share >= CLEAN_SHARE else "")
+                )
+                return {
+                    "constant": c,
+                    "client_ms": round(ms, 1),
+                    "node_elapsed_ms": a["elapsed_ms"],
+                    "invocation": a["invocation"],
+                    "execution": a["execution"],
+                    "row_count": a["row_count"],
+                    "other_cpu_share": share,
+                }
 
             jobs0 = node.info()["spark"]["jobs"]
             wait_quiet("first_miss")
@@ -712,30 +741,47 @@ def bench_cairn(work: Path, parquet: Path, rows: int, warm: list[str], timed: li
         node.stop()
     say(f"node stopped (pid {node.proc.pid if node.proc else None})")
 
-    return {
-        "slices": len(slice_cids),
-        "parquet_mb": round(sum(s["size"] for s in added["slices"]) / MB, 1),
-        "spark_worker_warmup_ms": spark.get("warmup_ms"),
-        "first_miss": first,
-        "warm_misses": warm_misses,
-        "misses": misses,
-        "hits": {"client_ms": hit_ms, "node_elapsed_ms": node_ms, "sources": sources,
-                 "spark_jobs_before": jobs_before, "spark_jobs_after": jobs_after, "constant": hit_c},
-        "probes": probe,
-        "kubo_version": (node_info.get("kubo") or {}).get("version"),
-    }, paths, schema
+    return (
+        {
+            "slices": len(slice_cids),
+            "parquet_mb": round(sum(s["size"] for s in added["slices"]) / MB, 1),
+            "spark_worker_warmup_ms": spark.get("warmup_ms"),
+            "first_miss": first,
+            "warm_misses": warm_misses,
+            "misses": misses,
+            "hits": {
+                "client_ms": hit_ms,
+                "node_elapsed_ms": node_ms,
+                "sources": sources,
+                "spark_jobs_before": jobs_before,
+                "spark_jobs_after": jobs_after,
+                "constant": hit_c,
+            },
+            "probes": probe,
+            "kubo_version": (node_info.get("kubo") or {}).get("version"),
+        },
+        paths,
+        schema,
+    )
 
 
 # --------------------------------------------------------------------------- baselines
 
 
-def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], warm: list[str],
-                timed: list[str], phases: dict[str, Any]) -> dict[str, Any]:
+def bench_spark(
+    work: Path,
+    paths: list[Path],
+    schema: list[tuple[str, str]],
+    warm: list[str],
+    timed: list[str],
+    phases: dict[str, Any],
+) -> dict[str, Any]:
     """The same SQL in a warm SparkSession in this process, with the worker's settings and warm-up."""
     tmp = work / "spark-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        p for p in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p)
+        p for p in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p
+    )
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -743,9 +789,14 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
     from spark_worker.server import Job, Worker, stop_spark
     from spark_worker.session import effective_conf
 
-    conf = effective_conf("local[2]", {"spark.local.dir": str(work / "spark-local"),
-                                       "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
-                                       "spark.app.name": "cairn-query-bench-baseline"})
+    conf = effective_conf(
+        "local[2]",
+        {
+            "spark.local.dir": str(work / "spark-local"),
+            "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
+            "spark.app.name": "cairn-query-bench-baseline",
+        },
+    )
     columns = [name for name, _ in schema]
     files = [str(p) for p in paths]
     say("baseline: starting a SparkSession (local[2])…")
@@ -791,8 +842,13 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
         t0 = time.perf_counter()
         small = work / "warmup.parquet"
         pq.write_table(pa.table({"k": [i % 7 for i in range(1000)], "v": [i * 0.5 for i in range(1000)]}), small)
-        worker.execute(Job("warmup", "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
-                           {"a": ([str(small)], ["col_0", "col_1"])}))
+        worker.execute(
+            Job(
+                "warmup",
+                "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
+                {"a": ([str(small)], ["col_0", "col_1"])},
+            )
+        )
         for c in [FIRST_CONSTANT, *warm]:
             plain(c)
         warm_s = time.perf_counter() - t0
@@ -810,8 +866,13 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
         # statement seen before runs faster: each variant gets constants never seen before (0.0111, 0.0121…),
         # except "repeat", which re-runs a statement of the timed pass. The order rotates.
         wait_quiet("baseline_diagnostic")
-        diag: dict[str, list[float]] = {"plain": [], "sql_only": [], "worker_execute": [], "worker_execute_total": [],
-                                        "repeat": []}
+        diag: dict[str, list[float]] = {
+            "plain": [],
+            "sql_only": [],
+            "worker_execute": [],
+            "worker_execute_total": [],
+            "repeat": [],
+        }
 
         def run_worker(c: str) -> None:
             elapsed, total = worker_job(c)
@@ -826,19 +887,27 @@ def bench_spark(work: Path, paths: list[Path], schema: list[tuple[str, str]], wa
                     lambda i=i: run_worker(f"0.{i + 1:02d}31"),
                     lambda c=c: diag["repeat"].append(plain(c)),
                 ]
-                for step in steps[i % 4:] + steps[:i % 4]:
+                for step in steps[i % 4 :] + steps[: i % 4]:
                     step()
-        say(f"baseline diagnostic: new statements: plain {p50(diag['plain']):.0f} ms, view already registered "
+        say(
+            f"baseline diagnostic: new statements: plain {p50(diag['plain']):.0f} ms, view already registered "
             f"{p50(diag['sql_only']):.0f} ms, worker job code {p50(diag['worker_execute']):.0f} ms; "
-            f"a statement run before {p50(diag['repeat']):.0f} ms")
+            f"a statement run before {p50(diag['repeat']):.0f} ms"
+        )
         version = spark.version
     finally:
         if worker is not None:
             os.close(worker.wake_r)
             os.close(worker.wake_w)
         stop_spark(spark)
-    return {"samples": samples, "other_cpu_share": shares, "diagnostic": diag, "session_start_s": round(start_s, 1),
-            "warmup_s": round(warm_s, 1), "spark": version}
+    return {
+        "samples": samples,
+        "other_cpu_share": shares,
+        "diagnostic": diag,
+        "session_start_s": round(start_s, 1),
+        "warmup_s": round(warm_s, 1),
+        "spark": version,
+    }
 
 
 def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[dict[str, Any] | None, str]:
@@ -866,13 +935,16 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
 
 def git_state() -> dict[str, Any]:
     """The commit measured, and the files that differ from it (the node runs from this working tree)."""
+
     def git(*a: str) -> str:
         out = subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True, timeout=30, check=False)
         return out.stdout
 
     try:
-        return {"head": git("rev-parse", "--short", "HEAD").strip() or None,
-                "changed": [ln[3:] for ln in git("status", "--porcelain").splitlines() if len(ln) > 3]}
+        return {
+            "head": git("rev-parse", "--short", "HEAD").strip() or None,
+            "changed": [ln[3:] for ln in git("status", "--porcelain").splitlines() if len(ln) > 3],
+        }
     except (OSError, subprocess.TimeoutExpired):
         return {"head": None, "changed": []}
 
@@ -882,11 +954,20 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the dataset (default 10 000 000)")
     parser.add_argument("--hits", type=int, default=200, help="timed hits (default 200)")
     parser.add_argument("--misses", type=int, default=9, help="timed misses (default 9)")
-    parser.add_argument("--warm-misses", type=int, default=4,
-                        help="untimed misses between the first query and the timed ones (default 4)")
-    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="S",
-                        help="before each timed step, wait up to S seconds for other work on the machine to "
-                             "use < 10%% of the CPUs (default 0: do not wait)")
+    parser.add_argument(
+        "--warm-misses",
+        type=int,
+        default=4,
+        help="untimed misses between the first query and the timed ones (default 4)",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each timed step, wait up to S seconds for other work on the machine to "
+        "use < 10%% of the CPUs (default 0: do not wait)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (Parquet, home, logs)")
     args = parser.parse_args()
     if args.rows < 1000 or args.hits < 1 or args.misses < 1 or args.warm_misses < 0:
@@ -894,8 +975,16 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
 
     # Everything of the node's code this process uses, imported now: the run then measures one state of it.
-    for module in ("node.datasets", "node.datasets.slices", "node.errors", "node.ipfs", "node.model", "node.query",
-                   "spark_worker.server", "spark_worker.session"):
+    for module in (
+        "node.datasets",
+        "node.datasets.slices",
+        "node.errors",
+        "node.ipfs",
+        "node.model",
+        "node.query",
+        "spark_worker.server",
+        "spark_worker.session",
+    ):
         importlib.import_module(module)
 
     git = git_state()
@@ -903,7 +992,7 @@ def main() -> None:
     QUIET["max_wait_s"] = args.quiet_wait
     phases: dict[str, Any] = {}
     consts = constants(args.warm_misses + args.misses)
-    warm, timed = consts[:args.warm_misses], consts[args.warm_misses:]
+    warm, timed = consts[: args.warm_misses], consts[args.warm_misses :]
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-query-"))
     try:
         parquet = work / "input.parquet"
@@ -932,22 +1021,41 @@ def main() -> None:
         diag = spark["diagnostic"]
 
         def brief(m: dict[str, Any]) -> dict[str, Any]:
-            return {"constant": m["constant"], "client_ms": m["client_ms"], "node_elapsed_ms": m["node_elapsed_ms"],
-                    "parts_ms": m["parts_ms"]}
+            return {
+                "constant": m["constant"],
+                "client_ms": m["client_ms"],
+                "node_elapsed_ms": m["node_elapsed_ms"],
+                "parts_ms": m["parts_ms"],
+            }
 
         result = {
             "bench": "query",
             "rows": args.rows,
             "sql": SQL,
-            "hit_ms": {"p50": hit_p50, "p99": pct(hits, 99), "n": len(hits), "min": round(min(hits), 3),
-                       "max": round(max(hits), 3), "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
-                       "constant": cairn["hits"]["constant"], "sources": cairn["hits"]["sources"]},
-            "miss_ms": {"p50": miss_p50, "samples": miss, "constants": timed,
-                        "other_cpu_share": [m["other_cpu_share"] for m in misses],
-                        "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
-                        "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]]},
+            "hit_ms": {
+                "p50": hit_p50,
+                "p99": pct(hits, 99),
+                "n": len(hits),
+                "min": round(min(hits), 3),
+                "max": round(max(hits), 3),
+                "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
+                "constant": cairn["hits"]["constant"],
+                "sources": cairn["hits"]["sources"],
+            },
+            "miss_ms": {
+                "p50": miss_p50,
+                "samples": miss,
+                "constants": timed,
+                "other_cpu_share": [m["other_cpu_share"] for m in misses],
+                "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
+                "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]],
+            },
             "first_miss_ms": cairn["first_miss"]["client_ms"],
-            "warm_spark_ms": {"p50": spark_p50, "samples": spark["samples"], "other_cpu_share": spark["other_cpu_share"]},
+            "warm_spark_ms": {
+                "p50": spark_p50,
+                "samples": spark["samples"],
+                "other_cpu_share": spark["other_cpu_share"],
+            },
             "warm_spark_diagnostic_ms": {
                 "plain_p50": p50(diag["plain"]),
                 "sql_only_p50": p50(diag["sql_only"]),
@@ -962,19 +1070,28 @@ def main() -> None:
             "ratio_warm_spark_over_hit": round(spark_p50 / hit_p50, 1),
             # the same over the samples other work did not disturb (< 10 % of the CPUs), if ≥ 3 on each side
             "ratio_miss_over_warm_spark_undisturbed": (
-                round(mc / sc, 3) if (mc := clean_p50(miss, [m["other_cpu_share"] for m in misses])) is not None
-                and (sc := clean_p50(spark["samples"], spark["other_cpu_share"])) is not None else None),
+                round(mc / sc, 3)
+                if (mc := clean_p50(miss, [m["other_cpu_share"] for m in misses])) is not None
+                and (sc := clean_p50(spark["samples"], spark["other_cpu_share"])) is not None
+                else None
+            ),
             "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
             "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
-            "targets": {"ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
-                        "ratio_warm_spark_over_hit": f">= {TARGET_HIT_RATIO}", "hit_p50_ms": "< 5",
-                        "ratio_duckdb_over_hit": ">= 25"},
+            "targets": {
+                "ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
+                "ratio_warm_spark_over_hit": f">= {TARGET_HIT_RATIO}",
+                "hit_p50_ms": "< 5",
+                "ratio_duckdb_over_hit": ">= 25",
+            },
             "spark_jobs_during_hits": cairn["hits"]["spark_jobs_after"] - cairn["hits"]["spark_jobs_before"],
             "miss_parts_ms_p50": parts,
             "miss_breakdown": {"first": brief(cairn["first_miss"]), "timed": [brief(m) for m in misses]},
             "probes": cairn["probes"],
-            "dataset": {"slices": cairn["slices"], "parquet_mb": cairn["parquet_mb"],
-                        "result_rows": misses[0]["row_count"]},
+            "dataset": {
+                "slices": cairn["slices"],
+                "parquet_mb": cairn["parquet_mb"],
+                "result_rows": misses[0]["row_count"],
+            },
             "phases": phases,
             "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
             "machine": {

@@ -18,7 +18,12 @@ SAMPLES = samples()
 
 def test_there_are_enough_varied_samples() -> None:
     assert len(SAMPLES) >= 40
-    kinds = {kind for _, text in SAMPLES for kind in ("sde_0", "rde_0", "mbe_0", "ex_0", "dt_0", "cx_0", "pl_0") if f'"{kind}"' in text}
+    kinds = {
+        kind
+        for _, text in SAMPLES
+        for kind in ("sde_0", "rde_0", "mbe_0", "ex_0", "dt_0", "cx_0", "pl_0")
+        if f'"{kind}"' in text
+    }
     assert kinds == {"sde_0", "rde_0", "mbe_0", "ex_0", "dt_0", "cx_0", "pl_0"}
 
 
@@ -39,15 +44,33 @@ def kubo_repo(tmp_path_factory: pytest.TempPathFactory, kubo_binary: Path) -> di
 
 
 @pytest.mark.parametrize("name,text", SAMPLES, ids=[n for n, _ in SAMPLES])
-def test_cairn_cid_equals_kubo_dag_put(name: str, text: str, tmp_path: Path, kubo_binary: Path,
-                                       kubo_repo: dict[str, str]) -> None:
+def test_cairn_cid_equals_kubo_dag_put(
+    name: str, text: str, tmp_path: Path, kubo_binary: Path, kubo_repo: dict[str, str]
+) -> None:
     path = tmp_path / f"{name}.json"
     path.write_text(text, encoding="utf-8")
     ours = _cairn_cid(path)
-    theirs = subprocess.run(
-        [str(kubo_binary), "dag", "put", "--input-codec", "dag-json", "--store-codec", "dag-cbor", "--hash", "blake3"],
-        input=text.encode(), env=kubo_repo, capture_output=True, check=True,
-    ).stdout.decode().strip()
+    theirs = (
+        subprocess.run(
+            [
+                str(kubo_binary),
+                "dag",
+                "put",
+                "--input-codec",
+                "dag-json",
+                "--store-codec",
+                "dag-cbor",
+                "--hash",
+                "blake3",
+            ],
+            input=text.encode(),
+            env=kubo_repo,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     assert ours == theirs, f"{name}: cairn {ours} != kubo {theirs}"
 
 

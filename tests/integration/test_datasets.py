@@ -9,8 +9,9 @@ import gzip
 import io
 import json
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -134,8 +135,16 @@ def test_malformed_csv_names_the_line_and_keeps_head(nodes: Any, tmp_path: Path)
 def test_ledger_skips_seen_rows(nodes: Any, tmp_path: Path) -> None:
     a, _ = nodes
     add(a, write(tmp_path, "l1.csv", CSV), "--name", "ledger", "--merge", "ledger", "--primary-key", "id")
-    out = add(a, write(tmp_path, "l2.csv", b"id,city,pop\n3,Nice,1\n4,Lille,230000\n4,Lille,2\n"),
-              "--to", "ledger", "--merge", "ledger", "--primary-key", "id")
+    out = add(
+        a,
+        write(tmp_path, "l2.csv", b"id,city,pop\n3,Nice,1\n4,Lille,230000\n4,Lille,2\n"),
+        "--to",
+        "ledger",
+        "--merge",
+        "ledger",
+        "--primary-key",
+        "id",
+    )
     assert (out["rows_read"], out["rows_added"]) == (3, 1)
     assert [r["id"] for r in rows(a, "ledger")] == [1, 2, 3, 4]
     log = json.loads(a.cli("log", "ledger", "--json").stdout)
@@ -146,12 +155,25 @@ def test_snapshot_records_changes_with_odf_op_codes(nodes: Any, tmp_path: Path) 
     a, _ = nodes
     add(a, write(tmp_path, "n1.csv", CSV), "--name", "snap", "--merge", "snapshot", "--primary-key", "id")
     # Lyon corrected, Nice gone, Lille new, Paris unchanged.
-    out = add(a, write(tmp_path, "n2.csv", b"id,city,pop\n1,Paris,2100000\n2,Lyon,530000\n4,Lille,230000\n"),
-              "--to", "snap", "--merge", "snapshot", "--primary-key", "id")
+    out = add(
+        a,
+        write(tmp_path, "n2.csv", b"id,city,pop\n1,Paris,2100000\n2,Lyon,530000\n4,Lille,230000\n"),
+        "--to",
+        "snap",
+        "--merge",
+        "snapshot",
+        "--primary-key",
+        "id",
+    )
     assert out["rows_added"] == 4
     got = rows(a, "snap")
     assert [(r["op"], r["id"]) for r in got[:3]] == [(0, 1), (0, 2), (0, 3)]
-    assert [(r["op"], r["id"], r["pop"]) for r in got[3:]] == [(2, 2, 520000), (3, 2, 530000), (0, 4, 230000), (1, 3, 340000)]
+    assert [(r["op"], r["id"], r["pop"]) for r in got[3:]] == [
+        (2, 2, 520000),
+        (3, 2, 530000),
+        (0, 4, 230000),
+        (1, 3, 340000),
+    ]
 
 
 def test_merge_needs_a_primary_key(nodes: Any, tmp_path: Path) -> None:
@@ -250,7 +272,10 @@ def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_port: in
         try:
             proc = await asyncio.create_subprocess_exec(
                 *b.cli_argv("pull", f"http://127.0.0.1:{free_port}/odf/{name}", "--name", "tampered"),
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=b.cli_env())
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=b.cli_env(),
+            )
             _, err = await proc.communicate()
             assert proc.returncode == 1
             return err.decode().strip()
@@ -315,8 +340,9 @@ LATIN1 = "id,city,pop\n1,Orléans,116000\n2,Besançon,117000\n3,Saint-Étienne,1
 def upload(node: NodeProcess, query: str, body: bytes) -> tuple[int, Any]:
     """POST /api/v0/datasets with the node's token: the HTTP route, without the CLI."""
     token = (node.home / "api.token").read_text().strip()
-    req = urllib.request.Request(f"{node.api}/api/v0/datasets?{query}", data=body, method="POST",
-                                 headers={"Authorization": f"Bearer {token}"})
+    req = urllib.request.Request(
+        f"{node.api}/api/v0/datasets?{query}", data=body, method="POST", headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
@@ -351,7 +377,8 @@ def test_undecodable_input_is_a_400_naming_line_and_byte(nodes: Any, tmp_path: P
     status, body = upload(a, "name=junk", junk)
     assert status == 400 and body["error"]["message"] == (
         "upload: line 3, byte offset 13: not UTF-8 (80: invalid start byte); give the file's encoding"
-        " with --encoding, e.g. --encoding latin-1")
+        " with --encoding, e.g. --encoding latin-1"
+    )
     status, body = upload(a, "name=junk&encoding=nope", CSV)
     assert status == 400 and "unknown encoding 'nope'" in body["error"]["message"]
     status, body = upload(a, "name=junk&encoding=utf-16-le", b"ab\n")  # an odd number of bytes

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,26 +31,50 @@ TURKISH = "tr_TR.UTF-8"
 HOSTILE_JVM = "-Duser.language=tr -Duser.country=TR -Duser.timezone=Pacific/Kiritimati -Dfile.encoding=ISO-8859-9"
 WORDS = ["iş", "IŞIK", "istanbul ıi", "İzmir", "straße", "ΣΑΣ", "plain"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-          "November", "December"]
-TIMES = [dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.timezone.utc), dt.datetime(2023, 12, 31, 23, 30, tzinfo=dt.timezone.utc),
-         dt.datetime(2024, 3, 10, 13, 45, 7, tzinfo=dt.timezone.utc), dt.datetime(1999, 6, 30, 0, 0, tzinfo=dt.timezone.utc),
-         dt.datetime(2024, 2, 29, 14, 0, tzinfo=dt.timezone.utc), dt.datetime(2030, 11, 3, 1, 59, 59, tzinfo=dt.timezone.utc),
-         dt.datetime(2000, 1, 1, 12, 0, tzinfo=dt.timezone.utc)]
+MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
+TIMES = [
+    dt.datetime(2024, 1, 1, 10, 0, tzinfo=dt.UTC),
+    dt.datetime(2023, 12, 31, 23, 30, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 10, 13, 45, 7, tzinfo=dt.UTC),
+    dt.datetime(1999, 6, 30, 0, 0, tzinfo=dt.UTC),
+    dt.datetime(2024, 2, 29, 14, 0, tzinfo=dt.UTC),
+    dt.datetime(2030, 11, 3, 1, 59, 59, tzinfo=dt.UTC),
+    dt.datetime(2000, 1, 1, 12, 0, tzinfo=dt.UTC),
+]
 
 
 # --- refused at start ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("key", "value", "says"), [
-    ("spark.sql.legacy.timeParserPolicy", "LEGACY", "is fixed to CORRECTED"),
-    ("spark.sql.mapKeyDedupPolicy", "LAST_WIN", "is fixed to EXCEPTION"),
-    ("spark.sql.session.timeZone", "Asia/Tokyo", "is fixed to UTC"),
-    ("spark.sql.legacy.allowParameterlessCount", "true", "cannot be set"),
-    ("spark.sql.optimizer.excludedRules", "org.apache.spark.sql.catalyst.optimizer.ConstantFolding", "cannot be set"),
-    ("spark.driver.extraJavaOptions", "-Duser.language=tr", "is fixed to"),
-    ("spark.default.parallelism", "7", "cannot be set"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("spark.sql.legacy.timeParserPolicy", "LEGACY", "is fixed to CORRECTED"),
+        ("spark.sql.mapKeyDedupPolicy", "LAST_WIN", "is fixed to EXCEPTION"),
+        ("spark.sql.session.timeZone", "Asia/Tokyo", "is fixed to UTC"),
+        ("spark.sql.legacy.allowParameterlessCount", "true", "cannot be set"),
+        (
+            "spark.sql.optimizer.excludedRules",
+            "org.apache.spark.sql.catalyst.optimizer.ConstantFolding",
+            "cannot be set",
+        ),
+        ("spark.driver.extraJavaOptions", "-Duser.language=tr", "is fixed to"),
+        ("spark.default.parallelism", "7", "cannot be set"),
+    ],
+)
 async def test_answer_changing_conf_is_refused_at_start(tmp_path: Path, key: str, value: str, says: str) -> None:
     w = SparkWorker(tmp_path / "bad.sock", conf={key: value})
     with pytest.raises(SparkStartError) as err:
@@ -66,8 +89,9 @@ async def test_spark_defaults_conf_cannot_slip_a_setting_in(tmp_path: Path) -> N
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
     # The forced key is overridden by the worker's own setting; the unknown one must stop it.
-    (conf_dir / "spark-defaults.conf").write_text("spark.sql.mapKeyDedupPolicy LAST_WIN\n"
-                                                  "spark.sql.legacy.allowParameterlessCount true\n")
+    (conf_dir / "spark-defaults.conf").write_text(
+        "spark.sql.mapKeyDedupPolicy LAST_WIN\nspark.sql.legacy.allowParameterlessCount true\n"
+    )
     w = SparkWorker(tmp_path / "d.sock", warmup=False, start_timeout=600)
     own_env = w._env
     w._env = lambda: {**own_env(), "SPARK_CONF_DIR": str(conf_dir)}  # type: ignore[method-assign]
@@ -94,16 +118,31 @@ def _turkish_locale(base: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def words(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("profile-data") / "words.parquet"
-    pq.write_table(pa.table({"w": WORDS, "t": pa.array(TIMES, pa.timestamp("us", tz="UTC")),
-                             "s": [t.strftime("%d/%m/%Y %H:%M") for t in TIMES]}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "w": WORDS,
+                "t": pa.array(TIMES, pa.timestamp("us", tz="UTC")),
+                "s": [t.strftime("%d/%m/%Y %H:%M") for t in TIMES],
+            }
+        ),
+        path,
+    )
     return path
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[SparkWorker, SparkWorker]]:
     base = tmp_path_factory.mktemp("profile-workers")
-    hostile_env = {**_turkish_locale(base), "LANG": TURKISH, "LC_ALL": TURKISH, "LC_TIME": TURKISH,
-                   "TZ": "Pacific/Kiritimati", "JAVA_TOOL_OPTIONS": HOSTILE_JVM, "_JAVA_OPTIONS": HOSTILE_JVM}
+    hostile_env = {
+        **_turkish_locale(base),
+        "LANG": TURKISH,
+        "LC_ALL": TURKISH,
+        "LC_TIME": TURKISH,
+        "TZ": "Pacific/Kiritimati",
+        "JAVA_TOOL_OPTIONS": HOSTILE_JVM,
+        "_JAVA_OPTIONS": HOSTILE_JVM,
+    }
     # Generous start deadlines: two JVMs start at once on a shared 2-core machine.
     plain = SparkWorker(base / "plain.sock", warmup=False, start_timeout=600)
     hostile = SparkWorker(base / "hostile.sock", warmup=False, start_timeout=600)
@@ -131,9 +170,13 @@ async def test_hostile_environment_is_really_hostile(pair: tuple[SparkWorker, Sp
     env = _environ(hostile.pid)  # type: ignore[arg-type]
     assert env["LC_ALL"] == TURKISH and env["TZ"] == "Pacific/Kiritimati" and "tr" in env["_JAVA_OPTIONS"]
     # The locale exists: the C library of a child with that environment does switch to Turkish.
-    probe = subprocess.run(["python3", "-c", "import locale; print(locale.setlocale(locale.LC_ALL, ''))"],
-                           env={**os.environ, **{k: env[k] for k in ("LOCPATH", "LC_ALL")}}, capture_output=True,
-                           text=True, check=True)
+    probe = subprocess.run(
+        ["python3", "-c", "import locale; print(locale.setlocale(locale.LC_ALL, ''))"],
+        env={**os.environ, **{k: env[k] for k in ("LOCPATH", "LC_ALL")}},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.strip() == TURKISH
 
 
@@ -151,9 +194,11 @@ async def test_profiles_are_equal_and_pinned(pair: tuple[SparkWorker, SparkWorke
 
 
 CASE_SQL = "SELECT col_0, upper(col_0), lower(col_0) FROM a ORDER BY col_0"
-TIME_SQL = ("SELECT col_0, date_format(col_1, 'yyyy-MM-dd HH:mm:ss EEEE MMMM a'), hour(col_1), dayofweek(col_1), "
-            "to_date(col_2, 'dd/MM/yyyy HH:mm'), unix_timestamp(col_2, 'dd/MM/yyyy HH:mm'), "
-            "CAST(CAST(col_1 AS DATE) AS STRING), CAST(col_1 AS STRING), date_trunc('DAY', col_1) FROM a ORDER BY col_0")
+TIME_SQL = (
+    "SELECT col_0, date_format(col_1, 'yyyy-MM-dd HH:mm:ss EEEE MMMM a'), hour(col_1), dayofweek(col_1), "
+    "to_date(col_2, 'dd/MM/yyyy HH:mm'), unix_timestamp(col_2, 'dd/MM/yyyy HH:mm'), "
+    "CAST(CAST(col_1 AS DATE) AS STRING), CAST(col_1 AS STRING), date_trunc('DAY', col_1) FROM a ORDER BY col_0"
+)
 MORE_SQL = "SELECT col_0, initcap(col_0), sort_array(array(col_0, 'ı', 'i', 'İ', 'I')) FROM a ORDER BY col_0"
 
 
@@ -180,11 +225,13 @@ async def test_date_functions_are_the_same_and_utc(pair: tuple[SparkWorker, Spar
         v = list(row.values())
         t = by_word[v[0]]  # oracle: calendar arithmetic in UTC, English names from fixed lists
         minute = t.replace(second=0)
-        assert v[1] == f"{t:%Y-%m-%d %H:%M:%S} {DAYS[t.weekday()]} {MONTHS[t.month - 1]} {'AM' if t.hour < 12 else 'PM'}"
+        assert (
+            v[1] == f"{t:%Y-%m-%d %H:%M:%S} {DAYS[t.weekday()]} {MONTHS[t.month - 1]} {'AM' if t.hour < 12 else 'PM'}"
+        )
         assert v[2] == t.hour and v[3] == (t.isoweekday() % 7) + 1
         assert v[4] == t.date() and v[5] == int(minute.timestamp())
         assert v[6] == t.date().isoformat() and v[7] == f"{t:%Y-%m-%d %H:%M:%S}"
-        assert v[8] == dt.datetime(t.year, t.month, t.day, tzinfo=dt.timezone.utc)
+        assert v[8] == dt.datetime(t.year, t.month, t.day, tzinfo=dt.UTC)
 
 
 async def test_a_statement_cannot_set_a_forced_setting_for_later_jobs(pair: tuple[SparkWorker, SparkWorker]) -> None:

@@ -23,7 +23,9 @@ import pytest
 
 from tests.fixtures.nodes import NodeProcess, poll
 
-SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+SALES = (
+    b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+)
 SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
 
 
@@ -40,8 +42,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 
 def _ask(node: NodeProcess, sql: str) -> dict[str, Any]:
-    req = urllib.request.Request(node.api + "/api/v0/query", method="POST", headers={"Content-Type": "application/json"},
-                                 data=json.dumps({"sql": sql, "inputs": {"sales": "sales"}}).encode())
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"sql": sql, "inputs": {"sales": "sales"}}).encode(),
+    )
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.loads(r.read())
 
@@ -73,13 +79,21 @@ def test_receipt_links_an_engine_profile(node: NodeProcess) -> None:
     profile = _block(node, answer["profile"])
     assert isinstance(profile, EngineProfile) and profile.engine == "spark"
     vendor, version = _java()
-    assert profile.versions == {"spark": pyspark.__version__, "pyarrow": pa.__version__,
-                                "java": f"{vendor} {version}", "scala": profile.versions["scala"]}
+    assert profile.versions == {
+        "spark": pyspark.__version__,
+        "pyarrow": pa.__version__,
+        "java": f"{vendor} {version}",
+        "scala": profile.versions["scala"],
+    }
     assert re.fullmatch(r"2\.13\.\d+", profile.versions["scala"])
     assert profile.jvm["locale"] == "en-US" and profile.jvm["timezone"] == "UTC"
-    for key, value in (("spark.sql.legacy.timeParserPolicy", "CORRECTED"), ("spark.sql.mapKeyDedupPolicy", "EXCEPTION"),
-                       ("spark.sql.ansi.enabled", "true"), ("spark.sql.session.timeZone", "UTC"),
-                       ("spark.sql.shuffle.partitions", "4")):
+    for key, value in (
+        ("spark.sql.legacy.timeParserPolicy", "CORRECTED"),
+        ("spark.sql.mapKeyDedupPolicy", "EXCEPTION"),
+        ("spark.sql.ansi.enabled", "true"),
+        ("spark.sql.session.timeZone", "UTC"),
+        ("spark.sql.shuffle.partitions", "4"),
+    ):
         assert profile.settings[key] == value
     assert sum(k.startswith("spark.sql.legacy.") for k in profile.settings) > 50  # every legacy key is recorded
     status, ex = node.get(f"/api/v0/executions/{answer['execution']}")
@@ -96,15 +110,28 @@ def test_divergent_peer_answer_is_recorded_not_cached(node: NodeProcess) -> None
     mine = _ask(node, SQL)
     assert mine["source"] == "local"
     # A peer whose engine parses dates the legacy way claims another answer for the same invocation.
-    theirs = block_of(EngineProfile("spark", {"spark": "3.5.0"}, {"locale": "tr-TR"},
-                                    {"spark.sql.legacy.timeParserPolicy": "LEGACY"}))
+    theirs = block_of(
+        EngineProfile("spark", {"spark": "3.5.0"}, {"locale": "tr-TR"}, {"spark.sql.legacy.timeParserPolicy": "LEGACY"})
+    )
     peer = generate()
-    an = Announcement(parse_cid(mine["invocation"]), parse_cid(mine["execution"]), parse_cid(mine["receipt"]),
-                      "0" * 64, 3, {"name": "spark", "profile": cid_str(theirs.cid)}, (), peer.node_key,
-                      "2026-01-01T00:00:00Z").signed(peer.sign)
+    an = Announcement(
+        parse_cid(mine["invocation"]),
+        parse_cid(mine["execution"]),
+        parse_cid(mine["receipt"]),
+        "0" * 64,
+        3,
+        {"name": "spark", "profile": cid_str(theirs.cid)},
+        (),
+        peer.node_key,
+        "2026-01-01T00:00:00Z",
+    ).signed(peer.sign)
     _gossip(node, block_of(an).data)
-    ex = poll(lambda: (lambda e: e if e["divergences"] else None)(node.get(f"/api/v0/executions/{mine['execution']}")[1]),
-              30, 0.2, what="the divergence to be recorded")
+    ex = poll(
+        lambda: (lambda e: e if e["divergences"] else None)(node.get(f"/api/v0/executions/{mine['execution']}")[1]),
+        30,
+        0.2,
+        what="the divergence to be recorded",
+    )
     [d] = ex["divergences"]
     assert d["signer"] == peer.node_key and d["profile"] == cid_str(theirs.cid) and d["logicalHash"] == "0" * 64
     assert ex["profile"] == mine["profile"] and ex["logicalHash"] == mine["logicalHash"]

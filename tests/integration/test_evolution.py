@@ -11,8 +11,9 @@ import io
 import json
 import math
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -46,9 +47,12 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProces
 
 
 def ask(node: NodeProcess, sql: str, **inputs: str) -> dict[str, Any]:
-    req = urllib.request.Request(node.api + "/api/v0/query", method="POST",
-                                 data=json.dumps({"sql": sql, "inputs": inputs}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        method="POST",
+        data=json.dumps({"sql": sql, "inputs": inputs}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.loads(r.read())
 
@@ -90,7 +94,9 @@ def test_reads_match_queries(nodes: Any) -> None:
     r = a.cli("get", "cities", "--format", "jsonl")
     assert r.returncode == 0, r.stderr.decode()
     got = [json.loads(line) for line in r.stdout.decode().splitlines()]
-    assert [[row[c] for c in ("id", "city", "pop", "area", "region")] for row in got] == ask(a, SQL, cities="cities")["rows"]
+    assert [[row[c] for c in ("id", "city", "pop", "area", "region")] for row in got] == ask(a, SQL, cities="cities")[
+        "rows"
+    ]
 
 
 def test_two_nodes_same_version_hash_and_invocation(nodes: Any) -> None:

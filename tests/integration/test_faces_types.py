@@ -14,8 +14,9 @@ import io
 import json
 import math
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,30 +25,52 @@ import pytest
 from tests.fixtures.nodes import NodeProcess
 from tests.unit.test_values import decode_back, same, strict_loads
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 BIG = 2**53 + 1
-TYPES = pa.table({
-    "id": pa.array([1, 2, 3, 4], pa.int64()),
-    "i64": pa.array([BIG, -(2**63), None, 7], pa.int64()),
-    "f64": pa.array([math.nan, math.inf, -math.inf, None]),
-    "dec": pa.array([decimal.Decimal("12345678901234567890.0123456789"), decimal.Decimal("-0.0000000001"), None,
-                     decimal.Decimal("1.1000000000")], pa.decimal128(38, 10)),
-    "d": pa.array([dt.date(2013, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]),
-    "ts": pa.array([dt.datetime(2013, 1, 1, 10, tzinfo=UTC), dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC), None,
-                    dt.datetime(2020, 2, 29, 23, 59, 59, 999999, tzinfo=UTC)], pa.timestamp("us", "UTC")),
-    "ntz": pa.array([dt.datetime(2013, 1, 1, 5), None, dt.datetime(2000, 1, 1, 0, 0, 0, 500000), dt.datetime(1, 1, 1)],
-                    pa.timestamp("us")),
-    "s": pa.array(['plain', 'quote " comma , newline \n end', '', None]),
-    "u": pa.array(["é漢字🙂", None, " lead", "trail "]),
-    "b": pa.array([b"\x00\xff\x10", b"", None, b"abc"]),
-    "flag": pa.array([True, False, None, True]),
-    "arr": pa.array([[1, None, BIG], [], None, [2]], pa.list_(pa.int64())),
-    "st": pa.array([{"x": 1.5, "y": "a"}, {"x": math.nan, "y": None}, None, {"x": None, "y": "z"}],
-                   pa.struct([("x", pa.float64()), ("y", pa.string())])),
-    "m": pa.array([[("k", 1)], [], None, [("a", None), ("b", BIG)]], pa.map_(pa.string(), pa.int64())),
-    "nested": pa.array([[{"p": [dt.date(2020, 1, 2)]}], None, [], [{"p": None}]],
-                       pa.list_(pa.struct([("p", pa.list_(pa.date32()))]))),
-})
+TYPES = pa.table(
+    {
+        "id": pa.array([1, 2, 3, 4], pa.int64()),
+        "i64": pa.array([BIG, -(2**63), None, 7], pa.int64()),
+        "f64": pa.array([math.nan, math.inf, -math.inf, None]),
+        "dec": pa.array(
+            [
+                decimal.Decimal("12345678901234567890.0123456789"),
+                decimal.Decimal("-0.0000000001"),
+                None,
+                decimal.Decimal("1.1000000000"),
+            ],
+            pa.decimal128(38, 10),
+        ),
+        "d": pa.array([dt.date(2013, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]),
+        "ts": pa.array(
+            [
+                dt.datetime(2013, 1, 1, 10, tzinfo=UTC),
+                dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+                None,
+                dt.datetime(2020, 2, 29, 23, 59, 59, 999999, tzinfo=UTC),
+            ],
+            pa.timestamp("us", "UTC"),
+        ),
+        "ntz": pa.array(
+            [dt.datetime(2013, 1, 1, 5), None, dt.datetime(2000, 1, 1, 0, 0, 0, 500000), dt.datetime(1, 1, 1)],
+            pa.timestamp("us"),
+        ),
+        "s": pa.array(["plain", 'quote " comma , newline \n end', "", None]),
+        "u": pa.array(["é漢字🙂", None, " lead", "trail "]),
+        "b": pa.array([b"\x00\xff\x10", b"", None, b"abc"]),
+        "flag": pa.array([True, False, None, True]),
+        "arr": pa.array([[1, None, BIG], [], None, [2]], pa.list_(pa.int64())),
+        "st": pa.array(
+            [{"x": 1.5, "y": "a"}, {"x": math.nan, "y": None}, None, {"x": None, "y": "z"}],
+            pa.struct([("x", pa.float64()), ("y", pa.string())]),
+        ),
+        "m": pa.array([[("k", 1)], [], None, [("a", None), ("b", BIG)]], pa.map_(pa.string(), pa.int64())),
+        "nested": pa.array(
+            [[{"p": [dt.date(2020, 1, 2)]}], None, [], [{"p": None}]],
+            pa.list_(pa.struct([("p", pa.list_(pa.date32()))])),
+        ),
+    }
+)
 SELECT_ALL = "SELECT * FROM types ORDER BY id"
 
 
@@ -57,7 +80,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     n = NodeProcess(base / "n", env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
     pq.write_table(TYPES, base / "types.parquet")
     pq.write_table(pa.table({"x": pa.array([], pa.int64()), "y": pa.array([], pa.string())}), base / "empty.parquet")
-    (base / "odd.csv").write_text('id,first name,é,select,from\n1,Ann,x,s1,f1\n2,Bob,y,s2,f2\n')
+    (base / "odd.csv").write_text("id,first name,é,select,from\n1,Ann,x,s1,f1\n2,Bob,y,s2,f2\n")
     for name, file in (("types", "types.parquet"), ("empty", "empty.parquet"), ("odd", "odd.csv")):
         r = n.cli("add", str(base / file), "--name", name)
         assert r.returncode == 0, r.stderr.decode()
@@ -66,8 +89,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 
 def post_raw(node: NodeProcess, body: dict[str, Any]) -> tuple[int, bytes]:
-    req = urllib.request.Request(node.api + "/api/v0/query", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, r.read()
@@ -173,7 +200,7 @@ def _cell_value(t: pa.DataType, cell: str) -> Any:
 
 
 def test_execution_data_keeps_the_users_names(node: NodeProcess) -> None:
-    out = ask(node, 'SELECT `first name`, é, `select`, `from` AS `where` FROM odd ORDER BY id', {"odd": "odd"})
+    out = ask(node, "SELECT `first name`, é, `select`, `from` AS `where` FROM odd ORDER BY id", {"odd": "odd"})
     assert out["columns"] == ["first name", "é", "select", "where"]
     assert out["rows"] == [["Ann", "x", "s1", "f1"], ["Bob", "y", "s2", "f2"]]
     csv_text = get_raw(node, f"/api/v0/executions/{out['execution']}/data?format=csv").decode()
@@ -213,24 +240,31 @@ def test_empty_input_dataset_is_an_answer(node: NodeProcess) -> None:
 def test_spark_values_without_a_file_type(node: NodeProcess) -> None:
     """Values only Spark makes (intervals, literals past 2^53, NaN from a cast): written by the documented
     mapping (docs/queries.md); the expected strings are the mapping's, spelled out by hand."""
-    out = ask(node, "SELECT id, make_dt_interval(1, 2, 3, 4.5) AS dts, "
-                    "X'00FF' AS bin, 9007199254740993 AS big, CAST('NaN' AS DOUBLE) AS nan, "
-                    "CAST(1.10 AS DECIMAL(5,2)) AS dec, TIMESTAMP '2013-01-01 10:00:00' AS ts, "
-                    "ARRAY(CAST('Infinity' AS DOUBLE)) AS inf "
-                    "FROM types WHERE id = 1 ORDER BY id")
-    assert out["rows"] == [[1, "P1DT2H3M4.5S", "AP8=", "9007199254740993", "NaN", "1.10",
-                            "2013-01-01T10:00:00Z", ["Infinity"]]]
+    out = ask(
+        node,
+        "SELECT id, make_dt_interval(1, 2, 3, 4.5) AS dts, "
+        "X'00FF' AS bin, 9007199254740993 AS big, CAST('NaN' AS DOUBLE) AS nan, "
+        "CAST(1.10 AS DECIMAL(5,2)) AS dec, TIMESTAMP '2013-01-01 10:00:00' AS ts, "
+        "ARRAY(CAST('Infinity' AS DOUBLE)) AS inf "
+        "FROM types WHERE id = 1 ORDER BY id",
+    )
+    assert out["rows"] == [
+        [1, "P1DT2H3M4.5S", "AP8=", "9007199254740993", "NaN", "1.10", "2013-01-01T10:00:00Z", ["Infinity"]]
+    ]
     assert out["schema"][0] == ["id", "int64"]
 
 
 def test_query_spark_refuses_is_a_4xx(node: NodeProcess) -> None:
     # Valid for the canonicalizer, refused by Spark's analyzer (a computed map cannot be sorted): the asker's
     # query, so a 422 with Spark's reason on one line, not a 500.
-    status, raw = post_raw(node, {"sql": "SELECT id, MAP(id, u) AS m FROM types ORDER BY id", "inputs": {"types": "types"}})
+    status, raw = post_raw(
+        node, {"sql": "SELECT id, MAP(id, u) AS m FROM types ORDER BY id", "inputs": {"types": "types"}}
+    )
     assert status == 422 and "\n" not in strict_loads(raw)["error"]["message"]
     # Spark 4.3 cannot hand year-month intervals over as Arrow: refused with its reason, not a 500.
-    status, raw = post_raw(node, {"sql": "SELECT id, make_ym_interval(1, 2) AS ym FROM types ORDER BY id",
-                                  "inputs": {"types": "types"}})
+    status, raw = post_raw(
+        node, {"sql": "SELECT id, make_ym_interval(1, 2) AS ym FROM types ORDER BY id", "inputs": {"types": "types"}}
+    )
     assert status == 422 and "YearMonthIntervalType" in strict_loads(raw)["error"]["message"]
 
 
@@ -253,8 +287,13 @@ def test_parquet_refuses_a_terminal(node: NodeProcess, tmp_path: Path) -> None:
 
     leader, follower = pty.openpty()
     try:
-        r = subprocess.run(node.cli_argv("query", SELECT_ALL, "-i", "types=types", "--format", "parquet"),
-                           stdout=follower, stderr=subprocess.PIPE, env=node.cli_env(), timeout=120)
+        r = subprocess.run(
+            node.cli_argv("query", SELECT_ALL, "-i", "types=types", "--format", "parquet"),
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env=node.cli_env(),
+            timeout=120,
+        )
     finally:
         os.close(follower)
         os.close(leader)

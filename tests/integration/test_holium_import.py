@@ -8,12 +8,14 @@ from pathlib import Path
 import dag_cbor
 import pytest
 
-from node.model import cid_str, holium_data, parse_cid
 from node.ipfs.car import read_car
+from node.model import cid_str, holium_data, parse_cid
 from tests.fixtures.nodes import NodeProcess
 
 SAMPLES = {
-    "people.json": json.dumps([{"name": "Ada", "age": 36, "tags": ["math", None]}, {"name": "Émile", "age": -1.5}]).encode(),
+    "people.json": json.dumps(
+        [{"name": "Ada", "age": 36, "tags": ["math", None]}, {"name": "Émile", "age": -1.5}]
+    ).encode(),
     "rows.csv": b"city,pop\nParis,2100000\nLyon,520000\n",
     "tree.cbor": dag_cbor.encode({"k": [True, False, b"\x00\x01", 2**40]}),
 }

@@ -139,9 +139,7 @@ async def test_cbor_leaf_under_dag_cbor_list(kubo: ManagedKubo) -> None:
         assert summary.blocks == 2
 
 
-async def test_dag_export_import_between_daemons(
-    kubo_client: KuboClient, kubo: ManagedKubo
-) -> None:
+async def test_dag_export_import_between_daemons(kubo_client: KuboClient, kubo: ManagedKubo) -> None:
     leaf = await kubo_client.block_put(dag_cbor.encode(uuid.uuid4().hex), "cbor")
     root = await kubo_client.dag_put(dag_cbor.encode({"items": [leaf, leaf]}))
     car = await collect(kubo_client.dag_export(root))

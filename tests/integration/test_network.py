@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.fixtures.nodes import NodeProcess, poll
 
-SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+SALES = (
+    b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+)
 SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
 
 
@@ -54,8 +57,15 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, NodeProc
         "b": NodeProcess(base / "b", env={"CAIRN_SPARK_AUTOSTART": "false"}).start(),
         # C gives peers 8 s for the whole network stage but waits up to an hour for any one block: only the
         # deadline can end a stalled claim in time (test_unreachable_claim_is_abandoned_at_the_deadline).
-        "c": NodeProcess(base / "c", env={"CAIRN_SPARK_AUTOSTART": "true", "CAIRN_PEERS_TRUST": "verify",
-                                          "CAIRN_PEERS_RESOLVE_TIMEOUT": "8", "CAIRN_PEERS_FETCH_TIMEOUT": "3600"}).start(),
+        "c": NodeProcess(
+            base / "c",
+            env={
+                "CAIRN_SPARK_AUTOSTART": "true",
+                "CAIRN_PEERS_TRUST": "verify",
+                "CAIRN_PEERS_RESOLVE_TIMEOUT": "8",
+                "CAIRN_PEERS_FETCH_TIMEOUT": "3600",
+            },
+        ).start(),
     }
     for n in nodes.values():
         r = n.cli("add", str(csv), "--name", "sales")
@@ -134,10 +144,18 @@ def test_restarted_peer_keeps_peers_index_and_catches_up(net: dict[str, NodeProc
     net["b"] = b = NodeProcess(b.home, env={"CAIRN_SPARK_AUTOSTART": "false"}).start()
     assert ask(b)["source"] == "local" and ask(b)["execution"] == before["execution"]  # index kept
     a_id = status(a)["peer_id"]
-    poll(lambda: any(p.get("connected") and a_id in json.dumps(p) for p in b.get("/api/v0/peers")[1]["peers"]),
-         30, 0.2, what="B to re-dial A from its peerstore")
-    poll(lambda: any(c["invocation"] == missed["invocation"] for c in b.get("/api/v0/announcements")[1]["claims"]),
-         30, 0.2, what="the missed announcement to be caught up")
+    poll(
+        lambda: any(p.get("connected") and a_id in json.dumps(p) for p in b.get("/api/v0/peers")[1]["peers"]),
+        30,
+        0.2,
+        what="B to re-dial A from its peerstore",
+    )
+    poll(
+        lambda: any(c["invocation"] == missed["invocation"] for c in b.get("/api/v0/announcements")[1]["claims"]),
+        30,
+        0.2,
+        what="the missed announcement to be caught up",
+    )
     answer = ask(b, "SELECT region, MIN(amount) AS low FROM sales GROUP BY region ORDER BY region")
     assert answer["source"] == "peer" and status(b)["spark"]["jobs"] == 0
 
@@ -154,8 +172,15 @@ def _invocation_of(node: NodeProcess, sql: str) -> str:
     return cid_str(block_of(Invocation(qy.cid, (InputIdentity(abstract, ds["logicalHash"], ds["rows"]),))).cid)
 
 
-def _forge(a: NodeProcess, answer: dict[str, Any], *, bad_sig: bool, logical_hash: str | None,
-           providers: list[str], invocation: str | None = None) -> tuple[bytes, bytes, Any]:
+def _forge(
+    a: NodeProcess,
+    answer: dict[str, Any],
+    *,
+    bad_sig: bool,
+    logical_hash: str | None,
+    providers: list[str],
+    invocation: str | None = None,
+) -> tuple[bytes, bytes, Any]:
     """A forger's receipt and announcement about A's execution (signed by a key nobody trusts)."""
     from node.identity import generate
     from node.model import Announcement, Receipt, block_of, parse_cid
@@ -164,13 +189,30 @@ def _forge(a: NodeProcess, answer: dict[str, Any], *, bad_sig: bool, logical_has
     ex = a.get(f"/api/v0/executions/{answer['execution']}")[1]
     lh = logical_hash or answer["logicalHash"]
     iv = parse_cid(invocation or answer["invocation"])
-    rc = Receipt(parse_cid(answer["execution"]), iv, forger.node_key,
-                 "2026-01-01T00:00:00Z", {"name": "spark"}, lh, answer["row_count"], parse_cid(ex["structure"]),
-                 (), {}).signed(forger.sign)
+    rc = Receipt(
+        parse_cid(answer["execution"]),
+        iv,
+        forger.node_key,
+        "2026-01-01T00:00:00Z",
+        {"name": "spark"},
+        lh,
+        answer["row_count"],
+        parse_cid(ex["structure"]),
+        (),
+        {},
+    ).signed(forger.sign)
     rc_block = block_of(rc)
-    an = Announcement(iv, parse_cid(answer["execution"]), rc_block.cid, lh,
-                      answer["row_count"], {"name": "spark"}, tuple(providers), forger.node_key,
-                      "2026-01-01T00:00:00Z").signed(forger.sign)
+    an = Announcement(
+        iv,
+        parse_cid(answer["execution"]),
+        rc_block.cid,
+        lh,
+        answer["row_count"],
+        {"name": "spark"},
+        tuple(providers),
+        forger.node_key,
+        "2026-01-01T00:00:00Z",
+    ).signed(forger.sign)
     if bad_sig:
         an = Announcement(**{**an.__dict__, "sig": bytes(64)})
     return rc_block.data, block_of(an).data, forger
@@ -189,8 +231,9 @@ def _gossip(target: NodeProcess, data: bytes) -> None:
             await host.connect(status(target)["p2p_addrs"][0])
             await asyncio.sleep(0)  # let the mesh form: poll below does the waiting
             deadline = asyncio.get_running_loop().time() + 20
-            before = len(target.get("/api/v0/announcements")[1]["refused_messages"]) + \
-                len(target.get("/api/v0/announcements")[1]["claims"])
+            before = len(target.get("/api/v0/announcements")[1]["refused_messages"]) + len(
+                target.get("/api/v0/announcements")[1]["claims"]
+            )
             while asyncio.get_running_loop().time() < deadline:
                 await host.publish("/cairn/executions/1", data)
                 now = target.get("/api/v0/announcements")[1]
@@ -219,7 +262,8 @@ def test_forged_signature_is_refused(net: dict[str, NodeProcess]) -> None:
 # signed rc_0 and an_0, all stored in a plain Kubo it names as provider. By default every part is true (the
 # output is the answer pandas computes from the same CSV); each test makes exactly one part lie.
 
-def _oracle_count(threshold: int) -> "Any":
+
+def _oracle_count(threshold: int) -> Any:
     """SELECT COUNT(*) AS n FROM sales WHERE amount > threshold, by pandas on the CSV (an independent engine)."""
     import io
 
@@ -234,10 +278,21 @@ def _count_sql(threshold: int) -> str:
     return f"SELECT COUNT(*) AS n FROM sales WHERE amount > {threshold}"
 
 
-def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: Any = None, bytecode_sql: str | None = None,
-                 inputs: list[list[str]] | None = None, input_table: Any = None, structure: Any = None,
-                 logical_hash: str | None = None, providers: list[str] | None = None,
-                 receipt_signer: Any = None) -> tuple[bytes, Any, str]:
+def _forge_claim(
+    node: NodeProcess,
+    kubo: Any,
+    sql: str,
+    out: Any,
+    *,
+    forger: Any = None,
+    bytecode_sql: str | None = None,
+    inputs: list[list[str]] | None = None,
+    input_table: Any = None,
+    structure: Any = None,
+    logical_hash: str | None = None,
+    providers: list[str] | None = None,
+    receipt_signer: Any = None,
+) -> tuple[bytes, Any, str]:
     """(an_0 block, forger, invocation) for ``sql`` over ``node``'s sales; the blocks are put in ``kubo``."""
     import tempfile
     from pathlib import Path
@@ -247,7 +302,12 @@ def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: An
     from node.identity import generate
     from node.ipfs import KuboClient
     from node.model import (
-        Announcement, Execution, Receipt, RecursiveDataEnvelope, block_of, parse_cid,
+        Announcement,
+        Execution,
+        Receipt,
+        RecursiveDataEnvelope,
+        block_of,
+        parse_cid,
     )
     from node.query import canonicalize
     from node.resolve.claims import bytecode_of, structure_of
@@ -260,6 +320,7 @@ def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: An
 
     async def go() -> bytes:
         async with KuboClient(kubo.api_url) as k:
+
             async def put(blk: Any) -> Any:
                 await k.block_put(blk.data, codec=blk.cid.codec.name, pin=True)
                 return blk.cid
@@ -271,8 +332,11 @@ def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: An
                     return (await k.add(path, pin=True)).cid
 
             ident = await k.id()
-            addrs = providers if providers is not None else \
-                [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+            addrs = (
+                providers
+                if providers is not None
+                else [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+            )
             in_lists = [[parse_cid(c) for c in lst] for lst in (inputs or [[s["cid"] for s in ds["slices"]]])]
             if input_table is not None:
                 in_lists = [[await add_table(input_table)]]
@@ -288,11 +352,32 @@ def _forge_claim(node: NodeProcess, kubo: Any, sql: str, out: Any, *, forger: An
             h.update(out)
             lh = logical_hash or str(h.finish())
             rcs = receipt_signer or forger
-            rc = block_of(Receipt(ex, parse_cid(target), rcs.node_key, "2026-01-01T00:00:00Z", {"name": "spark"},
-                                  lh, out.num_rows, st, (), {}).signed(rcs.sign))
+            rc = block_of(
+                Receipt(
+                    ex,
+                    parse_cid(target),
+                    rcs.node_key,
+                    "2026-01-01T00:00:00Z",
+                    {"name": "spark"},
+                    lh,
+                    out.num_rows,
+                    st,
+                    (),
+                    {},
+                ).signed(rcs.sign)
+            )
             await put(rc)
-            an = Announcement(parse_cid(target), ex, rc.cid, lh, out.num_rows, {"name": "spark"}, tuple(addrs),
-                              forger.node_key, "2026-01-01T00:00:00Z").signed(forger.sign)
+            an = Announcement(
+                parse_cid(target),
+                ex,
+                rc.cid,
+                lh,
+                out.num_rows,
+                {"name": "spark"},
+                tuple(addrs),
+                forger.node_key,
+                "2026-01-01T00:00:00Z",
+            ).signed(forger.sign)
             return block_of(an).data
 
     return asyncio.run(go()), forger, target
@@ -411,8 +496,9 @@ def test_unreachable_claim_is_abandoned_at_the_deadline(net: dict[str, NodeProce
     c = net["c"]
     sql = _count_sql(6)
     peer = status(net["a"])["kubo"]["swarm"][0].rsplit("/p2p/", 1)[1]
-    dead = [f"/ip4/10.255.255.{i}/tcp/4001/p2p/{peer}" for i in range(1, 5)] + \
-        [f"/ip4/127.0.0.1/tcp/{i}/p2p/{peer}" for i in (1, 2, 3, 4)]
+    dead = [f"/ip4/10.255.255.{i}/tcp/4001/p2p/{peer}" for i in range(1, 5)] + [
+        f"/ip4/127.0.0.1/tcp/{i}/p2p/{peer}" for i in (1, 2, 3, 4)
+    ]
     an_data, forger, target = _forge_claim(c, kubo, sql, _oracle_count(6), providers=dead)
     # The same claim, but naming a receipt that exists nowhere.
     from node.model import Announcement, decode, decode_object

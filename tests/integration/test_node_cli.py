@@ -38,8 +38,9 @@ def test_node_serves_health_info_and_status(cairn_node: NodeProcess) -> None:
     assert info["api"] == cairn_node.api and info["api"].startswith("http://127.0.0.1:")
     assert info["peer_id"].startswith("12D3KooW")
     assert info["node_key"].startswith("did:key:z6Mk")
-    assert info["p2p_addrs"] and all(a.startswith("/ip4/127.0.0.1/tcp/") and a.endswith("/p2p/" + info["peer_id"])
-                                     for a in info["p2p_addrs"])  # the p2p host uses the node's own key
+    assert info["p2p_addrs"] and all(
+        a.startswith("/ip4/127.0.0.1/tcp/") and a.endswith("/p2p/" + info["peer_id"]) for a in info["p2p_addrs"]
+    )  # the p2p host uses the node's own key
     assert info["kubo"]["version"] == "0.42.0"
     assert info["kubo"]["api"].startswith("http://127.0.0.1:")
     assert info["kubo"]["swarm"] and all("/ip4/127.0.0.1/" in a for a in info["kubo"]["swarm"])
@@ -104,8 +105,9 @@ def test_dag_put_without_a_node_says_so(tmp_path: Path) -> None:
 
 
 def test_unreachable_external_kubo_is_a_one_line_error(tmp_path: Path, free_port: int) -> None:
-    r = run_cli(tmp_path / "h", "node", "start", "--api-port", "0", "--ipfs-api", f"/ip4/127.0.0.1/tcp/{free_port}",
-                timeout=60)
+    r = run_cli(
+        tmp_path / "h", "node", "start", "--api-port", "0", "--ipfs-api", f"/ip4/127.0.0.1/tcp/{free_port}", timeout=60
+    )
     assert r.returncode == 1
     err = r.stderr.decode().strip().splitlines()[-1]
     assert err.startswith("error: ") and str(free_port) in err, r.stderr.decode()

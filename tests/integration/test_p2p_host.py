@@ -201,7 +201,7 @@ async def test_three_hosts_gossip_reaches_everyone(make_host):
         lambda: len(got["b"]) >= before["b"] + 3 and len(got["c"]) >= before["c"] + 3, what="3 messages at b and c"
     )
     for name in ("b", "c"):
-        assert [d for s, d in got[name][before[name]:]] == [b"an_0 #0", b"an_0 #1", b"an_0 #2"]
+        assert [d for s, d in got[name][before[name] :]] == [b"an_0 #0", b"an_0 #1", b"an_0 #2"]
         assert all(s == a.peer_id for s, d in got[name])
     assert got["a"] == []  # a does not hear itself
 
@@ -423,9 +423,7 @@ SCRIPT = textwrap.dedent(
 def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
     script = tmp_path / "host_script.py"
     script.write_text(SCRIPT.format(repo=str(REPO), stop_in_finally=stop_in_finally))
-    proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 15
         line = ""

@@ -6,15 +6,18 @@ import json
 import os
 import signal
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.fixtures.nodes import NodeProcess, poll
 
-SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+SALES = (
+    b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+)
 # Same rows, other column names: the same abstract structure and the same logical hash.
 RENAMED = SALES.replace(b"region,product,amount", b"zone,item,qty")
 PRICES = b"product,price\napple,2\npear,3\nfig,5\n"
@@ -42,8 +45,12 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProces
 
 
 def post(node: NodeProcess, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(node.api + "/api/v0/query", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, json.loads(r.read())
@@ -74,11 +81,14 @@ def test_miss_then_hit_without_spark(nodes: Any) -> None:
         assert again[key] == first[key]
 
 
-@pytest.mark.parametrize("variant", [
-    "select region, sum(amount) as total from sales group by region order by region",
-    "SELECT  `region` ,SUM(`amount`)  FROM sales\n GROUP BY region ORDER BY region ASC",
-    "SELECT s.region, SUM(s.amount) AS t FROM sales AS s GROUP BY s.region ORDER BY s.region",
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "select region, sum(amount) as total from sales group by region order by region",
+        "SELECT  `region` ,SUM(`amount`)  FROM sales\n GROUP BY region ORDER BY region ASC",
+        "SELECT s.region, SUM(s.amount) AS t FROM sales AS s GROUP BY s.region ORDER BY s.region",
+    ],
+)
 def test_equivalent_spellings_collide(nodes: Any, variant: str) -> None:
     a, _ = nodes
     base, other = ask(a, SQL), ask(a, variant)
@@ -96,12 +106,15 @@ def test_same_shape_other_names_collides(nodes: Any) -> None:
     assert other["columns"] == ["zone", "total"] and other["rows"] == base["rows"]
 
 
-@pytest.mark.parametrize("changed", [
-    "SELECT region, SUM(amount) AS total FROM sales WHERE amount > 2 GROUP BY region ORDER BY region",
-    "SELECT region, MAX(amount) AS total FROM sales GROUP BY region ORDER BY region",
-    "SELECT region, SUM(amount) + 1 AS total FROM sales GROUP BY region ORDER BY region",
-    "SELECT product, SUM(amount) AS total FROM sales GROUP BY product ORDER BY product",
-])
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "SELECT region, SUM(amount) AS total FROM sales WHERE amount > 2 GROUP BY region ORDER BY region",
+        "SELECT region, MAX(amount) AS total FROM sales GROUP BY region ORDER BY region",
+        "SELECT region, SUM(amount) + 1 AS total FROM sales GROUP BY region ORDER BY region",
+        "SELECT product, SUM(amount) AS total FROM sales GROUP BY product ORDER BY product",
+    ],
+)
 def test_different_questions_do_not_collide(nodes: Any, changed: str) -> None:
     a, _ = nodes
     assert ask(a, changed)["query"] != ask(a, SQL)["query"]
@@ -109,21 +122,29 @@ def test_different_questions_do_not_collide(nodes: Any, changed: str) -> None:
 
 def test_join_of_two_inputs(nodes: Any) -> None:
     a, _ = nodes
-    out = ask(a, "SELECT s.product, SUM(s.amount * p.price) AS revenue FROM sales s JOIN prices p "
-                 "ON s.product = p.product GROUP BY s.product ORDER BY s.product", sales="sales", prices="prices")
+    out = ask(
+        a,
+        "SELECT s.product, SUM(s.amount * p.price) AS revenue FROM sales s JOIN prices p "
+        "ON s.product = p.product GROUP BY s.product ORDER BY s.product",
+        sales="sales",
+        prices="prices",
+    )
     assert out["rows"] == [["apple", 36], ["fig", 60], ["pear", 24]]
 
 
-@pytest.mark.parametrize("sql,rule", [
-    ("SELECT reflect('java.lang.System', 'exit', '0') FROM sales", "reflect"),
-    ("SELECT * FROM text.`/etc/hostname`", "hostname"),
-    ("SELECT rand() FROM sales", "rand"),
-    ("SELECT current_timestamp() FROM sales", "current_timestamp"),
-    ("DROP TABLE sales", "DROP"),
-    ("SELECT * FROM sales; SELECT 1", "statement"),
-    ("SELECT * FROM other_table", "other_table"),
-    ("SELECT region FROM sales LIMIT 2", "LIMIT"),
-])
+@pytest.mark.parametrize(
+    "sql,rule",
+    [
+        ("SELECT reflect('java.lang.System', 'exit', '0') FROM sales", "reflect"),
+        ("SELECT * FROM text.`/etc/hostname`", "hostname"),
+        ("SELECT rand() FROM sales", "rand"),
+        ("SELECT current_timestamp() FROM sales", "current_timestamp"),
+        ("DROP TABLE sales", "DROP"),
+        ("SELECT * FROM sales; SELECT 1", "statement"),
+        ("SELECT * FROM other_table", "other_table"),
+        ("SELECT region FROM sales LIMIT 2", "LIMIT"),
+    ],
+)
 def test_forbidden_sql_is_refused_before_spark(nodes: Any, sql: str, rule: str) -> None:
     a, _ = nodes
     jobs = spark_jobs(a)
@@ -190,8 +211,12 @@ def test_worker_killed_mid_query_is_a_clear_error_then_recovers(nodes: Any) -> N
     assert status == 202, job
     poll(lambda: spark_jobs(a) > jobs, 60, what="the slow job to reach the Spark worker")
     os.kill(pid, signal.SIGKILL)
-    view = poll(lambda: (lambda v: v if v["state"] != "running" else None)(a.get(f"/api/v0/jobs/{job['job']}")[1]),
-                120, 0.2, what="the job to end")
+    view = poll(
+        lambda: (lambda v: v if v["state"] != "running" else None)(a.get(f"/api/v0/jobs/{job['job']}")[1]),
+        120,
+        0.2,
+        what="the job to end",
+    )
     assert view["state"] == "failed" and "worker" in view["error"]["message"].lower(), view
     out = ask(a, "SELECT MIN(amount) AS m FROM sales")
     assert out["rows"] == [[1]]

@@ -18,10 +18,12 @@ from tests.fixtures.nodes import NodeProcess
 from tests.unit.test_query_clock import CLOCK_QUERIES
 
 # The shape of test_query_clock's `t`: k int64, s utf8, d date32, ts timestamp with a zone, n without.
-T = (b"k,s,d,ts,n\n3,paris,2024-01-05,2024-01-05T10:00:00Z,2024-01-05 10:00:00\n"
-     b"0,lyon,2024-02-29,2024-02-29T23:59:59Z,2024-02-29 23:59:59\n"
-     b"7,paris,2023-12-31,2023-12-31T00:00:00Z,2023-12-31 00:00:00\n"
-     b"12,nice,2024-03-01,2024-03-01T12:30:00Z,2024-03-01 12:30:00\n")
+T = (
+    b"k,s,d,ts,n\n3,paris,2024-01-05,2024-01-05T10:00:00Z,2024-01-05 10:00:00\n"
+    b"0,lyon,2024-02-29,2024-02-29T23:59:59Z,2024-02-29 23:59:59\n"
+    b"7,paris,2023-12-31,2023-12-31T00:00:00Z,2023-12-31 00:00:00\n"
+    b"12,nice,2024-03-01,2024-03-01T12:30:00Z,2024-03-01 12:30:00\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess
 
 def post(node: NodeProcess, sql: str) -> tuple[int, dict[str, Any]]:
     body = json.dumps({"sql": sql, "inputs": {"t": "t"}}).encode()
-    req = urllib.request.Request(node.api + "/api/v0/query", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        node.api + "/api/v0/query", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=300) as r:
             return r.status, json.loads(r.read())
@@ -65,8 +68,10 @@ def test_clock_queries_get_400(node: tuple[NodeProcess, Path], sql: str) -> None
 def test_fixed_format_date_still_works(node: tuple[NodeProcess, Path]) -> None:
     n, csv = node
     # Dates go out as text: the node's JSON answer cannot hold date values yet (a 500, reported to the lead).
-    sql = ("SELECT s, CAST(d AS STRING), CAST(date_add(d, CAST(k AS INT)) AS STRING) AS due FROM t "
-           "WHERE d >= '2024-01-01' AND d < DATE '2024-03-01' AND ts < '2024-02-29T23:59:59Z' ORDER BY d")
+    sql = (
+        "SELECT s, CAST(d AS STRING), CAST(date_add(d, CAST(k AS INT)) AS STRING) AS due FROM t "
+        "WHERE d >= '2024-01-01' AND d < DATE '2024-03-01' AND ts < '2024-02-29T23:59:59Z' ORDER BY d"
+    )
     status, out = post(n, sql)
     assert status == 200, out
     expected = duckdb.sql(

@@ -36,8 +36,15 @@ from hypothesis import strategies as st
 from node.query import QueryRefused, canonicalize
 from tests.fixtures.spark_oracle import Engine, Failed, column_table, rows
 
-T = [("i", "int64"), ("f", "float64"), ("m", "decimal(10,2)"), ("s", "utf8"), ("d", "date32"),
-     ("ts", 'timestamp[us,tz="UTC"]'), ("b", "bool")]
+T = [
+    ("i", "int64"),
+    ("f", "float64"),
+    ("m", "decimal(10,2)"),
+    ("s", "utf8"),
+    ("d", "date32"),
+    ("ts", 'timestamp[us,tz="UTC"]'),
+    ("b", "bool"),
+]
 U = [("k", "int64"), ("name", "utf8"), ("day", "date32")]
 INPUTS = {"t": T, "u": U}
 
@@ -46,18 +53,34 @@ def inputs_of(sql: str) -> dict[str, list[tuple[str, str]]]:
     """Only the tables the statement reads (canonicalize refuses an unused input)."""
     return INPUTS if " u ON " in sql else {"t": T}
 
-UTC = datetime.timezone.utc
+
+UTC = datetime.UTC
 D, TS = datetime.date, datetime.datetime
 T_ROWS = {  # chosen so that no generated expression raises under ANSI (no overflow, no bad cast)
     "i": [1, 2, None, 4, 2, 7, -3, 10],
     "f": [1.5, -0.25, None, 2.0, 1e6, 3.14159, 0.0, -7.5],
     "m": [Decimal(v) if v else None for v in ("1.25", "-3.50", None, "100.00", "0.01", "2.50", "7.75", "-0.99")],
     "s": ["i", "ß", "İstanbul", None, "ırmak", "straße", "Iİıi", "abc"],
-    "d": [D(2020, 1, 1), D(2020, 2, 29), None, D(1999, 12, 31), D(2024, 7, 14), D(2021, 3, 28), D(2020, 1, 1),
-          D(2000, 6, 15)],
-    "ts": [TS(2020, 1, 1, 23, 30, tzinfo=UTC), TS(2020, 3, 29, 1, 30, tzinfo=UTC), TS(2024, 2, 29, 12, 0, tzinfo=UTC),
-           None, TS(1999, 12, 31, 23, 59, 59, tzinfo=UTC), TS(2021, 10, 31, 0, 15, tzinfo=UTC),
-           TS(2020, 1, 1, 0, 0, tzinfo=UTC), TS(2022, 6, 30, 10, 0, 1, tzinfo=UTC)],
+    "d": [
+        D(2020, 1, 1),
+        D(2020, 2, 29),
+        None,
+        D(1999, 12, 31),
+        D(2024, 7, 14),
+        D(2021, 3, 28),
+        D(2020, 1, 1),
+        D(2000, 6, 15),
+    ],
+    "ts": [
+        TS(2020, 1, 1, 23, 30, tzinfo=UTC),
+        TS(2020, 3, 29, 1, 30, tzinfo=UTC),
+        TS(2024, 2, 29, 12, 0, tzinfo=UTC),
+        None,
+        TS(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+        TS(2021, 10, 31, 0, 15, tzinfo=UTC),
+        TS(2020, 1, 1, 0, 0, tzinfo=UTC),
+        TS(2022, 6, 30, 10, 0, 1, tzinfo=UTC),
+    ],
     "b": [True, False, None, True, False, True, False, True],
 }
 U_ROWS = {
@@ -72,34 +95,107 @@ MIN_ACCEPTED = MAX_EXAMPLES * 2 // 5  # at least this many generated statements 
 # --- the grammar ---------------------------------------------------------------------------------------------
 
 LEAVES = {
-    "int": ["t.i", "1", "42", "length(t.s)", "year(t.d)", "month(t.d)", "dayofweek(t.d)", "hour(t.ts)",
-            "datediff(t.d, DATE '2020-01-01')", "unix_timestamp(t.ts)", "day(t.ts)", "weekofyear(t.d)"],
+    "int": [
+        "t.i",
+        "1",
+        "42",
+        "length(t.s)",
+        "year(t.d)",
+        "month(t.d)",
+        "dayofweek(t.d)",
+        "hour(t.ts)",
+        "datediff(t.d, DATE '2020-01-01')",
+        "unix_timestamp(t.ts)",
+        "day(t.ts)",
+        "weekofyear(t.d)",
+    ],
     "double": ["t.f", "2.5", "CAST('12.5' AS DOUBLE)", "t.i / 4"],
     "decimal": ["t.m", "1.25", "CAST('3.5' AS DECIMAL(10,2))"],
-    "string": ["t.s", "'İi'", "'ßtraße'", "'ıI'", "date_format(t.ts, 'EEEE d MMMM yyyy HH:mm')", "CAST(t.ts AS STRING)",
-               "CAST(t.d AS STRING)", "CAST(t.f AS STRING)", "from_unixtime(t.i)", "date_format(t.d, 'EEE MMM')",
-               "format_number(t.f, 2)", "format_string('%.3f|%s', t.f, t.s)", "CAST(t.m AS STRING)",
-               "date_format(t.ts, 'z XXX')", "to_char(t.m, '999.99')"],
-    "date": ["t.d", "DATE '2020-02-29'", "CAST('2021-02-03' AS DATE)", "CAST('today' AS DATE)", "DATE 'tomorrow'",
-             "CAST(t.ts AS DATE)", "to_date('2020-05-06')", "to_date(t.ts)", "make_date(2020, 1, 31)",
-             "CAST('yesterday' AS DATE)"],
-    "timestamp": ["t.ts", "CAST('2021-01-01 10:00:00' AS TIMESTAMP)", "CAST('now' AS TIMESTAMP)", "TIMESTAMP 'today'",
-                  "CAST(t.d AS TIMESTAMP)", "to_timestamp('2020-01-01 00:00:00')", "timestamp_seconds(t.i)",
-                  "from_utc_timestamp(t.ts, 'Asia/Tokyo')", "to_utc_timestamp(t.ts, 'America/New_York')",
-                  "CAST('epoch' AS TIMESTAMP)"],
-    "bool": ["t.b", "t.i > 2", "t.f IS NULL", "t.s LIKE 'i%'", "t.d < DATE '2020-06-01'", "upper(t.s) = 'I'",
-             "t.ts > TIMESTAMP '2020-01-01 12:00:00'"],
+    "string": [
+        "t.s",
+        "'İi'",
+        "'ßtraße'",
+        "'ıI'",
+        "date_format(t.ts, 'EEEE d MMMM yyyy HH:mm')",
+        "CAST(t.ts AS STRING)",
+        "CAST(t.d AS STRING)",
+        "CAST(t.f AS STRING)",
+        "from_unixtime(t.i)",
+        "date_format(t.d, 'EEE MMM')",
+        "format_number(t.f, 2)",
+        "format_string('%.3f|%s', t.f, t.s)",
+        "CAST(t.m AS STRING)",
+        "date_format(t.ts, 'z XXX')",
+        "to_char(t.m, '999.99')",
+    ],
+    "date": [
+        "t.d",
+        "DATE '2020-02-29'",
+        "CAST('2021-02-03' AS DATE)",
+        "CAST('today' AS DATE)",
+        "DATE 'tomorrow'",
+        "CAST(t.ts AS DATE)",
+        "to_date('2020-05-06')",
+        "to_date(t.ts)",
+        "make_date(2020, 1, 31)",
+        "CAST('yesterday' AS DATE)",
+    ],
+    "timestamp": [
+        "t.ts",
+        "CAST('2021-01-01 10:00:00' AS TIMESTAMP)",
+        "CAST('now' AS TIMESTAMP)",
+        "TIMESTAMP 'today'",
+        "CAST(t.d AS TIMESTAMP)",
+        "to_timestamp('2020-01-01 00:00:00')",
+        "timestamp_seconds(t.i)",
+        "from_utc_timestamp(t.ts, 'Asia/Tokyo')",
+        "to_utc_timestamp(t.ts, 'America/New_York')",
+        "CAST('epoch' AS TIMESTAMP)",
+    ],
+    "bool": [
+        "t.b",
+        "t.i > 2",
+        "t.f IS NULL",
+        "t.s LIKE 'i%'",
+        "t.d < DATE '2020-06-01'",
+        "upper(t.s) = 'I'",
+        "t.ts > TIMESTAMP '2020-01-01 12:00:00'",
+    ],
 }
 WRAP = {  # type -> templates taking one expression of the same type, or of the type named in the key
     "int": ["({0} + 3)", "({0} * 2)", "abs({0})", "CAST({0} AS STRING) IS NOT NULL AND {0} > 0"],
     "double": ["round({0}, 1)", "({0} * 1.5)", "sqrt(abs({0}))", "floor({0})"],
     "decimal": ["({0} * 2)", "({0} + 0.01)", "abs({0})"],
-    "string": ["upper({0})", "lower({0})", "initcap({0})", "concat({0}, '-')", "substr({0}, 1, 2)", "length({0})",
-               "reverse({0})", "lpad({0}, 6, '*')"],
-    "date": ["date_add({0}, 3)", "last_day({0})", "trunc({0}, 'MM')", "date_format({0}, 'yyyy-MM-dd EEEE')",
-             "CAST({0} AS STRING)", "year({0})", "dayofweek({0})", "datediff({0}, DATE '2000-01-01')"],
-    "timestamp": ["date_trunc('HOUR', {0})", "({0} + INTERVAL 1 HOUR)", "CAST({0} AS DATE)", "CAST({0} AS STRING)",
-                  "date_format({0}, 'yyyy-MM-dd HH:mm')", "hour({0})", "unix_timestamp({0})", "to_date({0})"],
+    "string": [
+        "upper({0})",
+        "lower({0})",
+        "initcap({0})",
+        "concat({0}, '-')",
+        "substr({0}, 1, 2)",
+        "length({0})",
+        "reverse({0})",
+        "lpad({0}, 6, '*')",
+    ],
+    "date": [
+        "date_add({0}, 3)",
+        "last_day({0})",
+        "trunc({0}, 'MM')",
+        "date_format({0}, 'yyyy-MM-dd EEEE')",
+        "CAST({0} AS STRING)",
+        "year({0})",
+        "dayofweek({0})",
+        "datediff({0}, DATE '2000-01-01')",
+    ],
+    "timestamp": [
+        "date_trunc('HOUR', {0})",
+        "({0} + INTERVAL 1 HOUR)",
+        "CAST({0} AS DATE)",
+        "CAST({0} AS STRING)",
+        "date_format({0}, 'yyyy-MM-dd HH:mm')",
+        "hour({0})",
+        "unix_timestamp({0})",
+        "to_date({0})",
+    ],
     "bool": ["NOT {0}", "({0} OR t.i = 1)", "CAST({0} AS STRING)"],
 }
 TYPES = list(LEAVES)
@@ -119,9 +215,18 @@ def expression(draw: st.DrawFn, depth: int = 2) -> str:
 
 def _result_kind(e: str, kind: str) -> str:
     """The type after a wrapper (only what the wrappers above can change)."""
-    for prefix, result in (("length(", "int"), ("year(", "int"), ("dayofweek(", "int"), ("hour(", "int"),
-                           ("unix_timestamp(", "int"), ("datediff(", "int"), ("CAST(", None), ("date_format(", "string"),
-                           ("to_date(", "date"), ("NOT ", "bool")):
+    for prefix, result in (
+        ("length(", "int"),
+        ("year(", "int"),
+        ("dayofweek(", "int"),
+        ("hour(", "int"),
+        ("unix_timestamp(", "int"),
+        ("datediff(", "int"),
+        ("CAST(", None),
+        ("date_format(", "string"),
+        ("to_date(", "date"),
+        ("NOT ", "bool"),
+    ):
         if e.startswith(prefix):
             if prefix == "CAST(":
                 return "date" if e.endswith("AS DATE)") else "string" if e.endswith("AS STRING)") else kind
@@ -145,10 +250,27 @@ def plain(draw: st.DrawFn) -> str:
 @st.composite
 def grouped(draw: st.DrawFn) -> str:
     key = draw(expression(depth=1))
-    aggs = draw(st.lists(st.sampled_from([
-        "count(*)", "sum(t.i)", "avg(t.f)", "min(t.s)", "max(upper(t.s))", "max(t.d)", "sum(t.m)", "max(t.ts)",
-        "count(DISTINCT lower(t.s))", "min(date_format(t.ts, 'EEEE'))", "sum(datediff(t.d, DATE '2000-01-01'))",
-    ]), min_size=1, max_size=3))
+    aggs = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "count(*)",
+                    "sum(t.i)",
+                    "avg(t.f)",
+                    "min(t.s)",
+                    "max(upper(t.s))",
+                    "max(t.d)",
+                    "sum(t.m)",
+                    "max(t.ts)",
+                    "count(DISTINCT lower(t.s))",
+                    "min(date_format(t.ts, 'EEEE'))",
+                    "sum(datediff(t.d, DATE '2000-01-01'))",
+                ]
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
     having = draw(st.sampled_from(["", " HAVING count(*) > 0"]))
     return f"SELECT {key}, {', '.join(aggs)} FROM t GROUP BY {key}{having}"
 
@@ -165,9 +287,16 @@ def ordered(draw: st.DrawFn) -> str:
 def windowed(draw: st.DrawFn) -> str:
     part = draw(st.sampled_from(["t.b", "upper(t.s)", "year(t.d)", "CAST(t.ts AS DATE)"]))
     by = draw(st.sampled_from(["t.i", "t.f", "t.d", "t.ts", "lower(t.s)", "t.m"]))
-    func = draw(st.sampled_from(["row_number()", "rank()", "lag(t.s)", "lead(t.d, 1)", "sum(t.i)", "first_value(t.f)",
-                                 "count(*)"]))
-    frame = draw(st.sampled_from(["", " ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"])) if func.startswith(("sum", "first", "count")) else ""
+    func = draw(
+        st.sampled_from(
+            ["row_number()", "rank()", "lag(t.s)", "lead(t.d, 1)", "sum(t.i)", "first_value(t.f)", "count(*)"]
+        )
+    )
+    frame = (
+        draw(st.sampled_from(["", " ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"]))
+        if func.startswith(("sum", "first", "count"))
+        else ""
+    )
     return f"SELECT {draw(expression(depth=1))}, {func} OVER (PARTITION BY {part} ORDER BY {by}{frame}) FROM t"
 
 
@@ -214,7 +343,7 @@ def _faked_java_home(base: Path) -> str:
     (home / "bin").mkdir(parents=True)
     script = home / "bin" / "java"
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in {**CLOCK, "LD_PRELOAD": _libfaketime()}.items())
-    script.write_text(f"#!/bin/sh\nexport {exports}\nexec {shlex.quote(java)} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\nexport {exports}\nexec {shlex.quote(java)} "$@"\n')
     script.chmod(0o755)
     return str(home)
 
@@ -258,7 +387,9 @@ def test_the_away_worker_really_runs_elsewhere(workers: tuple[Engine, Engine, di
     ahead = _jvm_clock(away.worker.log_path) - _jvm_clock(home.worker.log_path)
     assert datetime.timedelta(days=400, hours=6) <= ahead <= datetime.timedelta(days=400, hours=8), ahead
     jvm = away.loop.run_until_complete(away.worker.ping())["jvm_pid"]
-    environ = dict(kv.split("=", 1) for kv in open(f"/proc/{jvm}/environ", "rb").read().decode().split("\0") if "=" in kv)
+    environ = dict(
+        kv.split("=", 1) for kv in open(f"/proc/{jvm}/environ", "rb").read().decode().split("\0") if "=" in kv
+    )
     assert {k: environ.get(k) for k in CLOCK} == CLOCK
     assert "libfaketime" in environ.get("LD_PRELOAD", "")
     assert environ.get("JAVA_TOOL_OPTIONS") == AWAY_ENV["JAVA_TOOL_OPTIONS"]  # the Turkish locale still asked for
@@ -267,8 +398,12 @@ def test_the_away_worker_really_runs_elsewhere(workers: tuple[Engine, Engine, di
     assert profiles[0] == profiles[1]
 
 
-@settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+@settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 @given(sql=QUERIES)
 def test_accepted_queries_give_identical_rows_everywhere(workers: tuple[Engine, Engine, dict, dict], sql: str) -> None:
     STATS["generated"] += 1
@@ -302,6 +437,9 @@ def test_no_generated_query_gave_two_answers() -> None:
     """Runs after the property test (file order): it must have run enough statements, and none disagreed."""
     assert STATS["accepted"] >= MIN_ACCEPTED and STATS["ran"] >= MIN_ACCEPTED * 3 // 4, STATS
     broken = sorted(BROKEN.items())
-    report = "\n".join([f"- {sql}\n    canonical: {why}" for sql, why in broken[:10]]
-                       + [f"- {sql}" for sql, _ in broken[10:]])
-    assert not BROKEN, f"{len(BROKEN)} of {STATS['accepted']} accepted statements gave different rows ({STATS}):\n{report}"
+    report = "\n".join(
+        [f"- {sql}\n    canonical: {why}" for sql, why in broken[:10]] + [f"- {sql}" for sql, _ in broken[10:]]
+    )
+    assert not BROKEN, (
+        f"{len(BROKEN)} of {STATS['accepted']} accepted statements gave different rows ({STATS}):\n{report}"
+    )

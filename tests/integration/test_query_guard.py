@@ -43,23 +43,28 @@ def inputs(d: Path) -> dict[str, tuple[list[Path], list[str]]]:
     return {"a": ([d / "t.parquet"], ["col_0", "col_1", "col_2"])}
 
 
-@pytest.mark.parametrize("statement,rule", [
-    ("SELECT CAST('now' AS TIMESTAMP) AS _0 FROM a", "clock-value"),
-    ("SELECT TIMESTAMP('now') AS _0 FROM a", "clock-value"),
-    ("SELECT TO_DATE('yesterday') AS _0 FROM a", "clock-value"),
-    ("SELECT TRY_CAST('now' AS DATE) AS _0 FROM a", "clock-value"),
-    ("SELECT CAST('tomorrow' AS TIMESTAMP_NTZ) AS _0 FROM a", "clock-value"),
-    ("SELECT a.col_0 AS _0 FROM a WHERE a.col_0 < 'today'", "clock-value"),
-    ("SELECT DATE_SUB('today', 1) AS _0 FROM a", "clock-value"),
-    ("SELECT CAST(' Today UTC ' AS DATE) AS _0 FROM a", "clock-value"),
-    ("SELECT CAST(CONCAT('to', 'day') AS DATE) AS _0 FROM a", "clock-value"),  # foldable, not a literal
-    ("SELECT a.col_0 AS _0 FROM a WHERE a.col_0 = CAST('yesterday' AS STRING)", "clock-value"),
-    ("SELECT a.col_0 AS _0 FROM a WHERE a.col_0 IN (SELECT MAX(a.col_0) FROM a WHERE a.col_0 > 'epoch')",
-     "clock-value"),  # inside a subquery
-    ("SELECT CAST(a.col_1 AS TIMESTAMP) AS _0 FROM a", "clock-value"),  # '12:00:00' would be today at noon
-    ("SELECT CAST(a.col_2 AS STRING) AS _0 FROM a", "float-format"),
-    ("SELECT CONCAT(a.col_2, '') AS _0 FROM a", "float-format"),  # an implicit cast
-])
+@pytest.mark.parametrize(
+    "statement,rule",
+    [
+        ("SELECT CAST('now' AS TIMESTAMP) AS _0 FROM a", "clock-value"),
+        ("SELECT TIMESTAMP('now') AS _0 FROM a", "clock-value"),
+        ("SELECT TO_DATE('yesterday') AS _0 FROM a", "clock-value"),
+        ("SELECT TRY_CAST('now' AS DATE) AS _0 FROM a", "clock-value"),
+        ("SELECT CAST('tomorrow' AS TIMESTAMP_NTZ) AS _0 FROM a", "clock-value"),
+        ("SELECT a.col_0 AS _0 FROM a WHERE a.col_0 < 'today'", "clock-value"),
+        ("SELECT DATE_SUB('today', 1) AS _0 FROM a", "clock-value"),
+        ("SELECT CAST(' Today UTC ' AS DATE) AS _0 FROM a", "clock-value"),
+        ("SELECT CAST(CONCAT('to', 'day') AS DATE) AS _0 FROM a", "clock-value"),  # foldable, not a literal
+        ("SELECT a.col_0 AS _0 FROM a WHERE a.col_0 = CAST('yesterday' AS STRING)", "clock-value"),
+        (
+            "SELECT a.col_0 AS _0 FROM a WHERE a.col_0 IN (SELECT MAX(a.col_0) FROM a WHERE a.col_0 > 'epoch')",
+            "clock-value",
+        ),  # inside a subquery
+        ("SELECT CAST(a.col_1 AS TIMESTAMP) AS _0 FROM a", "clock-value"),  # '12:00:00' would be today at noon
+        ("SELECT CAST(a.col_2 AS STRING) AS _0 FROM a", "float-format"),
+        ("SELECT CONCAT(a.col_2, '') AS _0 FROM a", "float-format"),  # an implicit cast
+    ],
+)
 async def test_guard_refuses_with_400(worker: SparkWorker, data: Path, statement: str, rule: str) -> None:
     with pytest.raises(SparkRefused) as refused:
         await worker.run(statement, inputs(data))
@@ -69,17 +74,26 @@ async def test_guard_refuses_with_400(worker: SparkWorker, data: Path, statement
     assert (await worker.ping())["ok"]  # the worker is still there
 
 
-@pytest.mark.parametrize("text", [
-    "2024-02-29", "2024-02-29 13:45", "2024-02-29T13:45:30", "2024-02-29 13:45:30.123456", "2024-02-29T13:45:30Z",
-    "2024-02-29 13:45:30+02:00",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-02-29",
+        "2024-02-29 13:45",
+        "2024-02-29T13:45:30",
+        "2024-02-29 13:45:30.123456",
+        "2024-02-29T13:45:30Z",
+        "2024-02-29 13:45:30+02:00",
+    ],
+)
 async def test_fixed_format_literals_run(worker: SparkWorker, data: Path, text: str) -> None:
-    statement = (f"SELECT CAST('{text}' AS DATE) AS _0, CAST('{text}' AS TIMESTAMP) AS _1, "
-                 f"a.col_0 < '{text}' AS _2 FROM a ORDER BY a.col_0")
+    statement = (
+        f"SELECT CAST('{text}' AS DATE) AS _0, CAST('{text}' AS TIMESTAMP) AS _1, "
+        f"a.col_0 < '{text}' AS _2 FROM a ORDER BY a.col_0"
+    )
     result = await worker.run(statement, inputs(data))
     expected = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if expected.tzinfo is None:
-        expected = expected.replace(tzinfo=dt.timezone.utc)  # the worker's session time zone is UTC
+        expected = expected.replace(tzinfo=dt.UTC)  # the worker's session time zone is UTC
     rows = result.table.to_pylist()
     assert {r["_0"] for r in rows} == {expected.date()}  # Spark reads the date as written (not shifted)
     assert {r["_1"] for r in rows} == {expected}
@@ -93,7 +107,7 @@ async def test_deterministic_date_functions_run(worker: SparkWorker, data: Path)
         inputs(data),
     )
     row = result.table.to_pylist()[0]
-    assert row["_0"] == dt.datetime(1970, 1, 1, 12, tzinfo=dt.timezone.utc)
+    assert row["_0"] == dt.datetime(1970, 1, 1, 12, tzinfo=dt.UTC)
     assert row["_1"] == DATES[0] + dt.timedelta(days=1)
 
 
@@ -106,5 +120,5 @@ async def test_date_arithmetic_on_a_truncated_timestamp_runs(worker: SparkWorker
         "FROM a ORDER BY a.col_0",
         inputs(data),
     )
-    want = [dt.datetime.combine(d, dt.time(1), tzinfo=dt.timezone.utc) for d in sorted(DATES)]
+    want = [dt.datetime.combine(d, dt.time(1), tzinfo=dt.UTC) for d in sorted(DATES)]
     assert [r["_0"] for r in result.table.to_pylist()] == want

@@ -28,7 +28,16 @@ import pytest
 import sqlglot
 
 from node.query import CANONICALIZER_VERSION, CanonicalQuery, QueryRefused, SortKey, canonicalize
-from tests.fixtures.spark_oracle import Engine, Failed, arrow_table, column_table, compare_by, published_order, rows, sorted_by
+from tests.fixtures.spark_oracle import (
+    Engine,
+    Failed,
+    arrow_table,
+    column_table,
+    compare_by,
+    published_order,
+    rows,
+    sorted_by,
+)
 from tests.unit import test_query_canonical as corpus
 
 D = datetime.date
@@ -65,7 +74,9 @@ Inputs = dict[str, list[tuple[str, str]]]
 
 def _corpus() -> list[tuple[str, Inputs]]:
     """Every (statement, inputs) of the canonicalizer's corpus, once."""
-    pairs = [(c[1], c[2]) for c in corpus.SAME + corpus.DIFFERENT] + [(c[3], c[4]) for c in corpus.SAME + corpus.DIFFERENT]
+    pairs = [(c[1], c[2]) for c in corpus.SAME + corpus.DIFFERENT] + [
+        (c[3], c[4]) for c in corpus.SAME + corpus.DIFFERENT
+    ]
     seen, out = set(), []
     for sql, inputs in pairs + list(corpus.ACCEPTED):
         if (sql, repr(inputs)) not in seen:
@@ -113,7 +124,9 @@ def _outcome(result: pa.Table | Failed) -> str:
     return f"failed {result.kind} {result.condition}: {result.message[:300]}" if isinstance(result, Failed) else "ran"
 
 
-def _check_on(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, data: dict, case: int) -> None:
+def _check_on(
+    engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, data: dict, case: int
+) -> None:
     one, three = engines
     tables = {alias: arrow_table(columns, data) for alias, columns in inputs.items()}
     plain, shuffled = one.write(tables), three.write(tables, files=3, seed=case + 1)
@@ -124,16 +137,20 @@ def _check_on(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: Canon
     u3 = published_order(three.run_user(sql, inputs, shuffled), q.order_by) if data is DISTINCT else None
     if isinstance(c1, Failed) or isinstance(u1, Failed):
         # Test data must not raise under ANSI; where it does (e.g. to_date on 'b'), both sides raise alike.
-        assert not (isinstance(c1, Failed) and c1.kind == "analysis"), f"Spark refuses the canonical statement {q.statement}: {c1.message}"
+        assert not (isinstance(c1, Failed) and c1.kind == "analysis"), (
+            f"Spark refuses the canonical statement {q.statement}: {c1.message}"
+        )
         assert (_outcome(c1).split(":")[0], _outcome(c3).split(":")[0]) == (_outcome(u1).split(":")[0],) * 2, (
-            f"user: {_outcome(u1)}; canonical: {_outcome(c1)}; canonical on local[3]: {_outcome(c3)}")
+            f"user: {_outcome(u1)}; canonical: {_outcome(c1)}; canonical on local[3]: {_outcome(c3)}"
+        )
         SEEN["failed_alike"].add(case)
         return
     SEEN["ran"].add(case)
     assert c1.column_names == [f"_{i}" for i in range(len(q.output_names))]
     assert c1.schema.types == u1.schema.types, (c1.schema, u1.schema)
     assert isinstance(c3, pa.Table) and rows(c3) == rows(c1), (
-        f"the canonical answer depends on the layout: {q.statement}\n local[1]: {rows(c1)}\n local[3]: {rows(c3)}")
+        f"the canonical answer depends on the layout: {q.statement}\n local[1]: {rows(c1)}\n local[3]: {rows(c3)}"
+    )
     if data is DISTINCT:
         # No ties by design; the user's answer in a second layout guards against ties a query makes (count(*)).
         if isinstance(u3, pa.Table) and rows(u1) == rows(u3):
@@ -141,7 +158,9 @@ def _check_on(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: Canon
             assert rows(c1) == rows(u1), f"{q.statement}\n canonical: {rows(c1)}\n user: {rows(u1)}"
     elif not ORDER_SENSITIVE.search(q.statement):
         # With ties, only the multiset is the user's whatever order Spark breaks them in.
-        assert sorted(rows(c1), key=repr) == sorted(rows(u1), key=repr), f"{q.statement}\n canonical: {rows(c1)}\n user: {rows(u1)}"
+        assert sorted(rows(c1), key=repr) == sorted(rows(u1), key=repr), (
+            f"{q.statement}\n canonical: {rows(c1)}\n user: {rows(u1)}"
+        )
     keys = q.order_by or ()
     if keys and all(k.position is not None and not k.map_entries for k in keys):
         assert sorted_by(keys, rows(c1)), f"Spark's rows are not in the claimed order {keys}: {rows(c1)}"
@@ -156,7 +175,7 @@ def _check_limit(one: Engine, sql: str, inputs: Inputs, paths: dict, keys: tuple
         return  # the LIMIT is inside a union branch or subquery of the canonical form; the layout check covers it
     whole = one.run_user(whole_sql, inputs, paths)
     assert isinstance(whole, pa.Table), whole
-    expected = sorted(rows(whole), key=functools.cmp_to_key(lambda x, y: compare_by(keys, x, y)))[skip:skip + n]
+    expected = sorted(rows(whole), key=functools.cmp_to_key(lambda x, y: compare_by(keys, x, y)))[skip : skip + n]
     assert rows(got) == expected
 
 
@@ -200,7 +219,11 @@ O_TIES = {  # rows 0 and 5 differ only in the sign of a zero, which Spark's orde
     "x": [0.0, -0.25, 2.0, None, -0.25, -0.0, 2.0, None],
     "s": ["a", "b", "b", None, "c", "a", "b", "é"],
 }
-O_DISTINCT = {"k": [5, 3, 9, None, 1, 7], "x": [0.5, -2.0, 3.25, None, 10.0, -0.75], "s": ["é", "b", "Z", None, "a", "ab"]}
+O_DISTINCT = {
+    "k": [5, 3, 9, None, 1, 7],
+    "x": [0.5, -2.0, 3.25, None, 10.0, -0.75],
+    "s": ["é", "b", "Z", None, "a", "ab"],
+}
 # (statement, the user's own sort keys as output positions: what any valid answer must be sorted by)
 USER_ORDERS = [
     ("SELECT k, x, s FROM t ORDER BY x DESC", (SortKey(1, True, False),)),
@@ -227,13 +250,17 @@ def _layouts(engines: tuple[Engine, Engine], q: CanonicalQuery, values: dict) ->
     one, three = engines
     table = {"t": column_table(O, values)}
     reversed_table = {"t": table["t"].take(pa.array(range(table["t"].num_rows - 1, -1, -1)))}
-    return [one.run_canonical(q, one.write(table)), one.run_canonical(q, one.write(reversed_table, files=2)),
-            three.run_canonical(q, three.write(table, files=3, seed=5))]
+    return [
+        one.run_canonical(q, one.write(table)),
+        one.run_canonical(q, one.write(reversed_table, files=2)),
+        three.run_canonical(q, three.write(table, files=3, seed=5)),
+    ]
 
 
 @pytest.mark.parametrize("sql,user_keys", USER_ORDERS, ids=[sql for sql, _ in USER_ORDERS])
-def test_order_by_completion_is_one_of_the_users_orders(engines: tuple[Engine, Engine], sql: str,
-                                                        user_keys: tuple[SortKey, ...]) -> None:
+def test_order_by_completion_is_one_of_the_users_orders(
+    engines: tuple[Engine, Engine], sql: str, user_keys: tuple[SortKey, ...]
+) -> None:
     q = canonicalize(sql, {"t": O})
     one, _ = engines
     # Without ties the user's order is total (when the user's answer is the same in two layouts): the canonical
@@ -241,7 +268,9 @@ def test_order_by_completion_is_one_of_the_users_orders(engines: tuple[Engine, E
     distinct = column_table(O, O_DISTINCT)
     paths = one.write({"t": distinct})
     user, got = one.run_user(sql, {"t": O}, paths), one.run_canonical(q, paths)
-    again = one.run_user(sql, {"t": O}, one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2))
+    again = one.run_user(
+        sql, {"t": O}, one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2)
+    )
     assert isinstance(user, pa.Table) and isinstance(got, pa.Table) and isinstance(again, pa.Table), (user, got, again)
     if rows(user) == rows(again):
         assert rows(got) == rows(user)
@@ -250,7 +279,9 @@ def test_order_by_completion_is_one_of_the_users_orders(engines: tuple[Engine, E
     assert all(isinstance(a, pa.Table) for a in answers), answers
     first = rows(answers[0])
     for other in answers[1:]:
-        assert rows(other) == first, f"{q.statement}: the order of tied rows depends on the layout: {first} / {rows(other)}"
+        assert rows(other) == first, (
+            f"{q.statement}: the order of tied rows depends on the layout: {first} / {rows(other)}"
+        )
     assert sorted_by(user_keys, first), first
     user = one.run_user(sql, {"t": O}, one.write({"t": column_table(O, O_TIES)}))
     assert isinstance(user, pa.Table)

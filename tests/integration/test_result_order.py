@@ -9,21 +9,31 @@ computation in Python gives.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import math
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.fixtures.nodes import NodeProcess
 from tests.integration.test_query import post
 
-ROWS = [("north", 10), ("south", 7), ("north", 3), ("east", 12), ("south", 5), ("north", 1), ("east", 12),
-        ("north", 6), ("south", 7), ("east", 0), ("north", 10), ("west", 2), ("west", 9)]
+ROWS = [
+    ("north", 10),
+    ("south", 7),
+    ("north", 3),
+    ("east", 12),
+    ("south", 5),
+    ("north", 1),
+    ("east", 12),
+    ("north", 6),
+    ("south", 7),
+    ("east", 0),
+    ("north", 10),
+    ("west", 2),
+    ("west", 9),
+]
 
 
 def _csv(rows: list[tuple[str, int]]) -> bytes:

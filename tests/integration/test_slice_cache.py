@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -67,8 +68,9 @@ async def test_cancelled_fetch_leaves_nothing(kubo_client: KuboClient, tmp_path:
     assert (await ds.slice_path(ref, timeout=60)).read_bytes() == data
 
 
-async def test_cancelled_and_concurrent_fetches_never_cache_a_partial_file(kubo_client: KuboClient,
-                                                                             tmp_path: Path) -> None:
+async def test_cancelled_and_concurrent_fetches_never_cache_a_partial_file(
+    kubo_client: KuboClient, tmp_path: Path
+) -> None:
     """One fetch cancelled while another of the same CID runs: the cached file is whole."""
     data = os.urandom(5 * CHUNK_SIZE + 7)
     cid = await _add_bytes(kubo_client, tmp_path / "src.bin", data)
@@ -111,9 +113,12 @@ async def test_corrupt_cached_slice_is_verified_and_fetched_again(kubo_client: K
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(size=st.one_of(st.integers(0, 4096), st.integers(CHUNK_SIZE - 2, CHUNK_SIZE + 2),
-                      st.integers(CHUNK_SIZE + 3, 5 * CHUNK_SIZE)),
-       piece=st.integers(1, 3 * CHUNK_SIZE))
+@given(
+    size=st.one_of(
+        st.integers(0, 4096), st.integers(CHUNK_SIZE - 2, CHUNK_SIZE + 2), st.integers(CHUNK_SIZE + 3, 5 * CHUNK_SIZE)
+    ),
+    piece=st.integers(1, 3 * CHUNK_SIZE),
+)
 async def test_unixfs_cid_equals_kubo(kubo_client: KuboClient, tmp_path: Path, size: int, piece: int) -> None:
     """The CID the cache checks against, computed here while bytes stream in (any piece sizes) and from a file,
     is the CID Kubo's own add gives the same bytes."""
@@ -123,7 +128,7 @@ async def test_unixfs_cid_equals_kubo(kubo_client: KuboClient, tmp_path: Path, s
     kubo_cid = (await kubo_client.add(path, pin=False, only_hash=True)).cid
     hasher = UnixfsHasher()
     for i in range(0, size, piece):
-        hasher.update(data[i:i + piece])
+        hasher.update(data[i : i + piece])
     assert bytes(hasher.cid()) == bytes(kubo_cid)
     assert bytes(await _datasets(kubo_client, tmp_path / "home").file_cid(path)) == bytes(kubo_cid)
 

@@ -43,7 +43,7 @@ def _gone(pid: int) -> bool:
             data = f.read()
     except OSError:
         return True
-    return data[data.rfind(b")") + 2:].split()[0] == b"Z"
+    return data[data.rfind(b")") + 2 :].split()[0] == b"Z"
 
 
 def _children(pid: int) -> list[int]:
@@ -57,12 +57,17 @@ def _children(pid: int) -> list[int]:
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("spark-data")
     # Two slices of one input; the file's own column names differ from the ones the job gives.
-    pq.write_table(pa.table({"city": ["paris", "lyon", "paris", "nice"], "amount": pa.array([10, 20, 30, 40], pa.int64())}),
-                   d / "sales-0.parquet")
-    pq.write_table(pa.table({"city": ["lyon", "paris", "brest"], "amount": pa.array([1, 2, 3], pa.int64())}),
-                   d / "sales-1.parquet")
-    pq.write_table(pa.table({"name": ["paris", "lyon", "nice", "lille"], "region": ["IDF", "ARA", "PACA", "HDF"]}),
-                   d / "cities.parquet")
+    pq.write_table(
+        pa.table({"city": ["paris", "lyon", "paris", "nice"], "amount": pa.array([10, 20, 30, 40], pa.int64())}),
+        d / "sales-0.parquet",
+    )
+    pq.write_table(
+        pa.table({"city": ["lyon", "paris", "brest"], "amount": pa.array([1, 2, 3], pa.int64())}), d / "sales-1.parquet"
+    )
+    pq.write_table(
+        pa.table({"name": ["paris", "lyon", "nice", "lille"], "region": ["IDF", "ARA", "PACA", "HDF"]}),
+        d / "cities.parquet",
+    )
     pq.write_table(pa.table({"x": pa.array(range(CROSS_ROWS), pa.int64())}), d / "cross.parquet")
     return d
 
@@ -112,9 +117,7 @@ async def test_group_by_over_two_parquet_files(worker: SparkWorker, data: Path) 
     for path in sales(data)["a"][0]:
         for row in pq.read_table(path).to_pylist():
             expected[row["city"]].append(row["amount"])
-    assert result.table.to_pylist() == [
-        {"city": c, "n": len(v), "total": sum(v)} for c, v in sorted(expected.items())
-    ]
+    assert result.table.to_pylist() == [{"city": c, "n": len(v), "total": sum(v)} for c, v in sorted(expected.items())]
     assert result.table.schema.field("city").type == pa.string()
     assert result.table.schema.field("n").type == pa.int64()
     assert result.table.schema.field("total").type == pa.int64()
@@ -233,8 +236,12 @@ async def test_timeout_cancels_the_spark_job(worker: SparkWorker, data: Path) ->
         await worker.run(CROSS, cross(data), timeout=2.0, job_id="slow-timeout")
     assert err.value.status == 504 and time.monotonic() - t0 < 10
     # The closed connection made the worker cancel the job group: it is free again in seconds.
-    await _wait_for(worker, lambda s: s["running"] is None and s["cancelled"] == before["cancelled"] + 1,
-                    "the cancelled job to end", timeout=30)
+    await _wait_for(
+        worker,
+        lambda s: s["running"] is None and s["cancelled"] == before["cancelled"] + 1,
+        "the cancelled job to end",
+        timeout=30,
+    )
     assert (await worker.run("SELECT count(*) FROM a", sales(data))).table.column(0).to_pylist() == [7]
     assert worker.restarts == before["restarts"]
 
@@ -275,17 +282,24 @@ async def test_worker_exits_when_its_parent_dies(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     parent = await asyncio.create_subprocess_exec(
-        sys.executable, "-c",
+        sys.executable,
+        "-c",
         "import os, subprocess, sys, time\n"
         "p = subprocess.Popen([sys.executable, '-m', 'spark_worker', '--socket', sys.argv[1], '--log', sys.argv[2],"
         " '--parent-pid', str(os.getpid()), '--no-warmup', '--conf', 'spark.local.dir=' + sys.argv[3]],"
         " start_new_session=True)\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(600)\n",
-        str(sock), str(tmp_path / "orphan.log"), str(tmp_path / "local"),
+        str(sock),
+        str(tmp_path / "orphan.log"),
+        str(tmp_path / "local"),
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(tmp),
-             "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={tmp}"},
+        env={
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "TMPDIR": str(tmp),
+            "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={tmp}",
+        },
     )
     assert parent.stdout is not None
     worker_pid = int(await parent.stdout.readline())
@@ -297,7 +311,9 @@ async def test_worker_exits_when_its_parent_dies(tmp_path: Path) -> None:
                 pong = await probe.ping()
                 break
             except SparkError:
-                assert time.monotonic() < deadline and not _gone(worker_pid), (tmp_path / "orphan.log").read_text()[-2000:]
+                assert time.monotonic() < deadline and not _gone(worker_pid), (tmp_path / "orphan.log").read_text()[
+                    -2000:
+                ]
                 await asyncio.sleep(0.1)
         jvm = pong["jvm_pid"]
         assert jvm is not None and not _gone(jvm)

@@ -17,10 +17,11 @@ import math
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -78,12 +79,19 @@ def tpch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpch]:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _post_query(node: NodeProcess, sql: str, inputs: dict[str, str], limit: int | None = 0
-                ) -> tuple[int, dict[str, Any]]:
+def _post_query(
+    node: NodeProcess, sql: str, inputs: dict[str, str], limit: int | None = 0
+) -> tuple[int, dict[str, Any]]:
     # limit 0: the answer carries no rows; the result is read as Parquet from the execution instead.
-    body: dict[str, Any] = {"sql": sql, "inputs": inputs} if limit is None else {"sql": sql, "inputs": inputs, "limit": limit}
-    req = urllib.request.Request(node.api + "/api/v0/query", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    body: dict[str, Any] = (
+        {"sql": sql, "inputs": inputs} if limit is None else {"sql": sql, "inputs": inputs, "limit": limit}
+    )
+    req = urllib.request.Request(
+        node.api + "/api/v0/query",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
             return r.status, json.loads(r.read(), parse_constant=_no_constant)
@@ -153,8 +161,9 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _sort_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple((0, 0.0) if v is None else (1, float(v)) if isinstance(v, (int, float, Decimal)) else (2, str(v))
-                 for v in row)
+    return tuple(
+        (0, 0.0) if v is None else (1, float(v)) if isinstance(v, (int, float, Decimal)) else (2, str(v)) for v in row
+    )
 
 
 def _same_multiset(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> str | None:
@@ -218,8 +227,9 @@ def test_compare_is_strict() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.decimals(-10**6, 10**6, places=2)), min_size=1, max_size=30),
-       st.data())
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.decimals(-(10**6), 10**6, places=2)), min_size=1, max_size=30), st.data()
+)
 def test_compare_sees_any_changed_cell(rows: list[tuple[int, Decimal]], data: st.DataObject) -> None:
     """Sorted on the key, any reordering inside ties passes; a cent changed anywhere, or a row moved across keys, fails."""
     rows = sorted(rows, key=lambda r: r[0])

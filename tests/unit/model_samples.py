@@ -11,9 +11,24 @@ more than 19 integer digits, trailing commas, leading zeros, lone surrogates.
 from __future__ import annotations
 
 from node.model import (
-    CID, Connection, DryTransformation, Execution, ExploreIndex, ExploreRange, ExploreUnion,
-    Matcher, ModuleBytecodeEnvelope, Pipeline, PipelineEdge, RecursiveDataEnvelope,
-    ScalarDataEnvelope, SelectorEnvelope, block_of, cid_for, data_tree, dumps,
+    CID,
+    Connection,
+    DryTransformation,
+    Execution,
+    ExploreIndex,
+    ExploreRange,
+    ExploreUnion,
+    Matcher,
+    ModuleBytecodeEnvelope,
+    Pipeline,
+    PipelineEdge,
+    RecursiveDataEnvelope,
+    ScalarDataEnvelope,
+    SelectorEnvelope,
+    block_of,
+    cid_for,
+    data_tree,
+    dumps,
 )
 
 
@@ -30,17 +45,33 @@ def _links() -> dict[str, CID]:
     cx = Connection(sel_tail, sel_head).block().cid
     dt = DryTransformation(mbe, "main").block().cid
     ex = Execution(mbe, "main", rde_in, False, rde_out).block().cid
-    return dict(leaf_null=leaf_null, leaf_text=leaf_text, tree=tree, wasm=wasm, mbe=mbe,
-                rde_in=rde_in, rde_out=rde_out, sel_tail=sel_tail, sel_head=sel_head, cx=cx,
-                dt=dt, ex=ex)
+    return dict(
+        leaf_null=leaf_null,
+        leaf_text=leaf_text,
+        tree=tree,
+        wasm=wasm,
+        mbe=mbe,
+        rde_in=rde_in,
+        rde_out=rde_out,
+        sel_tail=sel_tail,
+        sel_head=sel_head,
+        cx=cx,
+        dt=dt,
+        ex=ex,
+    )
 
 
 def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
     diamond = Pipeline(
-        vertices=[{"dt": k["dt"]}, {"dt": k["dt"], "rde": k["rde_in"]}, {"ex": k["ex"]},
-                  {"rde": k["rde_out"]}, {}],
-        edges=[PipelineEdge(0, 1, k["cx"]), PipelineEdge(0, 2, k["cx"]), PipelineEdge(1, 3, k["cx"]),
-               PipelineEdge(2, 3, k["cx"]), PipelineEdge(3, 4, k["cx"]), PipelineEdge(0, 4, k["cx"])],
+        vertices=[{"dt": k["dt"]}, {"dt": k["dt"], "rde": k["rde_in"]}, {"ex": k["ex"]}, {"rde": k["rde_out"]}, {}],
+        edges=[
+            PipelineEdge(0, 1, k["cx"]),
+            PipelineEdge(0, 2, k["cx"]),
+            PipelineEdge(1, 3, k["cx"]),
+            PipelineEdge(2, 3, k["cx"]),
+            PipelineEdge(3, 4, k["cx"]),
+            PipelineEdge(0, 4, k["cx"]),
+        ],
     )
     objects = [
         ("sde_0", ScalarDataEnvelope(k["leaf_null"])),
@@ -52,18 +83,31 @@ def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
         ("dt_0", DryTransformation(k["mbe"], "main")),
         ("cx_0", Connection(k["sel_tail"], k["sel_head"])),
         ("pl_0 empty", Pipeline(vertices=[], edges=[])),
-        ("pl_0 three vertices two edges",
-         Pipeline(vertices=[{"dt": k["dt"]}, {"dt": k["dt"]}, {"rde": k["rde_in"]}],
-                  edges=[PipelineEdge(0, 1, k["cx"]), PipelineEdge(1, 2, k["cx"])])),
+        (
+            "pl_0 three vertices two edges",
+            Pipeline(
+                vertices=[{"dt": k["dt"]}, {"dt": k["dt"]}, {"rde": k["rde_in"]}],
+                edges=[PipelineEdge(0, 1, k["cx"]), PipelineEdge(1, 2, k["cx"])],
+            ),
+        ),
         ("pl_0 diamond five vertices six edges", diamond),
         ("selector matcher", SelectorEnvelope(Matcher())),
         ("selector matcher with label", SelectorEnvelope(Matcher("out"))),
         ("selector explore index", SelectorEnvelope(ExploreIndex(3, Matcher()))),
         ("selector explore range", SelectorEnvelope(ExploreRange(0, 10, Matcher()))),
         ("selector explore union", SelectorEnvelope(ExploreUnion((Matcher("a"), ExploreIndex(0, Matcher()))))),
-        ("selector nested", SelectorEnvelope(ExploreUnion((
-            ExploreIndex(0, ExploreRange(2, 5, ExploreIndex(1, Matcher("deep")))),
-            ExploreRange(0, 0, Matcher()), Matcher())))),
+        (
+            "selector nested",
+            SelectorEnvelope(
+                ExploreUnion(
+                    (
+                        ExploreIndex(0, ExploreRange(2, 5, ExploreIndex(1, Matcher("deep")))),
+                        ExploreRange(0, 0, Matcher()),
+                        Matcher(),
+                    )
+                )
+            ),
+        ),
     ]
     out = [(name, dumps(obj)) for name, obj in objects]
     out.append(("ex_0 pretty-printed", dumps(objects[3][1], indent=2)))
@@ -104,8 +148,18 @@ def _data_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
         ("link cidv1 raw", link(k["wasm"])),
         ("link cidv0", '{"/":"QmdfTbBqBPQ7VNxZEYEj14VmRuZBkqFbiwReogJgS1zR1n"}'),
         ("link identity", '{"/":"bafkqaaa"}'),
-        ("nested links", '{"a":' + link(k["ex"]) + ',"b":[' + link(k["dt"]) + ',{"c":' + link(k["cx"])
-         + '}],"d":{"e":{"f":[' + link(k["tree"]) + "]}}}"),
+        (
+            "nested links",
+            '{"a":'
+            + link(k["ex"])
+            + ',"b":['
+            + link(k["dt"])
+            + ',{"c":'
+            + link(k["cx"])
+            + '}],"d":{"e":{"f":['
+            + link(k["tree"])
+            + "]}}}",
+        ),
         ("deeply nested lists", nested_lists),
         ("deeply nested maps", nested_maps),
         ("string escapes", '"a\\"b\\\\c\\n\\t\\u0001\\u001f é 😀 \\/ </x>"'),
@@ -113,8 +167,11 @@ def _data_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
         ("escaped surrogate pair", '"\\ud83d\\ude00"'),
         ("long string", '"' + "cairn " * 300 + '"'),
         ("whitespace everywhere", ' \n{ "b" : [ 1 ,\t2 ] ,\r\n "a" : { } } \n'),
-        ("mixed", '{"int":42,"float":4.25,"str":"s","bytes":{"/":{"bytes":"AAEC"}},"null":null,'
-         '"bool":[true,false],"link":' + link(k["leaf_text"]) + ',"list":[[],{},[{}]]}'),
+        (
+            "mixed",
+            '{"int":42,"float":4.25,"str":"s","bytes":{"/":{"bytes":"AAEC"}},"null":null,'
+            '"bool":[true,false],"link":' + link(k["leaf_text"]) + ',"list":[[],{},[{}]]}',
+        ),
         ("typed-looking plain map", '{"typedVersion_":"ex_0","content":[1,2]}'),
     ]
 

@@ -21,8 +21,14 @@ def _chain(key=None, forge_at: int | None = None):  # type: ignore[no-untyped-de
     events = [
         {"kind": "Seed", "datasetId": owner.node_key, "datasetKind": "root"},
         {"kind": "SetDataSchema", "structure": st_blk.cid, "abstract": abs_blk.cid},
-        {"kind": "AddData", "slices": [{"data": slice_cid, "rows": 2, "size": 10, "logicalHash": "f1e20aa"}],
-         "offsets": [0, 1], "rows": 2, "logicalHash": "f1e20aa", "merge": {"strategy": "append", "primaryKey": []}},
+        {
+            "kind": "AddData",
+            "slices": [{"data": slice_cid, "rows": 2, "size": 10, "logicalHash": "f1e20aa"}],
+            "offsets": [0, 1],
+            "rows": 2,
+            "logicalHash": "f1e20aa",
+            "merge": {"strategy": "append", "primaryKey": []},
+        },
     ]
     blocks, prev = [], None
     for seq, ev in enumerate(events):
@@ -61,14 +67,28 @@ def test_ledger_skips_seen_keys_including_repeats_in_the_input() -> None:
 
 def test_snapshot_cdc_against_folded_history() -> None:
     schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
-    first = pa.Table.from_batches(list(merge.snapshot(
-        [pa.RecordBatch.from_pydict({"k": [1, 2, 3], "v": ["a", "b", "c"]}, schema=schema)], schema, ["k"], {})))
+    first = pa.Table.from_batches(
+        list(
+            merge.snapshot(
+                [pa.RecordBatch.from_pydict({"k": [1, 2, 3], "v": ["a", "b", "c"]}, schema=schema)], schema, ["k"], {}
+            )
+        )
+    )
     assert first.column("op").to_pylist() == [0, 0, 0]
     state = merge.fold_state([first], ["k"])
-    second = pa.Table.from_batches(list(merge.snapshot(
-        [pa.RecordBatch.from_pydict({"k": [1, 2, 4], "v": ["a", "B", "d"]}, schema=schema)], schema, ["k"], state)))
-    assert list(zip(second.column("op").to_pylist(), second.column("k").to_pylist(), second.column("v").to_pylist())) == [
-        (2, 2, "b"), (3, 2, "B"), (0, 4, "d"), (1, 3, "c")]
+    second = pa.Table.from_batches(
+        list(
+            merge.snapshot(
+                [pa.RecordBatch.from_pydict({"k": [1, 2, 4], "v": ["a", "B", "d"]}, schema=schema)],
+                schema,
+                ["k"],
+                state,
+            )
+        )
+    )
+    assert list(
+        zip(second.column("op").to_pylist(), second.column("k").to_pylist(), second.column("v").to_pylist())
+    ) == [(2, 2, "b"), (3, 2, "B"), (0, 4, "d"), (1, 3, "c")]
     assert merge.fold_state([first, second], ["k"]) == {(1,): (1, "a"), (2,): (2, "B"), (4,): (4, "d")}
 
 

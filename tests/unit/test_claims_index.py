@@ -20,8 +20,11 @@ PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 def _announcement(providers: list[str]) -> bytes:
     who = generate()
     c = cid_for(b"x")
-    return block_of(Announcement(c, c, c, "f1e20" + "00" * 32, 1, {"name": "spark"}, tuple(providers),
-                                 who.node_key, "2026-01-01T00:00:00Z").signed(who.sign)).data
+    return block_of(
+        Announcement(
+            c, c, c, "f1e20" + "00" * 32, 1, {"name": "spark"}, tuple(providers), who.node_key, "2026-01-01T00:00:00Z"
+        ).signed(who.sign)
+    ).data
 
 
 @settings(max_examples=25, deadline=None)
@@ -35,21 +38,35 @@ def test_provider_lists_are_bounded(n: int) -> None:
             check_announcement(data)
 
 
-@pytest.mark.parametrize("addr", ["/ip4/127.0.0.1/tcp/4001", "http://example.org/", "/ip4/1.2.3.4/tcp/1/p2p/" + "x" * 300])
+@pytest.mark.parametrize(
+    "addr", ["/ip4/127.0.0.1/tcp/4001", "http://example.org/", "/ip4/1.2.3.4/tcp/1/p2p/" + "x" * 300]
+)
 def test_providers_must_be_peer_multiaddrs(addr: str) -> None:
     with pytest.raises(ClaimRefused, match="provider"):
         check_announcement(_announcement([addr]))
 
 
 def _row(n: int, trust: str) -> ExecutionRow:
-    return ExecutionRow("inv", f"q{n}", f"ex{n}", f"rc{n}", f"lh{n}", n, "st", (f"s{n}",),
-                        "computed" if trust == "computed" else "peer", float(n), trust)
+    return ExecutionRow(
+        "inv",
+        f"q{n}",
+        f"ex{n}",
+        f"rc{n}",
+        f"lh{n}",
+        n,
+        "st",
+        (f"s{n}",),
+        "computed" if trust == "computed" else "peer",
+        float(n),
+        trust,
+    )
 
 
 @settings(max_examples=60, deadline=None)
 @given(labels=st.lists(st.sampled_from(TRUST_LABELS), min_size=1, max_size=6))
-def test_a_better_checked_row_replaces_a_looser_one_and_nothing_else_does(tmp_path_factory: pytest.TempPathFactory,
-                                                                          labels: list[str]) -> None:
+def test_a_better_checked_row_replaces_a_looser_one_and_nothing_else_does(
+    tmp_path_factory: pytest.TempPathFactory, labels: list[str]
+) -> None:
     index = Index(tmp_path_factory.mktemp("ix") / "index.sqlite")
     for n, label in enumerate(labels):
         index.add_execution(_row(n, label))
@@ -62,9 +79,11 @@ def test_a_better_checked_row_replaces_a_looser_one_and_nothing_else_does(tmp_pa
 def test_an_index_from_before_trust_labels_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "index.sqlite"
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE executions (invocation TEXT PRIMARY KEY, query TEXT NOT NULL, execution TEXT NOT NULL, "
-               "receipt TEXT NOT NULL, logical_hash TEXT NOT NULL, rows INTEGER NOT NULL, structure TEXT NOT NULL, "
-               "slices TEXT NOT NULL, source TEXT NOT NULL, created REAL NOT NULL)")
+    db.execute(
+        "CREATE TABLE executions (invocation TEXT PRIMARY KEY, query TEXT NOT NULL, execution TEXT NOT NULL, "
+        "receipt TEXT NOT NULL, logical_hash TEXT NOT NULL, rows INTEGER NOT NULL, structure TEXT NOT NULL, "
+        "slices TEXT NOT NULL, source TEXT NOT NULL, created REAL NOT NULL)"
+    )
     db.execute("INSERT INTO executions VALUES ('i1', 'q', 'e1', 'r', 'h', 1, 's', '[]', 'computed', 1.0)")
     db.execute("INSERT INTO executions VALUES ('i2', 'q', 'e2', 'r', 'h', 1, 's', '[]', 'peer', 1.0)")
     db.commit()
@@ -82,10 +101,24 @@ def _claimant(index: Index, invocation: object, n: int) -> tuple[object, str]:
 
     who = generate()
     ex = cid_for(f"ex{n}".encode())
-    an = Announcement(invocation, ex, ex, "f1e20" + "00" * 32, 1, {"name": "spark"}, (), who.node_key,
-                      "2026-01-01T00:00:00Z").signed(who.sign)
-    index.add_claim(ClaimRow(cid_str(invocation), who.node_key, cid_str(ex), cid_str(ex), an.logical_hash, 1,
-                             "peer", block_of(an).data, 0.0, "pending", ""))
+    an = Announcement(
+        invocation, ex, ex, "f1e20" + "00" * 32, 1, {"name": "spark"}, (), who.node_key, "2026-01-01T00:00:00Z"
+    ).signed(who.sign)
+    index.add_claim(
+        ClaimRow(
+            cid_str(invocation),
+            who.node_key,
+            cid_str(ex),
+            cid_str(ex),
+            an.logical_hash,
+            1,
+            "peer",
+            block_of(an).data,
+            0.0,
+            "pending",
+            "",
+        )
+    )
     return ex, who.node_key
 
 
@@ -98,8 +131,9 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     index = Index(tmp_path / "index.sqlite")
     resolver = Resolver(None, None, index, None, generate(), tmp_path, 1)  # type: ignore[arg-type]
     inv = cid_for(b"the invocation")
-    (ex_lied, lied), (ex_policy, policy), (ex_good, good), (ex_new, new), (ex_bad, bad) = \
-        [_claimant(index, inv, n) for n in range(5)]
+    (ex_lied, lied), (ex_policy, policy), (ex_good, good), (ex_new, new), (ex_bad, bad) = [
+        _claimant(index, inv, n) for n in range(5)
+    ]
     index.set_claim_status(cid_str(inv), lied, cid_str(ex_lied), "refused", "the data does not match")
     index.set_claim_status(cid_str(inv), policy, cid_str(ex_policy), "refused", POLICY + "not trusted", score=False)
     for _ in range(3):

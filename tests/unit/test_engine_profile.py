@@ -50,9 +50,15 @@ def test_the_issue_examples_are_refused(key: str) -> None:
         check_conf({key: {"spark.sql.mapKeyDedupPolicy": "LAST_WIN"}.get(key, "LEGACY")})
 
 
-@given(st.sampled_from(sorted(ALLOWED_KEYS | {"spark.ui.port", "spark.executor.memoryOverhead",
-                                                 "spark.dynamicAllocation.enabled", "spark.ssl.enabled"})),
-       st.text(max_size=20))
+@given(
+    st.sampled_from(
+        sorted(
+            ALLOWED_KEYS
+            | {"spark.ui.port", "spark.executor.memoryOverhead", "spark.dynamicAllocation.enabled", "spark.ssl.enabled"}
+        )
+    ),
+    st.text(max_size=20),
+)
 def test_resource_settings_are_allowed_and_forced_ones_win(key: str, value: str) -> None:
     check_conf({key: value})
     conf = effective_conf("local[2]", {key: value})
@@ -67,8 +73,12 @@ def test_every_forced_setting_is_reapplied_or_static() -> None:
 
 # --- ep_0 and rc_0 ---------------------------------------------------------------------------------------
 
-REPORT = {"engine": "spark", "versions": {"spark": "4.3.0", "pyarrow": "26.0.1"},
-          "jvm": {"locale": "en-US", "timezone": "UTC"}, "settings": {"spark.sql.ansi.enabled": "true"}}
+REPORT = {
+    "engine": "spark",
+    "versions": {"spark": "4.3.0", "pyarrow": "26.0.1"},
+    "jvm": {"locale": "en-US", "timezone": "UTC"},
+    "settings": {"spark.sql.ansi.enabled": "true"},
+}
 
 
 @given(st.dictionaries(st.text(min_size=1, max_size=30), st.text(max_size=30), max_size=20))
@@ -81,20 +91,24 @@ def test_engine_profile_round_trips_and_is_content_addressed(settings: dict[str,
     assert block_of(EngineProfile.from_report(json.loads(json.dumps(report)))).cid == blk.cid  # same content, same CID
 
 
-@pytest.mark.parametrize(("report", "where"), [
-    ({**REPORT, "settings": {"k": 1}}, "settings"),
-    ({k: v for k, v in REPORT.items() if k != "jvm"}, "jvm"),
-    ({**REPORT, "engine": None}, "engine"),
-    ({**REPORT, "extra": "x"}, "extra"),
-])
+@pytest.mark.parametrize(
+    ("report", "where"),
+    [
+        ({**REPORT, "settings": {"k": 1}}, "settings"),
+        ({k: v for k, v in REPORT.items() if k != "jvm"}, "jvm"),
+        ({**REPORT, "engine": None}, "engine"),
+        ({**REPORT, "extra": "x"}, "extra"),
+    ],
+)
 def test_malformed_profile_is_refused(report: dict, where: str) -> None:
     with pytest.raises(InvalidObject, match=where):
         EngineProfile.from_report(report)
 
 
 def _receipt(profile: object = None) -> Receipt:
-    return Receipt(LINK, LINK, "did:key:z6Mk", "2026-01-01T00:00:00Z", {"name": "spark"}, "ab", 1, LINK, (), {},
-                   b"s" * 64, profile)  # type: ignore[arg-type]
+    return Receipt(
+        LINK, LINK, "did:key:z6Mk", "2026-01-01T00:00:00Z", {"name": "spark"}, "ab", 1, LINK, (), {}, b"s" * 64, profile
+    )  # type: ignore[arg-type]
 
 
 def test_receipt_links_its_profile_and_old_receipts_keep_their_bytes() -> None:
@@ -124,7 +138,9 @@ def test_index_migration_keeps_existing_rows(tmp_path: Path) -> None:
     db.commit()
     db.close()
     index = Index(path)
-    assert index.execution("iv1") == ExecutionRow("iv1", "q", "ex1", "rc1", "lh", 3, "st", ("s1",), "computed", 1.0, "computed", None)
+    assert index.execution("iv1") == ExecutionRow(
+        "iv1", "q", "ex1", "rc1", "lh", 3, "st", ("s1",), "computed", 1.0, "computed", None
+    )
     index.add_execution(ExecutionRow("iv2", "q", "ex2", "rc2", "lh", 1, "st", (), "computed", 2.0, profile="bafyep"))
     assert index.execution("iv2").profile == "bafyep"  # type: ignore[union-attr]
     index.close()

@@ -39,7 +39,9 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text('[api]\nport = 1111\nhost = "127.0.0.2"\n[log]\nlevel = "warning"\n')
     s = load_settings(tmp_path, env={})
     assert (s.api.port, s.api.host, s.log.level, s.ipfs.timeout) == (1111, "127.0.0.2", "warning", 30.0)
-    s = load_settings(tmp_path, env={"CAIRN_API_PORT": "2222", "CAIRN_IPFS_BOOTSTRAP": "/ip4/1.2.3.4/tcp/1,/ip4/5.6.7.8/tcp/2"})
+    s = load_settings(
+        tmp_path, env={"CAIRN_API_PORT": "2222", "CAIRN_IPFS_BOOTSTRAP": "/ip4/1.2.3.4/tcp/1,/ip4/5.6.7.8/tcp/2"}
+    )
     assert s.api.port == 2222 and s.ipfs.bootstrap == ["/ip4/1.2.3.4/tcp/1", "/ip4/5.6.7.8/tcp/2"]
     s = load_settings(tmp_path, env={"CAIRN_API_PORT": "2222"}, overrides={"api.port": 3333, "api.host": None})
     assert s.api.port == 3333 and s.api.host == "127.0.0.2"

@@ -29,9 +29,7 @@ from node.datasets.logical_hash import (
 from node.errors import InvalidInput
 
 EXAMPLE_HEX = "877d16ca45ef6b9828c0939c771af8be12c916c46f39d03a9f184819615fe9c0"
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def example_table() -> pa.Table:
@@ -48,8 +46,14 @@ def example_table() -> pa.Table:
 # Row by row, from Python values, following docs/hashing.md literally.
 
 _INT_FORMATS = {
-    "int8": "b", "int16": "h", "int32": "i", "int64": "q",
-    "uint8": "B", "uint16": "H", "uint32": "I", "uint64": "Q",
+    "int8": "b",
+    "int16": "h",
+    "int32": "i",
+    "int64": "q",
+    "uint8": "B",
+    "uint16": "H",
+    "uint32": "I",
+    "uint64": "Q",
 }
 _FLOAT = {"float16": ("e", 0x7E00, 2), "float32": ("f", 0x7FC00000, 4), "float64": ("d", 0x7FF8000000000000, 8)}
 _EPOCH = dt.date(1970, 1, 1)
@@ -230,7 +234,7 @@ def test_worked_example_streams_as_documented() -> None:
     # The stream bytes printed in docs/hashing.md.
     d = lambda hx: blake3.blake3(bytes.fromhex(hx)).digest()  # noqa: E731
     pre = HEADER + _u64(3) + _u64(3)
-    pre += _u64(5) + b"int64" + d("010001") + d("01000000000000000000000000000000" "0300000000000000")
+    pre += _u64(5) + b"int64" + d("010001") + d("010000000000000000000000000000000300000000000000")
     pre += _u64(7) + b"float64" + d("010101") + d("000000000000e03f000000000000f87f0000000000000080")
     pre += _u64(4) + b"utf8" + d("010001") + d("010000000000000000000000000000000200000000000000")
     pre += d("616263")

@@ -9,7 +9,16 @@ from multiformats import CID, multihash
 
 from node.errors import CairnError, InvalidInput
 from node.model import (
-    CBOR, DAG_CBOR, DAG_PB, RAW, HashMismatch, InvalidCID, cid_for, cid_str, parse_cid, verify_block,
+    CBOR,
+    DAG_CBOR,
+    DAG_PB,
+    RAW,
+    HashMismatch,
+    InvalidCID,
+    cid_for,
+    cid_str,
+    parse_cid,
+    verify_block,
 )
 
 NULL_LEAF = "bafir4idbvg7rb4h75xd5y52ytlrkwtfibmagzadomy3oig3aiegnr4f3yq"  # holium-rs test vector

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from multiformats import CID, multihash
 
 from node.model import (
-    INT64_MAX, INT64_MIN, Block, EncodingError, HashMismatch, block_of, cid_for, decode, encode,
+    INT64_MAX,
+    INT64_MIN,
+    Block,
+    EncodingError,
+    HashMismatch,
+    block_of,
+    cid_for,
+    decode,
+    encode,
 )
 
 # ----------------------------------------------------------------------- strategies (shared)

@@ -9,8 +9,18 @@ import pytest
 
 from node.errors import InvalidInput
 from node.model import (
-    CID, DataTree, block_of, cid_for, data_tree, decode, encode, import_bin, import_cbor, import_csv,
-    import_file, import_json,
+    CID,
+    DataTree,
+    block_of,
+    cid_for,
+    data_tree,
+    decode,
+    encode,
+    import_bin,
+    import_cbor,
+    import_csv,
+    import_file,
+    import_json,
 )
 
 NULL_LEAF = "bafir4idbvg7rb4h75xd5y52ytlrkwtfibmagzadomy3oig3aiegnr4f3yq"
@@ -41,17 +51,24 @@ def test_holium_rs_vectors() -> None:
     assert str(import_cbor(b"\xc0\xc0\xd8\x2a\xc0\xf6").root) == NULL_LEAF  # tags are ignored
     recursive = import_cbor(b"\x81\xf6")
     assert str(recursive.root) == LIST_OF_NULL
-    assert recursive.blocks[-1].data.hex() == "81d82a58250001511e20" + "61a9bf10f0ffedc7dc77589ae2ab4ca80b006c806e6636e41b60410cd8f0bbc4"
+    assert (
+        recursive.blocks[-1].data.hex()
+        == "81d82a58250001511e20" + "61a9bf10f0ffedc7dc77589ae2ab4ca80b006c806e6636e41b60410cd8f0bbc4"
+    )
     assert str(import_json(b"[null]").root) == LIST_OF_NULL
     dup = import_json(b'{\n  "k": [\n    [0, 0],\n    [\n      0,\n      [0, 0]\n    ],\n    null\n  ]\n}')
     assert str(dup.root) == "bafyr4ieqatdcyphkdor6farlisuliksatg2hfvirliy23tgbobq2ed3on4"
     assert NULL_LEAF in {str(b.cid) for b in dup.blocks}
-    assert str(import_bin(bytes.fromhex("1a14e417")).root) == "bafir4ibosdcgzkas225gir76lcfm5ijtb4auhg7w6e5rih4e2l6yaz62ka"
+    assert (
+        str(import_bin(bytes.fromhex("1a14e417")).root) == "bafir4ibosdcgzkas225gir76lcfm5ijtb4auhg7w6e5rih4e2l6yaz62ka"
+    )
     csv_tree = import_csv(b"header0,header1,header2\na0,a1,a2\nb0,b1,b2")
     assert str(csv_tree.root) == "bafyr4ifdnpmbxr6ikms7ksoeyiz32gzinpo3yyeohjj3rovbkb4jnufuzi"
     cids = {str(b.cid) for b in csv_tree.blocks}
-    assert {"bafyr4ia3nxsms65abug5ivmzpgdp44ra2e2cecgaxl4bqrnpcnacrmnite",
-            "bafyr4ibelcqzk2a5i3x7j5u3scko66zeovldlwdqtku2rw5th6efeplgvi"} <= cids
+    assert {
+        "bafyr4ia3nxsms65abug5ivmzpgdp44ra2e2cecgaxl4bqrnpcnacrmnite",
+        "bafyr4ibelcqzk2a5i3x7j5u3scko66zeovldlwdqtku2rw5th6efeplgvi",
+    } <= cids
 
 
 # ----------------------------------------------------------------------- structure
@@ -132,19 +149,19 @@ def test_csv_ragged_rows_are_refused() -> None:
 
 def test_cbor_import_matches_json_import() -> None:
     # {"b": [1, 2.5], "a": "x"} written in non-canonical CBOR (key order, float width)
-    data = bytes.fromhex("a2" "6162" "82" "01" "fa40200000" "6161" "6178")
+    data = bytes.fromhex("a261628201fa4020000061616178")
     assert import_cbor(data).root == import_json(b'{"b": [1, 2.5], "a": "x"}').root
 
 
 def test_cbor_import_is_lenient_like_serde_cbor() -> None:
     # indefinite-length list and text, undefined read as null, a bignum tag read as its bytes
-    data = bytes.fromhex("9f" "7f61616162ff" "f7" "c24101" "ff")
+    data = bytes.fromhex("9f7f61616162fff7c24101ff")
     assert value_of(import_cbor(data)) == ["ab", None, b"\x01"]
 
 
 def test_cbor_import_orders_non_text_keys_like_serde_cbor() -> None:
     # keys -1, "a", 2, 1 -> serde_cbor order: 1, 2 (major 0), -1 (major 1), "a" (major 3)
-    data = bytes.fromhex("a4" "20" "6163" "6161" "6164" "02" "6162" "01" "6161")
+    data = bytes.fromhex("a420616361616164026162016161")
     assert value_of(import_cbor(data)) == ["a", "b", "c", "d"]
 
 
@@ -154,12 +171,15 @@ def test_bad_cbor(data: bytes) -> None:
         import_cbor(data)
 
 
-@pytest.mark.parametrize("value, fragment", [
-    ([cid_for(b"x")], "hold no links"),
-    ({"a": float("nan")}, "nan is not allowed"),
-    ([2**64], "does not fit"),
-    ({"a": object()}, "object is not a data value"),
-])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ([cid_for(b"x")], "hold no links"),
+        ({"a": float("nan")}, "nan is not allowed"),
+        ([2**64], "does not fit"),
+        ({"a": object()}, "object is not a data value"),
+    ],
+)
 def test_data_tree_refuses(value: Any, fragment: str) -> None:
     with pytest.raises(InvalidInput, match=fragment):
         data_tree(value)

@@ -3,16 +3,41 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import pytest
 
 from node.model import (
-    KINDS, Connection, DryTransformation, EncodingError, Execution, ExploreIndex, ExploreRange,
-    ExploreUnion, InvalidObject, Kind, Matcher, ModuleBytecodeEnvelope, Pipeline, PipelineEdge,
-    RecursiveDataEnvelope, ScalarDataEnvelope, SelectorEnvelope, UnknownKind, block_of, cid_for,
-    decode, decode_object, dumps, encode, loads, register_kind, selector_from_ipld, validate,
+    KINDS,
+    Connection,
+    DryTransformation,
+    EncodingError,
+    Execution,
+    ExploreIndex,
+    ExploreRange,
+    ExploreUnion,
+    InvalidObject,
+    Kind,
+    Matcher,
+    ModuleBytecodeEnvelope,
+    Pipeline,
+    PipelineEdge,
+    RecursiveDataEnvelope,
+    ScalarDataEnvelope,
+    SelectorEnvelope,
+    UnknownKind,
+    block_of,
+    cid_for,
+    decode,
+    decode_object,
+    dumps,
+    encode,
+    loads,
+    register_kind,
+    selector_from_ipld,
+    validate,
 )
 from node.model._shape import Ctx, want_int, want_map
 
@@ -70,8 +95,9 @@ def test_selector_forms() -> None:
     assert ExploreIndex(2, Matcher()).to_ipld() == {"i": {"i": 2, ">": {".": {}}}}
     assert ExploreRange(0, 3, Matcher()).to_ipld() == {"r": {"^": 0, "$": 3, ">": {".": {}}}}
     assert ExploreUnion((Matcher(),)).to_ipld() == {"|": [{".": {}}]}
-    assert selector_from_ipld({"|": [{".": {}}, {"i": {"i": 1, ">": {".": {}}}}]}) == \
-        ExploreUnion((Matcher(), ExploreIndex(1, Matcher())))
+    assert selector_from_ipld({"|": [{".": {}}, {"i": {"i": 1, ">": {".": {}}}}]}) == ExploreUnion(
+        (Matcher(), ExploreIndex(1, Matcher()))
+    )
 
 
 def _env(tv: str, content: Any) -> dict[str, Any]:
@@ -113,15 +139,23 @@ BAD_SHAPES = [
     ({"selector": {"i": {"i": -1, ">": {".": {}}}}}, "selector: selector.i.i (index): must be ≥ 0, got -1"),
     ({"selector": {"i": {"i": 0}}}, 'selector: selector.i: missing key ">"'),
     ({"selector": {"i": {"i": 0, ">": []}}}, 'selector: selector.i[">"] (next): expected map, got list'),
-    ({"selector": {"r": {"^": 0, "$": "9", ">": {".": {}}}}}, 'selector: selector.r["$"] (end): expected int, got string'),
-    ({"selector": {"r": {"^": 5, "$": 2, ">": {".": {}}}}}, "selector: selector.r: range start 5 is greater than its end 2"),
+    (
+        {"selector": {"r": {"^": 0, "$": "9", ">": {".": {}}}}},
+        'selector: selector.r["$"] (end): expected int, got string',
+    ),
+    (
+        {"selector": {"r": {"^": 5, "$": 2, ">": {".": {}}}}},
+        "selector: selector.r: range start 5 is greater than its end 2",
+    ),
     ({"selector": {"|": []}}, 'selector: selector["|"]: a union needs at least one selector'),
     ({"selector": {"|": [{".": {}}, 5]}}, 'selector: selector["|"][1]: expected map, got int'),
     ({"selector": {"|": {".": {}}}}, 'selector: selector["|"]: expected list, got map'),
 ]
 
 
-@pytest.mark.parametrize("obj, message", BAD_SHAPES, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_SHAPES)])
+@pytest.mark.parametrize(
+    "obj, message", BAD_SHAPES, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_SHAPES)]
+)
 def test_wrong_shapes_name_the_field(obj: Any, message: str) -> None:
     with pytest.raises(InvalidObject) as info:
         decode_object(obj)

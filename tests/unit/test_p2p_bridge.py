@@ -8,6 +8,7 @@ import time
 
 import pytest
 import trio
+import trio.lowlevel
 
 from p2p.bridge import TrioThread
 from p2p.errors import P2PError
@@ -44,7 +45,7 @@ async def bridge():
 
 async def test_run_returns_values_and_raises_errors(bridge):
     async def add(x, y):
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return x + y
 
     async def boom():

@@ -62,13 +62,20 @@ def test_recent_address_first_and_capped():
 def test_old_bad_and_foreign_entries_are_dropped(tmp_path, caplog):
     path = tmp_path / "peers.json"
     old = time.time() - 40 * 86400
-    path.write_text(json.dumps({"version": 1, "peers": {
-        A: {"addrs": ["/ip4/127.0.0.1/tcp/1"], "last_seen": old},
-        B: {"addrs": ["/ip4/127.0.0.1/tcp/2"], "last_seen": None},
-        ME: {"addrs": ["/ip4/127.0.0.1/tcp/3"]},
-        "not a peer id": {"addrs": ["/ip4/127.0.0.1/tcp/4"]},
-        peer_id_from_seed(bytes([4]) * 32): {"addrs": []},
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "peers": {
+                    A: {"addrs": ["/ip4/127.0.0.1/tcp/1"], "last_seen": old},
+                    B: {"addrs": ["/ip4/127.0.0.1/tcp/2"], "last_seen": None},
+                    ME: {"addrs": ["/ip4/127.0.0.1/tcp/3"]},
+                    "not a peer id": {"addrs": ["/ip4/127.0.0.1/tcp/4"]},
+                    peer_id_from_seed(bytes([4]) * 32): {"addrs": []},
+                },
+            }
+        )
+    )
     t = PeerTable(ME, path, forget_after=30 * 86400)
     t.load()
     assert [p["peer_id"] for p in t.snapshot()] == [B]

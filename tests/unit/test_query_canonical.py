@@ -644,11 +644,21 @@ def test_output_names_are_kept_for_display():
     ("sql", "names", "same_as"),
     [
         ("SELECT y FROM (SELECT count(x) FROM t) AS s (y)", ("y",), "SELECT c FROM (SELECT count(x) AS c FROM t) s"),
-        ("WITH c (y) AS (SELECT count(x) FROM t) SELECT y FROM c", ("y",), "WITH c AS (SELECT count(x) y FROM t) SELECT y FROM c"),
-        ("SELECT s.y + 1 AS z, w FROM (SELECT count(x), k FROM t GROUP BY k) AS s (y, w)", ("z", "w"),
-         "SELECT s.y + 1 AS z, s.k FROM (SELECT count(x) y, k FROM t GROUP BY k) AS s"),
-        ("SELECT * FROM (SELECT k AS p, x FROM t UNION ALL SELECT k, x FROM t) AS s (q, r)", ("q", "r"),
-         "SELECT * FROM (SELECT k, x FROM t UNION ALL SELECT k, x FROM t) AS s"),
+        (
+            "WITH c (y) AS (SELECT count(x) FROM t) SELECT y FROM c",
+            ("y",),
+            "WITH c AS (SELECT count(x) y FROM t) SELECT y FROM c",
+        ),
+        (
+            "SELECT s.y + 1 AS z, w FROM (SELECT count(x), k FROM t GROUP BY k) AS s (y, w)",
+            ("z", "w"),
+            "SELECT s.y + 1 AS z, s.k FROM (SELECT count(x) y, k FROM t GROUP BY k) AS s",
+        ),
+        (
+            "SELECT * FROM (SELECT k AS p, x FROM t UNION ALL SELECT k, x FROM t) AS s (q, r)",
+            ("q", "r"),
+            "SELECT * FROM (SELECT k, x FROM t UNION ALL SELECT k, x FROM t) AS s",
+        ),
     ],
 )
 def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], same_as: str):
@@ -662,7 +672,10 @@ def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], s
 
 def test_order_by_is_completed_with_every_output():
     q = canonicalize("SELECT k, x, s FROM t ORDER BY x DESC LIMIT 3", ONE)
-    assert q.statement == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, TO_JSON(NAMED_STRUCT('v', _1)), _0, _2 LIMIT 3"
+    assert (
+        q.statement
+        == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, TO_JSON(NAMED_STRUCT('v', _1)), _0, _2 LIMIT 3"
+    )
     assert q.order_by == (SortKey(1, True, False), SortKey(0), SortKey(2))
 
 
@@ -673,9 +686,17 @@ def _tj(key: str) -> str:
 @pytest.mark.parametrize(
     ("type_string", "tied"),
     [
-        ("float64", True), ("float32", True), ("list<float32>", True), ('struct<"f":float64,"G":utf8>', True),
-        ("map<utf8,float64>", True), ("int64", False), ("utf8", False), ("date32", False), ("list<int64>", False),
-        ("decimal(10,2)", False), ("bool", False),
+        ("float64", True),
+        ("float32", True),
+        ("list<float32>", True),
+        ('struct<"f":float64,"G":utf8>', True),
+        ("map<utf8,float64>", True),
+        ("int64", False),
+        ("utf8", False),
+        ("date32", False),
+        ("list<int64>", False),
+        ("decimal(10,2)", False),
+        ("bool", False),
     ],
 )
 def test_float_sort_keys_get_a_tiebreaker(type_string: str, tied: bool):
@@ -1066,7 +1087,11 @@ DOC_EXAMPLES = [
         RAIN,
         "SELECT a.col_1 AS _0, a.col_3 AS _1 FROM a ORDER BY _1 DESC, _0, TO_JSON(NAMED_STRUCT('v', _0)) LIMIT 3",
     ),
-    ("SELECT name FROM stations ORDER BY lat", STATIONS, "SELECT a.col_1 AS _0 FROM a ORDER BY a.col_2, TO_JSON(NAMED_STRUCT('v', a.col_2)), _0"),
+    (
+        "SELECT name FROM stations ORDER BY lat",
+        STATIONS,
+        "SELECT a.col_1 AS _0 FROM a ORDER BY a.col_2, TO_JSON(NAMED_STRUCT('v', a.col_2)), _0",
+    ),
     (
         (
             "SELECT s.name, count(*) AS wet_days FROM precip p JOIN stations s ON p.lat = s.lat AND p.lng = s.lng\n"

@@ -80,8 +80,9 @@ def test_clock_spellings_are_refused(sql: str) -> None:
 
 # The words Spark's SpecialDatetimeValues accepts: any case, spaces around, a zone id after all but `now`.
 special = st.builds(
-    lambda word, case, left, right, zone: (left + "".join(
-        c.upper() if up else c for c, up in zip(word, case)) + zone + right),
+    lambda word, case, left, right, zone: (
+        left + "".join(c.upper() if up else c for c, up in zip(word, case)) + zone + right
+    ),
     st.sampled_from(["now", "today", "yesterday", "tomorrow", "epoch"]),
     st.lists(st.booleans(), min_size=9, max_size=9),
     st.sampled_from(["", " ", "  "]),
@@ -108,8 +109,11 @@ def _fixed(value: dt.datetime, form: int) -> str:
 
 
 @settings(max_examples=60, deadline=None)
-@given(value=st.datetimes(min_value=dt.datetime(1000, 1, 1)), form=st.integers(0, 5),
-       target=st.sampled_from(["DATE", "TIMESTAMP", "TIMESTAMP_NTZ"]))
+@given(
+    value=st.datetimes(min_value=dt.datetime(1000, 1, 1)),
+    form=st.integers(0, 5),
+    target=st.sampled_from(["DATE", "TIMESTAMP", "TIMESTAMP_NTZ"]),
+)
 def test_fixed_format_literals_pass(value: dt.datetime, form: int, target: str) -> None:
     text = _fixed(value, form)
     assert dt.datetime.fromisoformat(text.replace("Z", "+00:00"))  # an independent reader agrees it is a date/time
@@ -117,32 +121,38 @@ def test_fixed_format_literals_pass(value: dt.datetime, form: int, target: str) 
     assert f"'{text}'" in q.statement
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT k FROM t WHERE d > DATE '2020-01-01'",
-    "SELECT to_date(s, 'yyyy-MM-dd') FROM t",  # a pattern: parsed by the formatter, no special words
-    "SELECT to_timestamp(s, 'HH:mm') FROM t",
-    "SELECT CAST(s AS DATE) FROM t",  # non-foldable: Spark's stringToDate has no clock words
-    "SELECT CAST(s AS TIMESTAMP_NTZ) FROM t",  # time-only strings are an error for TIMESTAMP_NTZ
-    "SELECT k FROM t WHERE s = 'today'",  # a string compared with a string stays a string
-    "SELECT CAST(CAST('2020-01-01' AS DATE) AS TIMESTAMP) FROM t",
-    "SELECT date_add(DATE '2020-01-01', k) FROM t",
-    "SELECT date_format(ts, 'EEEE') FROM t",
-    # TPC-H's date arithmetic: a fixed date moved by an interval is a date (the quoted amount is no date string)
-    "SELECT k FROM t WHERE d < CAST('1994-01-01' AS DATE) + INTERVAL '1' YEAR",
-    "SELECT k FROM t WHERE d <= DATE '1998-12-01' - INTERVAL '90' DAY",
-    "SELECT k FROM t WHERE d >= INTERVAL '3' MONTH + DATE '1993-07-01'",
-    "SELECT k FROM t WHERE ts < '2020-01-01 00:00:00' + INTERVAL '1' HOUR",
-    "SELECT k FROM t WHERE d < DATE '1996-01-01' + INTERVAL '3' MONTH",  # TPC-H q15: the '3' is a count
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k FROM t WHERE d > DATE '2020-01-01'",
+        "SELECT to_date(s, 'yyyy-MM-dd') FROM t",  # a pattern: parsed by the formatter, no special words
+        "SELECT to_timestamp(s, 'HH:mm') FROM t",
+        "SELECT CAST(s AS DATE) FROM t",  # non-foldable: Spark's stringToDate has no clock words
+        "SELECT CAST(s AS TIMESTAMP_NTZ) FROM t",  # time-only strings are an error for TIMESTAMP_NTZ
+        "SELECT k FROM t WHERE s = 'today'",  # a string compared with a string stays a string
+        "SELECT CAST(CAST('2020-01-01' AS DATE) AS TIMESTAMP) FROM t",
+        "SELECT date_add(DATE '2020-01-01', k) FROM t",
+        "SELECT date_format(ts, 'EEEE') FROM t",
+        # TPC-H's date arithmetic: a fixed date moved by an interval is a date (the quoted amount is no date string)
+        "SELECT k FROM t WHERE d < CAST('1994-01-01' AS DATE) + INTERVAL '1' YEAR",
+        "SELECT k FROM t WHERE d <= DATE '1998-12-01' - INTERVAL '90' DAY",
+        "SELECT k FROM t WHERE d >= INTERVAL '3' MONTH + DATE '1993-07-01'",
+        "SELECT k FROM t WHERE ts < '2020-01-01 00:00:00' + INTERVAL '1' HOUR",
+        "SELECT k FROM t WHERE d < DATE '1996-01-01' + INTERVAL '3' MONTH",  # TPC-H q15: the '3' is a count
+    ],
+)
 def test_deterministic_date_uses_pass(sql: str) -> None:
     canonicalize(sql, T)
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT CAST(s AS TIMESTAMP) FROM t",
-    "SELECT to_timestamp(s) FROM t",
-    "SELECT k FROM t WHERE ts = s",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT CAST(s AS TIMESTAMP) FROM t",
+        "SELECT to_timestamp(s) FROM t",
+        "SELECT k FROM t WHERE ts = s",
+    ],
+)
 def test_string_columns_never_reach_timestamp(sql: str) -> None:
     # '12:00' cast to TIMESTAMP takes today's date (DateTimeUtils.stringToTimestamp), from a column too.
     with pytest.raises(QueryRefused, match="time-only") as refused:

@@ -32,11 +32,17 @@ def cast(to: Any) -> dict[str, Any]:
 
 def project(*expressions: list[dict[str, Any]]) -> str:
     """A Project over a one-row relation, with one expression tree (pre-order list) per output."""
-    return json.dumps([
-        {"class": "org.apache.spark.sql.catalyst.plans.logical.Project", "num-children": 1,
-         "projectList": [list(e) for e in expressions], "child": 0},
-        {"class": "org.apache.spark.sql.catalyst.plans.logical.OneRowRelation", "num-children": 0},
-    ])
+    return json.dumps(
+        [
+            {
+                "class": "org.apache.spark.sql.catalyst.plans.logical.Project",
+                "num-children": 1,
+                "projectList": [list(e) for e in expressions],
+                "child": 0,
+            },
+            {"class": "org.apache.spark.sql.catalyst.plans.logical.OneRowRelation", "num-children": 0},
+        ]
+    )
 
 
 def refused(text: str) -> str:
@@ -57,8 +63,9 @@ def test_folded_strings_are_refused() -> None:
     concat = node("Concat", 2)
     assert refused(project([cast("date"), concat, lit("to", "string"), lit("day", "string")])) == "clock-value"
     # a date made of numbers is not a string
-    guard.check_json(project([cast("timestamp"), node("MakeDate", 3), lit(2020, "integer"), lit(1, "integer"),
-                              lit(1, "integer")]))
+    guard.check_json(
+        project([cast("timestamp"), node("MakeDate", 3), lit(2020, "integer"), lit(1, "integer"), lit(1, "integer")])
+    )
 
 
 def test_string_columns_never_reach_timestamp() -> None:
@@ -66,8 +73,19 @@ def test_string_columns_never_reach_timestamp() -> None:
     guard.check_json(project([cast("date"), col("s", "string")]))  # stringToDate has no time-only form
     guard.check_json(project([cast("timestamp"), col("d", "date")]))
     # a comparison is a boolean whatever its operands are
-    guard.check_json(project([cast("timestamp"), node("If", 3), node("EqualTo", 2), col("s", "string"),
-                              lit("a", "string"), col("d", "date"), col("d", "date")]))
+    guard.check_json(
+        project(
+            [
+                cast("timestamp"),
+                node("If", 3),
+                node("EqualTo", 2),
+                col("s", "string"),
+                lit("a", "string"),
+                col("d", "date"),
+                col("d", "date"),
+            ]
+        )
+    )
 
 
 def test_nondeterministic_classes_and_subqueries() -> None:

@@ -28,17 +28,20 @@ def first(sql: str, cls: type[exp.Expr]) -> exp.Expr:
 # --- checks: one entry of NODE_CHECKS at a time ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("sql,cls,rule", [
-    ("SELECT k FROM t LIMIT 3", exp.Select, "unordered-limit"),
-    ("SELECT k FROM t SORT BY k", exp.Select, "forbidden-clause"),
-    ("SELECT * EXCEPT (k) FROM t", exp.Star, "unsupported-construct"),
-    ("SELECT k FROM t GROUP BY ALL", exp.Group, "unsupported-construct"),
-    ("SELECT k FROM t ORDER BY k LIMIT k", exp.Limit, "unsupported-construct"),
-    ("SELECT row_number() OVER (PARTITION BY k) FROM t", exp.Window, "unordered-window"),
-    ("SELECT k FROM db.t", exp.Table, "qualified-table"),
-    ("SELECT k FROM u", exp.Table, "unknown-table"),
-    ("SELECT '${x}' FROM t", exp.Literal, "outside-reach"),
-])
+@pytest.mark.parametrize(
+    "sql,cls,rule",
+    [
+        ("SELECT k FROM t LIMIT 3", exp.Select, "unordered-limit"),
+        ("SELECT k FROM t SORT BY k", exp.Select, "forbidden-clause"),
+        ("SELECT * EXCEPT (k) FROM t", exp.Star, "unsupported-construct"),
+        ("SELECT k FROM t GROUP BY ALL", exp.Group, "unsupported-construct"),
+        ("SELECT k FROM t ORDER BY k LIMIT k", exp.Limit, "unsupported-construct"),
+        ("SELECT row_number() OVER (PARTITION BY k) FROM t", exp.Window, "unordered-window"),
+        ("SELECT k FROM db.t", exp.Table, "qualified-table"),
+        ("SELECT k FROM u", exp.Table, "unknown-table"),
+        ("SELECT '${x}' FROM t", exp.Literal, "outside-reach"),
+    ],
+)
 def test_each_node_check_alone(sql: str, cls: type[exp.Expr], rule: str) -> None:
     with pytest.raises(QueryRefused) as refused:
         checks.check_node(ctx(sql), first(sql, cls))
@@ -88,14 +91,17 @@ def test_normalize_number_alone(text: str, expected: str) -> None:
     assert printing.normalize_number(text) == expected
 
 
-@pytest.mark.parametrize("rule,sql,expected", [
-    (printing._spell_joins, "SELECT 1 FROM a INNER JOIN b ON a.x = b.x", "SELECT 1 FROM a JOIN b ON a.x = b.x"),
-    (printing._spell_ascending, "SELECT 1 FROM a ORDER BY x ASC", "SELECT 1 FROM a ORDER BY x"),
-    (printing._spell_hex, "SELECT X'ab'", "SELECT X'AB'"),
-    (printing._spell_parentheses, "SELECT (x) FROM a WHERE (x > 1)", "SELECT x FROM a WHERE x > 1"),
-    (printing._spell_set_branches, "(SELECT 1) UNION (SELECT 2)", "SELECT 1 UNION SELECT 2"),
-])
-def test_each_spelling_rule_alone(rule, sql: str, expected: str) -> None:  # noqa: ANN001 - a SPELLING function
+@pytest.mark.parametrize(
+    "rule,sql,expected",
+    [
+        (printing._spell_joins, "SELECT 1 FROM a INNER JOIN b ON a.x = b.x", "SELECT 1 FROM a JOIN b ON a.x = b.x"),
+        (printing._spell_ascending, "SELECT 1 FROM a ORDER BY x ASC", "SELECT 1 FROM a ORDER BY x"),
+        (printing._spell_hex, "SELECT X'ab'", "SELECT X'AB'"),
+        (printing._spell_parentheses, "SELECT (x) FROM a WHERE (x > 1)", "SELECT x FROM a WHERE x > 1"),
+        (printing._spell_set_branches, "(SELECT 1) UNION (SELECT 2)", "SELECT 1 UNION SELECT 2"),
+    ],
+)
+def test_each_spelling_rule_alone(rule, sql: str, expected: str) -> None:
     tree = sqlglot.parse_one(sql, dialect=DIALECT)
     rule(tree)
     assert tree.sql(dialect=DIALECT) == expected

@@ -18,20 +18,23 @@ from node.errors import InvalidInput
 from node.query.result_order import canonical_order, encode
 from node.resolve.resolver import _canonical_order
 
-NESTED = pa.schema([
-    ("k", pa.int64()),
-    ("x", pa.float64()),
-    ("arr", pa.list_(pa.float64())),
-    ("st", pa.struct([("f", pa.float32()), ("G", pa.string())])),
-    ("m", pa.map_(pa.string(), pa.int64())),
-])
+NESTED = pa.schema(
+    [
+        ("k", pa.int64()),
+        ("x", pa.float64()),
+        ("arr", pa.list_(pa.float64())),
+        ("st", pa.struct([("f", pa.float32()), ("G", pa.string())])),
+        ("m", pa.map_(pa.string(), pa.int64())),
+    ]
+)
 
 floats = st.sampled_from([0.0, -0.0, math.nan, 1.5, -1.5, math.inf]) | st.floats(width=32)
 cells = {
     "k": st.none() | st.integers(-3, 3),
     "x": st.none() | floats,
     "arr": st.none() | st.lists(st.none() | floats, max_size=3),
-    "st": st.none() | st.fixed_dictionaries({"f": st.none() | floats, "G": st.none() | st.sampled_from(["", "a", "é"])}),
+    "st": st.none()
+    | st.fixed_dictionaries({"f": st.none() | floats, "G": st.none() | st.sampled_from(["", "a", "é"])}),
     "m": st.none() | st.lists(st.tuples(st.sampled_from(["a", "b"]), st.none() | st.integers(0, 2)), max_size=2),
 }
 row_lists = st.lists(st.fixed_dictionaries(cells), min_size=0, max_size=12)
@@ -62,21 +65,30 @@ def test_any_layout_gives_the_same_bytes(rows: list[dict], rnd: random.Random, p
     rnd.shuffle(shuffled)
     # The same rows, another order, in several chunks (as several slices would arrive).
     step = max(1, len(shuffled) // pieces)
-    chunks = [pa.Table.from_pylist(shuffled[i:i + step], schema=NESTED) for i in range(0, len(shuffled), step)]
+    chunks = [pa.Table.from_pylist(shuffled[i : i + step], schema=NESTED) for i in range(0, len(shuffled), step)]
     other = pa.concat_tables(chunks) if chunks else table.slice(0, 0)
     assert parquet(_canonical_order(table, None)) == parquet(_canonical_order(other, None))
     # Nothing lost or added.
     assert sorted(map(repr, map(exact, canonical_order(other).to_pylist()))) == sorted(
-        map(repr, map(exact, table.to_pylist())))
+        map(repr, map(exact, table.to_pylist()))
+    )
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.none() | st.integers(-5, 5), st.none() | floats, st.none() | st.text(max_size=3)), max_size=15))
+@given(
+    st.lists(
+        st.tuples(st.none() | st.integers(-5, 5), st.none() | floats, st.none() | st.text(max_size=3)), max_size=15
+    )
+)
 def test_flat_columns_sort_by_value_then_float_bits(rows: list[tuple]) -> None:
     # The oracle: Python's sort on (nulls last, value) per column, -0.0 before 0.0, NaN after numbers.
-    table = pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
-                      "x": pa.array([r[1] for r in rows], pa.float64()),
-                      "s": pa.array([r[2] for r in rows], pa.string())})
+    table = pa.table(
+        {
+            "k": pa.array([r[0] for r in rows], pa.int64()),
+            "x": pa.array([r[1] for r in rows], pa.float64()),
+            "s": pa.array([r[2] for r in rows], pa.string()),
+        }
+    )
 
     def key(row: tuple) -> tuple:
         k, x, s = row
@@ -90,8 +102,7 @@ def test_flat_columns_sort_by_value_then_float_bits(rows: list[tuple]) -> None:
 
 
 def test_minus_zero_comes_before_zero_everywhere() -> None:
-    table = pa.table({"x": pa.array([0.0, -0.0], pa.float32()),
-                      "a": pa.array([[0.0], [-0.0]], pa.list_(pa.float64()))})
+    table = pa.table({"x": pa.array([0.0, -0.0], pa.float32()), "a": pa.array([[0.0], [-0.0]], pa.list_(pa.float64()))})
     out = canonical_order(table)
     assert [math.copysign(1, v) for v in out.column("x").to_pylist()] == [-1, 1]
     table = pa.table({"a": pa.array([[0.0], [-0.0]], pa.list_(pa.float64()))})
@@ -100,9 +111,13 @@ def test_minus_zero_comes_before_zero_everywhere() -> None:
 
 def test_nested_outputs_never_raise_a_500() -> None:
     # Issue 12 item 2: a list or struct output without ORDER BY raised pyarrow.ArrowTypeError.
-    table = pa.table({"t": pa.array([[3, 4], [1], [2, 3]], pa.list_(pa.int64())),
-                      "s": pa.array([{"a": 2}, {"a": 1}, {"a": 1}], pa.struct([("a", pa.int64())])),
-                      "m": pa.array([[("b", 1)], [("a", 1)], [("a", 1)]], pa.map_(pa.string(), pa.int64()))})
+    table = pa.table(
+        {
+            "t": pa.array([[3, 4], [1], [2, 3]], pa.list_(pa.int64())),
+            "s": pa.array([{"a": 2}, {"a": 1}, {"a": 1}], pa.struct([("a", pa.int64())])),
+            "m": pa.array([[("b", 1)], [("a", 1)], [("a", 1)]], pa.map_(pa.string(), pa.int64())),
+        }
+    )
     out = _canonical_order(table, None)
     assert out.num_rows == 3 and sorted(map(repr, out.to_pylist())) == sorted(map(repr, table.to_pylist()))
 

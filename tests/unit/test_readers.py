@@ -249,15 +249,11 @@ def test_parquet_normalised_schema_no_dictionary_large_string_or_metadata(tmp_pa
         }
     )
     table = table.replace_schema_metadata({"pandas": "{}"})
-    table = table.cast(
-        pa.schema([f.with_metadata({"k": "v"}) for f in table.schema], metadata={"pandas": "{}"})
-    )
+    table = table.cast(pa.schema([f.with_metadata({"k": "v"}) for f in table.schema], metadata={"pandas": "{}"}))
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
     got = read_all(path)
-    assert got.schema == pa.schema(
-        [("s", pa.string()), ("l", pa.string()), ("b", pa.binary()), ("i", pa.int32())]
-    )
+    assert got.schema == pa.schema([("s", pa.string()), ("l", pa.string()), ("b", pa.binary()), ("i", pa.int32())])
     assert got.schema.metadata is None
     assert all(f.metadata is None for f in got.schema)
     assert got.column("s").to_pylist() == ["a", "b", None, "a"]
@@ -435,9 +431,7 @@ def test_header_false():
     t = read_all(io.BytesIO(b"1,x\n2,y\n"), header=False)
     assert t.column_names == ["f0", "f1"]
     assert t.column("f0").to_pylist() == [1, 2]
-    t = read_all(
-        io.BytesIO(b"1,x\n2,y\n"), header=False, column_names=["n", "s"], schema_overrides={"n": "int16"}
-    )
+    t = read_all(io.BytesIO(b"1,x\n2,y\n"), header=False, column_names=["n", "s"], schema_overrides={"n": "int16"})
     assert t.schema == pa.schema([("n", pa.int16()), ("s", pa.string())])
     assert "2 column names given, the first row has 3" in read_error(
         io.BytesIO(b"1,x,y\n"), header=False, column_names=["a", "b"]
@@ -568,9 +562,7 @@ def test_invalid_json_line_in_later_block():
     msg = read_error(NonSeekable(("\n\n".join(rows) + "\n").encode()), block_size=500)
     assert msg.startswith("input: line 1601, column 'i': value 'eight hundred' does not fit type int64")
     rows[800] = "[1, 2]"
-    assert "line 801: not a JSON object" in read_error(
-        io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500
-    )
+    assert "line 801: not a JSON object" in read_error(io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500)
     rows[800] = '{"i": 800, "s": "v", "new": 1}'
     msg = read_error(io.BytesIO(("\n".join(rows) + "\n").encode()), block_size=500)
     assert "line 801: field 'new' is not among the fields found in the first" in msg
@@ -732,10 +724,7 @@ def test_bounded_memory_on_a_200mb_csv(tmp_path):
 
 
 def test_line_numbers_count_blank_lines_and_json_inference_conflicts():
-    assert (
-        read_error(io.BytesIO(b"a,b\n1,2\n\n\n3,4,5\n"))
-        == "input: line 5: expected 2 fields, found 3: '3,4,5'"
-    )
+    assert read_error(io.BytesIO(b"a,b\n1,2\n\n\n3,4,5\n")) == "input: line 5: expected 2 fields, found 3: '3,4,5'"
     msg = read_error(io.BytesIO(b'{"a": 1}\n\n{"a": "x"}\n'))
     assert msg == (
         "input: line 3, column 'a': value 'x' does not match the column's earlier values"

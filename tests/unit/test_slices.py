@@ -164,9 +164,7 @@ def _batches(sizes: list[int], start: int = 0) -> list[pa.RecordBatch]:
     for n in sizes:
         rows = range(start, start + n)
         out.append(
-            pa.record_batch(
-                [pa.array(rows, pa.int64()), pa.array([str(x) for x in rows], pa.string())], schema=SCHEMA
-            )
+            pa.record_batch([pa.array(rows, pa.int64()), pa.array([str(x) for x in rows], pa.string())], schema=SCHEMA)
         )
         start += n
     return out

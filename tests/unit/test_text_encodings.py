@@ -131,8 +131,11 @@ def test_jsonl_in_any_encoding():
 
 def test_encoding_option_checks():
     assert ReadOptions(encoding="LATIN1").encoding == "iso8859-1"
-    for bad, text in (("nope", "unknown encoding 'nope'"), ("rot13", "'rot13' is not a text encoding"),
-                      ("", "encoding must be a name")):
+    for bad, text in (
+        ("nope", "unknown encoding 'nope'"),
+        ("rot13", "'rot13' is not a text encoding"),
+        ("", "encoding must be a name"),
+    ):
         with pytest.raises(InvalidInput, match=text):
             ReadOptions(encoding=bad)
     import pyarrow as pa
@@ -174,13 +177,19 @@ def test_sniffing_edge_cases():
     assert read(b"a\tb\n1\t2\n", delimiter="tab")[0] == ["a", "b"]
 
 
-@pytest.mark.parametrize("data, rows", [
-    (b"\xef\xbb\xbfid,city\r\n1,Paris\r\n", [{"id": 1, "city": "Paris"}]),  # BOM, CRLF
-    (b"id,city\r1,Paris\r2,Lyon\r", [{"id": 1, "city": "Paris"}, {"id": 2, "city": "Lyon"}]),  # \r only
-    (b"id,city\r\n1,Paris\n2,Lyon\r3,Nice", [{"id": i, "city": c} for i, c in ((1, "Paris"), (2, "Lyon"), (3, "Nice"))]),
-    (b"id,city\n", []),  # a header only
-    (b'id;city\n1;"Saint-\nDenis"\n', [{"id": 1, "city": "Saint-\nDenis"}]),  # quoted newline, sniffed ;
-])
+@pytest.mark.parametrize(
+    "data, rows",
+    [
+        (b"\xef\xbb\xbfid,city\r\n1,Paris\r\n", [{"id": 1, "city": "Paris"}]),  # BOM, CRLF
+        (b"id,city\r1,Paris\r2,Lyon\r", [{"id": 1, "city": "Paris"}, {"id": 2, "city": "Lyon"}]),  # \r only
+        (
+            b"id,city\r\n1,Paris\n2,Lyon\r3,Nice",
+            [{"id": i, "city": c} for i, c in ((1, "Paris"), (2, "Lyon"), (3, "Nice"))],
+        ),
+        (b"id,city\n", []),  # a header only
+        (b'id;city\n1;"Saint-\nDenis"\n', [{"id": 1, "city": "Saint-\nDenis"}]),  # quoted newline, sniffed ;
+    ],
+)
 def test_line_ending_and_header_variants(data, rows):
     assert read(data)[2] == rows
 

@@ -14,7 +14,7 @@ import zoneinfo
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet  # noqa: F401  (pa.parquet)
+import pyarrow.parquet
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,6 +32,7 @@ def strict_loads(text: str | bytes) -> Any:
 
 # -- what a rendered value must decode back to (independent of node.values) ---------------------------
 
+
 def decode_back(t: pa.DataType, v: Any) -> Any:
     """The Python value a rendered JSON value stands for, by the documented mapping."""
     if v is None:
@@ -39,8 +40,9 @@ def decode_back(t: pa.DataType, v: Any) -> Any:
     if pa.types.is_integer(t):
         return int(v)  # numbers, or exact decimal strings past 2^53
     if pa.types.is_floating(t):
-        return float(v) if not isinstance(v, str) else {"NaN": math.nan, "Infinity": math.inf,
-                                                         "-Infinity": -math.inf}[v]
+        return (
+            float(v) if not isinstance(v, str) else {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[v]
+        )
     if pa.types.is_decimal(t):
         return decimal.Decimal(v)
     if pa.types.is_date(t):
@@ -48,7 +50,7 @@ def decode_back(t: pa.DataType, v: Any) -> Any:
     if pa.types.is_timestamp(t):
         if t.tz is not None:
             assert v.endswith("Z")
-            return dt.datetime.fromisoformat(v[:-1]).replace(tzinfo=dt.timezone.utc)
+            return dt.datetime.fromisoformat(v[:-1]).replace(tzinfo=dt.UTC)
         return dt.datetime.fromisoformat(v)
     if pa.types.is_binary(t):
         return base64.b64decode(v, validate=True)
@@ -71,7 +73,7 @@ def same(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return a == b and type(a) is type(b) or (isinstance(a, int) and isinstance(b, int) and a == b)
+    return (a == b and type(a) is type(b)) or (isinstance(a, int) and isinstance(b, int) and a == b)
 
 
 # -- generated tables ------------------------------------------------------------------------------------
@@ -82,7 +84,7 @@ floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([math.
 decimals = st.decimals(min_value=-(10**20), max_value=10**20, places=6, allow_nan=False, allow_infinity=False)
 dates = st.dates()
 stamps = st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31, 23, 59, 59))
-texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(['', '"', ',', '\r\n', ' a'])
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["", '"', ",", "\r\n", " a"])
 
 SCALARS: list[tuple[pa.DataType, Any]] = [
     (pa.int64(), ints64),
@@ -92,7 +94,7 @@ SCALARS: list[tuple[pa.DataType, Any]] = [
     (pa.decimal128(27, 6), decimals),
     (pa.date32(), dates),
     (pa.timestamp("us"), stamps),
-    (pa.timestamp("us", "UTC"), stamps.map(lambda d: d.replace(tzinfo=dt.timezone.utc))),
+    (pa.timestamp("us", "UTC"), stamps.map(lambda d: d.replace(tzinfo=dt.UTC))),
     (pa.string(), texts),
     (pa.binary(), st.binary(max_size=10)),
     (pa.bool_(), st.booleans()),
@@ -109,9 +111,11 @@ def typed_column(draw: Any, depth: int = 0) -> tuple[pa.DataType, Any]:
         return pa.list_(inner_t), st.lists(st.none() | inner, max_size=3)
     if kind == len(SCALARS) + 1:
         return pa.map_(pa.string(), inner_t), st.dictionaries(texts, st.none() | inner, max_size=3).map(
-            lambda d: list(d.items()))
+            lambda d: list(d.items())
+        )
     return pa.struct([("x", inner_t), ("y y", pa.int64())]), st.fixed_dictionaries(
-        {"x": st.none() | inner, "y y": st.none() | ints64})
+        {"x": st.none() | inner, "y y": st.none() | ints64}
+    )
 
 
 @st.composite
@@ -162,6 +166,7 @@ def _export(table: pa.Table, fmt: str) -> list[bytes]:
     async def collect() -> list[bytes]:
         async def one() -> Any:
             yield table
+
         return [c async for c in export.stream(one(), export.writer_for(fmt))]
 
     return asyncio.run(collect())
@@ -172,22 +177,37 @@ NY = zoneinfo.ZoneInfo("America/New_York")
 
 def test_mapping_examples() -> None:
     """The examples of docs/queries.md, "Answers: how values are written"."""
-    t = pa.table({
-        "big": pa.array([2**53, 7], pa.int64()),
-        "f": pa.array([math.nan, -math.inf]),
-        "d": pa.array([decimal.Decimal("1.10"), decimal.Decimal("-0.000001")], pa.decimal128(10, 6)),
-        "ts": pa.array([dt.datetime(2013, 1, 1, 5, tzinfo=NY), dt.datetime(2013, 1, 1, 5, 0, 0, 250000, tzinfo=NY)],
-                       pa.timestamp("us", "America/New_York")),  # an instant: written in UTC
-        "ntz": pa.array([dt.datetime(2013, 1, 1, 5), None], pa.timestamp("us")),
-        "dur": pa.array([dt.timedelta(days=1, hours=2, minutes=3, seconds=4, microseconds=500000), -dt.timedelta(hours=1)],
-                        pa.duration("us")),
-        "iv": pa.array([pa.MonthDayNano([14, 0, 0]), pa.MonthDayNano([1, -1, 0])], pa.month_day_nano_interval()),
-        "bin": pa.array([b"\x00\xff", b""]),
-        "m": pa.array([[(1, "a")], []], pa.map_(pa.int32(), pa.string())),
-    })
+    t = pa.table(
+        {
+            "big": pa.array([2**53, 7], pa.int64()),
+            "f": pa.array([math.nan, -math.inf]),
+            "d": pa.array([decimal.Decimal("1.10"), decimal.Decimal("-0.000001")], pa.decimal128(10, 6)),
+            "ts": pa.array(
+                [dt.datetime(2013, 1, 1, 5, tzinfo=NY), dt.datetime(2013, 1, 1, 5, 0, 0, 250000, tzinfo=NY)],
+                pa.timestamp("us", "America/New_York"),
+            ),  # an instant: written in UTC
+            "ntz": pa.array([dt.datetime(2013, 1, 1, 5), None], pa.timestamp("us")),
+            "dur": pa.array(
+                [dt.timedelta(days=1, hours=2, minutes=3, seconds=4, microseconds=500000), -dt.timedelta(hours=1)],
+                pa.duration("us"),
+            ),
+            "iv": pa.array([pa.MonthDayNano([14, 0, 0]), pa.MonthDayNano([1, -1, 0])], pa.month_day_nano_interval()),
+            "bin": pa.array([b"\x00\xff", b""]),
+            "m": pa.array([[(1, "a")], []], pa.map_(pa.int32(), pa.string())),
+        }
+    )
     rows = values.json_rows(t)
-    assert rows[0] == ["9007199254740992", "NaN", "1.100000", "2013-01-01T10:00:00Z", "2013-01-01T05:00:00",
-                       "P1DT2H3M4.5S", "P1Y2M", "AP8=", [[1, "a"]]]
+    assert rows[0] == [
+        "9007199254740992",
+        "NaN",
+        "1.100000",
+        "2013-01-01T10:00:00Z",
+        "2013-01-01T05:00:00",
+        "P1DT2H3M4.5S",
+        "P1Y2M",
+        "AP8=",
+        [[1, "a"]],
+    ]
     assert rows[1] == [7, "-Infinity", "-0.000001", "2013-01-01T10:00:00.250000Z", None, "-PT1H", "P1M-1DT0S", "", []]
 
 
@@ -202,12 +222,29 @@ def test_duplicate_names_become_unique_keys_in_jsonl() -> None:
     assert values.unique_names(["x", "x", "x_2", "x"]) == ["x", "x_2", "x_2_2", "x_3"]
 
 
-@pytest.mark.parametrize("t", [
-    pa.int64(), pa.uint8(), pa.float32(), pa.bool_(), pa.string(), pa.binary(), pa.date32(), pa.null(),
-    pa.decimal128(38, 10), pa.decimal256(50, 2), pa.timestamp("us", "UTC"), pa.timestamp("ms"),
-    pa.timestamp("ns", 'Odd "zone"'), pa.time64("us"), pa.duration("ns"), pa.binary(4), pa.list_(pa.int8(), 3),
-    pa.list_(pa.struct([("a b", pa.map_(pa.string(), pa.list_(pa.date32()))), ('x"y', pa.float64())])),
-])
+@pytest.mark.parametrize(
+    "t",
+    [
+        pa.int64(),
+        pa.uint8(),
+        pa.float32(),
+        pa.bool_(),
+        pa.string(),
+        pa.binary(),
+        pa.date32(),
+        pa.null(),
+        pa.decimal128(38, 10),
+        pa.decimal256(50, 2),
+        pa.timestamp("us", "UTC"),
+        pa.timestamp("ms"),
+        pa.timestamp("ns", 'Odd "zone"'),
+        pa.time64("us"),
+        pa.duration("ns"),
+        pa.binary(4),
+        pa.list_(pa.int8(), 3),
+        pa.list_(pa.struct([("a b", pa.map_(pa.string(), pa.list_(pa.date32()))), ('x"y', pa.float64())])),
+    ],
+)
 def test_empty_input_schema_from_canonical_types(t: pa.DataType, tmp_path: Any) -> None:
     """An input with no rows reaches Spark as an empty Parquet file whose types give the same canonical strings."""
     from node.datasets import canonical_type

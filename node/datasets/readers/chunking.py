@@ -15,7 +15,6 @@ from node.datasets.readers.options import _BOM, _size_text
 from node.datasets.readers.source import _ByteSource
 from node.errors import InvalidInput
 
-
 #: A row may make its chunk grow to at most this much beyond the block size.
 MAX_ROW_BYTES = 64 << 20
 

@@ -15,7 +15,6 @@ from node.datasets.readers.options import EVENT_TIME_TYPE, _one_line, _snip
 from node.datasets.slices import canonical_slice_schema
 from node.errors import InvalidInput
 
-
 _ZONED_RE = r"[T ]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 
 
@@ -56,19 +55,13 @@ def _output_schema(fields: list[pa.Field]) -> pa.Schema:
 def _event_time_supported(type_: pa.DataType) -> bool:
     t = pa.types
     return (
-        t.is_timestamp(type_)
-        or t.is_date(type_)
-        or t.is_string(type_)
-        or t.is_large_string(type_)
-        or t.is_null(type_)
+        t.is_timestamp(type_) or t.is_date(type_) or t.is_string(type_) or t.is_large_string(type_) or t.is_null(type_)
     )
 
 
 def _nullify(arr: pa.Array, spellings: tuple[str, ...]) -> pa.Array:
     """A string array with the null spellings made nulls."""
-    return pc.if_else(
-        pc.is_in(arr, value_set=pa.array(spellings, pa.string())), pa.scalar(None, pa.string()), arr
-    )
+    return pc.if_else(pc.is_in(arr, value_set=pa.array(spellings, pa.string())), pa.scalar(None, pa.string()), arr)
 
 
 def _to_event_time(arr: pa.Array, null_values: tuple[str, ...] = ()) -> pa.Array:

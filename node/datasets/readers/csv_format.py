@@ -18,14 +18,14 @@ from node.datasets.readers.chunking import (
     _first_failure,
     _row_pattern,
 )
-from node.datasets.readers.convert import _TextFormat, _event_time_supported, _output_schema
+from node.datasets.readers.convert import _event_time_supported, _output_schema, _TextFormat
 from node.datasets.readers.options import (
+    _BOM,
     EVENT_TIME_TYPE,
     FALSE_VALUES,
     NULL_VALUES,
-    ReadOptions,
     TRUE_VALUES,
-    _BOM,
+    ReadOptions,
     _check_names,
     _one_line,
     _size_text,
@@ -33,7 +33,6 @@ from node.datasets.readers.options import (
 )
 from node.datasets.readers.source import _ByteSource, _Opened
 from node.errors import InvalidInput
-
 
 #: Delimiters tried when a CSV's is not given, in order of preference on a tie.
 SNIFFED_DELIMITERS = (",", "\t", ";", "|")
@@ -155,9 +154,7 @@ class _CsvFormat(_TextFormat):
         self._names = names
         for col in self._overrides:
             if col not in names:
-                raise InvalidInput(
-                    f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})"
-                )
+                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
         if opts.event_time is not None and opts.event_time not in names:
             raise InvalidInput(
                 f"{self.name}: event time column {opts.event_time!r} not found (columns: {', '.join(names)})"
@@ -197,9 +194,7 @@ class _CsvFormat(_TextFormat):
             out_fields.append(pa.field(n, t))
         self.schema = _output_schema(out_fields)
         self._first = (
-            self._finish(table, data, data_line, self._row_line)
-            if table is not None and table.num_rows
-            else []
+            self._finish(table, data, data_line, self._row_line) if table is not None and table.num_rows else []
         )
 
     def first_batches(self) -> list[pa.RecordBatch]:
@@ -229,9 +224,7 @@ class _CsvFormat(_TextFormat):
         start = rows[index][0] if index < len(rows) else len(data)
         return first_line + data.count(self.chunker.eol, 0, start)
 
-    def _locate(
-        self, data: bytes, first_line: int, convert: pacsv.ConvertOptions, error: Exception
-    ) -> InvalidInput:
+    def _locate(self, data: bytes, first_line: int, convert: pacsv.ConvertOptions, error: Exception) -> InvalidInput:
         rows = _csv_rows(data, self._pattern)
         invalid: list[Any] = []
 
@@ -285,13 +278,8 @@ class _CsvFormat(_TextFormat):
             if col in self._overrides:
                 hint = f"(type given by --type {col}={self._options.schema_overrides[col]})"
             else:
-                hint = (
-                    f"(type inferred from the first {_size_text(self._block)} of the input);"
-                    f" use --type {col}=string"
-                )
-            return InvalidInput(
-                f"{where}, column {col!r}: value {_snip(value)} is not a valid {type_text} {hint}"
-            )
+                hint = f"(type inferred from the first {_size_text(self._block)} of the input); use --type {col}=string"
+            return InvalidInput(f"{where}, column {col!r}: value {_snip(value)} is not a valid {type_text} {hint}")
         return InvalidInput(f"{where}, column {col!r}: {_one_line(rest)}")
 
 
@@ -307,7 +295,7 @@ def _sniff_delimiter(src: _ByteSource) -> str:
     src.unread(head)
     whole = len(head) < _DELIMITER_SNIFF_BYTES
     if head.startswith(_BOM):
-        head = head[len(_BOM):]
+        head = head[len(_BOM) :]
     best, most = ",", 1
     for d in SNIFFED_DELIMITERS:
         rows = _csv_rows(head, _row_pattern(d.encode("ascii")), limit=_SNIFF_ROWS)

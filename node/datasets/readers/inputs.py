@@ -22,7 +22,6 @@ from node.datasets.readers.parquet_format import _ParquetFormat
 from node.datasets.readers.source import _open_source
 from node.errors import InvalidInput
 
-
 _WORKERS = max(1, min(4, os.cpu_count() or 1))
 _EOF = object()
 
@@ -164,9 +163,7 @@ def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None
         if fmt in ("jsonl", "parquet") and (
             options.delimiter is not None or not options.header or options.column_names is not None
         ):
-            raise InvalidInput(
-                f"{opened.name}: delimiter, header and column_names apply to CSV/TSV only, not {fmt}"
-            )
+            raise InvalidInput(f"{opened.name}: delimiter, header and column_names apply to CSV/TSV only, not {fmt}")
         if fmt == "parquet" and options.encoding is not None:
             raise InvalidInput(f"{opened.name}: encoding applies to CSV/TSV and JSON Lines only, not parquet")
         if fmt == "parquet":
@@ -181,9 +178,7 @@ def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None
                 parquet=pf,
                 total_size=opened.total_size if pf.spooled is False else None,
             )
-        text: _TextFormat = (
-            _JsonFormat(opened, options) if fmt == "jsonl" else _CsvFormat(opened, options, fmt)
-        )
+        text: _TextFormat = _JsonFormat(opened, options) if fmt == "jsonl" else _CsvFormat(opened, options, fmt)
         return Input(
             name=opened.name,
             format=fmt,

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from node.datasets.readers.chunking import _Chunker, _first_failure, _json_cut
-from node.datasets.readers.convert import _TextFormat, _event_time_supported, _output_schema
+from node.datasets.readers.convert import _event_time_supported, _output_schema, _TextFormat
 from node.datasets.readers.options import (
     EVENT_TIME_TYPE,
     ReadOptions,
@@ -42,9 +42,7 @@ class _JsonFormat(_TextFormat):
         self.name = opened.name
         self._options = options
         self._block = options.block_size
-        self.chunker = _Chunker(
-            opened.source, options.block_size, _json_cut, opened.name, check_utf8=opened.check_utf8
-        )
+        self.chunker = _Chunker(opened.source, options.block_size, _json_cut, opened.name, check_utf8=opened.check_utf8)
         self._overrides = options.override_types()
         self._null_spellings = ()
         self._read_schema: pa.Schema | None = None
@@ -111,9 +109,7 @@ class _JsonFormat(_TextFormat):
         table = inferred
         if not inferred.schema.equals(self._read_schema, check_metadata=False):
             table = self._parse_table(data, line, self._read_schema)
-        self._first = (
-            self._finish(table, data, line, self._row_line) if table is not None and table.num_rows else []
-        )
+        self._first = self._finish(table, data, line, self._row_line) if table is not None and table.num_rows else []
 
     def first_batches(self) -> list[pa.RecordBatch]:
         out, self._first = self._first, []
@@ -138,9 +134,7 @@ class _JsonFormat(_TextFormat):
         start = rows[index][0] if index < len(rows) else len(data)
         return first_line + data.count(b"\n", 0, start)
 
-    def _locate(
-        self, data: bytes, first_line: int, schema: pa.Schema | None, error: Exception
-    ) -> InvalidInput:
+    def _locate(self, data: bytes, first_line: int, schema: pa.Schema | None, error: Exception) -> InvalidInput:
         rows = _json_rows(data)
         errors: list[Exception] = []
 

@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from node.errors import InvalidInput
 
-
 #: Bytes per chunk. Fixed, so that type inference (first chunk only) is the same everywhere.
 DEFAULT_BLOCK_SIZE = 4 << 20
 MAX_BLOCK_SIZE = 1 << 30
@@ -58,9 +57,7 @@ _SIMPLE_TYPES: dict[str, pa.DataType] = {
     "date32": pa.date32(),
     "date32[day]": pa.date32(),
 }
-_TIMESTAMP_RE = re.compile(
-    r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*(?:tz\s*=\s*)?([^\]]*?)\s*)?\]", re.IGNORECASE
-)
+_TIMESTAMP_RE = re.compile(r"timestamp\[\s*(s|ms|us|ns)\s*(?:,\s*(?:tz\s*=\s*)?([^\]]*?)\s*)?\]", re.IGNORECASE)
 _DECIMAL_RE = re.compile(r"decimal(?:128|256)?\(\s*(\d+)\s*,\s*(\d+)\s*\)", re.IGNORECASE)
 _OFFSET_TZ_RE = re.compile(r"[+-](?:[01]\d|2[0-3]):[0-5]\d")
 
@@ -97,9 +94,7 @@ def parse_type_name(name: str) -> pa.DataType:
     if m:
         p, s = int(m.group(1)), int(m.group(2))
         if not 1 <= p <= 76 or s > p:
-            raise InvalidInput(
-                f"bad decimal type {name!r}: need 1 ≤ precision ≤ 76 and 0 ≤ scale ≤ precision"
-            )
+            raise InvalidInput(f"bad decimal type {name!r}: need 1 ≤ precision ≤ 76 and 0 ≤ scale ≤ precision")
         return pa.decimal128(p, s) if p <= 38 else pa.decimal256(p, s)
     raise InvalidInput(f"unknown type {name!r}; valid types: {_valid_types_text()}")
 
@@ -148,9 +143,7 @@ class ReadOptions:
                 raise InvalidInput(f"compression must be a string, got {type(comp).__name__}")
             comp = _COMPRESSION_ALIASES.get(comp.lower(), comp.lower())
             if comp not in COMPRESSIONS:
-                raise InvalidInput(
-                    f"unknown compression {self.compression!r}; valid: {', '.join(COMPRESSIONS)}"
-                )
+                raise InvalidInput(f"unknown compression {self.compression!r}; valid: {', '.join(COMPRESSIONS)}")
             object.__setattr__(self, "compression", comp)
         d = self.delimiter
         if isinstance(d, str) and d.lower() in _DELIMITER_NAMES:
@@ -158,9 +151,7 @@ class ReadOptions:
             object.__setattr__(self, "delimiter", d)
         if d is not None:
             if not isinstance(d, str) or len(d) != 1 or d in '"\r\n':
-                raise InvalidInput(
-                    f"delimiter must be a single character other than a quote or a newline, got {d!r}"
-                )
+                raise InvalidInput(f"delimiter must be a single character other than a quote or a newline, got {d!r}")
             if not d.isascii():
                 raise InvalidInput(f"delimiter must be an ASCII character, got {d!r}")
         if not isinstance(self.header, bool):
@@ -215,9 +206,7 @@ def _check_names(names: list[str], where: str) -> None:
         if n == "" or n.strip() == "":
             raise InvalidInput(f"{where}column {i + 1} has an empty name (column names must be non-empty)")
         if n in seen:
-            raise InvalidInput(
-                f"{where}column name {n!r} appears more than once (column names must be unique)"
-            )
+            raise InvalidInput(f"{where}column name {n!r} appears more than once (column names must be unique)")
         seen.add(n)
 
 

@@ -24,7 +24,6 @@ from node.datasets.readers.options import EVENT_TIME_TYPE, ReadOptions, _check_n
 from node.datasets.readers.source import _Opened
 from node.errors import InvalidInput
 
-
 #: Rows per batch read from Parquet.
 PARQUET_BATCH_ROWS = 64 * 1024
 _SPOOL_PIECE = 1 << 20
@@ -69,14 +68,10 @@ class _ParquetFormat:
         overrides = options.override_types()
         for col in overrides:
             if col not in names:
-                raise InvalidInput(
-                    f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})"
-                )
+                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
         ev = options.event_time
         if ev is not None and ev not in names:
-            raise InvalidInput(
-                f"{self.name}: event time column {ev!r} not found (columns: {', '.join(names)})"
-            )
+            raise InvalidInput(f"{self.name}: event time column {ev!r} not found (columns: {', '.join(names)})")
         self._overrides = overrides
         self._event_index = names.index(ev) if ev is not None else None
         fields = []
@@ -140,9 +135,7 @@ class _ParquetFormat:
                 row = self.rows_done + (idx or 0) + 1
                 value = _value_at(arr, idx) if idx is not None else None
                 if i == self._event_index:
-                    raise InvalidInput(
-                        _event_time_message(f"{self.name}: row {row}", f.name, value)
-                    ) from None
+                    raise InvalidInput(_event_time_message(f"{self.name}: row {row}", f.name, value)) from None
                 raise InvalidInput(
                     f"{self.name}: row {row}, column {f.name!r}: value {_snip(value)} cannot be converted to"
                     f" {f.type}: {_one_line(msg or str(e))}"

@@ -14,17 +14,20 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from node.datasets.readers.options import ReadOptions, _BOM, _one_line
+from node.datasets.readers.options import _BOM, ReadOptions, _one_line
 from node.errors import InvalidInput
-
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _PAR1 = b"PAR1"
 _SNIFF_BYTES = 4096
 #: Byte order marks that name an encoding when none is given (UTF-32 first: its LE mark starts with UTF-16's).
-_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 class _PeekReader(io.RawIOBase):
@@ -45,9 +48,7 @@ class _PeekReader(io.RawIOBase):
         if data is None:
             return b""
         if isinstance(data, str):
-            raise InvalidInput(
-                "the input stream is in text mode; pass a binary stream (e.g. sys.stdin.buffer)"
-            )
+            raise InvalidInput("the input stream is in text mode; pass a binary stream (e.g. sys.stdin.buffer)")
         self.count += len(data)
         return bytes(data) if not isinstance(data, bytes) else data
 
@@ -273,9 +274,7 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         name = file_name if isinstance(file_name, str) and not file_name.startswith("<") else None
         label = name or (file_name.strip("<>") if isinstance(file_name, str) else "input")
     else:
-        raise InvalidInput(
-            f"cannot read input from a {type(source).__name__}: pass a path or a binary stream"
-        )
+        raise InvalidInput(f"cannot read input from a {type(source).__name__}: pass a path or a binary stream")
 
     if stream is None:
         assert path is not None
