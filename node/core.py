@@ -12,15 +12,14 @@ from typing import Any
 from config import Settings
 from node import __version__
 from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
-from node.errors import CairnError, InvalidInput, NotFound
+from node.errors import CairnError, InvalidInput, KuboError, NotFound, RenderError
 from node.home import Home
 from node.identity import Identity
 from node.index import Index
-from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 from node.resolve import Jobs, Resolver, SparkWorker
-from node.values import RenderError
 
 log = logging.getLogger("cairn.node")
 

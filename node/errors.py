@@ -1,34 +1,104 @@
-"""The error types every layer raises.
+"""Every error the node raises on purpose: one tree under :class:`CairnError`, each class with its HTTP ``status``.
 
-Each carries a one-line, user-facing message; the CLI prints it as ``error: <message>`` and
-exits non-zero, the HTTP API returns it as ``{"error": {"type", "message"}}`` with ``status``.
+Each carries a one-line, user-facing message (the base folds any line breaks): the CLI prints it as
+``error: <message>`` and exits non-zero, the HTTP API answers ``{"error": {"type", "message"}}`` with ``status``.
+
+This module is the bottom layer: it imports nothing of Cairn, so any package may import it (``p2p`` and
+``spark_worker`` use only :func:`one_line`). Errors of the layers below the node (``P2PError`` of ``p2p``,
+``SettingsError`` of ``config``) are mapped to the classes here where node code calls those layers.
 """
 
 from __future__ import annotations
 
+import re
+
+_SPACES = re.compile(r"\s+")
+
+
+def one_line(text: object, limit: int | None = 1000, *, first: bool = False) -> str:
+    """``text`` for a one-line message: whitespace runs (line breaks too) become one space, cut at ``limit``
+    characters with ``…``. ``first`` keeps only the first non-blank line (Spark and JVM messages put a plan or
+    a stack trace after it). An exception is written ``Type: message`` (``Type`` alone when it has none)."""
+    if isinstance(text, BaseException):
+        inner = one_line(str(text), limit, first=True)
+        return f"{type(text).__name__}: {inner}" if inner else type(text).__name__
+    s = str(text)
+    if first:
+        s = next((line for line in s.splitlines() if line.strip()), "")
+    s = _SPACES.sub(" ", s).strip()
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1].rstrip() + "…"
+    return s
+
+
+def quote(text: object, limit: int = 80) -> str:
+    """Quote user text for an error message: one line, escaped, cut to ``limit`` characters."""
+    s = str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    out = []
+    for ch in s:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return '"' + "".join(out) + '"'
+
+
+# -- the base and the generic classes ----------------------------------------------------------------
+
 
 class CairnError(Exception):
-    """Base of every error Cairn raises on purpose."""
+    """Base of every error Cairn raises on purpose; never raised itself."""
 
     status: int = 500  # HTTP status the API answers with
 
+    def __init__(self, message: object = "", *args: object) -> None:
+        # One line by construction: no message of any subclass can span several lines.
+        super().__init__(one_line(message, None), *args)
+
     @property
     def message(self) -> str:
-        return str(self.args[0]) if self.args else self.__class__.__name__
+        return str(self.args[0]) if self.args and self.args[0] else self.__class__.__name__
 
 
 class InvalidInput(CairnError):
-    """The caller gave something malformed (bad DAG-JSON, bad CID, wrong object shape)."""
+    """The caller gave something malformed (bad DAG-JSON, bad CID, a bad flag or parameter value)."""
 
     status = 400
 
 
+class Unauthorized(CairnError):
+    """A request without the API token, or a loopback-only feature asked from elsewhere."""
+
+    status = 401
+
+
 class NotFound(CairnError):
+    """The named thing (dataset, CID, execution, peer) does not exist here."""
+
     status = 404
 
 
-class Unauthorized(CairnError):
-    status = 401
+class TooLarge(CairnError):
+    """A request body over ``api.max_upload_bytes``."""
+
+    status = 413
+
+
+class RenderError(CairnError):
+    """A result value this node cannot write (an Arrow type it does not know). The execution stays usable:
+    its Parquet is fetched as it is."""
+
+    status = 422
+
+
+class ConfigError(CairnError):
+    """The node's own setup is broken (config file, key, token, Kubo binary); never for a value a user just gave."""
+
+    status = 500
 
 
 class NodeNotRunning(CairnError):
@@ -37,5 +107,236 @@ class NodeNotRunning(CairnError):
     status = 503
 
 
-class ConfigError(CairnError):
+class RemoteError(CairnError):
+    """The CLI's view of an error the node answered with; its message and status are the node's."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- the object model (node/model) -------------------------------------------------------------------
+
+
+class InvalidCID(InvalidInput):
+    """A CID string or value that cannot be parsed or is not usable."""
+
+
+class InvalidDagJson(InvalidInput):
+    """Text that is not valid DAG-JSON (message: ``invalid DAG-JSON: line L column C: …``)."""
+
+
+class InvalidObject(InvalidInput):
+    """An IPLD value with the wrong shape for its kind; the message names the field path."""
+
+
+class UnknownKind(InvalidObject):
+    """A ``typedVersion`` no registered kind claims."""
+
+
+class EncodingError(InvalidInput):
+    """A value that cannot be encoded (or a block that cannot be decoded) by a codec."""
+
+
+class HashMismatch(CairnError):
+    """Block bytes whose hash is not the one their CID names: corrupt or forged data from Kubo or a peer."""
+
+    status = 502
+
+
+# -- queries (node/query) -----------------------------------------------------------------------------
+
+FRAGMENT_MAX = 80
+
+
+class QueryRefused(InvalidInput):
+    """A statement the canonicalizer refuses.
+
+    ``rule`` is a short, stable id (``nondeterministic-function``, ``unknown-table``, …; the full list is
+    in docs/queries.md), ``why`` says what is wrong, ``fragment`` is the offending piece of SQL, shortened.
+    The message is one line: ``query refused (<rule>): <why>: <fragment>``.
+    """
+
+    def __init__(self, rule: str, why: str, fragment: str = "") -> None:
+        self.rule = rule
+        self.why = one_line(why, 300)
+        self.fragment = one_line(fragment, FRAGMENT_MAX)
+        message = f"query refused ({rule}): {self.why}"
+        if self.fragment:
+            message += f": {self.fragment}"
+        super().__init__(message)
+
+
+# -- datasets (node/datasets) -------------------------------------------------------------------------
+
+
+class SchemaChangeRefused(InvalidInput):
+    """An append whose columns or types differ from the dataset's, where the merge strategy forbids it."""
+
+
+class SliceCorrupt(CairnError):
+    """Bytes fetched for a slice do not give its CID: they never enter the cache."""
+
+    status = 502
+
+
+class PullRefused(CairnError):
+    """Something a peer sent in a pull does not check out; the message names the CID that failed."""
+
+    status = 502
+
+
+# -- peers (node/network.py, node/resolve/claims.py; P2PError of p2p/ is mapped to these) ------------
+
+
+class PeerError(CairnError):
+    """A peer could not be reached or answered nothing usable (p2p/'s ``P2PError`` at the node's boundary)."""
+
+    status = 502
+
+
+class PeerTimeout(PeerError):
+    """A peer did not answer before the deadline (p2p/'s ``P2PTimeout`` at the node's boundary)."""
+
+    status = 504
+
+
+class ClaimRefused(CairnError):
+    """A peer's claim (announcement, receipt, execution) does not check out against what we asked."""
+
+    status = 502
+
+
+# -- Kubo (node/ipfs) ----------------------------------------------------------------------------------
+
+
+class KuboError(CairnError):
+    """Kubo failed us: unreachable, timed out, answered an error or something we refuse."""
+
+    status = 502
+
+
+class KuboUnreachable(KuboError):
+    """Nothing answers at the API address (connection refused, unknown host)."""
+
+    status = 503
+    hint = (
+        "is the Kubo daemon running? `cairn node start` runs a managed one; "
+        "for an external Kubo check `ipfs.api` in the config"
+    )
+
+    def __init__(self, api_url: str, detail: str = "") -> None:
+        self.api_url = api_url
+        self.detail = one_line(detail)
+        why = f" ({self.detail})" if self.detail else ""
+        super().__init__(f"cannot reach Kubo at {api_url}{why}: {self.hint}")
+
+
+class KuboTimeout(KuboError):
+    """A call did not finish in time: Kubo's own ``timeout=`` fired, or our client gave up."""
+
+    status = 504
+
+    def __init__(self, path: str, timeout: float | None, detail: str = "") -> None:
+        self.path = path
+        self.timeout = timeout
+        limit = f" within {timeout:g} s" if timeout is not None else ""
+        tail = f" ({one_line(detail)})" if detail else ""
+        super().__init__(f"Kubo {path} did not answer{limit}{tail}")
+
+
+class KuboRPCError(KuboError):
+    """Kubo answered an error: its ``{"Message", "Code", "Type"}`` JSON (or a plain-text 4xx)."""
+
+    def __init__(self, path: str, message: str, code: int | None = None, http_status: int | None = None) -> None:
+        self.path = path
+        self.kubo_message = one_line(message)
+        self.code = code
+        self.http_status = http_status
+        super().__init__(f"Kubo {path}: {self.kubo_message}")
+
+
+class KuboNotFound(KuboRPCError, NotFound):
+    """Kubo says the thing does not exist (block not local, name unresolved, not pinned, ...)."""
+
+    status = 404
+
+
+class KuboCIDMismatch(KuboError):
+    """Kubo's CID (or the bytes it returned) disagree with what we computed locally."""
+
+    def __init__(self, expected: object, got: object, *, message: str | None = None) -> None:
+        self.expected = str(expected)
+        self.got = str(got)
+        super().__init__(message or f"Kubo returned CID {self.got}, expected {self.expected}")
+
+
+class KuboTruncated(KuboError):
+    """A streamed answer (cat, dag export) ended early or malformed.
+
+    Once Kubo has sent ``200 OK`` it reports a failure only in the ``X-Stream-Error`` HTTP trailer,
+    which aiohttp drops; we notice from the byte count (cat) or the CAR check (dag export).
+    """
+
+
+class KuboStartError(KuboError):
+    """The managed daemon could not be initialised or did not come up (the message carries its log tail)."""
+
+
+# -- Spark (node/resolve/spark.py, the node's handle on spark_worker/) -------------------------------
+
+
+class SparkError(CairnError):
+    """A query failed in Spark (analysis or runtime error), with Spark's message on one line."""
+
     status = 500
+
+    def __init__(
+        self, message: str, *, kind: str = "runtime", condition: str | None = None, sqlstate: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker" | "refused"
+        if (
+            kind == "analysis"
+            or (sqlstate or "")[:2] in ("22", "42")
+            or "UNSUPPORTED_DATA_TYPE" in (condition or message)
+        ):
+            self.status = 422  # the query (or its data) is what Spark refused: the asker's to fix, not a 500
+        self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
+        self.sqlstate = sqlstate
+
+
+class SparkRefused(SparkError):
+    """The worker's guard refused the plan (spark_worker/guard.py): the query's fault, not the engine's."""
+
+    status = 400
+
+    def __init__(self, message: str, *, condition: str | None = None) -> None:
+        super().__init__(message, kind="refused", condition=condition)
+
+
+class SparkWorkerDied(SparkError):
+    """The worker process died (or vanished) while it held our job; it is being restarted."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="worker")
+
+
+class SparkStartError(SparkError):
+    """The worker did not come up (bad setting, no Java, timeout); the message ends with its log's tail."""
+
+    status = 503
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="worker")
+
+
+class SparkTimeout(SparkError):
+    """``run`` gave up after its timeout; the worker cancels the job."""
+
+    status = 504
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="cancelled")

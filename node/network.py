@@ -16,12 +16,13 @@ from typing import Any
 import dag_cbor
 
 from config import PeerSettings
+from node.errors import ClaimRefused
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import CID, cid_str
 from node.resolve import Resolver
-from node.resolve.claims import MAX_PROVIDERS, ClaimRefused, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.host import P2PError, P2PHost
 

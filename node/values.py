@@ -22,17 +22,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from node.errors import CairnError
+from node.errors import RenderError
 
 MAX_SAFE_INT = 2**53 - 1  # the largest integer every JSON parser (IEEE double) reads exactly
 _UNITS_PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
-
-
-class RenderError(CairnError):
-    """A result value this node cannot write (an Arrow type it does not know). The execution stays usable:
-    its Parquet is fetched as it is."""
-
-    status = 422
 
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:

@@ -6,8 +6,10 @@
 - ``p2p.peers``: the peer table and its JSON file.
 - ``p2p.announce``: Cairn's topic and protocol names, peer id ↔ ed25519 key, detached signatures
   (no libp2p import).
-- ``p2p.errors``, ``p2p.logs``: one-line errors; libp2p's logging tamed.
+- ``p2p.errors``: ``P2PError`` / ``P2PTimeout`` (the node maps them to its own errors where it calls p2p);
+  ``p2p.logs``: libp2p's logging tamed.
 
-This package never imports ``node``: it carries bytes, peer-id strings and callbacks.
+This package imports nothing of ``node`` but the leaf ``node.errors`` (for ``one_line``): it carries bytes,
+peer-id strings and callbacks.
 See ``docs/p2p.md``.
 """

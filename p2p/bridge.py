@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from p2p.errors import P2PError, one_line
+from node.errors import one_line
+from p2p.errors import P2PError
 
 log = logging.getLogger("cairn.p2p")
 

@@ -9,9 +9,3 @@ class P2PError(Exception):
 
 class P2PTimeout(P2PError, TimeoutError):
     """A peer did not answer before the deadline."""
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``."""
-    text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {text[0].strip()}" if text else type(exc).__name__

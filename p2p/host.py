@@ -50,8 +50,9 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID  # 
 from libp2p.stream_muxer.yamux.yamux import Yamux  # noqa: E402
 from libp2p.tools.anyio_service import background_trio_service  # noqa: E402
 
+from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
-from p2p.errors import P2PError, P2PTimeout, one_line  # noqa: E402
+from p2p.errors import P2PError, P2PTimeout  # noqa: E402
 from p2p.peers import PeerTable, strip_p2p  # noqa: E402
 
 __all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "P2PError", "P2PHost", "P2PTimeout"]
@@ -410,7 +411,7 @@ class P2PHost:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("p2p callback failed: %s", one_line(task.exception()))  # type: ignore[arg-type]
+            log.warning("p2p callback failed: %s", one_line(task.exception()))
 
     async def _call(self, what: str, timeout: float, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``fn`` in trio; map its failures to one-line P2PError / P2PTimeout."""

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from p2p.errors import one_line
+from node.errors import one_line
 
 log = logging.getLogger("cairn.p2p")
 

@@ -68,12 +68,3 @@ def decode_header(body: bytes) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise ProtocolError("frame header is not a JSON object")
     return header
-
-
-def one_line(text: str, limit: int = 1000) -> str:
-    """The first non-empty line of ``text``, at most ``limit`` characters."""
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from node.errors import one_line
 from spark_worker import guard
 from spark_worker.protocol import (
     GLOB_CHARS,
@@ -42,7 +43,6 @@ from spark_worker.protocol import (
     decode_header,
     decode_prefix,
     encode_frame,
-    one_line,
 )
 from spark_worker.session import build_session, check_conf, engine_profile, session_pinner
 
@@ -239,7 +239,7 @@ class Worker:
                 try:
                     spark.catalog.dropTempView(name)
                 except Exception as e:  # noqa: BLE001 - a failed drop must not hide the job's own error
-                    log.warning("job %s: could not drop temp view %s: %s", job.id, name, one_line(str(e)))
+                    log.warning("job %s: could not drop temp view %s: %s", job.id, name, one_line(str(e), first=True))
             sc.setLocalProperty("spark.jobGroup.id", None)
         t1 = time.perf_counter()
         sink = pa.BufferOutputStream()
@@ -274,7 +274,7 @@ class Worker:
             except Exception as e:  # noqa: BLE001 - the message alone still makes an answer
                 log.debug("no error class on %s: %s", type(exc).__name__, e)
         kind = "analysis" if isinstance(exc, AnalysisException) else "runtime"
-        message = one_line(str(exc)) or type(exc).__name__
+        message = one_line(str(exc), first=True) or type(exc).__name__
         return _error(message, kind, condition=condition, sqlstate=sqlstate)
 
     def _job_loop(self) -> None:
@@ -284,7 +284,7 @@ class Worker:
                 _warm_up(self)
                 log.info("warm-up query took %.0f ms", (time.perf_counter() - t0) * 1000)
             except Exception as e:  # noqa: BLE001 - a failed warm-up only costs the first job time
-                log.warning("warm-up query failed: %s", one_line(str(e)))
+                log.warning("warm-up query failed: %s", one_line(str(e), first=True))
         while True:
             job = self.jobs.get()
             if job is None:
@@ -331,7 +331,7 @@ class Worker:
             try:
                 self.sc.cancelJobGroup(job.id)
             except Exception as e:  # noqa: BLE001
-                log.warning("job %s: cancel failed: %s", job.id, one_line(str(e)))
+                log.warning("job %s: cancel failed: %s", job.id, one_line(str(e), first=True))
 
     # --- connections ---------------------------------------------------------------------------
 
@@ -692,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         _unlink_socket(args.socket, ino)
         stop_spark(spark)
         # Logged last: py4j logs noise while the JVM goes, and the node quotes the log's last lines.
-        log.error("Spark did not start: %s", one_line(str(e)) or type(e).__name__)
+        log.error("Spark did not start: %s", one_line(str(e), first=True) or type(e).__name__)
         return EXIT_START_FAILED
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -24,7 +24,7 @@ from node.api import export
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
-from node.errors import CairnError, InvalidInput, NotFound, Unauthorized
+from node.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
 from node.model import cid_str, dagjson, parse_cid
 
 log = logging.getLogger("cairn.api")
@@ -163,10 +163,6 @@ def _local_file(request: web.Request, path: str) -> Path:
     if not p.is_absolute() or not p.is_file():
         raise InvalidInput(f"path= must be an absolute path to a readable file, got {path!r}")
     return p
-
-
-class TooLarge(CairnError):
-    status = 413
 
 
 async def _naming(ingest: Awaitable[dict[str, object]], path: str, label: str) -> dict[str, object]:

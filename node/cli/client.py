@@ -12,16 +12,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from node.errors import CairnError, NodeNotRunning
+from node.errors import NodeNotRunning, RemoteError
 from node.home import Home
-
-
-class RemoteError(CairnError):
-    """An error the node answered with; its message is the node's."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class NodeClient:

@@ -14,8 +14,8 @@ from typing import Any
 
 from config import default_home, load_settings
 from node import __version__, values
-from node.cli.client import NodeClient, RemoteError
-from node.errors import CairnError, InvalidInput
+from node.cli.client import NodeClient
+from node.errors import CairnError, InvalidInput, RemoteError
 from node.home import Home
 from node.model import cid_str, dagjson, decode_object, encode, parse_cid
 from node.model.cid import cid_for

@@ -3,18 +3,16 @@
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHash, LogicalHasher, canonical_type
 from node.datasets.readers import ReadOptions, open_input
-from node.datasets.service import AddResult, Datasets, SchemaChangeRefused
-from node.datasets.transfer import PullRefused, PullResult, block_of_dataset, pull, slice_of_dataset
+from node.datasets.service import AddResult, Datasets
+from node.datasets.transfer import PullResult, block_of_dataset, pull, slice_of_dataset
 
 __all__ = [
     "AddResult",
     "Datasets",
     "LogicalHash",
     "LogicalHasher",
-    "PullRefused",
     "PullResult",
     "ReadOptions",
-    "SchemaChangeRefused",
     "SliceRef",
     "Version",
     "block_of_dataset",

@@ -7,8 +7,9 @@ from typing import Any
 
 from multiformats import CID
 
+from node.errors import InvalidObject
 from node.identity import public_key_from_did
-from node.model import InvalidObject, MetadataBlock, Structure
+from node.model import MetadataBlock, Structure
 
 
 @dataclass(frozen=True)

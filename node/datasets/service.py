@@ -30,38 +30,17 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
-from node.errors import CairnError, InvalidInput, NotFound
+from node.errors import CairnError, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.unixfs import UnixfsHasher
-from node.model import (
-    CID,
-    Block,
-    InvalidObject,
-    MetadataBlock,
-    Structure,
-    block_of,
-    cid_str,
-    decode,
-    decode_object,
-    parse_cid,
-)
+from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 
 log = logging.getLogger("cairn.datasets")
 
 DEFAULT_ROWS_PER_SLICE = 1 << 20
 Progress = Callable[[int, int], None]  # (bytes read, rows read)
-
-
-class SchemaChangeRefused(InvalidInput):
-    pass
-
-
-class SliceCorrupt(CairnError):
-    """Bytes fetched for a slice do not give its CID: they never enter the cache."""
-
-    status = 502
 
 
 @dataclass(frozen=True)

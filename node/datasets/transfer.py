@@ -20,15 +20,9 @@ from node.datasets.chain import build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
-from node.errors import CairnError, InvalidInput, NotFound
+from node.errors import CairnError, InvalidInput, NotFound, PullRefused
 from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
-
-
-class PullRefused(CairnError):
-    """Something a peer sent does not check out; the message names the CID that failed."""
-
-    status = 502
 
 
 @dataclass(frozen=True)

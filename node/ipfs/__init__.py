@@ -12,16 +12,6 @@ from node.ipfs.client import (
     NodeIdentity,
     PeerInfo,
 )
-from node.ipfs.errors import (
-    KuboCIDMismatch,
-    KuboError,
-    KuboNotFound,
-    KuboRPCError,
-    KuboStartError,
-    KuboTimeout,
-    KuboTruncated,
-    KuboUnreachable,
-)
 from node.ipfs.managed import KUBO_VERSION, ExitInfo, ManagedKubo, find_kubo_binary
 
 __all__ = [
@@ -32,15 +22,7 @@ __all__ = [
     "CarVerifier",
     "ExitInfo",
     "KeyInfo",
-    "KuboCIDMismatch",
     "KuboClient",
-    "KuboError",
-    "KuboNotFound",
-    "KuboRPCError",
-    "KuboStartError",
-    "KuboTimeout",
-    "KuboTruncated",
-    "KuboUnreachable",
     "KuboVersion",
     "ManagedKubo",
     "NamePublished",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from multiformats import CID, multihash
 
-from node.errors import InvalidInput
-from node.ipfs.errors import KuboCIDMismatch
+from node.errors import InvalidInput, KuboCIDMismatch
 
 BLAKE3_LEN = 32
 

@@ -16,8 +16,8 @@ from typing import Any
 import dag_cbor
 from multiformats import CID
 
+from node.errors import KuboTruncated
 from node.ipfs._cid import check_block, cid_text, same_cid
-from node.ipfs.errors import KuboTruncated
 
 RAW, CBOR, DAG_PB, DAG_CBOR = 0x55, 0x51, 0x70, 0x71
 NO_LINKS = {RAW, CBOR}

@@ -28,11 +28,8 @@ import aiohttp
 import blake3
 from multiformats import CID, multihash
 
-from node.errors import InvalidInput
-from node.ipfs._cid import check_block, cid_text, local_cid, same_cid, to_cid
-from node.ipfs.addr import api_base_url
-from node.ipfs.car import CarHeaderReader, CarVerifier
-from node.ipfs.errors import (
+from node.errors import (
+    InvalidInput,
     KuboCIDMismatch,
     KuboError,
     KuboNotFound,
@@ -42,6 +39,9 @@ from node.ipfs.errors import (
     KuboUnreachable,
     one_line,
 )
+from node.ipfs._cid import check_block, cid_text, local_cid, same_cid, to_cid
+from node.ipfs.addr import api_base_url
+from node.ipfs.car import CarHeaderReader, CarVerifier
 
 DEFAULT_API = "http://127.0.0.1:5001"
 CHUNK_SIZE = 1 << 20  # UnixFS leaves: fixed 1 MiB chunks (DESIGN.md, bulk data)

@@ -24,9 +24,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from node.errors import ConfigError
+from node.errors import ConfigError, KuboError, KuboStartError
 from node.ipfs.addr import api_base_url
-from node.ipfs.errors import KuboError, KuboStartError
 
 log = logging.getLogger(__name__)
 

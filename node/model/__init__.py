@@ -20,14 +20,6 @@ from node.model.cid import (
 from node.model.codec import INT64_MAX, INT64_MIN, Block, block_of, check_ipld, decode, encode
 from node.model.dagjson import dumps, loads
 from node.model.engine import EngineProfile
-from node.model.errors import (
-    EncodingError,
-    HashMismatch,
-    InvalidCID,
-    InvalidDagJson,
-    InvalidObject,
-    UnknownKind,
-)
 from node.model.holium_data import (
     DataTree,
     data_tree,
@@ -95,13 +87,6 @@ __all__ = [
     "loads",
     "dumps",
     # errors
-    "InvalidCID",
-    "InvalidDagJson",
-    "InvalidObject",
-    "UnknownKind",
-    "EncodingError",
-    "HashMismatch",
-    # kinds
     "Kind",
     "KINDS",
     "register_kind",

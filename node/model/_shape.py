@@ -13,8 +13,8 @@ from typing import Any
 
 from multiformats import CID
 
+from node.errors import InvalidObject
 from node.model.codec import kind_name
-from node.model.errors import InvalidObject
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

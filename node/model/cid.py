@@ -13,7 +13,7 @@ import hashlib
 import blake3
 from multiformats import CID, multihash
 
-from node.model.errors import HashMismatch, InvalidCID, quote
+from node.errors import HashMismatch, InvalidCID, quote
 
 DAG_CBOR = 0x71  # objects (Cairn uses dag-cbor so IPFS follows links; DESIGN.md "Object rules")
 CBOR = 0x51  # Holium scalar leaves (plain CBOR, no links; holium-rs linked_data_tree)

@@ -18,8 +18,8 @@ from typing import Any
 import dag_cbor
 from multiformats import CID
 
+from node.errors import EncodingError
 from node.model.cid import CBOR, DAG_CBOR, RAW, cid_for, codec_code, verify_block
-from node.model.errors import EncodingError
 from node.model.plaincbor import decode_plain, encode_plain
 
 INT64_MIN = -(2**63)

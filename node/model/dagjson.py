@@ -19,9 +19,9 @@ from typing import Any
 
 from multiformats import CID
 
+from node.errors import EncodingError, InvalidCID, InvalidDagJson, quote
 from node.model.cid import parse_cid
 from node.model.codec import INT64_MAX, INT64_MIN, as_ipld, check_ipld, child_path
-from node.model.errors import EncodingError, InvalidCID, InvalidDagJson, quote
 
 __all__ = ["MAX_DEPTH", "dumps", "loads"]
 

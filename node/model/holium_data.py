@@ -31,9 +31,8 @@ from typing import Any, NamedTuple
 
 from multiformats import CID
 
-from node.errors import InvalidInput
+from node.errors import EncodingError, InvalidInput
 from node.model.codec import Block, block_of
-from node.model.errors import EncodingError
 from node.model.plaincbor import NINT64_MIN, UINT64_MAX, CborMap, decode_plain, sorted_pairs
 
 __all__ = ["DataTree", "data_tree", "import_bin", "import_cbor", "import_csv", "import_file", "import_json"]

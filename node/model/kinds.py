@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Self
 
 from multiformats import CID
 
+from node.errors import InvalidObject, UnknownKind, quote
 from node.model._shape import Ctx, links_in, want_bool, want_int, want_link, want_list, want_map, want_str
 from node.model.codec import Block, block_of, check_ipld, kind_name
-from node.model.errors import InvalidObject, UnknownKind, quote
 from node.model.selectors import SelectorEnvelope
 
 __all__ = [

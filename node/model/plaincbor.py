@@ -21,7 +21,7 @@ from typing import Any
 
 from multiformats import CID
 
-from node.model.errors import EncodingError
+from node.errors import EncodingError
 
 UINT64_MAX = 2**64 - 1
 NINT64_MIN = -(2**64)  # serde_cbor's Integer range is [-2**64, 2**64 - 1]

@@ -14,8 +14,8 @@ from typing import Any, Self
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from node.errors import InvalidObject
 from node.model.codec import encode
-from node.model.errors import InvalidObject
 
 
 class Signed:

@@ -7,12 +7,10 @@ from node.query.canonical import (
     abstract_table_name,
     canonicalize,
 )
-from node.query.errors import QueryRefused
 
 __all__ = [
     "CANONICALIZER_VERSION",
     "CanonicalQuery",
-    "QueryRefused",
     "SortKey",
     "abstract_table_name",
     "canonicalize",

@@ -26,10 +26,10 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import Scope, build_scope, walk_in_scope
 from sqlglot.tokens import TokenType
 
+from node.errors import QueryRefused
 from node.query import allowlist, clock, environment
 from node.query.checks import MAX_SQL_CHARS, check_statement
 from node.query.dialect import DIALECT
-from node.query.errors import QueryRefused
 from node.query.inputs import Context, Input, declare
 from node.query.naming import abstract_table_name, lambda_bound, name_occurrences, normalize_identifiers, rename_lambdas
 from node.query.order import SortKey, complete_orders, complete_windows, leftmost_select

@@ -13,9 +13,9 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, SqlglotError, TokenError
 
+from node.errors import QueryRefused
 from node.query import allowlist
 from node.query.dialect import DIALECT, SparkAggCall, SparkCall
-from node.query.errors import QueryRefused
 from node.query.inputs import Context
 from node.query.order import unwrap_nulls, window_kind
 from node.query.printing import describe, sql_of, strip_comments
@@ -27,7 +27,27 @@ MAX_SQL_CHARS = 100_000
 _SQLGLOT_NAMES = {"arg_max": "max_by", "arg_min": "min_by", "array_unique_agg": "collect_set"}
 
 _SPARK_TYPES = frozenset(
-    ["BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL", "TEXT", "BINARY", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPNTZ", "TIMESTAMPLTZ", "INTERVAL", "ARRAY", "MAP", "STRUCT"]
+    [
+        "BOOLEAN",
+        "TINYINT",
+        "SMALLINT",
+        "INT",
+        "BIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "DECIMAL",
+        "TEXT",
+        "BINARY",
+        "DATE",
+        "TIMESTAMP",
+        "TIMESTAMPTZ",
+        "TIMESTAMPNTZ",
+        "TIMESTAMPLTZ",
+        "INTERVAL",
+        "ARRAY",
+        "MAP",
+        "STRUCT",
+    ]
 )
 
 _VAR_PARENTS = (exp.Interval, exp.IntervalSpan, exp.Extract, exp.DataType, exp.DataTypeParam, exp.WindowSpec)

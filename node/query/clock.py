@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from node.errors import QueryRefused
 from node.query.dialect import DIALECT, SparkAggCall, SparkCall
-from node.query.errors import QueryRefused
 
 RULE = "clock-value"
 DATE, TIMESTAMP, NTZ = "date", "timestamp", "timestamp_ntz"

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from node.errors import QueryRefused
 from node.query.dialect import DIALECT, SparkCall
-from node.query.errors import QueryRefused
 
 FLOAT_RULE = "float-format"
 _FLOAT_TYPE = re.compile(r"\bfloat(16|32|64)\b")

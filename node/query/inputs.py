@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from node.query.errors import QueryRefused
+from node.errors import QueryRefused
 
 
 @dataclass(frozen=True)

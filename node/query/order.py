@@ -11,9 +11,9 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
+from node.errors import QueryRefused
 from node.query import allowlist
 from node.query.dialect import DIALECT, SparkAggCall, SparkCall
-from node.query.errors import QueryRefused
 from node.query.inputs import Context
 from node.query.printing import sql_of
 
@@ -117,7 +117,44 @@ def may_hold_float(type_string: str | None) -> bool:
 
 # Functions whose result never holds a float: their keys need no tie-breaker (a shorter statement, nothing more).
 _NEVER_FLOAT_CALLS = frozenset(
-    ["count", "count_if", "row_number", "rank", "dense_rank", "ntile", "length", "char_length", "character_length", "octet_length", "bit_length", "upper", "lower", "ucase", "lcase", "trim", "ltrim", "rtrim", "concat_ws", "substring", "substr", "year", "month", "day", "dayofmonth", "dayofweek", "dayofyear", "hour", "minute", "second", "quarter", "weekofyear", "to_date", "date_add", "date_sub", "datediff"]
+    [
+        "count",
+        "count_if",
+        "row_number",
+        "rank",
+        "dense_rank",
+        "ntile",
+        "length",
+        "char_length",
+        "character_length",
+        "octet_length",
+        "bit_length",
+        "upper",
+        "lower",
+        "ucase",
+        "lcase",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "concat_ws",
+        "substring",
+        "substr",
+        "year",
+        "month",
+        "day",
+        "dayofmonth",
+        "dayofweek",
+        "dayofyear",
+        "hour",
+        "minute",
+        "second",
+        "quarter",
+        "weekofyear",
+        "to_date",
+        "date_add",
+        "date_sub",
+        "datediff",
+    ]
 )
 
 

@@ -8,9 +8,9 @@ import re
 
 from sqlglot import exp
 
+from node.errors import QueryRefused
 from node.query import allowlist
 from node.query.dialect import DIALECT, SparkAggCall, SparkCall
-from node.query.errors import QueryRefused
 
 
 def sql_of(node: exp.Expr) -> str:

@@ -10,8 +10,8 @@ from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
+from node.errors import QueryRefused
 from node.query.dialect import DIALECT
-from node.query.errors import QueryRefused
 from node.query.inputs import Context, sqlglot_type
 from node.query.printing import sql_of, to_ident
 

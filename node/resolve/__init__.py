@@ -2,6 +2,6 @@
 
 from node.resolve.jobs import Job, Jobs
 from node.resolve.resolver import Answer, Resolver
-from node.resolve.spark import SparkError, SparkWorker, SparkWorkerDied
+from node.resolve.spark import SparkWorker
 
-__all__ = ["Answer", "Job", "Jobs", "Resolver", "SparkError", "SparkWorker", "SparkWorkerDied"]
+__all__ = ["Answer", "Job", "Jobs", "Resolver", "SparkWorker"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from node.datasets import Datasets, LogicalHasher, canonical_type
-from node.errors import CairnError
+from node.errors import CairnError, ClaimRefused
 from node.identity import public_key_from_did
 from node.index import ExecutionRow
 from node.ipfs import KuboClient
@@ -51,10 +51,6 @@ from node.model import (
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
 MAX_ADDR_LEN = 256
 CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own deadline (peers.resolve_timeout)
-
-
-class ClaimRefused(CairnError):
-    status = 502
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from node import values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
-from node.errors import CairnError, InvalidInput
+from node.errors import CairnError, ClaimRefused, InvalidCID, InvalidInput, InvalidObject
 from node.identity import Identity
 from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -36,8 +36,6 @@ from node.model import (
     EngineProfile,
     Execution,
     InputIdentity,
-    InvalidCID,
-    InvalidObject,
     Invocation,
     Query,
     Receipt,
@@ -49,7 +47,7 @@ from node.model import (
 )
 from node.query import CanonicalQuery, SortKey, canonicalize
 from node.query.result_order import canonical_order
-from node.resolve.claims import ClaimRefused, Verified, asked, bytecode_of, check_announcement, fetch_and_verify
+from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, fetch_and_verify
 from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
 

@@ -34,76 +34,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from node.errors import CairnError
+from node.errors import SparkError, SparkRefused, SparkStartError, SparkTimeout, SparkWorkerDied, one_line
 from spark_worker.protocol import (
     PREFIX,
     ProtocolError,
     decode_header,
     decode_prefix,
     encode_frame,
-    one_line,
 )
 
 log = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _job_ids = itertools.count(1)
-
-
-class SparkError(CairnError):
-    """A query failed in Spark (analysis or runtime error), with Spark's message on one line."""
-
-    status = 500
-
-    def __init__(
-        self, message: str, *, kind: str = "runtime", condition: str | None = None, sqlstate: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind  # "analysis" | "runtime" | "request" | "cancelled" | "worker" | "refused"
-        if (
-            kind == "analysis"
-            or (sqlstate or "")[:2] in ("22", "42")
-            or "UNSUPPORTED_DATA_TYPE" in (condition or message)
-        ):
-            self.status = 422  # the query (or its data) is what Spark refused: the asker's to fix, not a 500
-        self.condition = condition  # Spark's error class, e.g. UNRESOLVED_COLUMN.WITH_SUGGESTION
-        self.sqlstate = sqlstate
-
-
-class SparkRefused(SparkError):
-    """The worker's guard refused the plan (spark_worker/guard.py): the query's fault, not the engine's."""
-
-    status = 400
-
-    def __init__(self, message: str, *, condition: str | None = None) -> None:
-        super().__init__(message, kind="refused", condition=condition)
-
-
-class SparkWorkerDied(SparkError):
-    """The worker process died (or vanished) while it held our job; it is being restarted."""
-
-    status = 503
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, kind="worker")
-
-
-class SparkStartError(SparkError):
-    """The worker did not come up (bad setting, no Java, timeout); the message ends with its log's tail."""
-
-    status = 503
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, kind="worker")
-
-
-class SparkTimeout(SparkError):
-    """``run`` gave up after its timeout; the worker cancels the job."""
-
-    status = 504
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, kind="cancelled")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ import pyspark
 import pytest
 import pytest_asyncio
 
-from node.resolve.spark import SparkError, SparkStartError, SparkWorker
+from node.errors import SparkError, SparkStartError
+from node.resolve.spark import SparkWorker
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -15,18 +15,16 @@ import dag_cbor
 import pytest
 from multiformats import CID, multihash
 
-from node.errors import InvalidInput
-from node.ipfs import (
-    CarVerifier,
+from node.errors import (
+    InvalidInput,
     KuboCIDMismatch,
-    KuboClient,
     KuboNotFound,
     KuboRPCError,
     KuboTimeout,
     KuboTruncated,
     KuboUnreachable,
-    ManagedKubo,
 )
+from node.ipfs import CarVerifier, KuboClient, ManagedKubo
 
 pytestmark = pytest.mark.kubo
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from node.ipfs import KuboClient, KuboStartError, ManagedKubo
+from node.errors import KuboStartError
+from node.ipfs import KuboClient, ManagedKubo
 
 pytestmark = pytest.mark.kubo
 

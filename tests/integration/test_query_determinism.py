@@ -33,7 +33,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.query import QueryRefused, canonicalize
+from node.errors import QueryRefused
+from node.query import canonicalize
 from tests.fixtures.spark_oracle import Engine, Failed, column_table, rows
 
 T = [

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 
-from node.resolve.spark import SparkRefused, SparkWorker
+from node.errors import SparkRefused
+from node.resolve.spark import SparkWorker
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
-from node.query import CANONICALIZER_VERSION, CanonicalQuery, QueryRefused, SortKey, canonicalize
+from node.errors import QueryRefused
+from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, canonicalize
 from tests.fixtures.spark_oracle import (
     Engine,
     Failed,

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from node.datasets import Datasets, SliceRef
-from node.datasets.service import SliceCorrupt
 from node.datasets.slices import write_parquet_slice
+from node.errors import SliceCorrupt
 from node.index import Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE

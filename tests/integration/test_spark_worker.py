@@ -19,15 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 
-from node.errors import CairnError
-from node.resolve.spark import (
-    SparkError,
-    SparkStartError,
-    SparkTimeout,
-    SparkWorker,
-    SparkWorkerDied,
-    group_members,
-)
+from node.errors import CairnError, SparkError, SparkStartError, SparkTimeout, SparkWorkerDied
+from node.resolve.spark import SparkWorker, group_members
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

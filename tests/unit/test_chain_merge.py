@@ -7,9 +7,9 @@ import pytest
 
 from node.datasets import merge
 from node.datasets.chain import build_version
-from node.errors import InvalidInput
+from node.errors import InvalidInput, InvalidObject
 from node.identity import generate
-from node.model import InvalidObject, MetadataBlock, Structure, block_of, decode, decode_object
+from node.model import MetadataBlock, Structure, block_of, decode, decode_object
 
 
 def _chain(key=None, forge_at: int | None = None):  # type: ignore[no-untyped-def]

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from node.errors import ClaimRefused
 from node.identity import generate
 from node.index import TRUST_LABELS, ExecutionRow, Index, trust_strength
 from node.model import Announcement, block_of, cid_for
-from node.resolve.claims import MAX_PROVIDERS, ClaimRefused, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, check_announcement
 
 PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from node.errors import InvalidObject
 from node.index import Divergence, ExecutionRow, Index
-from node.model import EngineProfile, InvalidObject, Receipt, block_of, decode, decode_object
+from node.model import EngineProfile, Receipt, block_of, decode, decode_object
 from node.model.cid import cid_for
 from spark_worker.session import ALLOWED_KEYS, FORCED, JVM_PINS, SESSION_FORCED, STATIC, check_conf, effective_conf
 

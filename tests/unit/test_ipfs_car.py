@@ -6,7 +6,8 @@ import dag_cbor
 import pytest
 from multiformats import CID, multihash
 
-from node.ipfs import CarVerifier, KuboCIDMismatch, KuboTruncated
+from node.errors import KuboCIDMismatch, KuboTruncated
+from node.ipfs import CarVerifier
 from node.ipfs.car import CarHeaderReader, dag_pb_links
 
 

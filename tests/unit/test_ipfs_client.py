@@ -15,14 +15,8 @@ import pytest
 from aiohttp import web
 from multiformats import CID, multihash
 
-from node.ipfs import (
-    KuboCIDMismatch,
-    KuboClient,
-    KuboNotFound,
-    KuboRPCError,
-    KuboTimeout,
-    KuboTruncated,
-)
+from node.errors import KuboCIDMismatch, KuboNotFound, KuboRPCError, KuboTimeout, KuboTruncated
+from node.ipfs import KuboClient
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -11,17 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID, multihash
 
-from node.model import (
-    INT64_MAX,
-    INT64_MIN,
-    Block,
-    EncodingError,
-    HashMismatch,
-    block_of,
-    cid_for,
-    decode,
-    encode,
-)
+from node.errors import EncodingError, HashMismatch
+from node.model import INT64_MAX, INT64_MIN, Block, block_of, cid_for, decode, encode
 
 # ----------------------------------------------------------------------- strategies (shared)
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.model import EncodingError, InvalidDagJson, cid_for, dumps, encode, loads, parse_cid
+from node.errors import EncodingError, InvalidDagJson
+from node.model import cid_for, dumps, encode, loads, parse_cid
 from node.model.dagjson import MAX_DEPTH
 from tests.unit.test_model_codec import ipld_values, same, shuffled
 

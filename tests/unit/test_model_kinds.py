@@ -9,16 +9,15 @@ from typing import Any, ClassVar
 
 import pytest
 
+from node.errors import EncodingError, InvalidObject, UnknownKind
 from node.model import (
     KINDS,
     Connection,
     DryTransformation,
-    EncodingError,
     Execution,
     ExploreIndex,
     ExploreRange,
     ExploreUnion,
-    InvalidObject,
     Kind,
     Matcher,
     ModuleBytecodeEnvelope,
@@ -27,7 +26,6 @@ from node.model import (
     RecursiveDataEnvelope,
     ScalarDataEnvelope,
     SelectorEnvelope,
-    UnknownKind,
     block_of,
     cid_for,
     decode,

@@ -9,8 +9,8 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import InvalidInput
-from node.query import CANONICALIZER_VERSION, CanonicalQuery, QueryRefused, SortKey, abstract_table_name, canonicalize
+from node.errors import InvalidInput, QueryRefused
+from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, abstract_table_name, canonicalize
 
 T = [("k", "int64"), ("x", "float64"), ("s", "utf8"), ("d", "date32"), ("b", "bool")]
 T_RENAMED = [("id", "int64"), ("amount", "float64"), ("label", "utf8"), ("day", "date32"), ("flag", "bool")]

@@ -10,7 +10,8 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.query import QueryRefused, canonicalize, clock
+from node.errors import QueryRefused
+from node.query import canonicalize, clock
 from node.query.dialect import DIALECT
 
 T = {

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from node.query import QueryRefused, canonicalize, environment
+from node.errors import QueryRefused
+from node.query import canonicalize, environment
 from node.query.dialect import DIALECT
 
 T = {

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from node.query import QueryRefused, checks, inputs, naming, order, printing, qualify
+from node.errors import QueryRefused
+from node.query import checks, inputs, naming, order, printing, qualify
 from node.query.dialect import DIALECT
 
 T = {"t": [("k", "int64"), ("x", "float64"), ("s", "utf8")]}

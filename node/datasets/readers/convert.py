@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from node.datasets.readers.chunking import _first_failure
-from node.datasets.readers.options import EVENT_TIME_TYPE, _one_line, _snip
+from node.datasets.readers.options import EVENT_TIME_TYPE, _snip
 from node.datasets.slices import canonical_slice_schema
-from node.errors import InvalidInput
+from node.errors import InvalidInput, one_line
 
 _ZONED_RE = r"[T ]\d{2}(?::?\d{2}(?::?\d{2}(?:[.,]\d+)?)?)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 
@@ -169,7 +169,7 @@ class _TextFormat:
                         value = _value_at(arr, idx) if idx is not None else None
                         raise InvalidInput(
                             f"{self.name}: line {line}, column {f.name!r}: value {_snip(value)} cannot be"
-                            f" converted to {f.type}: {_one_line(msg or str(e))}"
+                            f" converted to {f.type}: {one_line(msg or str(e))}"
                         ) from None
                 columns.append(arr)
             out.append(pa.RecordBatch.from_arrays(columns, schema=self.schema))

@@ -27,12 +27,11 @@ from node.datasets.readers.options import (
     TRUE_VALUES,
     ReadOptions,
     _check_names,
-    _one_line,
     _size_text,
     _snip,
 )
 from node.datasets.readers.source import _ByteSource, _Opened
-from node.errors import InvalidInput
+from node.errors import InvalidInput, one_line
 
 #: Delimiters tried when a CSV's is not given, in order of preference on a tie.
 SNIFFED_DELIMITERS = (",", "\t", ";", "|")
@@ -126,7 +125,7 @@ class _CsvFormat(_TextFormat):
                 count = self._read(row, None, None).num_columns
         except pa.ArrowInvalid as e:
             raise InvalidInput(
-                f"{self.name}: line {line + data.count(self.chunker.eol, 0, start)}: {_one_line(str(e))}"
+                f"{self.name}: line {line + data.count(self.chunker.eol, 0, start)}: {one_line(str(e))}"
             ) from None
         if opts.header:
             assert header is not None
@@ -211,7 +210,7 @@ class _CsvFormat(_TextFormat):
         try:
             return self._read(data, self._names, convert)
         except pa.ArrowNotImplementedError as e:
-            raise InvalidInput(f"{self.name}: {_one_line(str(e))}") from None
+            raise InvalidInput(f"{self.name}: {one_line(str(e))}") from None
         except pa.ArrowInvalid as e:
             if not data.strip(b"\r\n"):
                 return None
@@ -256,7 +255,7 @@ class _CsvFormat(_TextFormat):
         eol = self.chunker.eol
         if index is None:
             last = first_line + data.count(eol) - (1 if data.endswith(eol) else 0)
-            return InvalidInput(f"{self.name}: lines {first_line}–{last}: {_one_line(str(error))}")
+            return InvalidInput(f"{self.name}: lines {first_line}–{last}: {one_line(str(error))}")
         start, end = rows[index]
         line = first_line + data.count(eol, 0, start)
         text = data[start:end].rstrip(b"\r\n")
@@ -269,7 +268,7 @@ class _CsvFormat(_TextFormat):
         msg = str(errors[-1]) if errors else str(error)
         m = re.match(r"In CSV column #(\d+): (.*)", msg, re.DOTALL)
         if not m:
-            return InvalidInput(f"{where}: {_one_line(msg)}")
+            return InvalidInput(f"{where}: {one_line(msg)}")
         col = self._names[int(m.group(1))]
         rest = re.sub(r"^Row #\d+: ", "", m.group(2))
         conv = re.match(r"CSV conversion error to (.+?): invalid value '(.*)'\s*$", rest, re.DOTALL)
@@ -280,7 +279,7 @@ class _CsvFormat(_TextFormat):
             else:
                 hint = f"(type inferred from the first {_size_text(self._block)} of the input); use --type {col}=string"
             return InvalidInput(f"{where}, column {col!r}: value {_snip(value)} is not a valid {type_text} {hint}")
-        return InvalidInput(f"{where}, column {col!r}: {_one_line(rest)}")
+        return InvalidInput(f"{where}, column {col!r}: {one_line(rest)}")
 
 
 _DELIMITER_SNIFF_BYTES = 64 << 10

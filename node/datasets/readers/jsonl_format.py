@@ -17,12 +17,11 @@ from node.datasets.readers.options import (
     EVENT_TIME_TYPE,
     ReadOptions,
     _check_names,
-    _one_line,
     _size_text,
     _snip,
 )
 from node.datasets.readers.source import _Opened
-from node.errors import InvalidInput
+from node.errors import InvalidInput, one_line
 
 
 def _json_rows(data: bytes) -> list[tuple[int, int]]:
@@ -156,7 +155,7 @@ class _JsonFormat(_TextFormat):
                 errors.append(error)
             else:
                 last = first_line + data.count(b"\n") - (1 if data.endswith(b"\n") else 0)
-                return InvalidInput(f"{self.name}: lines {first_line}–{last}: {_one_line(str(error))}")
+                return InvalidInput(f"{self.name}: lines {first_line}–{last}: {one_line(str(error))}")
         start, end = rows[index]
         line = first_line + data.count(b"\n", 0, start)
         text = data[start:end]
@@ -169,7 +168,7 @@ class _JsonFormat(_TextFormat):
         except ValueError:
             detail = re.sub(r"^JSON parse error: ", "", msg)
             detail = re.sub(r"\s*in row \d+\s*$", "", detail)
-            return f"{where}: invalid JSON: {_one_line(detail)}"
+            return f"{where}: invalid JSON: {one_line(detail)}"
         if not isinstance(obj, dict):
             return f"{where}: not a JSON object (each line must hold one object)"
         if "unexpected field" in msg and schema is not None:
@@ -198,10 +197,10 @@ class _JsonFormat(_TextFormat):
             detail = re.sub(r"\s*in row \d+\s*$", "", detail)
             return (
                 f"{where}, column {m.group(1)!r}: value {_snip(obj.get(m.group(1)))} does not match the column's"
-                f" earlier values ({_one_line(detail).removeprefix(f'Column(/{m.group(1)}) ')})"
+                f" earlier values ({one_line(detail).removeprefix(f'Column(/{m.group(1)}) ')})"
             )
         if col is None or schema is None:
-            return f"{where}: {_one_line(msg)}"
+            return f"{where}: {one_line(msg)}"
         value = obj.get(col)
         type_ = self._overrides.get(col, schema.field(col).type)
         if col in self._overrides:

@@ -226,7 +226,3 @@ def _snip(value: Any, limit: int = 80) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     return repr(text) if isinstance(value, str) else text
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())

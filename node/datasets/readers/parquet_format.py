@@ -20,9 +20,9 @@ from node.datasets.readers.convert import (
     _to_event_time,
     _value_at,
 )
-from node.datasets.readers.options import EVENT_TIME_TYPE, ReadOptions, _check_names, _one_line, _snip
+from node.datasets.readers.options import EVENT_TIME_TYPE, ReadOptions, _check_names, _snip
 from node.datasets.readers.source import _Opened
-from node.errors import InvalidInput
+from node.errors import InvalidInput, one_line
 
 #: Rows per batch read from Parquet.
 PARQUET_BATCH_ROWS = 64 * 1024
@@ -58,7 +58,7 @@ class _ParquetFormat:
                 self._spool.close()
             if opened.total_size == 0:
                 raise InvalidInput(f"{self.name}: the input is empty") from None
-            raise InvalidInput(f"{self.name}: not a readable Parquet file ({_one_line(str(e))})") from None
+            raise InvalidInput(f"{self.name}: not a readable Parquet file ({one_line(str(e))})") from None
         self.num_rows = self._file.metadata.num_rows
         raw = self._file.schema_arrow
         names = raw.names
@@ -98,7 +98,7 @@ class _ParquetFormat:
                 except StopIteration:
                     return
                 except (pa.ArrowException, OSError) as e:
-                    raise InvalidInput(f"{self.name}: reading Parquet failed: {_one_line(str(e))}") from None
+                    raise InvalidInput(f"{self.name}: reading Parquet failed: {one_line(str(e))}") from None
                 yield self._convert(batch)
                 self.rows_done += batch.num_rows
         finally:
@@ -138,7 +138,7 @@ class _ParquetFormat:
                     raise InvalidInput(_event_time_message(f"{self.name}: row {row}", f.name, value)) from None
                 raise InvalidInput(
                     f"{self.name}: row {row}, column {f.name!r}: value {_snip(value)} cannot be converted to"
-                    f" {f.type}: {_one_line(msg or str(e))}"
+                    f" {f.type}: {one_line(msg or str(e))}"
                 ) from None
             columns.append(arr)
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

@@ -14,8 +14,8 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
-from node.datasets.readers.options import _BOM, ReadOptions, _one_line
-from node.errors import InvalidInput
+from node.datasets.readers.options import _BOM, ReadOptions
+from node.errors import InvalidInput, one_line
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -98,9 +98,9 @@ class _ByteSource:
         if self._codec != "none":
             return InvalidInput(
                 f"{self._name}: {self._codec} decompression failed, the input is corrupt or"
-                f" truncated ({_one_line(str(e))})"
+                f" truncated ({one_line(str(e))})"
             )
-        return InvalidInput(f"{self._name}: reading failed: {_one_line(str(e))}")
+        return InvalidInput(f"{self._name}: reading failed: {one_line(str(e))}")
 
     def readinto(self, buf: bytearray, start: int = 0) -> int:
         """Fill ``buf[start:]``; returns the byte count (short only at the end of the input)."""
@@ -258,14 +258,14 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         except FileNotFoundError:
             raise InvalidInput(f"no such file: {path}") from None
         except OSError as e:
-            raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+            raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
         if stat.S_ISDIR(mode):
             raise InvalidInput(f"{path} is a directory, not a file")
         if not stat.S_ISREG(mode):  # a FIFO, /dev/stdin, <(zcat …): read it as a stream
             try:
                 stream = open(path, "rb")  # noqa: SIM115 - closed by the Input
             except OSError as e:
-                raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+                raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
             closers.append(stream.close)
             path = None
     elif hasattr(source, "read"):
@@ -281,7 +281,7 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         try:
             raw = pa.OSFile(path, "r")
         except (OSError, pa.ArrowException) as e:
-            raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+            raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
         closers.append(raw.close)
         total_size = raw.size()
         magic = raw.read(4)
@@ -323,7 +323,7 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         try:
             reader = pa.CompressedInputStream(raw, codec)
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise InvalidInput(f"{label}: cannot decompress {codec}: {_one_line(str(e))}") from None
+            raise InvalidInput(f"{label}: cannot decompress {codec}: {one_line(str(e))}") from None
         closers.insert(0, reader.close)
         path = None
         seekable_file = None
