@@ -15,9 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from node.errors import ConfigError
-
 DEFAULT_API_PORT = 7420
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message is one line and names the setting and where it came from.
+
+    ``origin`` says who gave the value: ``"flag"`` (a command-line flag: the user's input, mapped to the node's
+    ``InvalidInput``), ``"env"`` (a ``CAIRN_*`` variable), ``"file"`` (``config.toml``): the node's own
+    configuration, mapped to its ``ConfigError``. This package imports nothing of ``node``, so the node maps it
+    where it loads settings (``node.cli.main``).
+    """
+
+    def __init__(self, message: str, origin: str = "file") -> None:
+        super().__init__(" ".join(message.split()))
+        self.origin = origin
 
 
 def _doc(text: str, **kw: Any) -> Any:
@@ -43,13 +55,14 @@ class IpfsSettings:
         default="",
     )
     binary: str = _doc(
-        "Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), else `ipfs` on PATH if it is v0.42.0.",
+        "Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), "
+        "else `ipfs` on PATH if it is v0.42.0.",
         default="",
     )
     api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
     gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
     swarm_port: int = _doc("Managed Kubo: swarm (libp2p TCP) port on 127.0.0.1; 0 picks a free port.", default=0)
-    bootstrap: list[str] = _doc(
+    bootstrap: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list
     )
     timeout: float = _doc(
@@ -73,7 +86,7 @@ class SparkSettings:
         "Spark master for the worker: `local[2]` (in-process, default), `spark://HOST:PORT` for a standalone cluster.",
         default="local[2]",
     )
-    conf: list[str] = _doc(
+    conf: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "Extra Spark settings as `key=value` items (the sandbox settings cannot be overridden).", default_factory=list
     )
     autostart: bool = _doc(
@@ -98,10 +111,12 @@ class PeerSettings:
     community: str = _doc(
         "The trusted set `community` mode uses (`cairn trust add KEY --community NAME`); empty: every set.", default=""
     )
-    listen: list[str] = _doc(
+    listen: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "libp2p listen multiaddrs of the p2p host.", default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"]
     )
-    bootstrap: list[str] = _doc("libp2p peers to dial at start (`/ip4/…/tcp/…/p2p/12D3KooW…`).", default_factory=list)
+    bootstrap: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "libp2p peers to dial at start (`/ip4/…/tcp/…/p2p/12D3KooW…`).", default_factory=list
+    )
     mdns: bool = _doc("Find peers on the local network with mDNS.", default=False)
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
@@ -165,44 +180,81 @@ def iter_fields() -> list[tuple[str, Any, str, str]]:
     for section, cls in SECTIONS.items():
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
             rows.append((f"{section}.{f.name}", default, _type_name(hints[f.name]), f.metadata["doc"]))
     return rows
 
 
 def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) if tp in (str, int, float, bool) else "list of strings"
+    return str(tp.__name__) if tp in (str, int, float, bool) else "list of strings"
 
 
-def _coerce(key: str, tp: Any, value: Any, origin: str) -> Any:
-    """Convert a value from TOML/env/flags to the field's type, or say exactly what is wrong."""
-    try:
-        if tp is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                return value.lower() in ("1", "true", "yes", "on")
-            raise ValueError
-        if tp is int:
-            if isinstance(value, bool):
-                raise ValueError
-            return int(value)
-        if tp is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if tp is str:
-            if not isinstance(value, str):
-                raise ValueError
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    """Convert a value from TOML/env/flags to the field's type; ValueError when it cannot be."""
+    if tp is bool:
+        if isinstance(value, bool):
             return value
-        # list[str]
-        if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            return value.lower() in ("1", "true", "yes", "on")
         raise ValueError
-    except (TypeError, ValueError):
-        raise ConfigError(f"{origin}: {key} must be {_type_name(tp)}, got {value!r}") from None
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ValueError
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError
+        return value
+    # list[str]
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ValueError
+
+
+@dataclass(frozen=True)
+class _Given:
+    """A value someone set, with where it came from (for error messages and for who is to blame)."""
+
+    value: Any
+    label: str  # "flag api.port", "environment CAIRN_API_PORT", "/home/x/.cairn/config.toml"
+    origin: str  # "flag" | "env" | "file" (SettingsError.origin)
+
+
+def _read_file(cfg: Path) -> dict[str, dict[str, _Given]]:
+    try:
+        data = tomllib.loads(cfg.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise SettingsError(f"{cfg}: not valid TOML: {e}") from None
+    out: dict[str, dict[str, _Given]] = {}
+    for section, table in data.items():
+        if section not in SECTIONS or not isinstance(table, dict):
+            raise SettingsError(f"{cfg}: unknown section [{section}] (known: {', '.join(SECTIONS)})")
+        out[section] = {key: _Given(value, str(cfg), "file") for key, value in table.items()}
+    return out
+
+
+def _gather(home: Path, env: Mapping[str, str], overrides: Mapping[str, Any]) -> dict[str, dict[str, _Given]]:
+    """Every value set, per section: config file < environment < flags."""
+    given: dict[str, dict[str, _Given]] = {s: {} for s in SECTIONS}
+    cfg = home / "config.toml"
+    if cfg.exists():
+        for section, table in _read_file(cfg).items():
+            given[section].update(table)
+    for dotted, *_ in iter_fields():
+        section, key = dotted.split(".")
+        var = f"CAIRN_{section}_{key}".upper()
+        if var in env:
+            given[section][key] = _Given(env[var], f"environment {var}", "env")
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        if section not in SECTIONS:
+            raise SettingsError(f"unknown setting {dotted}", "flag")
+        given[section][key] = _Given(value, f"flag {dotted}", "flag")
+    return given
 
 
 def load_settings(
@@ -210,53 +262,40 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Build the settings of one node. ``overrides`` are CLI flags as dotted keys (``{"api.port": 0}``)."""
+    """Build the settings of one node. ``overrides`` are CLI flags as dotted keys (``{"api.port": 0}``).
+    Raises :class:`SettingsError` naming the setting and where its value came from."""
     env = os.environ if env is None else env
     home_path = Path(home).expanduser() if home is not None else default_home(env)
-    values: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
-
-    cfg = home_path / "config.toml"
-    if cfg.exists():
-        try:
-            data = tomllib.loads(cfg.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{cfg}: not valid TOML: {e}") from None
-        for section, table in data.items():
-            if section not in SECTIONS or not isinstance(table, dict):
-                raise ConfigError(f"{cfg}: unknown section [{section}] (known: {', '.join(SECTIONS)})")
-            for key, value in table.items():
-                values[section][key] = (value, str(cfg))
-
-    for dotted, *_ in iter_fields():
-        section, key = dotted.split(".")
-        var = f"CAIRN_{section}_{key}".upper()
-        if var in env:
-            values[section][key] = (env[var], f"environment {var}")
-
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        section, _, key = dotted.partition(".")
-        if section not in SECTIONS:
-            raise ConfigError(f"unknown setting {dotted}")
-        values[section][key] = (value, f"flag {dotted}")
-
+    given = _gather(home_path, env, overrides or {})
     built: dict[str, Any] = {}
     for section, cls in SECTIONS.items():
         hints = get_type_hints(cls)
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
-        for key, (value, origin) in values[section].items():
+        for key, g in given[section].items():
             if key not in names:
-                raise ConfigError(f"{origin}: unknown setting {section}.{key} (known: {', '.join(sorted(names))})")
-            kwargs[key] = _coerce(f"{section}.{key}", hints[key], value, origin)
+                raise SettingsError(
+                    f"{g.label}: unknown setting {section}.{key} (known: {', '.join(sorted(names))})", g.origin
+                )
+            try:
+                kwargs[key] = _coerce(key, hints[key], g.value)
+            except (TypeError, ValueError):
+                raise SettingsError(
+                    f"{g.label}: {section}.{key} must be {_type_name(hints[key])}, got {g.value!r}", g.origin
+                ) from None
         built[section] = cls(**kwargs)
     settings = Settings(home=home_path, **built)
-    _check(settings)
+    problem = _problem(settings)
+    if problem is not None:
+        key, why = problem
+        section, _, name = key.partition(".")
+        source = given[section].get(name)  # None: the default is out of range (never, short of a bug)
+        raise SettingsError(f"{source.label}: {why}" if source else why, source.origin if source else "file")
     return settings
 
 
-def _check(s: Settings) -> None:
+def _problem(s: Settings) -> tuple[str, str] | None:
+    """The first setting whose value is out of range: (dotted key, why), or None."""
     for key, port in (
         ("api.port", s.api.port),
         ("ipfs.api_port", s.ipfs.api_port),
@@ -264,16 +303,21 @@ def _check(s: Settings) -> None:
         ("ipfs.swarm_port", s.ipfs.swarm_port),
     ):
         if not 0 <= port <= 65535:
-            raise ConfigError(f"{key} must be a port number (0-65535), got {port}")
-    if s.log.level.lower() not in ("debug", "info", "warning", "error"):
-        raise ConfigError(f"log.level must be one of debug, info, warning, error, got {s.log.level!r}")
-    if s.log.format not in ("text", "json"):
-        raise ConfigError(f"log.format must be text or json, got {s.log.format!r}")
-    if s.datasets.rows_per_slice <= 0:
-        raise ConfigError("datasets.rows_per_slice must be positive")
-    if s.peers.trust not in ("self", "community", "verify", "any"):
-        raise ConfigError(f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}")
-    if s.api.max_upload_bytes <= 0:
-        raise ConfigError("api.max_upload_bytes must be positive")
-    if s.peers.resolve_timeout <= 0:
-        raise ConfigError("peers.resolve_timeout must be positive")
+            return key, f"{key} must be a port number (0-65535), got {port}"
+    checks = (
+        (
+            "log.level",
+            s.log.level.lower() in ("debug", "info", "warning", "error"),
+            f"log.level must be one of debug, info, warning, error, got {s.log.level!r}",
+        ),
+        ("log.format", s.log.format in ("text", "json"), f"log.format must be text or json, got {s.log.format!r}"),
+        ("datasets.rows_per_slice", s.datasets.rows_per_slice > 0, "datasets.rows_per_slice must be positive"),
+        (
+            "peers.trust",
+            s.peers.trust in ("self", "community", "verify", "any"),
+            f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}",
+        ),
+        ("api.max_upload_bytes", s.api.max_upload_bytes > 0, "api.max_upload_bytes must be positive"),
+        ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
+    )
+    return next(((key, why) for key, ok, why in checks if not ok), None)

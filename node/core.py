@@ -12,7 +12,7 @@ from typing import Any
 from config import Settings
 from node import __version__
 from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
-from node.errors import CairnError, InvalidInput, KuboError, NotFound, RenderError
+from node.errors import CairnError, InvalidInput, KuboError, NotFound, RenderError, Unavailable, peer_failure
 from node.home import Home
 from node.identity import Identity
 from node.index import Index
@@ -367,7 +367,7 @@ class Node:
 
     def _network(self) -> Any:
         if self.network is None:
-            raise CairnError("the p2p host is not running (peers.enabled = false)")
+            raise Unavailable("the p2p host is not running (peers.enabled = false)")
         return self.network
 
     def peers(self) -> list[dict[str, Any]]:
@@ -378,8 +378,8 @@ class Node:
 
         try:
             peer = await self._network().host.connect(addr)
-        except P2PError as e:
-            raise InvalidInput(str(e)) from None  # already names the address and the reason
+        except P2PError as e:  # the message already names the address and the reason
+            raise peer_failure(e) from None
         return {"peer": peer}
 
     def trust_add(self, key: str, community: str) -> None:

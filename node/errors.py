@@ -107,12 +107,31 @@ class NodeNotRunning(CairnError):
     status = 503
 
 
+class Conflict(CairnError):
+    """The thing changed under the request (a dataset's head moved during an ingest or pull); nothing was changed."""
+
+    status = 409
+
+
+class Unavailable(CairnError):
+    """A part of the node the request needs is switched off or not up (``peers.enabled = false``)."""
+
+    status = 503
+
+
 class RemoteError(CairnError):
     """The CLI's view of an error the node answered with; its message and status are the node's."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+def from_settings(e: ValueError) -> CairnError:
+    """config's ``SettingsError`` as the node's error, where node code loads settings: a value the user just gave
+    as a flag is :class:`InvalidInput`; the node's own configuration (config file, environment) :class:`ConfigError`.
+    Duck-typed on ``origin``, so this module imports nothing (config must not import node either)."""
+    return (InvalidInput if getattr(e, "origin", "file") == "flag" else ConfigError)(str(e))
 
 
 # -- the object model (node/model) -------------------------------------------------------------------
@@ -199,6 +218,19 @@ class PeerTimeout(PeerError):
     """A peer did not answer before the deadline (p2p/'s ``P2PTimeout`` at the node's boundary)."""
 
     status = 504
+
+
+def peer_failure(e: Exception) -> CairnError:
+    """A failure of the p2p layer (p2p's ``P2PError``) as a node error, where node code calls p2p: a timeout is
+    :class:`PeerTimeout`, the caller's bad address or peer id (``P2PBadInput``, a ``ValueError``) is
+    :class:`InvalidInput`, anything else :class:`PeerError`. Duck-typed, so this module imports nothing."""
+    if isinstance(e, CairnError):
+        return e
+    if isinstance(e, TimeoutError):
+        return PeerTimeout(str(e))
+    if isinstance(e, ValueError):
+        return InvalidInput(str(e))
+    return PeerError(str(e))
 
 
 class ClaimRefused(CairnError):

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from multiformats import multibase
 
-from node.errors import ConfigError
+from node.errors import ConfigError, InvalidInput
 
 _ED25519_PUB_MULTICODEC = b"\xed\x01"  # varint of 0xed
 _LIBP2P_ED25519_PROTO = b"\x08\x01\x12\x20"  # PublicKey{Type: Ed25519, Data: <32 bytes>}
@@ -62,7 +62,7 @@ def public_key_from_did(did: str) -> Ed25519PublicKey:
             raise ValueError
         return Ed25519PublicKey.from_public_bytes(raw[2:])
     except ValueError:
-        raise ConfigError(f"not an ed25519 did:key: {did!r}") from None
+        raise InvalidInput(f"not an ed25519 did:key: {did!r}") from None
 
 
 def generate() -> Identity:

@@ -16,7 +16,7 @@ from typing import Any
 import dag_cbor
 
 from config import PeerSettings
-from node.errors import ClaimRefused
+from node.errors import ClaimRefused, ConfigError
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -51,9 +51,16 @@ class Network:
         peerstore: Any,
     ) -> None:
         self.settings, self.identity, self.resolver, self.index, self.kubo = settings, identity, resolver, index, kubo
-        self.host = P2PHost(
-            identity.seed, settings.listen, peerstore_path=peerstore, bootstrap=settings.bootstrap, mdns=settings.mdns
-        )
+        try:
+            self.host = P2PHost(
+                identity.seed,
+                settings.listen,
+                peerstore_path=peerstore,
+                bootstrap=settings.bootstrap,
+                mdns=settings.mdns,
+            )
+        except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
+            raise ConfigError(f"p2p host: {e}") from None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.received = 0
         self.refused = 0
@@ -63,7 +70,10 @@ class Network:
         self.host.set_handler(LOOKUP, self._on_lookup)
         self.host.set_handler(CATCHUP, self._on_catchup)
         self.host.on_peer_connected(self._on_connected)
-        await self.host.start()
+        try:
+            await self.host.start()
+        except P2PError as e:  # cannot listen where peers.listen says: the node's own config
+            raise ConfigError(f"p2p host: {e}") from None
         self.resolver.lookup = self.lookup
         self.resolver.on_published = self.announce
 
@@ -104,7 +114,11 @@ class Network:
         """Ask every connected peer at once; what arrived by the deadline."""
         if not self.host.connected_peers():
             return {}
-        answers = await self.host.ask_all(LOOKUP, bytes(invocation), self.settings.lookup_timeout)
+        try:
+            answers = await self.host.ask_all(LOOKUP, bytes(invocation), self.settings.lookup_timeout)
+        except P2PError as e:  # a lookup is best effort: without answers the node computes (docs/peers.md)
+            log.warning("lookup failed", extra={"invocation": cid_str(invocation), "error": str(e)})
+            return {}
         out: dict[str, list[bytes]] = {}
         for peer, answer in answers.items():
             if isinstance(answer, Exception):

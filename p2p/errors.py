@@ -9,3 +9,8 @@ class P2PError(Exception):
 
 class P2PTimeout(P2PError, TimeoutError):
     """A peer did not answer before the deadline."""
+
+
+class P2PBadInput(P2PError, ValueError):
+    """The caller's input is unusable (a malformed multiaddr or peer id, this node's own address): not the peer's
+    fault, and asking again will not help. The node maps it to its 400 ``InvalidInput``."""

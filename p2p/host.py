@@ -52,10 +52,10 @@ from libp2p.tools.anyio_service import background_trio_service  # noqa: E402
 
 from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
-from p2p.errors import P2PError, P2PTimeout  # noqa: E402
+from p2p.errors import P2PBadInput, P2PError, P2PTimeout  # noqa: E402
 from p2p.peers import PeerTable, strip_p2p  # noqa: E402
 
-__all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "P2PError", "P2PHost", "P2PTimeout"]
+__all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "P2PBadInput", "P2PError", "P2PHost", "P2PTimeout"]
 
 log = logging.getLogger("cairn.p2p")
 
@@ -257,12 +257,12 @@ class P2PHost:
 
     async def connect(self, addr: str, timeout: float | None = None) -> str:
         """Dial a full multiaddr (``…/p2p/<peer id>``) and return the peer id. The address is
-        remembered. Raises :class:`P2PError` (one line) for a bad address or an unreachable
-        peer, :class:`P2PTimeout` past ``timeout`` (default twice the dial timeout)."""
+        remembered. Raises :class:`P2PBadInput` for a bad address, :class:`P2PError` (one line) for an
+        unreachable peer, :class:`P2PTimeout` past ``timeout`` (default twice the dial timeout)."""
         info = _parse_peer_addr(addr)
         pid = info.peer_id.to_base58()
         if pid == self.peer_id:
-            raise P2PError("cannot connect to this node itself")
+            raise P2PBadInput("cannot connect to this node itself")
         timeout = timeout or self._dial_timeout * 2
         try:
             await self._bridge.run(self._dial, info, timeout)
@@ -702,25 +702,25 @@ def _parse_listen_addr(addr: str) -> multiaddr.Multiaddr:
     try:
         return multiaddr.Multiaddr(addr)
     except Exception as e:  # noqa: BLE001 - multiaddr raises several types
-        raise P2PError(f"bad listen multiaddr {addr!r}: {one_line(e)}") from None
+        raise P2PBadInput(f"bad listen multiaddr {addr!r}: {one_line(e)}") from None
 
 
 def _parse_peer_addr(addr: str) -> PeerInfo:
     try:
         ma = multiaddr.Multiaddr(addr)
     except Exception as e:  # noqa: BLE001
-        raise P2PError(f"bad multiaddr {addr!r}: {one_line(e)}") from None
+        raise P2PBadInput(f"bad multiaddr {addr!r}: {one_line(e)}") from None
     try:
         return info_from_p2p_addr(ma)
     except Exception:  # noqa: BLE001
-        raise P2PError(f"multiaddr {addr!r} must end with /p2p/<peer id>") from None
+        raise P2PBadInput(f"multiaddr {addr!r} must end with /p2p/<peer id>") from None
 
 
 def _parse_peer_id(peer_id: str) -> ID:
     try:
         return ID.from_base58(peer_id)
     except Exception:  # noqa: BLE001
-        raise P2PError(f"bad peer id {peer_id!r}") from None
+        raise P2PBadInput(f"bad peer id {peer_id!r}") from None
 
 
 def _check_ports_free(listen: Iterable[str]) -> None:

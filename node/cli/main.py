@@ -10,12 +10,12 @@ import sys
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from config import default_home, load_settings
+from config import SettingsError, default_home, load_settings
 from node import __version__, values
 from node.cli.client import NodeClient
-from node.errors import CairnError, InvalidInput, RemoteError
+from node.errors import CairnError, InvalidInput, RemoteError, from_settings, one_line
 from node.home import Home
 from node.model import cid_str, dagjson, decode_object, encode, parse_cid
 from node.model.cid import cid_for
@@ -51,16 +51,19 @@ def cmd_node_start(args: argparse.Namespace) -> int:
     from node import logs
     from node.daemon import serve
 
-    settings = load_settings(
-        args.home,
-        overrides={
-            "api.host": args.api_host,
-            "api.port": args.api_port,
-            "ipfs.api": args.ipfs_api,
-            "ipfs.binary": args.ipfs_binary,
-            "log.level": args.log_level,
-        },
-    )
+    try:
+        settings = load_settings(
+            args.home,
+            overrides={
+                "api.host": args.api_host,
+                "api.port": args.api_port,
+                "ipfs.api": args.ipfs_api,
+                "ipfs.binary": args.ipfs_binary,
+                "log.level": args.log_level,
+            },
+        )
+    except SettingsError as e:
+        raise from_settings(e) from None
     logs.setup(settings.log.level, settings.log.format)
     asyncio.run(serve(settings))
     return 0
@@ -387,10 +390,15 @@ def cmd_announcements(args: argparse.Namespace) -> int:
 # -- parser ---------------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag or flag value is ``error: <one line>`` like every other user error (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results."
-    )
+    p = _Parser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
     p.add_argument("--version", action="version", version=f"cairn {__version__}")
     p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

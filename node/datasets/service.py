@@ -30,7 +30,7 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
-from node.errors import CairnError, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
+from node.errors import CairnError, Conflict, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
@@ -320,7 +320,7 @@ class Datasets:
         if row is None:
             self.index.create_dataset(name, did, cid_str(head), ipns, key_name)
         elif not self.index.move_head(name, row.head, cid_str(head)):
-            raise CairnError(f"dataset {name!r} moved while this ingest ran; nothing was changed")
+            raise Conflict(f"dataset {name!r} moved while this ingest ran; nothing was changed")
         if old is not None:
             await self.kubo.pin_rm(old.head, recursive=True)  # covered by the new recursive pin
         for path, cid in files:  # keep the local copies: reads and queries need no round trip

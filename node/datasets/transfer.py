@@ -20,7 +20,7 @@ from node.datasets.chain import build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
-from node.errors import CairnError, InvalidInput, NotFound, PullRefused
+from node.errors import CairnError, Conflict, InvalidInput, NotFound, PullRefused
 from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
 
@@ -196,7 +196,7 @@ async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: f
             ds.index.create_dataset(local, v.dataset_id, cid_str(head), None, "")
         elif existing.head != cid_str(head):
             if not ds.index.move_head(existing.name, existing.head, cid_str(head)):
-                raise CairnError(f"dataset {existing.name!r} moved while pulling; nothing was changed")
+                raise Conflict(f"dataset {existing.name!r} moved while pulling; nothing was changed")
             local = existing.name
         else:
             local = existing.name

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from config import iter_fields, load_settings
-from node.errors import ConfigError
+from config import SettingsError, iter_fields, load_settings
+from node.errors import InvalidInput
 from node.home import Home
 from node.identity import Identity, public_key_from_did
 
@@ -31,7 +31,7 @@ def test_node_key_is_a_did_key_that_verifies_signatures(tmp_path: Path) -> None:
     assert re.fullmatch(r"did:key:z6Mk[1-9A-HJ-NP-Za-km-z]+", ident.node_key)
     pub = public_key_from_did(ident.node_key)
     pub.verify(ident.sign(b"msg"), b"msg")  # raises if the key does not match
-    with pytest.raises(ConfigError):
+    with pytest.raises(InvalidInput):  # a key a user or peer gave: their input, a 400
         public_key_from_did("did:key:zNotAKey")
 
 
@@ -61,9 +61,27 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
 )
 def test_bad_settings_are_named(tmp_path: Path, toml: str, env: dict[str, str], needle: str) -> None:
     (tmp_path / "config.toml").write_text(toml)
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(SettingsError) as e:
         load_settings(tmp_path, env=env)
-    assert needle in e.value.message
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert e.value.origin == ("env" if env else "file")  # the node's own configuration, not the user's input
+
+
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        ({"api.port": 70000}, "flag api.port: api.port must be a port number"),
+        ({"api.port": "x"}, "flag api.port: api.port must be int"),
+        ({"log.level": "loud"}, "flag log.level: log.level must be one of"),
+        ({"nope.key": 1}, "unknown setting nope.key"),
+    ],
+)
+def test_bad_flags_are_the_users_input(tmp_path: Path, overrides: dict[str, object], needle: str) -> None:
+    """A flag's value is the user's input (origin "flag"), even over a valid config file and environment."""
+    (tmp_path / "config.toml").write_text("[log]\nlevel = 'info'\n")
+    with pytest.raises(SettingsError) as e:
+        load_settings(tmp_path, env={"CAIRN_API_PORT": "1234"}, overrides=overrides)
+    assert needle in str(e.value) and e.value.origin == "flag"
 
 
 def test_every_setting_is_documented() -> None:
