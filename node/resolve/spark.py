@@ -58,10 +58,6 @@ class RunResult:
     profile: Mapping[str, Any] = field(default_factory=dict)  # the engine profile of the worker that ran it
 
 
-class _Closed(Exception):
-    """The worker closed the connection."""
-
-
 def _package_root() -> str:
     spec = importlib.util.find_spec("spark_worker")
     if spec is None or spec.origin is None:
@@ -272,7 +268,7 @@ class SparkWorker:
                         header, _ = await self._exchange({"op": "ping"})
                     if header.get("ok"):
                         return header
-                except (OSError, _Closed, ProtocolError, TimeoutError):
+                except (OSError, ProtocolError, TimeoutError):
                     pass
             await asyncio.sleep(0.05)  # polling for the socket file / the process; not a fixed wait
 
@@ -412,14 +408,14 @@ class SparkWorker:
         while got < n:
             k = await loop.sock_recv_into(sock, view[got:])
             if k == 0:
-                raise _Closed()
+                raise ConnectionResetError("the worker closed the connection")  # an OSError: callers catch those
             got += k
         return buf
 
     async def ping(self) -> dict[str, Any]:
         try:
             header, _ = await self._exchange({"op": "ping"})
-        except (OSError, _Closed, ProtocolError) as e:
+        except (OSError, ProtocolError) as e:
             raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
         return header
 
@@ -428,7 +424,7 @@ class SparkWorker:
         and ``jobs_sent`` from this side. Answered at once, even while a job runs."""
         try:
             header, _ = await self._exchange({"op": "stats"})
-        except (OSError, _Closed, ProtocolError) as e:
+        except (OSError, ProtocolError) as e:
             raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
         header.pop("ok", None)
         return {**header, "restarts": self.restarts, "jobs_sent": self.jobs_sent}
@@ -477,7 +473,7 @@ class SparkWorker:
                 raise SparkTimeout(
                     f"the Spark job {job} did not finish within {timeout:g} s; it was cancelled"
                 ) from None
-            except (OSError, _Closed, ProtocolError) as e:
+            except (OSError, ProtocolError) as e:
                 if self._stopping:
                     raise SparkError(f"the Spark worker was stopped during job {job}", kind="cancelled") from None
                 if await self._wait_exit(proc, 3.0):
