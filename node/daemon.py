@@ -30,7 +30,11 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runner: web.AppRunner | None = None
-    await node.start()
+    try:
+        await node.start()
+    except BaseException:
+        await node.stop()  # a start that fails half-way (e.g. a bad peers.listen) must not leave Kubo running
+        raise
     try:
         app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
         runner = web.AppRunner(app, access_log=None)
