@@ -13,10 +13,12 @@ import threading
 import time
 from pathlib import Path
 
+import multiaddr
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from p2p.host import MAX_PUBLISH_BYTES, P2PError, P2PHost, P2PTimeout
 from p2p.ids import peer_id
@@ -147,6 +149,21 @@ async def test_connect_errors_are_one_line_p2p_errors(make_host):
         assert time.perf_counter() - t0 < 3.0
         assert "\n" not in str(info.value)
     assert a.running and a.connected_peers() == []
+
+
+async def test_a_deliberate_redial_is_not_answered_from_the_failure_cache(make_host):
+    """libp2p's swarm refuses, for 60 s, peers whose addresses all failed; connect() lifts that for the peer it
+    dials (Swarm.unblock_peer, libp2p 0.8.1). Fails if that API changes: the second dial would say "recently
+    unreachable" (or the missing method would surface as another error)."""
+    a = await make_host(1)
+    dead = f"/ip4/127.0.0.1/tcp/1/p2p/{peer_id_of_seed(seed(98))}"
+    for _ in range(2):
+        with pytest.raises(P2PError, match="connection refused"):
+            await a.connect(dead)
+    # The cache is real: a plain libp2p dial (which does not lift it) is refused from it at once.
+    info = info_from_p2p_addr(multiaddr.Multiaddr(dead))
+    with pytest.raises(Exception, match="negative cache"):
+        await a._bridge.run(lambda: a._host.connect(info))
 
 
 async def test_a_fixed_port_in_use_is_refused(make_host):
