@@ -125,7 +125,7 @@ class Node:
         )
         self.jobs = Jobs()
         if self.settings.peers.enabled:
-            from node.network import Network
+            from node.peers import Network
 
             self.network = Network(
                 self.settings.peers, self.identity, self.resolver, self.index, self.kubo, self.home.path / "peers.json"

@@ -1,7 +1,7 @@
 """The node's ed25519 identity and the names derived from it.
 
-- ``peer_id``: the libp2p peer id of the key (identity multihash of the protobuf public key,
-  base58btc: ``12D3KooW…``), the id the p2p host will use.
+- ``peer_id``: the libp2p peer id of the key (``12D3KooW…``), computed by libp2p itself
+  (:func:`p2p.ids.peer_id`), so it is the id the p2p host proves to its peers.
 - ``node_key``: ``did:key:z6Mk…`` (multicodec ``ed25519-pub`` 0xed, base58btc), the form others put
   in their trust lists and the same did:key style that dataset ids use (DESIGN.md, Datasets).
 """
@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from multiformats import multibase
 
 from node.errors import ConfigError, InvalidInput
+from p2p.ids import peer_id
 
 _ED25519_PUB_MULTICODEC = b"\xed\x01"  # varint of 0xed
-_LIBP2P_ED25519_PROTO = b"\x08\x01\x12\x20"  # PublicKey{Type: Ed25519, Data: <32 bytes>}
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,7 @@ class Identity:
 
     @property
     def peer_id(self) -> str:
-        proto = _LIBP2P_ED25519_PROTO + self.public_bytes
-        # Keys of 42 bytes or less are inlined with the identity multihash (libp2p peer-ids spec).
-        return multibase.encode(b"\x00" + bytes([len(proto)]) + proto, "base58btc")[1:]
+        return peer_id(self.public_bytes)
 
     @property
     def node_key(self) -> str:

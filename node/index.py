@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from node import clock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS datasets (
@@ -217,7 +218,7 @@ class Index:
         return [DatasetRow(*r) for r in rows]
 
     def create_dataset(self, name: str, dataset_id: str, head: str, ipns: str | None, key_name: str) -> None:
-        now = time.time()
+        now = clock.now()
         with self._lock:
             self._db.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)", (name, dataset_id, head, ipns, key_name, now, now)
@@ -227,7 +228,7 @@ class Index:
         """Compare-and-set: moves the head only if nobody moved it since ``old`` was read."""
         with self._lock:
             cur = self._db.execute(
-                "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, time.time(), name, old)
+                "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, clock.now(), name, old)
             )
         return cur.rowcount == 1
 
@@ -314,7 +315,7 @@ class Index:
     def log_refusal(self, peer: str, reason: str) -> None:
         """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`."""
         with self._lock:
-            self._db.execute("INSERT INTO refusals VALUES (?, ?, ?)", (peer, reason, time.time()))
+            self._db.execute("INSERT INTO refusals VALUES (?, ?, ?)", (peer, reason, clock.now()))
 
     def refusals(self, limit: int = 100) -> list[tuple[str, str, float]]:
         with self._lock:
@@ -384,7 +385,7 @@ class Index:
 
     def trust_add(self, key: str, community: str) -> None:
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO trust VALUES (?, ?, ?)", (key, community, time.time()))
+            self._db.execute("INSERT OR IGNORE INTO trust VALUES (?, ?, ?)", (key, community, clock.now()))
 
     def trust_rm(self, key: str, community: str | None) -> int:
         with self._lock:

@@ -4,8 +4,7 @@
   gossipsub, request/response protocols, remembered / bootstrap / mDNS peers.
 - ``p2p.bridge``: the asyncio ↔ trio bridge (one trio thread per host).
 - ``p2p.peers``: the peer table and its JSON file.
-- ``p2p.announce``: Cairn's topic and protocol names, peer id ↔ ed25519 key, detached signatures
-  (no libp2p import).
+- ``p2p.ids``: the peer id of an ed25519 key, computed by libp2p (the one peer-id function).
 - ``p2p.errors``: ``P2PError`` / ``P2PTimeout`` (the node maps them to its own errors where it calls p2p);
   ``p2p.logs``: libp2p's logging tamed.
 

@@ -57,7 +57,7 @@ class OneLineForwarder(logging.Handler):
             out.created, out.msecs = record.created, record.msecs
             out.thread, out.threadName = record.thread, record.threadName
             self._target.handle(out)
-        except Exception:  # pragma: no cover - logging must never raise
+        except Exception:  # noqa: BLE001  pragma: no cover - logging must never raise; handleError reports it
             self.handleError(record)
 
 

@@ -66,15 +66,15 @@ class PeerTable:
             return
         now = time.time()
         with self._lock:
-            for pid, e in entries.items():
-                if not isinstance(e, dict) or not _looks_like_peer_id(pid) or pid == self._self:
+            for pid, entry in entries.items():
+                if not isinstance(entry, dict) or not _looks_like_peer_id(pid) or pid == self._self:
                     continue
-                addrs = [strip_p2p(a) for a in e.get("addrs", []) if isinstance(a, str) and a.startswith("/")]
-                last = e.get("last_seen")
+                addrs = [strip_p2p(a) for a in entry.get("addrs", []) if isinstance(a, str) and a.startswith("/")]
+                last = entry.get("last_seen")
                 last = float(last) if isinstance(last, (int, float)) else None
                 if not addrs or (last is not None and now - last > self._forget_after):
                     continue
-                source = e.get("source") if isinstance(e.get("source"), str) else "remembered"
+                source = entry.get("source") if isinstance(entry.get("source"), str) else "remembered"
                 self._peers[pid] = {
                     "addrs": addrs[:MAX_ADDRS],
                     "connected": False,

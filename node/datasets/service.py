@@ -8,14 +8,13 @@ nothing half-published visible.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import os
 import queue
 import shutil
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node import identity
+from node import clock, identity
 from node.datasets import merge as merging
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
@@ -53,10 +52,6 @@ class AddResult:
     rows_added: int
     slices: list[SliceRef]
     schema_changed: bool
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _structure(schema: pa.Schema) -> Structure:
@@ -119,6 +114,12 @@ class Datasets:
                 raise InvalidObject(f"{cid} is not a structure (st_0)")
             self._structures[cid] = obj
         return self._structures[cid]
+
+    def remember(self, blocks: Iterable[tuple[CID, MetadataBlock]], structures: Mapping[CID, Structure]) -> None:
+        """Cache objects checked elsewhere (a pull verified every one against its CID), so reading the
+        version does not fetch them again."""
+        self._blocks.update(blocks)
+        self._structures.update(structures)
 
     async def version(self, head: CID, timeout: float | None = None) -> Version:
         blocks: list[tuple[CID, MetadataBlock]] = []
@@ -302,7 +303,7 @@ class Datasets:
             chain.append({"kind": "SetInfo", **info})
 
         for event in chain:
-            mb = MetadataBlock(prev, seq, _now(), event).signed(key.sign)
+            mb = MetadataBlock(prev, seq, clock.utc_now_iso(), event).signed(key.sign)
             blk = block_of(mb)
             blocks.append(blk)
             self._blocks[blk.cid] = mb

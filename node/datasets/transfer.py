@@ -14,13 +14,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from node.datasets.chain import build_version
+from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
 from node.errors import CairnError, Conflict, InvalidInput, NotFound, PullRefused
+from node.index import DatasetRow
 from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
 
@@ -33,6 +34,17 @@ class PullResult:
     blocks: int
     slices: int
     bytes: int
+
+
+class _Source(Protocol):
+    """Where a pull reads from: a peer's transfer endpoint or our Kubo."""
+
+    base: str
+
+    async def head(self) -> CID: ...
+    async def block(self, cid: CID) -> bytes: ...
+    async def data(self, cid: CID, dest: Path) -> None: ...
+    async def close(self) -> None: ...
 
 
 class _HttpSource:
@@ -72,7 +84,7 @@ class _HttpSource:
 
     async def data(self, cid: CID, dest: Path) -> None:
         resp = await self._get(f"/data/{cid}")
-        with open(dest, "wb") as f:
+        with open(dest, "wb") as f:  # noqa: ASYNC230  a local temp file, written in 1 MiB chunks between reads
             async for chunk in resp.content.iter_chunked(1 << 20):
                 f.write(chunk)
 
@@ -94,113 +106,138 @@ class _IpfsSource:
         return await self.kubo.block_get(cid, timeout=self.timeout)
 
     async def data(self, cid: CID, dest: Path) -> None:
-        with open(dest, "wb") as f:
+        with open(dest, "wb") as f:  # noqa: ASYNC230  a local temp file, written in 1 MiB chunks between reads
             async for chunk in self.kubo.cat(cid, timeout=self.timeout):
                 f.write(chunk)
 
 
-async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0) -> PullResult:
+class _Fetcher:
+    """Fetches objects from a source, refusing any whose bytes do not hash to its CID; keeps the bytes."""
 
-    if source.startswith(("http://", "https://")):
-        src: Any = _HttpSource(source, timeout)
-        default_name = source.rstrip("/").rsplit("/", 1)[-1]
-    else:
-        src = _IpfsSource(ds.kubo, parse_cid(source), timeout)
-        default_name = None
-    work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
-    try:
-        head = await src.head()
-        raw: dict[CID, bytes] = {}
+    def __init__(self, src: _Source) -> None:
+        self.src = src
+        self.raw: dict[CID, bytes] = {}
 
-        async def fetch(cid: CID) -> Any:
-            data = await src.block(cid)
-            try:
-                verify_block(cid, data)
-            except CairnError:
-                raise PullRefused(f"block {cid} from {src.base} does not match its CID: refused") from None
-            raw[cid] = data
-            try:
-                return decode_object(decode(data))
-            except CairnError as e:
-                raise PullRefused(f"block {cid} from {src.base} is not a valid object: {e.message}") from None
+    async def object(self, cid: CID) -> Any:
+        data = await self.src.block(cid)
+        try:
+            verify_block(cid, data)
+        except CairnError:
+            raise PullRefused(f"block {cid} from {self.src.base} does not match its CID: refused") from None
+        self.raw[cid] = data
+        try:
+            return decode_object(decode(data))
+        except CairnError as e:
+            raise PullRefused(f"block {cid} from {self.src.base} is not a valid object: {e.message}") from None
 
+    async def chain(self, head: CID) -> list[tuple[CID, MetadataBlock]]:
+        """The metadata blocks from ``head`` back to the seed, newest first."""
         blocks: list[tuple[CID, MetadataBlock]] = []
         cid: CID | None = head
         while cid is not None:
-            obj = await fetch(cid)
+            obj = await self.object(cid)
             if not isinstance(obj, MetadataBlock):
-                raise PullRefused(f"block {cid} from {src.base} is not a metadata block (mb_0)")
+                raise PullRefused(f"block {cid} from {self.src.base} is not a metadata block (mb_0)")
             blocks.append((cid, obj))
             cid = obj.prev
             if len(blocks) > 1_000_000:
                 raise PullRefused(f"chain of {head} is longer than a million blocks: refused")
-        structures: dict[CID, Structure] = {}
+        return blocks
+
+    async def structures(self, blocks: list[tuple[CID, MetadataBlock]]) -> dict[CID, Structure]:
+        """The structures the chain's SetDataSchema events name."""
+        out: dict[CID, Structure] = {}
         for _, b in blocks:
             if b.kind == "SetDataSchema":
                 for key in ("structure", "abstract"):
-                    obj = await fetch(b.event[key])
+                    obj = await self.object(b.event[key])
                     if not isinstance(obj, Structure):
-                        raise PullRefused(f"block {b.event[key]} from {src.base} is not a structure (st_0)")
-                    structures[b.event[key]] = obj
+                        raise PullRefused(f"block {b.event[key]} from {self.src.base} is not a structure (st_0)")
+                    out[b.event[key]] = obj
+        return out
+
+
+def _open_source(ds: Datasets, source: str, timeout: float) -> tuple[_Source, str | None]:
+    """The source of a pull (a peer's transfer endpoint, or a head CID fetched through Kubo) and its default name."""
+    if source.startswith(("http://", "https://")):
+        return _HttpSource(source, timeout), source.rstrip("/").rsplit("/", 1)[-1]
+    return _IpfsSource(ds.kubo, parse_cid(source), timeout), None
+
+
+def _refuse_divergence(existing: DatasetRow | None, head: CID, v: Version) -> None:
+    """A pull may only move a local dataset forward along its own history."""
+    if existing is None or existing.head == cid_str(head):
+        return
+    if all(cid_str(c) != existing.head for c, _ in v.blocks):
+        raise PullRefused(
+            f"dataset {existing.name!r} here has head {existing.head}, which the pulled "
+            f"chain {head} does not contain: histories diverge"
+        )
+
+
+async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> int:
+    """Fetch one slice into the cache, refusing bytes that do not give its CID, logical hash and row count."""
+    part = work / f"{s.cid}.parquet"
+    await src.data(s.cid, part)
+    added = await ds.kubo.add(part, pin=False)  # same UnixFS parameters: same CID or tampered
+    if added.cid != s.cid:
+        raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give {added.cid}): refused")
+    table = await asyncio.to_thread(read_slice, part)
+    h = LogicalHasher(table.schema)
+    h.update(table)
+    if str(h.finish()) != s.logical_hash or table.num_rows != s.rows:
+        raise PullRefused(
+            f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
+            f"and row count its AddData block claims: refused"
+        )
+    size = part.stat().st_size
+    os.replace(part, ds.cache_dir / f"{s.cid}.parquet")
+    return size
+
+
+def _register(
+    ds: Datasets, v: Version, head: CID, existing: DatasetRow | None, name: str | None, default_name: str | None
+) -> str:
+    """Make the pulled head visible under a local name (new dataset, or the existing one moved forward)."""
+    if existing is None:
+        local = name or default_name or v.info.get("title") or v.dataset_id
+        if local.startswith("did:") or ds.index.dataset(local) is not None:
+            local = name or v.dataset_id.removeprefix("did:key:")
+        if ds.index.dataset(local) is not None:
+            raise InvalidInput(f"a dataset named {local!r} exists here already: pull with --name")
+        ds.index.create_dataset(local, v.dataset_id, cid_str(head), None, "")
+        return local
+    if existing.head != cid_str(head) and not ds.index.move_head(existing.name, existing.head, cid_str(head)):
+        raise Conflict(f"dataset {existing.name!r} moved while pulling; nothing was changed")
+    return existing.name
+
+
+async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0) -> PullResult:
+    """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here."""
+    src, default_name = _open_source(ds, source, timeout)
+    work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
+    try:
+        head = await src.head()
+        fetcher = _Fetcher(src)
+        blocks = await fetcher.chain(head)
+        structures = await fetcher.structures(blocks)
         try:
             v = build_version(head, blocks, structures)
         except CairnError as e:
             raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
-
         existing = ds.index.dataset_by_id(v.dataset_id)
-        if (
-            existing is not None
-            and existing.head != cid_str(head)
-            and all(cid_str(c) != existing.head for c, _ in v.blocks)
-        ):
-            raise PullRefused(
-                f"dataset {existing.name!r} here has head {existing.head}, which the pulled "
-                f"chain {head} does not contain: histories diverge"
-            )
-
+        _refuse_divergence(existing, head, v)
         total_bytes = 0
         for s in v.slices:
-            cached = ds.cache_dir / f"{s.cid}.parquet"
-            if cached.exists():
-                continue
-            part = work / f"{s.cid}.parquet"
-            await src.data(s.cid, part)
-            total_bytes += part.stat().st_size
-            added = await ds.kubo.add(part, pin=False)  # same UnixFS parameters: same CID or tampered
-            if added.cid != s.cid:
-                raise PullRefused(
-                    f"slice {s.cid} from {src.base} does not match its CID (its bytes give {added.cid}): refused"
-                )
-            table = await asyncio.to_thread(read_slice, part)
-            h = LogicalHasher(table.schema)
-            h.update(table)
-            if str(h.finish()) != s.logical_hash or table.num_rows != s.rows:
-                raise PullRefused(
-                    f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
-                    f"and row count its AddData block claims: refused"
-                )
-            os.replace(part, cached)
-        for c, data in raw.items():
+            if not (ds.cache_dir / f"{s.cid}.parquet").exists():
+                total_bytes += await _fetch_slice(ds, src, s, work)
+        # Everything checked: only now does any of it reach Kubo and the caches.
+        for c, data in fetcher.raw.items():
             await ds.kubo.block_put(data, codec=c.codec.name)
         await ds.kubo.pin_add(head, recursive=True)
-        for c, b in blocks:
-            ds._blocks[c] = b
-        ds._structures.update(structures)
-
-        if existing is None:
-            local = name or default_name or v.info.get("title") or v.dataset_id
-            if local.startswith("did:") or ds.index.dataset(local) is not None:
-                local = name or v.dataset_id.removeprefix("did:key:")
-            if ds.index.dataset(local) is not None:
-                raise InvalidInput(f"a dataset named {local!r} exists here already: pull with --name")
-            ds.index.create_dataset(local, v.dataset_id, cid_str(head), None, "")
-        elif existing.head != cid_str(head):
-            if not ds.index.move_head(existing.name, existing.head, cid_str(head)):
-                raise Conflict(f"dataset {existing.name!r} moved while pulling; nothing was changed")
-            local = existing.name
-        else:
-            local = existing.name
-        return PullResult(local, v.dataset_id, head, len(raw), len(v.slices), total_bytes)
+        ds.remember(blocks, structures)
+        local = _register(ds, v, head, existing, name, default_name)
+        return PullResult(local, v.dataset_id, head, len(fetcher.raw), len(v.slices), total_bytes)
     finally:
         await src.close()
         shutil.rmtree(work, ignore_errors=True)

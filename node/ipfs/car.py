@@ -16,11 +16,22 @@ from typing import Any
 import dag_cbor
 from multiformats import CID
 
-from node.errors import KuboTruncated
-from node.ipfs._cid import check_block, cid_text, same_cid
+from node.errors import HashMismatch, InvalidCID, KuboCIDMismatch, KuboTruncated
+from node.model.cid import cid_str, same_cid, verify_block
 
 RAW, CBOR, DAG_PB, DAG_CBOR = 0x55, 0x51, 0x70, 0x71
 NO_LINKS = {RAW, CBOR}
+
+
+def check_block(cid: CID, data: bytes) -> None:
+    """Raise KuboCIDMismatch unless ``data`` hashes to ``cid``: the model's check, in this layer's error."""
+    try:
+        verify_block(cid, data)
+    except HashMismatch:
+        why = f"Kubo returned {len(data)} bytes for {cid} that do not hash to it"
+        raise KuboCIDMismatch(cid, None, message=why) from None
+    except InvalidCID as e:  # a hash function we cannot run
+        raise KuboCIDMismatch(cid, None, message=f"cannot verify the block {cid}: {e}") from None
 
 
 def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int] | None:
@@ -114,7 +125,7 @@ def parse_header(section: bytes) -> list[CID]:
     roots = header.get("roots") or []
     if not isinstance(roots, list) or not all(isinstance(r, CID) for r in roots):
         raise KuboTruncated("malformed CAR header: roots are not a list of CIDs")
-    return roots
+    return [r for r in roots if isinstance(r, CID)]  # all of them (checked above), typed
 
 
 class CarHeaderReader:
@@ -194,7 +205,8 @@ class CarVerifier:
         roots = parse_header(section)
         self.summary.roots = roots
         if self.root is not None and not any(same_cid(self.root, r) for r in roots):
-            raise KuboTruncated(f"CAR roots {[cid_text(r) for r in roots]} do not include {cid_text(self.root)}")
+            named = [cid_str(r, keep_v0=True) for r in roots]
+            raise KuboTruncated(f"CAR roots {named} do not include {cid_str(self.root, keep_v0=True)}")
         self._header_done = True
 
     def _block(self, section: bytes) -> None:
@@ -230,5 +242,5 @@ class CarVerifier:
         missing += [c for d, c in self._linked.items() if d not in self._seen]
         if missing:
             more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-            raise KuboTruncated(f"CAR stream ended without block {cid_text(missing[0])}{more}")
+            raise KuboTruncated(f"CAR stream ended without block {cid_str(missing[0], keep_v0=True)}{more}")
         return self.summary

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import aiohttp
 import blake3
-from multiformats import CID, multihash
+from multiformats import CID
 
 from node.errors import (
     InvalidInput,
@@ -39,9 +39,9 @@ from node.errors import (
     KuboUnreachable,
     one_line,
 )
-from node.ipfs._cid import check_block, cid_text, local_cid, same_cid, to_cid
 from node.ipfs.addr import api_base_url
-from node.ipfs.car import CarHeaderReader, CarVerifier
+from node.ipfs.car import CarHeaderReader, CarVerifier, check_block
+from node.model.cid import CODECS, blake3_cid, cid_for, cid_str, parse_cid, same_cid
 
 DEFAULT_API = "http://127.0.0.1:5001"
 CHUNK_SIZE = 1 << 20  # UnixFS leaves: fixed 1 MiB chunks (DESIGN.md, bulk data)
@@ -120,7 +120,7 @@ def _param(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, CID):
-        return cid_text(value)
+        return cid_str(value, keep_v0=True)
     return str(value)
 
 
@@ -291,17 +291,17 @@ class KuboClient:
         self, data: bytes, codec: str = "raw", pin: bool = False, *, timeout: float | None = None
     ) -> CID:
         """Store one block under a CIDv1 ``codec`` + BLAKE3-256; Kubo's CID must equal ours."""
-        expected = local_cid(bytes(data), codec)
+        expected = cid_for(bytes(data), codec)
         params = [("cid-codec", codec), ("mhtype", "blake3"), ("mhlen", 32), ("pin", pin)]
         obj = await self._json("block/put", params, body=_multipart(bytes(data)), timeout=timeout)
-        got = to_cid(obj["Key"])
+        got = parse_cid(obj["Key"])
         if not same_cid(got, expected):
             raise KuboCIDMismatch(expected, got)
         return expected
 
     async def block_get(self, cid: CID | str, *, timeout: float | None = None, offline: bool = False) -> bytes:
         """The block's bytes, checked against the CID's multihash."""
-        c = to_cid(cid)
+        c = parse_cid(cid)
         params = [("arg", c), ("offline", offline or None)]
         async with self._post("block/get", params, timeout=timeout) as resp:
             data = await resp.read()
@@ -309,8 +309,8 @@ class KuboClient:
         return data
 
     async def block_stat(self, cid: CID | str, *, timeout: float | None = None, offline: bool = False) -> BlockStat:
-        obj = await self._json("block/stat", [("arg", to_cid(cid)), ("offline", offline or None)], timeout=timeout)
-        return BlockStat(cid=to_cid(obj["Key"]), size=int(obj["Size"]))
+        obj = await self._json("block/stat", [("arg", parse_cid(cid)), ("offline", offline or None)], timeout=timeout)
+        return BlockStat(cid=parse_cid(obj["Key"]), size=int(obj["Size"]))
 
     # --- DAG -----------------------------------------------------------------------------
 
@@ -332,13 +332,13 @@ class KuboClient:
         """
         params = [("input-codec", input_codec), ("store-codec", store_codec), ("hash", hash), ("pin", pin)]
         obj = await self._json("dag/put", params, body=_multipart(bytes(data)), timeout=timeout)
-        got = to_cid(obj["Cid"]["/"])
+        got = parse_cid(obj["Cid"]["/"])
         if got.hashfun.name != hash or got.codec.name != store_codec:
             raise KuboCIDMismatch(f"a {store_codec} CID hashed with {hash}", got)
-        if input_codec == store_codec:
+        if input_codec == store_codec and store_codec in CODECS:
             # Same codec in and out: Kubo must store our bytes as they are. A different CID means
             # they were not in canonical form and Kubo re-encoded them.
-            expected = local_cid(bytes(data), store_codec, hash)
+            expected = cid_for(bytes(data), store_codec, hash)
             if not same_cid(got, expected):
                 raise KuboCIDMismatch(expected, got)
         return got
@@ -347,7 +347,7 @@ class KuboClient:
         self, cid: CID | str, output_codec: str = "dag-json", *, timeout: float | None = None, offline: bool = False
     ) -> bytes:
         """The node re-encoded as ``output_codec`` (not hash-checked: use block_get for verified bytes)."""
-        params = [("arg", to_cid(cid)), ("output-codec", output_codec), ("offline", offline or None)]
+        params = [("arg", parse_cid(cid)), ("output-codec", output_codec), ("offline", offline or None)]
         async with self._post("dag/get", params, timeout=timeout) as resp:
             return await resp.read()
 
@@ -356,7 +356,7 @@ class KuboClient:
     ) -> AsyncIterator[bytes]:
         """CARv1 of the DAG under ``cid``, streamed; with ``verify`` every block is hash-checked and a
         cut-short stream raises KuboTruncated at its end (after the chunks already yielded)."""
-        root = to_cid(cid)
+        root = parse_cid(cid)
         checker = CarVerifier(root) if verify else None
         async with self._post(
             "dag/export", [("arg", root), ("offline", offline or None)], timeout=timeout, stream=True
@@ -419,12 +419,12 @@ class KuboClient:
         if not entries:
             raise KuboRPCError("add", f"no result in Kubo's answer {lines!r:.200}")
         entry = entries[-1]
-        got = to_cid(entry["Hash"])
+        got = parse_cid(entry["Hash"])
         if got.version != 1 or got.hashfun.name != "blake3":
             raise KuboCIDMismatch("a CIDv1 hashed with blake3", got)
         if meter.size <= CHUNK_SIZE:
             # One chunk: the root is the raw leaf itself, which we can compute here.
-            expected = CID("base32", 1, "raw", multihash.wrap(meter.digest(), "blake3"))
+            expected = blake3_cid(meter.digest(), "raw")
             if not same_cid(got, expected):
                 raise KuboCIDMismatch(expected, got)
         return AddResult(cid=got, size=int(entry.get("Size") or 0), name=entry.get("Name", name), file_size=meter.size)
@@ -439,7 +439,7 @@ class KuboClient:
         offline: bool = False,
     ) -> AsyncIterator[bytes]:
         """The file's bytes, streamed; raises KuboTruncated if fewer than Kubo announced arrive."""
-        params = [("arg", to_cid(cid)), ("offset", offset), ("length", length), ("offline", offline or None)]
+        params = [("arg", parse_cid(cid)), ("offset", offset), ("length", length), ("offline", offline or None)]
         async with self._post("cat", params, timeout=timeout, stream=True) as resp:
             announced = resp.headers.get("X-Content-Length")
             received = 0
@@ -455,12 +455,12 @@ class KuboClient:
     # --- pins ----------------------------------------------------------------------------
 
     async def pin_add(self, cid: CID | str, recursive: bool = True, *, timeout: float | None = None) -> list[CID]:
-        obj = await self._json("pin/add", [("arg", to_cid(cid)), ("recursive", recursive)], timeout=timeout)
-        return [to_cid(p) for p in obj.get("Pins") or ()]
+        obj = await self._json("pin/add", [("arg", parse_cid(cid)), ("recursive", recursive)], timeout=timeout)
+        return [parse_cid(p) for p in obj.get("Pins") or ()]
 
     async def pin_rm(self, cid: CID | str, recursive: bool = True, *, timeout: float | None = None) -> list[CID]:
-        obj = await self._json("pin/rm", [("arg", to_cid(cid)), ("recursive", recursive)], timeout=timeout)
-        return [to_cid(p) for p in obj.get("Pins") or ()]
+        obj = await self._json("pin/rm", [("arg", parse_cid(cid)), ("recursive", recursive)], timeout=timeout)
+        return [parse_cid(p) for p in obj.get("Pins") or ()]
 
     async def pin_ls(
         self,
@@ -481,7 +481,7 @@ class KuboClient:
         """
         if cid is None:
             return await self._pin_listing(type, timeout)
-        c = to_cid(cid)
+        c = parse_cid(cid)
         for kind in ("recursive", "direct"):
             if type in (kind, "all"):
                 try:
@@ -508,7 +508,7 @@ class KuboClient:
                 e.http_status,
             ) from e
         # Asked about one CID, Kubo says "indirect through <root>": we keep the kind only.
-        return {to_cid(k): v["Type"].split()[0] for k, v in (obj.get("Keys") or {}).items()}
+        return {parse_cid(k): v["Type"].split()[0] for k, v in (obj.get("Keys") or {}).items()}
 
     # --- routing and swarm ---------------------------------------------------------------
 
@@ -518,7 +518,7 @@ class KuboClient:
         0.42 deprecates ``routing/provide`` for ``provide/once``; we use the latter and fall back to
         the former on a Kubo that lacks it (HTTP 404). Returns how many CIDs were queued (0 if unknown).
         """
-        params = [("arg", to_cid(cid)), ("recursive", recursive)]
+        params = [("arg", parse_cid(cid)), ("recursive", recursive)]
         for path in [self._provide_path] if self._provide_path else ["provide/once", "routing/provide"]:
             try:
                 lines = await self._json_lines(path, params, timeout=timeout)
@@ -532,10 +532,10 @@ class KuboClient:
 
     async def iter_findprovs(
         self, cid: CID | str, num: int = 20, *, timeout: float | None = None
-    ) -> AsyncIterator[PeerInfo]:
+    ) -> AsyncGenerator[PeerInfo, None]:
         """Providers of ``cid`` as the DHT finds them (Kubo's event stream, Type 4 = provider)."""
         seen: set[str] = set()
-        params = [("arg", to_cid(cid)), ("num-providers", num)]
+        params = [("arg", parse_cid(cid)), ("num-providers", num)]
         async for event in self._ndjson(
             "routing/findprovs", params, timeout=timeout if timeout is not None else self.timeout
         ):
@@ -597,7 +597,7 @@ class KuboClient:
         path = (
             target
             if isinstance(target, str) and target.startswith(("/ipfs/", "/ipns/"))
-            else f"/ipfs/{cid_text(target)}"
+            else f"/ipfs/{cid_str(target, keep_v0=True)}"
         )
         params = [
             ("arg", path),
@@ -630,7 +630,7 @@ class KuboClient:
         errors = [o["Error"] for o in lines if o.get("Error")]
         if errors:
             raise KuboRPCError("repo/gc", errors[0])
-        return [to_cid(o["Key"]["/"]) for o in lines if o.get("Key")]
+        return [parse_cid(o["Key"]["/"]) for o in lines if o.get("Key")]
 
 
 def _duration(value: str | float) -> str:

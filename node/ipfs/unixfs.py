@@ -9,7 +9,9 @@ over the file and no round trip to Kubo. ``tests/integration/test_slice_cache.py
 from __future__ import annotations
 
 import blake3
-from multiformats import CID, multihash
+from multiformats import CID
+
+from node.model.cid import blake3_cid, cid_for
 
 CHUNK = 1 << 20  # node.ipfs.client.CHUNK_SIZE
 MAX_LINKS = 174  # boxo's helpers.DefaultLinksPerBlock
@@ -32,7 +34,7 @@ def _field(num: int, payload: bytes) -> bytes:
 
 
 def _cid(codec: str, data: bytes) -> CID:
-    return CID("base32", 1, codec, multihash.wrap(blake3.blake3(data).digest(), "blake3"))
+    return cid_for(data, codec)
 
 
 class _Node:
@@ -73,9 +75,7 @@ class UnixfsHasher:
 
     def _cut(self) -> None:
         digest = self._hasher.digest()
-        self._leaves.append(
-            _Node(CID("base32", 1, "raw", multihash.wrap(digest, "blake3")), self._filled, self._filled)
-        )
+        self._leaves.append(_Node(blake3_cid(digest, "raw"), self._filled, self._filled))
         self._hasher, self._filled = blake3.blake3(), 0
 
     def cid(self) -> CID:

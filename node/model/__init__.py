@@ -15,6 +15,7 @@ from node.model.cid import (
     cid_for,
     cid_str,
     parse_cid,
+    same_cid,
     verify_block,
 )
 from node.model.codec import INT64_MAX, INT64_MIN, Block, block_of, check_ipld, decode, encode
@@ -73,6 +74,7 @@ __all__ = [
     "BLAKE3",
     "cid_for",
     "parse_cid",
+    "same_cid",
     "cid_str",
     "verify_block",
     # codec

@@ -31,10 +31,12 @@ __all__ = [
     "DAG_CBOR",
     "DAG_PB",
     "RAW",
+    "blake3_cid",
     "cid_for",
     "cid_str",
     "codec_code",
     "parse_cid",
+    "same_cid",
     "verify_block",
 ]
 
@@ -50,20 +52,36 @@ def codec_code(codec: str | int) -> int:
     raise InvalidCID(f"unsupported codec {codec!r}: use one of {known}")
 
 
-def cid_for(data: bytes, codec: str | int = "dag-cbor") -> CID:
-    """CIDv1 of ``data`` under ``codec``, hashed with BLAKE3-256 (DESIGN.md "Object rules")."""
-    digest = blake3.blake3(data).digest()
+def cid_for(data: bytes, codec: str | int = "dag-cbor", hashfun: str = "blake3") -> CID:
+    """CIDv1 of ``data`` under ``codec``, hashed with BLAKE3-256 (DESIGN.md "Object rules").
+
+    ``hashfun`` names another multihash function (Kubo's ``sha2-256`` for a ``dag put --hash``).
+    """
+    code = codec_code(codec)
+    if hashfun == "blake3":
+        return blake3_cid(blake3.blake3(data).digest(), code)
+    try:
+        mh = multihash.get(hashfun).digest(data)
+    except Exception as exc:  # noqa: BLE001  multiformats raises KeyError/ValueError/ImportError subclasses
+        raise InvalidCID(f"unsupported hash function {hashfun!r}: {_reason(exc)}") from None
+    return CID("base32", 1, code, mh)
+
+
+def blake3_cid(digest: bytes, codec: str | int = "raw") -> CID:
+    """The CIDv1 of a BLAKE3-256 ``digest`` computed elsewhere (e.g. while streaming a file)."""
     return CID("base32", 1, codec_code(codec), multihash.wrap(digest, "blake3"))
 
 
-def parse_cid(text: str | CID) -> CID:
-    """Parse a CID string (any multibase CIDv1, or a base58 CIDv0 ``Qm…``).
+def parse_cid(text: str | bytes | CID) -> CID:
+    """Parse a CID string (any multibase CIDv1, or a base58 CIDv0 ``Qm…``) or its binary form.
 
     The returned CID keeps its version (a v0 link and its v1 form are different bytes inside
     DAG-CBOR); print it with :func:`cid_str` to get the canonical base32 v1 form.
     """
     if isinstance(text, CID):
         return text
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return _decode_binary(bytes(text))
     if not isinstance(text, str):
         raise InvalidCID(f"expected a CID string, got {type(text).__name__}")
     if not text:
@@ -72,10 +90,17 @@ def parse_cid(text: str | CID) -> CID:
         raise InvalidCID(f"invalid CID {quote(text)}: surrounding whitespace")
     try:
         cid = CID.decode(text)
-    except Exception as exc:  # multiformats raises many unrelated types (KeyError, ValueError, …)
+    except Exception as exc:  # noqa: BLE001  multiformats raises many unrelated types (KeyError, ValueError, …)
         reason = _reason(exc)
         raise InvalidCID(f"invalid CID {quote(text)}: {reason}") from None
     return cid
+
+
+def _decode_binary(raw: bytes) -> CID:
+    try:
+        return CID.decode(raw)
+    except Exception as exc:  # noqa: BLE001  as in parse_cid: many unrelated exception types
+        raise InvalidCID(f"invalid binary CID {raw[:16].hex()}…: {_reason(exc)}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -85,19 +110,31 @@ def _reason(exc: Exception) -> str:
     return msg.rstrip(".")
 
 
-def cid_str(cid: CID | str) -> str:
-    """Canonical text of a CID: CIDv1, base32 lower case (a v0 CID is shown as its v1 form)."""
+def cid_str(cid: CID | str, *, keep_v0: bool = False) -> str:
+    """Canonical text of a CID: CIDv1, base32 lower case (a v0 CID is shown as its v1 form).
+
+    ``keep_v0``: print a v0 CID as its ``Qm…`` self, e.g. as an argument to Kubo, so that what
+    Kubo echoes back (pins, keys) is the CID it was given.
+    """
     c = parse_cid(cid)
     if c.version == 0:
+        if keep_v0:
+            return str(c)
         c = c.set(version=1, base="base32")
     return c.encode("base32")
+
+
+def same_cid(a: CID, b: CID) -> bool:
+    """Same CID, whatever multibase each happens to carry (that is not part of its identity)."""
+    return bytes(a) == bytes(b)
 
 
 def verify_block(cid: CID | str, data: bytes) -> None:
     """Check that ``data`` hashes to ``cid`` with the CID's own hash function.
 
-    Fetched blocks are always hash-checked (DESIGN.md "Resolving a query"). Supports BLAKE3,
-    SHA2-256 and identity multihashes; raises HashMismatch naming the CID when they differ.
+    Fetched blocks are always hash-checked (DESIGN.md "Resolving a query"). Supports every
+    multihash function multiformats implements (BLAKE3, the SHA-2/SHA-3 family, identity, …);
+    raises HashMismatch naming the CID when they differ, InvalidCID for a function it cannot run.
     """
     c = parse_cid(cid)
     name = c.hashfun.name
@@ -109,7 +146,11 @@ def verify_block(cid: CID | str, data: bytes) -> None:
     elif name == "identity":
         actual = bytes(data)
     else:
-        raise InvalidCID(f"cannot verify {cid_str(c)}: hash function {name} is not supported")
+        try:
+            actual = multihash.unwrap(multihash.get(name).digest(data, size=len(expected)))
+        except Exception:  # noqa: BLE001  guard: multiformats builds no CID it cannot hash, but a failure must stay a 4xx
+            why = f"no {name} digest of {len(expected)} bytes can be computed here"
+            raise InvalidCID(f"cannot verify {cid_str(c)}: {why}") from None
     if actual != expected:
         raise HashMismatch(
             f"block does not match its CID {cid_str(c)}: "

@@ -21,12 +21,12 @@ What no check here can show is that the rows are the right answer: only recomput
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from node import clock
 from node.datasets import Datasets, LogicalHasher, canonical_type
 from node.errors import CairnError, ClaimRefused
 from node.identity import public_key_from_did
@@ -289,7 +289,7 @@ async def fetch_and_verify(
         cid_str(rc.structure),
         tuple(cid_str(c) for c in out_list),
         "peer",
-        time.time(),
+        clock.now(),
         trust="unverified",
         profile=cid_str(rc.profile) if rc.profile else None,
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import os
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from node import values
+from node import clock, values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import CairnError, ClaimRefused, InvalidCID, InvalidInput, InvalidObject
@@ -104,10 +103,6 @@ class Answer:
     @property
     def verified(self) -> bool:
         return self.trust in VERIFIED_LABELS
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class Resolver:
@@ -330,7 +325,7 @@ class Resolver:
                 an.rows,
                 peer,
                 data,
-                time.time(),
+                clock.now(),
                 "pending",
                 "",
             )
@@ -366,7 +361,7 @@ class Resolver:
             engine,
             tuple(providers),
             self.identity.node_key,
-            _now(),
+            clock.utc_now_iso(),
         ).signed(self.identity.sign)
 
     async def _compute(
@@ -460,7 +455,7 @@ class Resolver:
                 ex.cid,
                 iv_block.cid,
                 self.identity.node_key,
-                _now(),
+                clock.utc_now_iso(),
                 engine_versions(cq),
                 logical,
                 table.num_rows,
@@ -500,7 +495,7 @@ class Resolver:
                 cid_str(st_block.cid),
                 tuple(cid_str(c) for c in slices),
                 "computed",
-                time.time(),
+                clock.now(),
                 trust="computed",
                 profile=cid_str(ep_block.cid),
             )
@@ -561,7 +556,7 @@ class Resolver:
             theirs,
             an.logical_hash,
             an.rows,
-            time.time(),
+            clock.now(),
         )
         if self.index.add_divergence(d):
             self.divergences += 1

@@ -347,7 +347,7 @@ async def test_swarm_provide_findprovs_between_two_daemons(
 
 
 async def test_malformed_cid(kubo_client: KuboClient) -> None:
-    with pytest.raises(InvalidInput, match="not a CID"):  # typed methods check CIDs before asking
+    with pytest.raises(InvalidInput, match="invalid CID"):  # typed methods check CIDs before asking
         await kubo_client.block_get("bafy-not-a-cid")
     with pytest.raises(KuboRPCError, match='Kubo dag/get: invalid path "notacid"') as info:
         await kubo_client.rpc("dag/get", [("arg", "notacid")])

@@ -8,7 +8,7 @@ import pytest
 from multiformats import CID, multihash
 
 from node.errors import CairnError, HashMismatch, InvalidCID, InvalidInput
-from node.model import CBOR, DAG_CBOR, DAG_PB, RAW, cid_for, cid_str, parse_cid, verify_block
+from node.model import CBOR, DAG_CBOR, DAG_PB, RAW, cid_for, cid_str, parse_cid, same_cid, verify_block
 
 NULL_LEAF = "bafir4idbvg7rb4h75xd5y52ytlrkwtfibmagzadomy3oig3aiegnr4f3yq"  # holium-rs test vector
 V0 = "QmdfTbBqBPQ7VNxZEYEj14VmRuZBkqFbiwReogJgS1zR1n"
@@ -115,7 +115,38 @@ def test_verify_sha256_and_identity_blocks() -> None:
         verify_block(ident, b"nope")
 
 
-def test_verify_unsupported_hash() -> None:
-    cid = CID("base32", 1, "raw", multihash.digest(b"x", "sha2-512"))
-    with pytest.raises(InvalidCID, match="not supported"):
+def test_verify_other_implemented_hashes() -> None:
+    # Kubo can hold blocks hashed otherwise (``--hash``): every function multiformats runs is checked.
+    for name, ref in (("sha2-512", hashlib.sha512), ("sha3-256", hashlib.sha3_256)):
+        cid = CID("base32", 1, "raw", multihash.wrap(ref(b"x").digest(), name))
         verify_block(cid, b"x")
+        with pytest.raises(HashMismatch):
+            verify_block(cid, b"y")
+
+
+def test_verify_unsupported_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    # multiformats builds no CID whose hash it cannot run; should its hasher fail anyway, the error stays a 4xx.
+    cid = CID("base32", 1, "raw", multihash.digest(b"x", "sha2-512"))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ImportError("hasher missing")
+
+    monkeypatch.setattr(multihash, "get", broken)
+    with pytest.raises(InvalidCID, match=r"cannot verify b\w+: no sha2-512 digest of 64 bytes"):
+        verify_block(cid, b"x")
+
+
+def test_cid_for_other_hash_matches_hashlib() -> None:
+    cid = cid_for(b"abc", "raw", "sha2-256")
+    assert cid.hashfun.name == "sha2-256" and cid.raw_digest == hashlib.sha256(b"abc").digest()
+    with pytest.raises(InvalidCID, match="unsupported hash function"):
+        cid_for(b"abc", "raw", "no-such-hash")
+
+
+def test_binary_cids_parse_and_kubo_text_keeps_v0() -> None:
+    cid = cid_for(b"x", "raw")
+    assert parse_cid(bytes(cid)) == cid
+    with pytest.raises(InvalidCID, match="invalid binary CID"):
+        parse_cid(b"\x01\x02")
+    assert cid_str(V0, keep_v0=True) == V0 and cid_str(cid, keep_v0=True) == str(cid)
+    assert same_cid(cid, cid.set(base="base58btc")) and not same_cid(cid, cid_for(b"y", "raw"))

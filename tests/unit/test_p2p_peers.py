@@ -5,8 +5,15 @@ from __future__ import annotations
 import json
 import time
 
-from p2p.announce import peer_id_from_seed
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from p2p.ids import peer_id
 from p2p.peers import PeerTable, strip_p2p
+
+
+def peer_id_from_seed(seed: bytes) -> str:
+    return peer_id(Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw())
+
 
 ME = peer_id_from_seed(bytes([1]) * 32)
 A = peer_id_from_seed(bytes([2]) * 32)

@@ -13,14 +13,12 @@ import asyncio
 import logging
 from typing import Any
 
-import dag_cbor
-
 from config import PeerSettings
 from node.errors import ClaimRefused, ConfigError
 from node.identity import Identity
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
-from node.model import CID, cid_str
+from node.ipfs import KuboClient, KuboError
+from node.model import CID, EncodingError, InvalidCID, cid_str, decode, encode, parse_cid
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
@@ -96,7 +94,8 @@ class Network:
         """Where our Kubo can be reached: what other nodes `swarm connect` to before fetching by CID."""
         try:
             ident = await self.kubo.id(timeout=5.0)
-        except Exception:
+        except KuboError as e:  # announce anyway: peers that already reach our Kubo still fetch
+            log.info("announcing without providers: %s", e.message)
             return []
         addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
         return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
@@ -124,9 +123,9 @@ class Network:
             if isinstance(answer, Exception):
                 continue
             try:
-                items = dag_cbor.decode(answer)
-            except Exception:
-                log.warning("unreadable lookup answer", extra={"peer": peer})
+                items = decode(answer)
+            except EncodingError as e:
+                log.warning("unreadable lookup answer", extra={"peer": peer, "error": e.message})
                 continue
             if isinstance(items, list):
                 out[peer] = [bytes(i) for i in items if isinstance(i, bytes)]
@@ -150,16 +149,18 @@ class Network:
 
     async def _on_lookup(self, peer: str, request: bytes) -> bytes:
         try:
-            invocation = CID.decode(request)
-        except Exception:
-            return dag_cbor.encode([])
+            invocation = parse_cid(request)
+        except InvalidCID as e:  # a malformed request gets an empty answer, as for an unknown invocation
+            log.debug("unreadable lookup request", extra={"peer": peer, "error": e.message})
+            return encode([])
         row = self.index.execution(cid_str(invocation))
-        return dag_cbor.encode([await self._announcement(row)] if row and _ours(row) else [])
+        return encode([await self._announcement(row)] if row and _ours(row) else [])
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
         try:
-            items = dag_cbor.decode(request)
-        except Exception:
+            items = decode(request)
+        except EncodingError as e:
+            log.warning("unreadable catch-up", extra={"peer": peer, "error": e.message})
             return b""
         for data in items if isinstance(items, list) else []:
             if isinstance(data, bytes):
@@ -175,6 +176,6 @@ class Network:
             return
         items = [await self._announcement(r) for r in rows]
         try:
-            await self.host.send_direct(peer, CATCHUP, dag_cbor.encode(items), timeout=10.0)
+            await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
         except P2PError as e:
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})

@@ -1,0 +1,8 @@
+"""The node among its peers: announcements, lookups and catch-up over the p2p host (``docs/p2p.md``).
+
+``node.peers.network.Network`` ties the libp2p host (``p2p``) to the resolver and the index.
+"""
+
+from node.peers.network import CATCHUP, LOOKUP, TOPIC, Network
+
+__all__ = ["CATCHUP", "LOOKUP", "TOPIC", "Network"]
