@@ -72,7 +72,7 @@ class _PeekReader(io.RawIOBase):
         return self._raw(n)
 
     def _read_all(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             data = self._raw(1 << 20)
             if not data:
@@ -240,116 +240,144 @@ def _detect_from_name(name: str | None) -> tuple[str | None, str | None]:
     return fmt, codec
 
 
-def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> _Opened:
-    closers: list[Callable[[], None]] = []
-    path: str | None = None
-    seekable_file = None
-    total_size = None
-    stream: Any = None
-    name: str | None = None
-    label = "input"
+@dataclass
+class _Raw:
+    """The undecoded bytes of an input, before decompression."""
+
+    reader: Any  # pa.OSFile or _PeekReader
+    magic: bytes  # its first bytes (up to 4), for sniffing the compression
+    counter: Callable[[], int]  # bytes read so far
+    total_size: int | None = None
+    seekable_file: Any = None  # a seekable stream at offset 0 (for Parquet's random access)
+
+
+def _locate(
+    source: str | os.PathLike | BinaryIO, closers: list[Callable[[], None]]
+) -> tuple[str | BinaryIO, str | None, str]:
+    """What to read: a regular file's path, or a stream (given, or a FIFO/device opened here); the name that hints
+    the format (None if there is none), and the label messages use."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
-        name = label = path
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            raise InvalidInput(f"no such file: {path}") from None
-        except OSError as e:
-            raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
-        if stat.S_ISDIR(mode):
-            raise InvalidInput(f"{path} is a directory, not a file")
-        if not stat.S_ISREG(mode):  # a FIFO, /dev/stdin, <(zcat …): read it as a stream
-            try:
-                stream = open(path, "rb")  # noqa: SIM115 - closed by the Input
-            except OSError as e:
-                raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
-            closers.append(stream.close)
-            path = None
-    elif hasattr(source, "read"):
-        stream = source
+        return _open_path(path, closers), path, path
+    if hasattr(source, "read"):
         file_name = getattr(source, "name", None)
         name = file_name if isinstance(file_name, str) and not file_name.startswith("<") else None
         label = name or (file_name.strip("<>") if isinstance(file_name, str) else "input")
-    else:
-        raise InvalidInput(f"cannot read input from a {type(source).__name__}: pass a path or a binary stream")
+        return source, name, label
+    raise InvalidInput(f"cannot read input from a {type(source).__name__}: pass a path or a binary stream")
 
-    if stream is None:
-        assert path is not None
-        try:
-            raw = pa.OSFile(path, "r")
-        except (OSError, pa.ArrowException) as e:
-            raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
-        closers.append(raw.close)
-        total_size = raw.size()
-        magic = raw.read(4)
-        raw.seek(0)
-        counter: Callable[[], int] = raw.tell
-    else:
+
+def _open_path(path: str, closers: list[Callable[[], None]]) -> str | BinaryIO:
+    """The path itself for a regular file; an open stream for anything else readable."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InvalidInput(f"no such file: {path}") from None
+    except OSError as e:
+        raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+    if stat.S_ISDIR(mode):
+        raise InvalidInput(f"{path} is a directory, not a file")
+    if stat.S_ISREG(mode):
+        return path
+    # a FIFO, /dev/stdin, <(zcat …): read it as a stream
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed by the Input
+    except OSError as e:
+        raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+    closers.append(stream.close)
+    return stream
+
+
+def _raw_file(path: str, closers: list[Callable[[], None]]) -> _Raw:
+    try:
+        raw = pa.OSFile(path, "r")
+    except (OSError, pa.ArrowException) as e:
+        raise InvalidInput(f"cannot open {path}: {_one_line(str(e))}") from None
+    closers.append(raw.close)
+    total_size = raw.size()
+    magic = raw.read(4)
+    raw.seek(0)
+    return _Raw(raw, magic, raw.tell, total_size)
+
+
+def _raw_stream(stream: Any) -> _Raw:
+    start = None
+    try:
+        if stream.seekable():
+            start = stream.tell()
+    except (OSError, ValueError, AttributeError):
         start = None
+    peek = _PeekReader(stream)
+    raw = _Raw(peek, peek.peek(4), lambda: peek.count)
+    if start == 0:
         try:
-            if stream.seekable():
-                start = stream.tell()
-        except (OSError, ValueError, AttributeError):
-            start = None
-        peek = _PeekReader(stream)
-        magic = peek.peek(4)
-        raw = peek
-        counter = lambda: peek.count
-        if start == 0:
-            seekable_file = stream
-            try:
-                here = stream.tell()
-                total_size = stream.seek(0, io.SEEK_END)
-                stream.seek(here)
-            except (OSError, ValueError):
-                seekable_file, total_size = None, None
+            here = stream.tell()
+            raw.total_size = stream.seek(0, io.SEEK_END)
+            stream.seek(here)
+            raw.seekable_file = stream
+        except (OSError, ValueError):
+            raw.seekable_file, raw.total_size = None, None
+    return raw
 
-    name_fmt, name_codec = _detect_from_name(name)
-    fmt = options.format or name_fmt
-    codec = options.compression or name_codec
-    if codec is None:
-        if magic.startswith(_GZIP_MAGIC):
-            codec = "gzip"
-        elif magic.startswith(_ZSTD_MAGIC):
-            codec = "zstd"
-        else:
-            codec = "none"
-    if codec == "none":
-        reader: Any = raw
-    else:
-        try:
-            reader = pa.CompressedInputStream(raw, codec)
-        except (pa.ArrowException, OSError, ValueError) as e:
-            raise InvalidInput(f"{label}: cannot decompress {codec}: {_one_line(str(e))}") from None
-        closers.insert(0, reader.close)
-        path = None
-        seekable_file = None
-    src = _ByteSource(reader, codec, label)
-    check_utf8 = True
-    if fmt != "parquet":
+
+def _codec_from_magic(magic: bytes) -> str:
+    if magic.startswith(_GZIP_MAGIC):
+        return "gzip"
+    if magic.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    return "none"
+
+
+def _decompressed(raw: Any, codec: str, label: str, closers: list[Callable[[], None]]) -> Any:
+    try:
+        reader = pa.CompressedInputStream(raw, codec)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InvalidInput(f"{label}: cannot decompress {codec}: {_one_line(str(e))}") from None
+    closers.insert(0, reader.close)
+    return reader
+
+
+def _text_and_format(
+    src: _ByteSource, fmt: str | None, options: ReadOptions, label: str
+) -> tuple[_ByteSource, str | None, bool]:
+    """Text decoded to UTF-8 (Parquet is not text) and the format sniffed when not known; whether UTF-8 is
+    still to be checked (see _decoded_source)."""
+    if fmt == "parquet":
+        return src, fmt, True
+    head = src.read(_SNIFF_BYTES)
+    src.unread(head)
+    if fmt is None and head.startswith(_PAR1):
+        return src, "parquet", True
+    src, check_utf8 = _decoded_source(src, head, options, label)
+    if fmt is None:
         head = src.read(_SNIFF_BYTES)
         src.unread(head)
-        if fmt is None and head.startswith(_PAR1):
-            fmt = "parquet"
-        else:
-            src, check_utf8 = _decoded_source(src, head, options, label)
-            if fmt is None:
-                head = src.read(_SNIFF_BYTES)
-                src.unread(head)
-                fmt = _sniff_format(head)
+        fmt = _sniff_format(head)
+    return src, fmt, check_utf8
+
+
+def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> _Opened:
+    closers: list[Callable[[], None]] = []
+    target, name, label = _locate(source, closers)
+    raw = _raw_file(target, closers) if isinstance(target, str) else _raw_stream(target)
+    name_fmt, name_codec = _detect_from_name(name)
+    fmt = options.format or name_fmt
+    codec = options.compression or name_codec or _codec_from_magic(raw.magic)
+    reader = raw.reader if codec == "none" else _decompressed(raw.reader, codec, label, closers)
+    src, fmt, check_utf8 = _text_and_format(_ByteSource(reader, codec, label), fmt, options, label)
+    plain = codec == "none"  # only then can Parquet read the file or stream at random
     return _Opened(
         name=label,
         source=src,
         codec=codec,
         format=fmt,
-        bytes_read=counter,
+        bytes_read=raw.counter,
         closers=closers,
-        path=path if codec == "none" else None,
-        seekable_file=seekable_file,
-        total_size=total_size,
+        path=target if plain and isinstance(target, str) else None,
+        seekable_file=raw.seekable_file if plain else None,
+        total_size=raw.total_size,
         check_utf8=check_utf8,
     )
 
