@@ -107,15 +107,14 @@ class _Ingest:
     structure: Structure
     start: int  # the dataset's row count before this ingest: the first new row's offset
     total: LogicalHasher
-    offset: int = -1  # the next row's offset
+    offset: int = field(init=False)  # the next row's offset
     slices: list[SliceRef] = field(default_factory=list)
     files: list[tuple[Path, CID]] = field(default_factory=list)
-    event_max: list[Any] = field(default_factory=list)
+    event_max: list[Any] = field(default_factory=list)  # each batch's latest event time
     rows_read: int = 0
 
     def __post_init__(self) -> None:
-        if self.offset < 0:
-            self.offset = self.start
+        self.offset = self.start
 
     @property
     def added_rows(self) -> int:
@@ -466,7 +465,8 @@ class Datasets:
                 raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
             os.replace(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)  # after os.replace this is a no-op; on any failure it removes the temp
+            # after os.replace this is a no-op; on any failure it removes the temp (one local unlink: no thread)
+            tmp.unlink(missing_ok=True)  # noqa: ASYNC240
         return path
 
     async def file_cid(self, path: Path) -> CID:
@@ -546,7 +546,7 @@ class _Prefetch:
                 if not self._put(item):
                     return
             self._put(self._DONE)
-        except BaseException as e:  # handed to the consumer, raised there
+        except BaseException as e:  # noqa: BLE001  handed to the consumer, raised there
             self._put(e)
 
     def _put(self, item: object) -> bool:
@@ -569,7 +569,7 @@ class _Prefetch:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
 
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()  # a consumer that failed must not leave the reader blocked forever

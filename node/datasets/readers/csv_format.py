@@ -31,7 +31,8 @@ from node.datasets.readers.options import (
     _size_text,
     _snip,
 )
-from node.datasets.readers.source import _ByteSource, _Opened
+from node.datasets.readers.source import _Opened
+from node.datasets.readers.streams import _ByteSource
 from node.errors import InvalidInput
 
 #: Delimiters tried when a CSV's is not given, in order of preference on a tie.

@@ -1,10 +1,9 @@
-"""Opening an input: files and streams, decompression, text encodings (to UTF-8), format sniffing.
+"""Opening an input: files and streams, decompression, the text encoding (``encodings``), format sniffing.
 
 Part of :mod:`node.datasets.readers` (see its docstring for the rules these follow)."""
 
 from __future__ import annotations
 
-import codecs
 import io
 import os
 import stat
@@ -14,194 +13,15 @@ from typing import Any, BinaryIO
 
 import pyarrow as pa
 
+from node.datasets.readers.encodings import _decoded_source
 from node.datasets.readers.options import _BOM, ReadOptions, _one_line
+from node.datasets.readers.streams import _ByteSource, _PeekReader
 from node.errors import InvalidInput
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _PAR1 = b"PAR1"
 _SNIFF_BYTES = 4096
-#: Byte order marks that name an encoding when none is given (UTF-32 first: its LE mark starts with UTF-16's).
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
-class _PeekReader(io.RawIOBase):
-    """A readable file object over a Python binary stream that can look at its first bytes
-    without seeking (stdin) and counts the bytes taken from it."""
-
-    def __init__(self, f: Any) -> None:
-        super().__init__()
-        self._f = f
-        self._buf = b""
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def _raw(self, n: int) -> bytes:
-        data = self._f.read(n)
-        if data is None:
-            return b""
-        if isinstance(data, str):
-            raise InvalidInput("the input stream is in text mode; pass a binary stream (e.g. sys.stdin.buffer)")
-        self.count += len(data)
-        return bytes(data) if not isinstance(data, bytes) else data
-
-    def peek(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            data = self._raw(n - len(self._buf))
-            if not data:
-                break
-            self._buf += data
-        return self._buf[:n]
-
-    def read(self, n: int = -1) -> bytes:
-        if self._buf:
-            if n is None or n < 0:
-                out, self._buf = self._buf + self._read_all(), b""
-                return out
-            out, self._buf = self._buf[:n], self._buf[n:]
-            return out
-        if n is None or n < 0:
-            return self._read_all()
-        return self._raw(n)
-
-    def _read_all(self) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            data = self._raw(1 << 20)
-            if not data:
-                return b"".join(parts)
-            parts.append(data)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-class _ByteSource:
-    """Sequential, full reads of the (decompressed) input, with push-back for sniffing."""
-
-    def __init__(self, reader: Any, codec: str, name: str) -> None:
-        self._reader = reader
-        self._codec = codec
-        self._name = name
-        self._pushback = b""
-
-    def _fail(self, e: BaseException) -> InvalidInput:
-        if self._codec != "none":
-            return InvalidInput(
-                f"{self._name}: {self._codec} decompression failed, the input is corrupt or"
-                f" truncated ({_one_line(str(e))})"
-            )
-        return InvalidInput(f"{self._name}: reading failed: {_one_line(str(e))}")
-
-    def readinto(self, buf: bytearray, start: int = 0) -> int:
-        """Fill ``buf[start:]``; returns the byte count (short only at the end of the input)."""
-        pos = start
-        end = len(buf)
-        if self._pushback and pos < end:
-            k = min(end - pos, len(self._pushback))
-            buf[pos : pos + k] = self._pushback[:k]
-            self._pushback = self._pushback[k:]
-            pos += k
-        if pos < end:
-            view = memoryview(buf)
-            try:
-                while pos < end:
-                    part = view[pos:]
-                    try:
-                        got = self._reader.readinto(part)
-                    except InvalidInput:
-                        raise
-                    except (OSError, pa.ArrowException, ValueError) as e:
-                        raise self._fail(e) from None
-                    finally:
-                        part.release()
-                    if not got:
-                        break
-                    pos += got
-            finally:
-                view.release()
-        return pos - start
-
-    def read(self, n: int) -> bytes:
-        buf = bytearray(n)
-        got = self.readinto(buf)
-        del buf[got:]
-        return bytes(buf)
-
-    def unread(self, data: bytes) -> None:
-        self._pushback = data + self._pushback
-
-
-class _Decoded:
-    """A raw reader over a ``_ByteSource`` in another text encoding, handing out its text as UTF-8
-    (the one form the parsers read). Undecodable input is an error naming the line and the byte
-    offset in the (decompressed) input."""
-
-    _PIECE = 1 << 20
-
-    def __init__(self, src: _ByteSource, encoding: str, name: str) -> None:
-        self._src = src
-        self._encoding = encoding
-        self._name = name
-        self._decoder = codecs.getincrementaldecoder(encoding)("strict")
-        self._out = b""
-        self._fed = 0  # input bytes given to the decoder so far
-        self._newlines = 0  # line ends in the text decoded so far
-        self._eof = False
-
-    def readinto(self, view: Any) -> int:
-        while not self._out and not self._eof:
-            piece = self._src.read(self._PIECE)
-            self._eof = not piece
-            pending = len(self._decoder.getstate()[0])  # bytes held back from the previous piece
-            try:
-                text = self._decoder.decode(piece, final=self._eof)
-            except UnicodeDecodeError as e:
-                raise self._error(e, self._fed - pending) from None
-            self._fed += len(piece)
-            self._newlines += text.count("\n")
-            self._out = text.encode("utf-8")
-        n = min(len(view), len(self._out))
-        view[:n] = self._out[:n]
-        self._out = self._out[n:]
-        return n
-
-    def _error(self, e: UnicodeDecodeError, base: int) -> InvalidInput:
-        before = e.object[: e.start].decode(e.encoding, "replace")
-        line = self._newlines + before.count("\n") + 1
-        bad = e.object[e.start : e.end].hex(" ")
-        return InvalidInput(
-            f"{self._name}: line {line}, byte offset {base + e.start}: cannot decode {bad} as"
-            f" {self._encoding} ({e.reason}); give the file's encoding with --encoding"
-        )
-
-
-def _text_encoding(head: bytes, given: str | None) -> str:
-    """The encoding to read text in: the one given, else the one a byte order mark names, else UTF-8."""
-    if given is not None:
-        return given
-    for bom, name in _BOMS:
-        if head.startswith(bom):
-            return name
-    return "utf-8"
-
-
-def _decoded_source(src: _ByteSource, head: bytes, options: ReadOptions, name: str) -> tuple[_ByteSource, bool]:
-    """``src`` as UTF-8 text, and whether the chunker must still check that it is valid UTF-8
-    (it is cheaper there, chunk by chunk, than transcoding UTF-8 to itself)."""
-    encoding = _text_encoding(head, options.encoding)
-    if encoding == "utf-8":
-        return src, True
-    return _ByteSource(_Decoded(src, encoding, name), "none", name), False
 
 
 @dataclass
