@@ -99,7 +99,7 @@ def p50(xs: list[float]) -> float:
 def pct(xs: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
     s = sorted(xs)
-    return round(s[max(0, min(len(s) - 1, -(-len(s) * q // 100) - 1))], 3) if s else float("nan")
+    return round(s[max(0, min(len(s) - 1, int(-(-len(s) * q // 100)) - 1))], 3) if s else float("nan")
 
 
 def constants(n: int) -> list[str]:
@@ -206,7 +206,7 @@ def clean_p50(samples: list[float], shares: list[float]) -> float | None:
     return p50(kept) if len(kept) >= 3 else None
 
 
-QUIET = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
+QUIET: dict[str, Any] = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
 
 
 def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
@@ -226,7 +226,7 @@ def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows:
     waited = round(time.monotonic() - t0, 1)
     QUIET["waits"][label] = {
         "waited_s": waited,
-        "quiet": calm >= windows,  # type: ignore[index]
+        "quiet": calm >= windows,
         "last_other_cpu_share": round(share, 3) if share is not None else None,
     }
     if calm < windows:
@@ -413,7 +413,7 @@ class BenchNode:
     def stop(self, timeout: float = 60.0) -> None:
         # The node stops its Kubo and its Spark worker (and the worker its JVM). Note them all now, by PID and
         # start time, to make sure afterwards that each is gone (a PID reused since is left alone).
-        started: list[tuple[int, str | None]] = []
+        started: list[tuple[int, int | None]] = []
         if self.proc is not None and self.proc.poll() is None:
             started = [(p, start_time(p)) for p in descendants(self.proc.pid) if p != self.proc.pid]
             self.proc.send_signal(signal.SIGTERM)

@@ -48,9 +48,10 @@ def long_functions(path: Path) -> list[tuple[str, int]]:
     lines = text.splitlines()
     found = []
     for node in ast.walk(ast.parse(text, filename=str(path))):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            if _length(node) > MAX_LINES and not _has_reason(lines, node):
-                found.append((node.name, _length(node)))
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if _length(node) > MAX_LINES and not _has_reason(lines, node):
+            found.append((node.name, _length(node)))
     return found
 
 
