@@ -426,8 +426,8 @@ class Worker:
                     if not ready:
                         self.cancel(job)
                     continue
-                ready, _, _ = select.select([conn, done_r], [], [])
-                if conn in ready and not job.future.done():
+                ready, _, _ = select.select([conn.fileno(), done_r], [], [])  # fds: one type for select's list
+                if conn.fileno() in ready and not job.future.done():
                     # The client sends nothing while it waits: readable means it closed (or broke
                     # the protocol). Either way the job has nobody to answer to: cancel it.
                     log.info("job %s: client went away, cancelling", job.id)
@@ -472,8 +472,8 @@ class Worker:
                 log.warning("parent process %s is gone; stopping", self.parent_pid)
                 self.stop()
                 break
-            ready, _, _ = select.select([self.listener, self.wake_r], [], [], 1.0)
-            if self.listener not in ready:
+            ready, _, _ = select.select([self.listener.fileno(), self.wake_r], [], [], 1.0)
+            if self.listener.fileno() not in ready:
                 continue
             try:
                 conn, _ = self.listener.accept()
@@ -619,11 +619,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.log:
-        args.log.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def _log_to(path: Path | None) -> None:
+    """Log to stderr; with a path, stdout and stderr (the JVM's too) go to that file."""
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)  # the JVM inherits these
         os.dup2(fd, 2)
         os.close(fd)
@@ -634,23 +634,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
+
+def _spark_conf(items: list[str], master: str) -> dict[str, str]:
+    """The --conf KEY=VALUE settings, checked; ValueError says what is wrong."""
     conf: dict[str, str] = {}
-    for item in args.conf:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            log.error("--conf wants KEY=VALUE, got %r", item)
-            return EXIT_USAGE
+            raise ValueError(f"--conf wants KEY=VALUE, got {item!r}")
         conf[key.strip()] = value
-    try:
-        check_conf(conf)
-        if args.master.strip().startswith("sc://"):
-            raise ValueError(
-                "Spark Connect masters (sc://) are not supported by this worker; use spark://… or local[N]"
-            )
-    except ValueError as e:
-        log.error("%s", e)
-        return EXIT_USAGE
+    check_conf(conf)
+    if master.strip().startswith("sc://"):
+        raise ValueError("Spark Connect masters (sc://) are not supported by this worker; use spark://… or local[N]")
+    return conf
 
+
+def _exit_on_signals() -> None:
     # Until Spark is up, SIGTERM (also sent on parent death) just ends the process; the JVM
     # follows when its stdin pipe closes.
     def early_exit(signum: int, _frame: Any) -> None:
@@ -659,18 +658,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, early_exit)
     signal.signal(signal.SIGINT, early_exit)
     _set_parent_death_signal()
-    if args.parent_pid is not None:
-        if os.getppid() != args.parent_pid:
-            log.error("parent %d already gone", args.parent_pid)
-            return EXIT_OK
-        threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
 
-    try:
-        listener, ino = _bind(args.socket)
-    except (OSError, ValueError) as e:
-        log.error("cannot serve on %s: %s", args.socket, e)
-        return EXIT_USAGE
 
+def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: socket.socket, ino: int) -> Worker | None:
+    """Spark started and a worker on the listening socket; None if Spark did not start (logged)."""
     spark = None
     try:
         t0 = time.perf_counter()
@@ -684,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         # The warm-up runs as the job thread's first task: ping answers at once, a first job waits for it.
         worker = Worker(spark, listener, args.socket, ino, args.parent_pid, warmup=not args.no_warmup)
         log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
+        return worker
     except SystemExit:
         _unlink_socket(args.socket, ino)
         stop_spark(spark)
@@ -693,8 +685,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_spark(spark)
         # Logged last: py4j logs noise while the JVM goes, and the node quotes the log's last lines.
         log.error("Spark did not start: %s", one_line(str(e), first=True) or type(e).__name__)
-        return EXIT_START_FAILED
+        return None
 
+
+def _serve(worker: Worker) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         worker.stop()
 
@@ -706,3 +700,28 @@ def main(argv: list[str] | None = None) -> int:
         os.close(worker.wake_r)
         os.close(worker.wake_w)
         log.info("exited")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _log_to(args.log)
+    try:
+        conf = _spark_conf(args.conf, args.master)
+    except ValueError as e:
+        log.error("%s", e)
+        return EXIT_USAGE
+    _exit_on_signals()
+    if args.parent_pid is not None:
+        if os.getppid() != args.parent_pid:
+            log.error("parent %d already gone", args.parent_pid)
+            return EXIT_OK
+        threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="parent-watch", daemon=True).start()
+    try:
+        listener, ino = _bind(args.socket)
+    except (OSError, ValueError) as e:
+        log.error("cannot serve on %s: %s", args.socket, e)
+        return EXIT_USAGE
+    worker = _start_worker(args, conf, listener, ino)
+    if worker is None:
+        return EXIT_START_FAILED
+    return _serve(worker)

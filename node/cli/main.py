@@ -133,9 +133,8 @@ def cmd_holium_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_add(args: argparse.Namespace) -> int:
-    from node.cli.progress import upload_progress
-
+def _add_params(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The ingest's query parameters from `cairn add`'s options (the file's own are added by cmd_add)."""
     params: list[tuple[str, str]] = [("name", args.name)] if args.name else [("to", args.to)]
     for key in (
         "format",
@@ -159,6 +158,31 @@ def cmd_add(args: argparse.Namespace) -> int:
         params.append(("primary_key", args.primary_key))
     params += [("type", t) for t in args.type or []]
     params += [("keyword", k) for k in args.keyword or []]
+    return params
+
+
+def _stream_ingest(client: NodeClient, query: str, source: Any, length: int | None, quiet: bool) -> dict[str, Any]:
+    """POST the source and follow the node's progress lines to its result (or its error)."""
+    from node.cli.progress import upload_progress
+
+    with upload_progress(source, length, quiet=quiet) as (body, on_progress):
+        with client.open("POST", f"/api/v0/datasets?{query}", body, "application/octet-stream", length) as resp:
+            out = None
+            for line in resp:
+                msg = json.loads(line)
+                if "result" in msg:
+                    out = msg["result"]
+                elif "error" in msg:
+                    raise RemoteError(msg["error"]["message"], msg["error"].get("status", 500))
+                else:
+                    on_progress(msg["bytes"], msg["rows"])
+    if out is None:
+        raise RemoteError("the node closed the connection before the ingest finished", 502)
+    return out
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    params = _add_params(args)
     client = NodeClient.for_home(_home(args))
     if args.file == "-":
         source, length = sys.stdin.buffer, None
@@ -173,20 +197,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             params.append(("path", str(path.resolve())))
             source, length = io.BytesIO(b""), 0
     params.append(("progress", "true"))
-    query = urllib.parse.urlencode(params)
-    with upload_progress(source, length, quiet=args.json) as (body, on_progress):
-        with client.open("POST", f"/api/v0/datasets?{query}", body, "application/octet-stream", length) as resp:
-            out = None
-            for line in resp:
-                msg = json.loads(line)
-                if "result" in msg:
-                    out = msg["result"]
-                elif "error" in msg:
-                    raise RemoteError(msg["error"]["message"], msg["error"].get("status", 500))
-                else:
-                    on_progress(msg["bytes"], msg["rows"])
-    if out is None:
-        raise RemoteError("the node closed the connection before the ingest finished", 502)
+    out = _stream_ingest(client, urllib.parse.urlencode(params), source, length, args.json)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -342,9 +353,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
         print(json.dumps(peers, indent=2))
         return 0
     for p in peers:
-        print(
-            f"{p.get('peer_id', p.get('id'))}  {'connected' if p.get('connected') else 'known'}  {' '.join(p.get('addrs', [])[:2])}"
-        )
+        state = "connected" if p.get("connected") else "known"
+        print(f"{p.get('peer_id', p.get('id'))}  {state}  {' '.join(p.get('addrs', [])[:2])}")
     return 0
 
 
@@ -389,6 +399,8 @@ def cmd_announcements(args: argparse.Namespace) -> int:
 
 # -- parser ---------------------------------------------------------------------------------
 
+Subparsers = Any  # argparse's _SubParsersAction is private
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag or flag value is ``error: <one line>`` like every other user error (exit 2)."""
@@ -397,53 +409,51 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
-    p.add_argument("--version", action="version", version=f"cairn {__version__}")
-    p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _command(
+    parent: Subparsers, name: str, fn: Callable[[argparse.Namespace], int], help: str
+) -> argparse.ArgumentParser:
+    sp: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
+    sp.set_defaults(func=fn)
+    return sp
 
-    def add(
-        name: str, fn: Callable[[argparse.Namespace], int], help: str, parent: Any = sub
-    ) -> argparse.ArgumentParser:
-        sp = parent.add_parser(name, help=help, description=help)
-        sp.set_defaults(func=fn)
-        return sp
 
-    add("init", cmd_init, "create the data directory, config, node key and API token")
+def _group(sub: Subparsers, name: str, help: str) -> Subparsers:
+    """A command with subcommands (`cairn node start`)."""
+    return sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
 
-    node = sub.add_parser("node", help="run the node daemon").add_subparsers(
-        dest="node_command", required=True, metavar="COMMAND"
-    )
-    sp = add("start", cmd_node_start, "run the node in the foreground (Ctrl-C stops it)", node)
+
+def _add_node_commands(sub: Subparsers) -> None:
+    _command(sub, "init", cmd_init, "create the data directory, config, node key and API token")
+    node = _group(sub, "node", "run the node daemon")
+    sp = _command(node, "start", cmd_node_start, "run the node in the foreground (Ctrl-C stops it)")
     sp.add_argument("--api-host", help="HTTP API bind address (api.host)")
     sp.add_argument("--api-port", type=int, help="HTTP API port, 0 = free port (api.port)")
     sp.add_argument("--ipfs-api", help="use this external Kubo RPC API instead of a managed one (ipfs.api)")
     sp.add_argument("--ipfs-binary", help="Kubo binary for the managed Kubo (ipfs.binary)")
     sp.add_argument("--log-level", help="debug, info, warning, error (log.level)")
-
-    sp = add("status", cmd_status, "say whether the node of this home is running")
+    sp = _command(sub, "status", cmd_status, "say whether the node of this home is running")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
 
-    dag = sub.add_parser("dag", help="store and read IPLD objects").add_subparsers(
-        dest="dag_command", required=True, metavar="COMMAND"
-    )
-    sp = add("put", cmd_dag_put, "store a DAG-JSON object as DAG-CBOR in Kubo, pin it, print its CID", dag)
+
+def _add_object_commands(sub: Subparsers) -> None:
+    dag = _group(sub, "dag", "store and read IPLD objects")
+    sp = _command(dag, "put", cmd_dag_put, "store a DAG-JSON object as DAG-CBOR in Kubo, pin it, print its CID")
     sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
     sp.add_argument("--no-pin", dest="pin", action="store_false", help="store without pinning")
-    sp = add("get", cmd_dag_get, "print an object as DAG-JSON", dag)
+    sp = _command(dag, "get", cmd_dag_get, "print an object as DAG-JSON")
     sp.add_argument("cid")
-
-    sp = add("cid", cmd_cid, "print the CID `dag put` would give, computed locally (no node needed)")
+    sp = _command(sub, "cid", cmd_cid, "print the CID `dag put` would give, computed locally (no node needed)")
     sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
-
-    holium = sub.add_parser("holium", help="Holium data trees").add_subparsers(
-        dest="holium_command", required=True, metavar="COMMAND"
+    holium = _group(sub, "holium", "Holium data trees")
+    sp = _command(
+        holium, "import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID"
     )
-    sp = add("import", cmd_holium_import, "import JSON, CSV or CBOR as a Holium data tree; print the root CID", holium)
     sp.add_argument("file")
     sp.add_argument("--format", choices=["json", "csv", "cbor", "bin"], help="default: from the file extension")
-    sp = add("add", cmd_add, "ingest CSV/TSV, JSON Lines or Parquet (gzip/zstd too) as a dataset version")
+
+
+def _add_add_command(sub: Subparsers) -> None:
+    sp = _command(sub, "add", cmd_add, "ingest CSV/TSV, JSON Lines or Parquet (gzip/zstd too) as a dataset version")
     sp.add_argument("file", help="the file, or - for stdin")
     target = sp.add_mutually_exclusive_group(required=True)
     target.add_argument("--name", help="create a dataset with this name")
@@ -473,17 +483,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--upload", action="store_true", help="send the file over HTTP even to a node on this machine")
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
 
-    sp = add("ls", cmd_ls, "list the datasets of this node")
+
+def _add_read_commands(sub: Subparsers) -> None:
+    sp = _command(sub, "ls", cmd_ls, "list the datasets of this node")
     sp.add_argument("--json", action="store_true")
-    sp = add("log", cmd_log, "a dataset's metadata chain, newest block first")
+    sp = _command(sub, "log", cmd_log, "a dataset's metadata chain, newest block first")
     sp.add_argument("ref", help="a name, a dataset id (did:key) or a block CID")
     sp.add_argument("--json", action="store_true")
-    sp = add("get", cmd_get, "write a dataset version's rows to a file")
+    sp = _command(sub, "get", cmd_get, "write a dataset version's rows to a file")
     sp.add_argument("ref", help="a name, a dataset id, or a block CID (a frozen version)")
     sp.add_argument("-o", "--output", help="output file (default: stdout)")
     sp.add_argument("--format", choices=["csv", "parquet", "jsonl"], help="default: from the -o extension, else jsonl")
     sp.add_argument("--limit", type=int, help="at most this many rows")
-    sp = add("query", cmd_query, "answer a SQL query over datasets: from the index, or computed on Spark and published")
+
+
+def _add_query_command(sub: Subparsers) -> None:
+    help = "answer a SQL query over datasets: from the index, or computed on Spark and published"
+    sp = _command(sub, "query", cmd_query, help)
     sp.add_argument("sql")
     sp.add_argument("--input", "-i", action="append", metavar="NAME=DATASET", help="a table the SQL reads (repeatable)")
     sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
@@ -499,17 +515,23 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["self", "community", "verify", "any"],
         help="how to use peers' results (default: peers.trust)",
     )
-    sp = add("peers", cmd_peers, "the p2p peers this node knows")
+
+
+def _add_peer_commands(sub: Subparsers) -> None:
+    sp = _command(sub, "peers", cmd_peers, "the p2p peers this node knows")
     sp.add_argument("--json", action="store_true")
-    sp = add("connect", cmd_connect, "connect to a peer (an address from its `cairn status --json` p2p_addrs)")
+    sp = _command(
+        sub, "connect", cmd_connect, "connect to a peer (an address from its `cairn status --json` p2p_addrs)"
+    )
     sp.add_argument("addr", metavar="MULTIADDR")
-    sp = add("trust", cmd_trust, "manage the keys whose results this node uses (community trust)")
+    sp = _command(sub, "trust", cmd_trust, "manage the keys whose results this node uses (community trust)")
     sp.add_argument("action", choices=["add", "rm", "ls"])
     sp.add_argument("key", nargs="?", help="a node_key (did:key:z6Mk…)")
     sp.add_argument("--community", help="the trusted set (default: default)")
-    sp = add("announcements", cmd_announcements, "recent claims from peers, with accept/refuse reasons")
+    sp = _command(sub, "announcements", cmd_announcements, "recent claims from peers, with accept/refuse reasons")
     sp.add_argument("--json", action="store_true")
-    sp = add(
+    sp = _command(
+        sub,
         "pull",
         cmd_pull,
         "copy a dataset from another node (its /odf/NAME URL) or by block CID over IPFS, verifying everything",
@@ -517,6 +539,26 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("source", help="http://HOST:PORT/odf/NAME, or a head block CID")
     sp.add_argument("--name", help="local name (default: the remote name)")
     sp.add_argument("--json", action="store_true")
+
+
+# The subcommands, in the order `cairn --help` lists them.
+_COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
+    _add_node_commands,
+    _add_object_commands,
+    _add_add_command,
+    _add_read_commands,
+    _add_query_command,
+    _add_peer_commands,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
+    p.add_argument("--version", action="version", version=f"cairn {__version__}")
+    p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_commands in _COMMAND_GROUPS:
+        add_commands(sub)
     return p
 
 

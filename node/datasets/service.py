@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -27,7 +27,7 @@ from node import clock, identity
 from node.datasets import merge as merging
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
-from node.datasets.readers import ReadOptions, open_input
+from node.datasets.readers import Input, ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
 from node.errors import CairnError, Conflict, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
 from node.index import DatasetRow, Index
@@ -72,6 +72,98 @@ def evolve(old: Structure, new: pa.Schema) -> list[str]:
                 f"{typ} -> {new_types[name]} (only adding columns is allowed)"
             )
     return old.names + [n for n in new.names if n not in old.names]
+
+
+@dataclass
+class _Ingest:
+    """What one read of a source gave: slices stored in Kubo (not pinned yet) and the facts about them."""
+
+    structure: Structure
+    start: int  # the dataset's row count before this ingest: the first new row's offset
+    total: LogicalHasher
+    offset: int = field(init=False)  # the next row's offset
+    slices: list[SliceRef] = field(default_factory=list)
+    files: list[tuple[Path, CID]] = field(default_factory=list)
+    event_max: list[Any] = field(default_factory=list)  # each batch's latest event time
+    rows_read: int = 0
+
+    def __post_init__(self) -> None:
+        self.offset = self.start
+
+    @property
+    def added_rows(self) -> int:
+        return self.offset - self.start
+
+
+@dataclass(frozen=True)
+class _Signer:
+    """The key a dataset's chain is signed with, and the block the next one follows."""
+
+    key: Ed25519PrivateKey
+    did: str
+    key_name: str
+    ipns: str | None
+    prev: CID | None
+    seq: int
+
+
+def _merged_batches(
+    inp: Input, old: Version | None, strategy: str, pk: list[str], prior_tables: list[pa.Table]
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The input's batches in the dataset's column order, through the merge strategy, and their schema."""
+    schema = inp.schema
+    merging.check_primary_key(schema, strategy, pk)
+    user_struct = old.structure if old and old.structure else None
+    if user_struct is not None and strategy == "snapshot":
+        user_struct = Structure(user_struct.format, user_struct.schema[1:])  # without op
+    order = evolve(user_struct, schema) if user_struct else schema.names
+    schema = pa.schema([schema.field(n) for n in order])
+    batches: Iterator[pa.RecordBatch] = (b.select(order) for b in inp.batches)
+    if strategy == "ledger":
+        seen = {k for t in prior_tables for k in merging._keys(t, pk)}
+        batches = merging.ledger(batches, pk, seen)
+    elif strategy == "snapshot":
+        state = merging.fold_state(prior_tables, pk)
+        batches = merging.snapshot(batches, schema, pk, state)
+        schema = merging.with_op(schema)
+    return schema, batches
+
+
+def _tracked(
+    batches: Iterator[pa.RecordBatch],
+    inp: Input,
+    event_time: str | None,
+    progress: Progress | None,
+    event_max: list[Any],
+) -> Iterator[pa.RecordBatch]:
+    """The batches unchanged, noting each one's latest event time and reporting progress as they pass."""
+    for b in batches:
+        if event_time and b.num_rows:
+            event_max.append(pc.max(b.column(event_time)).as_py())
+        if progress:
+            progress(inp.bytes_read, inp.rows_read)
+        yield b
+
+
+def _schema_blocks(structure: Structure, events: list[dict[str, Any]]) -> list[Block]:
+    """The structure's blocks (concrete and abstract); appends the SetDataSchema event naming them."""
+    st_block, abs_block = block_of(structure), block_of(structure.abstract())
+    events.append({"kind": "SetDataSchema", "structure": st_block.cid, "abstract": abs_block.cid})
+    return [st_block, abs_block]
+
+
+def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "kind": "AddData",
+        "slices": [{"data": s.cid, "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in got.slices],
+        "offsets": [got.start, got.offset - 1],
+        "rows": got.added_rows,
+        "logicalHash": str(got.total.finish()),
+        "merge": {"strategy": strategy, "primaryKey": pk},
+    }
+    if got.event_max and any(v is not None for v in got.event_max):
+        ev["eventTime"] = max(v for v in got.event_max if v is not None).isoformat()
+    return ev
 
 
 class Datasets:
@@ -212,122 +304,105 @@ class Datasets:
         progress: Progress | None,
         work: Path,
     ) -> AddResult:
-        prior_tables = [t for t in await self._prior_tables(old)] if old and strategy != "append" else []
-        inp = await asyncio.to_thread(open_input, source, options)
-        try:
-            schema = inp.schema
-            merging.check_primary_key(schema, strategy, pk)
-            user_struct = old.structure if old and old.structure else None
-            if user_struct is not None and strategy == "snapshot":
-                user_struct = Structure(user_struct.format, user_struct.schema[1:])  # without op
-            order = evolve(user_struct, schema) if user_struct else schema.names
-            schema = pa.schema([schema.field(n) for n in order])
-            batches: Iterator[pa.RecordBatch] = (b.select(order) for b in inp.batches)
-            if strategy == "ledger":
-                seen = {k for t in prior_tables for k in merging._keys(t, pk)}
-                batches = merging.ledger(batches, pk, seen)
-            elif strategy == "snapshot":
-                state = merging.fold_state(prior_tables, pk)
-                batches = merging.snapshot(batches, schema, pk, state)
-                schema = merging.with_op(schema)
-            structure = _structure(schema)
-            start = old.rows if old else 0
-            event_max: list[Any] = []
-
-            def tracked() -> Iterator[pa.RecordBatch]:
-                for b in batches:
-                    if options.event_time and b.num_rows:
-                        event_max.append(pc.max(b.column(options.event_time)).as_py())
-                    if progress:
-                        progress(inp.bytes_read, inp.rows_read)
-                    yield b
-
-            total = LogicalHasher(schema)
-            slices: list[SliceRef] = []
-            files: list[tuple[Path, CID]] = []
-            offset = start
-            # Reading and cutting slice n+1 (one thread) overlaps writing slice n (another).
-            async with _Prefetch(iter_slices(tracked(), schema, self.rows_per_slice)) as tables:
-                async for table in tables:
-                    path = work / f"slice-{len(slices)}.parquet"
-                    rows, lh = await asyncio.to_thread(_write_slice, table, path, total)
-                    added = await self.kubo.add(path, pin=False)
-                    slices.append(SliceRef(added.cid, rows, added.file_size, lh, offset))
-                    files.append((path, added.cid))
-                    offset += rows
-            if progress:
-                progress(inp.bytes_read, inp.rows_read)
-            rows_read = inp.rows_read
-        finally:
-            inp.close()
-
-        added_rows = offset - start
-        if old is not None and added_rows == 0:
+        got = await self._read_source(source, old, options, strategy, pk, progress, work)
+        structure = got.structure
+        if old is not None and got.added_rows == 0:
             # A column no row carries is not added: a schema changes with the first rows that have it,
             # so a version's last slice always holds every column (readers and the worker rely on it).
             structure = old.structure or structure
-        if old is not None and added_rows == 0 and not info:
+        if old is not None and got.added_rows == 0 and not info:
             # Nothing new (e.g. a ledger that had seen every row): the chain stays as it is.
-            return AddResult(name, old.dataset_id, old.head, old.head, rows_read, 0, [], False)
-
-        blocks: list[Block] = []
-        if old is None:
-            key, did, key_name, ipns = await self._new_key()
-            prev, seq = None, 0
-            chain = [{"kind": "Seed", "datasetId": did, "datasetKind": "root"}]
-        else:
-            assert row is not None
-            key, did, key_name, ipns = self._load_key(row.key_name), old.dataset_id, row.key_name, row.ipns
-            prev, seq = old.head, old.seq + 1
-            chain = []
+            return AddResult(name, old.dataset_id, old.head, old.head, got.rows_read, 0, [], False)
+        signer = await self._signer(row, old)
         schema_changed = old is None or old.structure != structure
-        if schema_changed:
-            st_block, abs_block = block_of(structure), block_of(structure.abstract())
-            blocks += [st_block, abs_block]
-            chain.append({"kind": "SetDataSchema", "structure": st_block.cid, "abstract": abs_block.cid})
-        if added_rows:
-            ev: dict[str, Any] = {
-                "kind": "AddData",
-                "slices": [
-                    {"data": s.cid, "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in slices
-                ],
-                "offsets": [start, offset - 1],
-                "rows": added_rows,
-                "logicalHash": str(total.finish()),
-                "merge": {"strategy": strategy, "primaryKey": pk},
-            }
-            if event_max and any(v is not None for v in event_max):
-                ev["eventTime"] = max(v for v in event_max if v is not None).isoformat()
-            chain.append(ev)
+        events = [] if old is not None else [{"kind": "Seed", "datasetId": signer.did, "datasetKind": "root"}]
+        blocks = _schema_blocks(structure, events) if schema_changed else []
+        if got.added_rows:
+            events.append(_add_data_event(got, strategy, pk))
         if info:
-            chain.append({"kind": "SetInfo", **info})
+            events.append({"kind": "SetInfo", **info})
+        head = await self._store_chain(signer, blocks, events)
+        await self._move_head(name, row, old, signer, head, got)
+        previous = old.head if old else None
+        return AddResult(name, signer.did, head, previous, got.rows_read, got.added_rows, got.slices, schema_changed)
 
-        for event in chain:
-            mb = MetadataBlock(prev, seq, clock.utc_now_iso(), event).signed(key.sign)
+    async def _read_source(
+        self,
+        source: Any,
+        old: Version | None,
+        options: ReadOptions,
+        strategy: str,
+        pk: list[str],
+        progress: Progress | None,
+        work: Path,
+    ) -> _Ingest:
+        """Read the source through the merge strategy into slices stored (unpinned) in Kubo."""
+        prior_tables = list(await self._prior_tables(old)) if old and strategy != "append" else []
+        inp = await asyncio.to_thread(open_input, source, options)
+        try:
+            schema, batches = _merged_batches(inp, old, strategy, pk, prior_tables)
+            got = _Ingest(_structure(schema), old.rows if old else 0, LogicalHasher(schema))
+            tracked = _tracked(batches, inp, options.event_time, progress, got.event_max)
+            await self._write_slices(tracked, schema, got, work)
+            if progress:
+                progress(inp.bytes_read, inp.rows_read)
+            got.rows_read = inp.rows_read
+        finally:
+            inp.close()
+        return got
+
+    async def _write_slices(
+        self, batches: Iterator[pa.RecordBatch], schema: pa.Schema, got: _Ingest, work: Path
+    ) -> None:
+        # Reading and cutting slice n+1 (one thread) overlaps writing slice n (another).
+        async with _Prefetch(iter_slices(batches, schema, self.rows_per_slice)) as tables:
+            async for table in tables:
+                path = work / f"slice-{len(got.slices)}.parquet"
+                rows, lh = await asyncio.to_thread(_write_slice, table, path, got.total)
+                added = await self.kubo.add(path, pin=False)
+                got.slices.append(SliceRef(added.cid, rows, added.file_size, lh, got.offset))
+                got.files.append((path, added.cid))
+                got.offset += rows
+
+    async def _signer(self, row: DatasetRow | None, old: Version | None) -> _Signer:
+        """The dataset's key and where its chain goes on: a new key and a new chain for a new dataset."""
+        if row is None or old is None:  # `old` is read from `row`: both or neither
+            key, did, key_name, ipns = await self._new_key()
+            return _Signer(key, did, key_name, ipns, None, 0)
+        return _Signer(self._load_key(row.key_name), old.dataset_id, row.key_name, row.ipns, old.head, old.seq + 1)
+
+    async def _store_chain(self, signer: _Signer, blocks: list[Block], events: list[dict[str, Any]]) -> CID:
+        """Sign `events` into metadata blocks after the signer's head, store them with `blocks`, pin the new head."""
+        prev, seq = signer.prev, signer.seq
+        chain: list[Block] = []
+        for event in events:
+            mb = MetadataBlock(prev, seq, clock.utc_now_iso(), event).signed(signer.key.sign)
             blk = block_of(mb)
-            blocks.append(blk)
+            chain.append(blk)
             self._blocks[blk.cid] = mb
             prev, seq = blk.cid, seq + 1
-        for blk in blocks:
+        for blk in blocks + chain:
             await self._put(blk)
-        head = prev
-        assert head is not None
+        head = chain[-1].cid
         await self.kubo.pin_add(head, recursive=True)  # slices, structures and chain: all or nothing
+        return head
 
+    async def _move_head(
+        self, name: str, row: DatasetRow | None, old: Version | None, signer: _Signer, head: CID, got: _Ingest
+    ) -> None:
         if old is None or old.rows == 0:
             # The whole version is this ingest's rows: its logical hash is known now, not at the first query.
-            self.index.set_version_facts(cid_str(head), str(total.finish()), total.rows)
+            self.index.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
         # Everything is stored and pinned: now, and only now, the head moves.
         if row is None:
-            self.index.create_dataset(name, did, cid_str(head), ipns, key_name)
+            self.index.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
         elif not self.index.move_head(name, row.head, cid_str(head)):
             raise Conflict(f"dataset {name!r} moved while this ingest ran; nothing was changed")
         if old is not None:
             await self.kubo.pin_rm(old.head, recursive=True)  # covered by the new recursive pin
-        for path, cid in files:  # keep the local copies: reads and queries need no round trip
+        for path, cid in got.files:  # keep the local copies: reads and queries need no round trip
             os.replace(path, self.cache_dir / f"{cid}.parquet")
-        await self._publish(key_name, head)
-        return AddResult(name, did, head, old.head if old else None, rows_read, added_rows, slices, schema_changed)
+        await self._publish(signer.key_name, head)
 
     async def _publish(self, key_name: str, head: CID) -> None:
         try:
@@ -370,7 +445,8 @@ class Datasets:
                 raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
             os.replace(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)  # after os.replace this is a no-op; on any failure it removes the temp
+            # after os.replace this is a no-op; on any failure it removes the temp (one local unlink: no thread)
+            tmp.unlink(missing_ok=True)  # noqa: ASYNC240
         return path
 
     async def file_cid(self, path: Path) -> CID:
@@ -450,7 +526,7 @@ class _Prefetch:
                 if not self._put(item):
                     return
             self._put(self._DONE)
-        except BaseException as e:  # handed to the consumer, raised there
+        except BaseException as e:  # noqa: BLE001  handed to the consumer, raised there
             self._put(e)
 
     def _put(self, item: object) -> bool:
@@ -473,7 +549,7 @@ class _Prefetch:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
 
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()  # a consumer that failed must not leave the reader blocked forever

@@ -3,6 +3,7 @@ completed to a total order, and the statement's sort keys."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,14 +84,16 @@ def window_kind(window: exp.Window) -> str | None:
     func = unwrap_nulls(window.this)
     name = func.fname if isinstance(func, (SparkCall, SparkAggCall)) else None
     spec = window.args.get("spec")
-    rows = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
-    whole = (
-        rows
-        and str(spec.args.get("start") or "").upper() == "UNBOUNDED"
-        and str(spec.args.get("start_side") or "").upper() == "PRECEDING"
-        and str(spec.args.get("end") or "").upper() == "UNBOUNDED"
-        and str(spec.args.get("end_side") or "").upper() == "FOLLOWING"
-    )
+    rows = whole = False
+    if spec is not None:
+        rows = str(spec.args.get("kind") or "").upper() == "ROWS"
+        whole = (
+            rows
+            and str(spec.args.get("start") or "").upper() == "UNBOUNDED"
+            and str(spec.args.get("start_side") or "").upper() == "PRECEDING"
+            and str(spec.args.get("end") or "").upper() == "UNBOUNDED"
+            and str(spec.args.get("end_side") or "").upper() == "FOLLOWING"
+        )
     if name in allowlist.ROW_WINDOW_FUNCTIONS or name in allowlist.VALUE_WINDOW_FUNCTIONS:
         return "complete"
     if isinstance(func, SparkAggCall) and rows and not whole:
@@ -158,7 +161,7 @@ _NEVER_FLOAT_CALLS = frozenset(
 )
 
 
-def never_float(expression: exp.Expr) -> bool:
+def never_float(expression: exp.Expr | None) -> bool:
     """Whether an expression of unknown type surely holds no FLOAT/DOUBLE (else it gets a tie-breaker)."""
     while isinstance(expression, (exp.Paren, exp.Window)):
         expression = unwrap_nulls(expression.this)
@@ -231,53 +234,9 @@ def complete_orders(
             continue
         select = leftmost_select(query)
         outputs = list(select.expressions)
-        inner_exprs = [
-            p.this.sql(dialect=DIALECT) if isinstance(p, exp.Alias) else p.sql(dialect=DIALECT) for p in outputs
-        ]
-        keys: list[SortKey] = []
-        present: set[int] = set()
-        previous: exp.Expr | None = None
-        for ordered in order.expressions:
-            this = ordered.this
-            if is_tiebreaker(this, previous):  # our own tie-breaker, read back: not a key of its own
-                previous = None
-                continue
-            if isinstance(this, exp.Literal) and not this.is_string and re.fullmatch(r"[1-9][0-9]*", this.name):
-                position = int(this.name) - 1  # ORDER BY <ordinal>
-                if position >= len(outputs):
-                    raise QueryRefused("unknown-column", "ORDER BY position is not in the select list", sql_of(this))
-                this = exp.column(f"_{position}")
-                ordered.set("this", this)
-            k = output_ref(this)
-            entries = False
-            if k is None and isinstance(this, SparkCall) and this.fname == "map_entries" and len(this.expressions) == 1:
-                k = output_ref(this.expressions[0])
-                entries = k is not None
-            if k is None and query is select:
-                text = ordered.this.sql(dialect=DIALECT)
-                if text in inner_exprs:
-                    k = inner_exprs.index(text)
-                    ordered.set("this", exp.column(f"_{k}"))
-            if k is not None and k >= len(outputs):
-                k = None
-            previous = ordered.this
-            keys.append(SortKey(k, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")), entries))
-            if k is not None:
-                present.add(k)
-        skipped = []
-        for k, projection in enumerate(outputs):
-            if k in present:
-                continue
-            inner = projection.this if isinstance(projection, exp.Alias) else projection
-            source = input_column.get(id(inner))
-            type_string = ctx.declared[source[0]].types[source[1]] if source is not None else ""
-            how = sort_key_for(type_string, exp.column(f"_{k}"))
-            if how is None:
-                skipped.append(k)  # Spark cannot sort it (a map inside another type)
-                continue
-            order.append("expressions", exp.Ordered(this=how[0], nulls_first=True))
-            keys.append(SortKey(k, False, True, how[1]))
-        add_float_tiebreakers(order, lambda key: _key_type(ctx, key, outputs, input_column))
+        keys = _given_keys(query, select, order, outputs)
+        skipped = _append_output_keys(ctx, order, outputs, input_column, keys)
+        add_float_tiebreakers(order, functools.partial(_output_key_type, ctx, outputs, input_column))
         if skipped and (query.args.get("limit") or query.args.get("offset")):
             raise QueryRefused(
                 "unordered-limit", "the order cannot be made total: an output is a map", sql_of(outputs[skipped[0]])
@@ -285,6 +244,78 @@ def complete_orders(
         if query is root:
             top = tuple(keys)
     return top
+
+
+def _output_key_type(
+    ctx: Context, outputs: list[exp.Expr], input_column: dict[int, tuple[int, int]], key: exp.Expr
+) -> str | None:
+    return _key_type(ctx, key, outputs, input_column)
+
+
+def _given_keys(query: exp.Expr, select: exp.Select, order: exp.Expr, outputs: list[exp.Expr]) -> list[SortKey]:
+    """The ORDER BY's own keys, each resolved to the output it sorts by (rewritten as `_k`) where it is one."""
+    inner_exprs = [p.this.sql(dialect=DIALECT) if isinstance(p, exp.Alias) else p.sql(dialect=DIALECT) for p in outputs]
+    keys: list[SortKey] = []
+    previous: exp.Expr | None = None
+    for ordered in order.expressions:
+        if is_tiebreaker(ordered.this, previous):  # our own tie-breaker, read back: not a key of its own
+            previous = None
+            continue
+        k, entries = _output_of(ordered, query is select, outputs, inner_exprs)
+        previous = ordered.this
+        keys.append(SortKey(k, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first")), entries))
+    return keys
+
+
+def _output_of(
+    ordered: exp.Expr, in_select: bool, outputs: list[exp.Expr], inner_exprs: list[str]
+) -> tuple[int | None, bool]:
+    """The output position an ORDER BY key sorts by (None if it is not one) and whether it sorts by map_entries."""
+    this = ordered.this
+    if isinstance(this, exp.Literal) and not this.is_string and re.fullmatch(r"[1-9][0-9]*", this.name):
+        position = int(this.name) - 1  # ORDER BY <ordinal>
+        if position >= len(outputs):
+            raise QueryRefused("unknown-column", "ORDER BY position is not in the select list", sql_of(this))
+        this = exp.column(f"_{position}")
+        ordered.set("this", this)
+    k = output_ref(this)
+    entries = False
+    if k is None and isinstance(this, SparkCall) and this.fname == "map_entries" and len(this.expressions) == 1:
+        k = output_ref(this.expressions[0])
+        entries = k is not None
+    if k is None and in_select:
+        text = ordered.this.sql(dialect=DIALECT)
+        if text in inner_exprs:
+            k = inner_exprs.index(text)
+            ordered.set("this", exp.column(f"_{k}"))
+    if k is not None and k >= len(outputs):
+        k = None
+    return k, entries
+
+
+def _append_output_keys(
+    ctx: Context,
+    order: exp.Expr,
+    outputs: list[exp.Expr],
+    input_column: dict[int, tuple[int, int]],
+    keys: list[SortKey],
+) -> list[int]:
+    """Append every output the ORDER BY does not sort by yet (to `order` and `keys`); the ones Spark cannot sort."""
+    present = {key.position for key in keys if key.position is not None}
+    skipped = []
+    for k, projection in enumerate(outputs):
+        if k in present:
+            continue
+        inner = projection.this if isinstance(projection, exp.Alias) else projection
+        source = input_column.get(id(inner))
+        type_string = ctx.declared[source[0]].types[source[1]] if source is not None else ""
+        how = sort_key_for(type_string, exp.column(f"_{k}"))
+        if how is None:
+            skipped.append(k)  # Spark cannot sort it (a map inside another type)
+            continue
+        order.append("expressions", exp.Ordered(this=how[0], nulls_first=True))
+        keys.append(SortKey(k, False, True, how[1]))
+    return skipped
 
 
 def complete_windows(
@@ -298,50 +329,22 @@ def complete_windows(
 ) -> None:
     """Append tie-breakers to every row-positional window's ORDER BY: the GROUP BY keys, or every column it reads,
     each float key followed by its ``float_tiebreaker``."""
-    input_column = input_column or {}
+    columns = input_column or {}
     for window in list(root.find_all(exp.Window)):
         if window_kind(window) != "complete":
             continue
         select = window.find_ancestor(exp.Select)
         if select is None:
             raise QueryRefused("unordered-window", "cannot complete the window's order", sql_of(window))
-        tiebreakers: list[exp.Expr] = []
         typed: dict[int, str] = {}  # id(tie-breaker column) -> its declared type
         group = select.args.get("group")
         if group is not None:
-            if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")) or any(
-                isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions
-            ):
-                raise QueryRefused(
-                    "unordered-window",
-                    "cannot make a window order total over ROLLUP/CUBE/GROUPING SETS",
-                    sql_of(window),
-                )
-            for key in group.expressions:
-                copy = key.copy()
-                source = input_column.get(id(key))
-                if source is not None:  # the copy is not in input_column: keep the group key's type
-                    typed[id(copy)] = ctx.declared[source[0]].types[source[1]]
-                tiebreakers.append(copy)
+            tiebreakers = _group_tiebreakers(ctx, group, window, columns, typed)
         elif not is_aggregate_select(select):
-            for occurrence in visible.get(id(select), []):
-                kind, info = occ_kind[id(occurrence)]
-                qualifier = qualifier_of[id(occurrence)]
-                if kind == "input":
-                    for j, type_string in enumerate(ctx.declared[info].types):
-                        how = sort_key_for(type_string, exp.column(f"col_{j}", table=qualifier))
-                        if how is None:
-                            raise QueryRefused(
-                                "unordered-window",
-                                "cannot make the window order total: an input column holds a nested map",
-                                sql_of(window),
-                            )
-                        typed[id(how[0])] = type_string
-                        tiebreakers.append(how[0])
-                else:
-                    scope = source_scope.get(id(occurrence))
-                    count = len(leftmost_select(scope.expression).expressions) if scope is not None else 0
-                    tiebreakers.extend(exp.column(f"_{k}", table=qualifier) for k in range(count))
+            occurrences = visible.get(id(select), [])
+            tiebreakers = _read_tiebreakers(ctx, occurrences, window, qualifier_of, occ_kind, source_scope, typed)
+        else:
+            tiebreakers = []
         order = window.args["order"]
         have = {o.this.sql(dialect=DIALECT) for o in order.expressions}
         have |= {e.sql(dialect=DIALECT) for e in window.args.get("partition_by") or []}
@@ -350,10 +353,70 @@ def complete_windows(
             if text not in have:
                 have.add(text)
                 order.append("expressions", exp.Ordered(this=expression, nulls_first=True))
+        add_float_tiebreakers(order, functools.partial(_window_key_type, ctx, typed, columns))
 
-        def type_of(key: exp.Expr) -> str | None:
-            if id(key) in typed:
-                return typed[id(key)]
-            return _key_type(ctx, key, [], input_column)
 
-        add_float_tiebreakers(order, type_of)
+def _window_key_type(
+    ctx: Context, typed: dict[int, str], input_column: dict[int, tuple[int, int]], key: exp.Expr
+) -> str | None:
+    if id(key) in typed:
+        return typed[id(key)]
+    return _key_type(ctx, key, [], input_column)
+
+
+def _group_tiebreakers(
+    ctx: Context,
+    group: exp.Expr,
+    window: exp.Window,
+    input_column: dict[int, tuple[int, int]],
+    typed: dict[int, str],
+) -> list[exp.Expr]:
+    """Copies of the GROUP BY keys (their types noted in `typed`): in a grouped select they identify a row."""
+    if any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")) or any(
+        isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)) for e in group.expressions
+    ):
+        raise QueryRefused(
+            "unordered-window",
+            "cannot make a window order total over ROLLUP/CUBE/GROUPING SETS",
+            sql_of(window),
+        )
+    tiebreakers = []
+    for key in group.expressions:
+        copy = key.copy()
+        source = input_column.get(id(key))
+        if source is not None:  # the copy is not in input_column: keep the group key's type
+            typed[id(copy)] = ctx.declared[source[0]].types[source[1]]
+        tiebreakers.append(copy)
+    return tiebreakers
+
+
+def _read_tiebreakers(
+    ctx: Context,
+    occurrences: list[exp.Expr],
+    window: exp.Window,
+    qualifier_of: dict[int, str],
+    occ_kind: dict[int, tuple[str, Any]],
+    source_scope: dict[int, Scope],
+    typed: dict[int, str],
+) -> list[exp.Expr]:
+    """Every column the select reads (inputs' columns typed in `typed`, subqueries' outputs)."""
+    tiebreakers: list[exp.Expr] = []
+    for occurrence in occurrences:
+        kind, info = occ_kind[id(occurrence)]
+        qualifier = qualifier_of[id(occurrence)]
+        if kind == "input":
+            for j, type_string in enumerate(ctx.declared[info].types):
+                how = sort_key_for(type_string, exp.column(f"col_{j}", table=qualifier))
+                if how is None:
+                    raise QueryRefused(
+                        "unordered-window",
+                        "cannot make the window order total: an input column holds a nested map",
+                        sql_of(window),
+                    )
+                typed[id(how[0])] = type_string
+                tiebreakers.append(how[0])
+        else:
+            scope = source_scope.get(id(occurrence))
+            count = len(leftmost_select(scope.expression).expressions) if scope is not None else 0
+            tiebreakers.extend(exp.column(f"_{k}", table=qualifier) for k in range(count))
+    return tiebreakers

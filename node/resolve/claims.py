@@ -228,55 +228,18 @@ async def fetch_and_verify(
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
     await _connect(kubo, an.providers)
     try:
-        rc = await _object(kubo, an.receipt, timeout, Receipt)
-        assert isinstance(rc, Receipt)
-        try:
-            rc.verify(public_key_from_did(rc.signer))
-        except CairnError as e:
-            raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {e.message}") from None
-        if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (
-            an.invocation,
-            an.execution,
-            an.logical_hash,
-            an.rows,
-        ):
-            raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
-        if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
-            raise ClaimRefused(
-                f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}"
-            )
-        ex = await _object(kubo, rc.execution, timeout, Execution)
-        assert isinstance(ex, Execution)
-        if ex.exit_status or ex.output is None:
-            raise ClaimRefused(f"execution {cid_str(rc.execution)} did not succeed")
-        _check_bytecode(ex, rc.execution, want)
-        await _check_inputs(kubo, datasets, ex, rc.execution, want, timeout)
-        env = await _object(kubo, ex.output, timeout, RecursiveDataEnvelope)
+        rc = await _verified_receipt(kubo, an, timeout)
+        output = await _verified_execution(kubo, datasets, rc, want, timeout)
+        env = await _object(kubo, output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
-        out_list = await _links(kubo, env.content, timeout, f"execution {cid_str(rc.execution)}: output")
-        if not out_list:
-            raise ClaimRefused(f"execution {cid_str(rc.execution)}: output is not a list of slices")
-        claimed = await _object(kubo, rc.structure, timeout, Structure)
-        structure, hasher = await _hash_slices(
-            datasets, out_list, timeout, f"execution {cid_str(rc.execution)}: output", progress
-        )
-        if structure != claimed:
-            raise ClaimRefused(
-                f"execution {cid_str(rc.execution)}: its output's structure is {structure.schema}, "
-                f"not the {cid_str(rc.structure)} its receipt claims"
-            )
-        if str(hasher.finish()) != rc.logical_hash or hasher.rows != rc.rows:
-            raise ClaimRefused(
-                f"the data of execution {cid_str(rc.execution)} does not match the logical hash "
-                f"and row count its receipt claims"
-            )
+        out_list = await _verified_output(kubo, datasets, env, rc, timeout, progress)
     except CairnError as e:
         if isinstance(e, ClaimRefused):
             raise
         raise ClaimRefused(f"could not fetch what the claim names: {e.message}") from None
 
     # Keep what we use: the receipt and execution themselves, and the output slices (not the peer's inputs).
-    for cid in (an.receipt, rc.execution, ex.output, rc.structure):
+    for cid in (an.receipt, rc.execution, output, rc.structure):
         await kubo.pin_add(cid, recursive=False)
     await kubo.pin_add(env.content, recursive=True)
     row = ExecutionRow(
@@ -294,3 +257,64 @@ async def fetch_and_verify(
         profile=cid_str(rc.profile) if rc.profile else None,
     )
     return Verified(row, rc)
+
+
+async def _verified_receipt(kubo: KuboClient, an: Announcement, timeout: float) -> Receipt:
+    """The announced receipt, signed by the announcement's signer and saying what the announcement says."""
+    rc = await _object(kubo, an.receipt, timeout, Receipt)
+    assert isinstance(rc, Receipt)
+    try:
+        rc.verify(public_key_from_did(rc.signer))
+    except CairnError as e:
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {e.message}") from None
+    if (rc.invocation, rc.execution, rc.logical_hash, rc.rows) != (
+        an.invocation,
+        an.execution,
+        an.logical_hash,
+        an.rows,
+    ):
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
+    if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}")
+    return rc
+
+
+async def _verified_execution(kubo: KuboClient, datasets: Datasets, rc: Receipt, want: Asked, timeout: float) -> CID:
+    """The output of the receipt's execution, once that succeeded, ran the asked bytecode, over the asked inputs."""
+    ex = await _object(kubo, rc.execution, timeout, Execution)
+    assert isinstance(ex, Execution)
+    if ex.exit_status or ex.output is None:
+        raise ClaimRefused(f"execution {cid_str(rc.execution)} did not succeed")
+    output = ex.output
+    _check_bytecode(ex, rc.execution, want)
+    await _check_inputs(kubo, datasets, ex, rc.execution, want, timeout)
+    return output
+
+
+async def _verified_output(
+    kubo: KuboClient,
+    datasets: Datasets,
+    env: RecursiveDataEnvelope,
+    rc: Receipt,
+    timeout: float,
+    progress: Callable[[], None] | None,
+) -> list[CID]:
+    """The output's slices, fetched and hashed: their structure, logical hash and row count are the receipt's."""
+    out_list = await _links(kubo, env.content, timeout, f"execution {cid_str(rc.execution)}: output")
+    if not out_list:
+        raise ClaimRefused(f"execution {cid_str(rc.execution)}: output is not a list of slices")
+    claimed = await _object(kubo, rc.structure, timeout, Structure)
+    structure, hasher = await _hash_slices(
+        datasets, out_list, timeout, f"execution {cid_str(rc.execution)}: output", progress
+    )
+    if structure != claimed:
+        raise ClaimRefused(
+            f"execution {cid_str(rc.execution)}: its output's structure is {structure.schema}, "
+            f"not the {cid_str(rc.structure)} its receipt claims"
+        )
+    if str(hasher.finish()) != rc.logical_hash or hasher.rows != rc.rows:
+        raise ClaimRefused(
+            f"the data of execution {cid_str(rc.execution)} does not match the logical hash "
+            f"and row count its receipt claims"
+        )
+    return out_list

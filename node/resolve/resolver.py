@@ -420,36 +420,11 @@ class Resolver:
         ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
-            slices: list[CID] = []
-            files: list[tuple[Path, CID]] = []
-            hasher = LogicalHasher(table.schema)
-            for n, part in enumerate(iter_slices(table.to_batches(), table.schema, self.rows_per_slice)):
-                path = work / f"out-{n}.parquet"
-                await asyncio.to_thread(write_parquet_slice, part, str(path))
-                hasher.update(part)
-                added = await self.kubo.add(path, pin=False)
-                slices.append(added.cid)
-                files.append((path, added.cid))
-            if not slices:  # an empty result still has a shape: one empty slice carries it
-                path = work / "out-0.parquet"
-                await asyncio.to_thread(write_parquet_slice, table, str(path))
-                added = await self.kubo.add(path, pin=False)
-                slices.append(added.cid)
-                files.append((path, added.cid))
-            logical = str(hasher.finish())
+            slices, files, logical = await self._write_result(table, work)
             structure = Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema))
             st_block = block_of(structure)
-
-            sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
-            in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
-            in_root = block_of([b.cid for b in in_lists])
-            out_list = block_of(list(slices))
-            in_env, out_env = (
-                block_of(RecursiveDataEnvelope(in_root.cid)),
-                block_of(RecursiveDataEnvelope(out_list.cid)),
-            )
-            ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
-
+            ex_blocks = _execution_blocks(cq, versions, slices)
+            ex = ex_blocks[-1]
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
             rc = Receipt(
                 ex.cid,
@@ -465,21 +440,7 @@ class Resolver:
                 profile=ep_block.cid,
             )
             rc_block = block_of(rc.signed(self.identity.sign))
-
-            for blk in [
-                *objects,
-                iv_block,
-                st_block,
-                sql_leaf,
-                mbe,
-                *in_lists,
-                in_root,
-                out_list,
-                in_env,
-                out_env,
-                ex,
-                rc_block,
-            ]:
+            for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
                 await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
             # The receipt links everything: one recursive pin keeps result, execution and sources together.
             await self.kubo.pin_add(rc_block.cid, recursive=True)
@@ -499,14 +460,38 @@ class Resolver:
                 trust="computed",
                 profile=cid_str(ep_block.cid),
             )
-            self.index.add_execution(row)
-            await self._provide([ex.cid, rc_block.cid, *slices])
-            stored = self.index.execution(row.invocation) or row
-            if self.on_published is not None:
-                await self.on_published(stored)
-            return stored
+            return await self._record(row, [ex.cid, rc_block.cid, *slices])
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
+        """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""
+        slices: list[CID] = []
+        files: list[tuple[Path, CID]] = []
+        hasher = LogicalHasher(table.schema)
+        for n, part in enumerate(iter_slices(table.to_batches(), table.schema, self.rows_per_slice)):
+            path = work / f"out-{n}.parquet"
+            await asyncio.to_thread(write_parquet_slice, part, str(path))
+            hasher.update(part)
+            added = await self.kubo.add(path, pin=False)
+            slices.append(added.cid)
+            files.append((path, added.cid))
+        if not slices:  # an empty result still has a shape: one empty slice carries it
+            path = work / "out-0.parquet"
+            await asyncio.to_thread(write_parquet_slice, table, str(path))
+            added = await self.kubo.add(path, pin=False)
+            slices.append(added.cid)
+            files.append((path, added.cid))
+        return slices, files, str(hasher.finish())
+
+    async def _record(self, row: ExecutionRow, provide: list[CID]) -> ExecutionRow:
+        """Index a stored and pinned execution, announce what we now provide, and tell the listener."""
+        self.index.add_execution(row)
+        await self._provide(provide)
+        stored = self.index.execution(row.invocation) or row
+        if self.on_published is not None:
+            await self.on_published(stored)
+        return stored
 
     async def _profile_block(self, profile: Mapping[str, Any]) -> Block:
         """The ep_0 of the worker's reported profile, written to Kubo the first time it is seen.
@@ -620,6 +605,20 @@ class Resolver:
 
 def _same(a: CID, b: CID) -> bool:
     return bytes(a) == bytes(b)
+
+
+def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID]) -> list[Block]:
+    """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last."""
+    sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
+    in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
+    in_root = block_of([b.cid for b in in_lists])
+    out_list = block_of(list(slices))
+    in_env, out_env = (
+        block_of(RecursiveDataEnvelope(in_root.cid)),
+        block_of(RecursiveDataEnvelope(out_list.cid)),
+    )
+    ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
+    return [sql_leaf, mbe, *in_lists, in_root, out_list, in_env, out_env, ex]
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:

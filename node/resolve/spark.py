@@ -260,7 +260,7 @@ class SparkWorker:
                 raise SparkStartError(
                     f"the Spark worker did not answer within {self.start_timeout:.0f} s: {self._log_tail()}"
                 )
-            if os.path.exists(self.socket_path):
+            if os.path.exists(self.socket_path):  # noqa: ASYNC240  one stat of a local socket path
                 # The worker binds its socket before Spark starts and accepts once the session is
                 # up: this ping simply waits for it (or fails when the process exits).
                 try:
@@ -335,7 +335,7 @@ class SparkWorker:
                     os.killpg(pgid, signal.SIGKILL)
             await self._wait_exit(proc, 5.0)
             deadline = time.monotonic() + 5.0
-            while group_members(pgid) and time.monotonic() < deadline:
+            while group_members(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110  no event tells a group ended
                 await asyncio.sleep(0.02)
             if proc.poll() is not None and not group_members(pgid):
                 return
@@ -365,7 +365,8 @@ class SparkWorker:
         )
         await self._launch()
 
-    async def _ensure_running(self) -> None:
+    async def _ensure_running(self) -> subprocess.Popen[bytes]:
+        """The worker's process, restarted first if it died."""
         if self._stopping:
             raise SparkError("the Spark worker is stopped", kind="worker")
         task = self._restart_task
@@ -377,6 +378,10 @@ class SparkWorker:
         if not self.alive():
             self._restart_task = None
             await self._restart()  # raises SparkStartError if it cannot come back
+        proc = self._proc
+        if proc is None:  # stopped while it restarted
+            raise SparkError("the Spark worker is stopped", kind="worker")
+        return proc
 
     # --- calls -----------------------------------------------------------------------------
 
@@ -444,19 +449,9 @@ class SparkWorker:
         (the worker died during the job: it is restarted in the background) or SparkStartError.
         """
         job = job_id or f"{os.getpid()}-{next(_job_ids)}"
-        request = {
-            "op": "run",
-            "job": job,
-            "statement": statement,
-            "inputs": {
-                name: {"paths": [os.path.abspath(p) for p in paths], "columns": list(columns)}
-                for name, (paths, columns) in inputs.items()
-            },
-        }
+        request = _run_request(job, statement, inputs)
         async with self._get_lock():
-            await self._ensure_running()
-            proc = self._proc
-            assert proc is not None
+            proc = await self._ensure_running()
             sent = False
 
             def mark_sent() -> None:
@@ -474,32 +469,8 @@ class SparkWorker:
                     f"the Spark job {job} did not finish within {timeout:g} s; it was cancelled"
                 ) from None
             except (OSError, ProtocolError) as e:
-                if self._stopping:
-                    raise SparkError(f"the Spark worker was stopped during job {job}", kind="cancelled") from None
-                if await self._wait_exit(proc, 3.0):
-                    self.last_exit = proc.returncode
-                    self._schedule_restart()
-                    when = "during" if sent else "before"
-                    raise SparkWorkerDied(
-                        f"the Spark worker (pid {proc.pid}) died {when} job {job} "
-                        f"({_describe_exit(proc.returncode)}); it is being restarted"
-                    ) from None
-                raise SparkError(
-                    f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
-                    kind="worker",
-                ) from None
-            if not header.get("ok"):
-                if header.get("kind") == "refused":
-                    raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
-                raise SparkError(
-                    str(header.get("error") or "the Spark job failed"),
-                    kind=str(header.get("kind") or "runtime"),
-                    condition=header.get("condition"),
-                    sqlstate=header.get("sqlstate"),
-                )
-            if payload is None:
-                raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
-            table = pa.ipc.open_stream(payload).read_all()
+                raise await self._connection_lost(proc, job, sent, e) from None
+            table = _answer_table(header, payload, job)
             return RunResult(
                 table=table,
                 elapsed_ms=float(header.get("elapsed_ms", 0.0)),
@@ -507,3 +478,50 @@ class SparkWorker:
                 job=job,
                 profile=self.profile,
             )
+
+    async def _connection_lost(
+        self, proc: subprocess.Popen[bytes], job: str, sent: bool, e: BaseException
+    ) -> SparkError:
+        """Why the connection broke during `job`: a stop, the worker's death (it is restarted), or the socket."""
+        if self._stopping:
+            return SparkError(f"the Spark worker was stopped during job {job}", kind="cancelled")
+        if await self._wait_exit(proc, 3.0):
+            self.last_exit = proc.returncode
+            self._schedule_restart()
+            when = "during" if sent else "before"
+            return SparkWorkerDied(
+                f"the Spark worker (pid {proc.pid}) died {when} job {job} "
+                f"({_describe_exit(proc.returncode)}); it is being restarted"
+            )
+        return SparkError(
+            f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
+            kind="worker",
+        )
+
+
+def _run_request(job: str, statement: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> dict[str, Any]:
+    return {
+        "op": "run",
+        "job": job,
+        "statement": statement,
+        "inputs": {
+            name: {"paths": [os.path.abspath(p) for p in paths], "columns": list(columns)}
+            for name, (paths, columns) in inputs.items()
+        },
+    }
+
+
+def _answer_table(header: dict[str, Any], payload: pa.Buffer | None, job: str) -> pa.Table:
+    """The result table of a worker's answer, or the error the answer reports."""
+    if not header.get("ok"):
+        if header.get("kind") == "refused":
+            raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
+        raise SparkError(
+            str(header.get("error") or "the Spark job failed"),
+            kind=str(header.get("kind") or "runtime"),
+            condition=header.get("condition"),
+            sqlstate=header.get("sqlstate"),
+        )
+    if payload is None:
+        raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
+    return pa.ipc.open_stream(payload).read_all()

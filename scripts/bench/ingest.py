@@ -284,15 +284,34 @@ def _delta(before: float | None, after: float | None) -> float | None:
     return round(after - before, 2) if before is not None and after is not None else None
 
 
-def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
+def _cairn_env(work: Path, input_bytes: int) -> tuple[dict[str, str], int]:
+    """The bench node's environment, and its rows per slice."""
     env = {**os.environ, "IPFS_TELEMETRY": "off"}
     env.pop("CAIRN_HOME", None)
     from config import load_settings
 
     settings = load_settings(work / "cairn-home", env=env)  # the defaults, or the CAIRN_* the caller set
-    rows_per_slice = settings.datasets.rows_per_slice
     if input_bytes > settings.api.max_upload_bytes:  # the bench's own node takes a bigger upload
         env["CAIRN_API_MAX_UPLOAD_BYTES"] = str(input_bytes + (64 << 20))
+    return env, settings.datasets.rows_per_slice
+
+
+def _slice_sizes(home: Path, slices: list[dict[str, Any]], rows_per_slice: int) -> tuple[float | None, float | None]:
+    """The Arrow and Parquet MB of one full slice (scaled from the first one, which is full unless it is the
+    only one)."""
+    first = home / "cache" / "slices" / f"{slices[0]['cid']}.parquet" if slices else None
+    slice_arrow_mb = (
+        pq.read_table(first).nbytes / slices[0]["rows"] * rows_per_slice / MB if first and first.exists() else None
+    )
+    return slice_arrow_mb, slices[0]["size"] / MB if slices else None
+
+
+def _round_or_none(x: float | None) -> float | None:
+    return round(x, 1) if x else None
+
+
+def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
+    env, rows_per_slice = _cairn_env(work, input_bytes)
     node = BenchNode(work / "cairn-home", env)
     try:
         node.start()
@@ -314,12 +333,7 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         kubo_hwm = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None
         node_cpu1, kubo_cpu1 = cpu_seconds(node.proc.pid), cpu_seconds(node.kubo_pid)
         slices = result["slices"]
-        first = node.home / "cache" / "slices" / f"{slices[0]['cid']}.parquet" if slices else None
-        # Arrow size of one full slice (scaled from the first one, which is full unless it is the only one)
-        slice_arrow_mb = (
-            pq.read_table(first).nbytes / slices[0]["rows"] * rows_per_slice / MB if first and first.exists() else None
-        )
-        slice_parquet_mb = slices[0]["size"] / MB if slices else None
+        slice_arrow_mb, slice_parquet_mb = _slice_sizes(node.home, slices, rows_per_slice)
     finally:
         node.stop()
     rows = result["rows_added"]
@@ -331,8 +345,8 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "rows_per_s": round(rows / seconds),
         "mb_per_s": round(input_bytes / MB / seconds, 2),
-        "node_peak_rss_mb": round(node_hwm, 1) if node_hwm else None,
-        "kubo_peak_rss_mb": round(kubo_hwm, 1) if kubo_hwm else None,
+        "node_peak_rss_mb": _round_or_none(node_hwm),
+        "kubo_peak_rss_mb": _round_or_none(kubo_hwm),
         "slices": len(slices),
         "rows": rows,
         "node_elapsed_seconds": round(result["elapsed_ms"] / 1000, 3),  # the node's own count: after the upload
@@ -345,12 +359,12 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
             "cli": round(cli_cpu, 2),
         },
         "_memory": {
-            "node_rss_before_ingest_mb": round(rss_before, 1) if rss_before else None,
-            "node_peak_before_ingest_mb": round(hwm_before, 1) if hwm_before else None,
-            "kubo_peak_before_ingest_mb": round(kubo_before, 1) if kubo_before else None,
+            "node_rss_before_ingest_mb": _round_or_none(rss_before),
+            "node_peak_before_ingest_mb": _round_or_none(hwm_before),
+            "kubo_peak_before_ingest_mb": _round_or_none(kubo_before),
             "rows_per_slice": rows_per_slice,
-            "slice_arrow_mb": round(slice_arrow_mb, 1) if slice_arrow_mb else None,
-            "slice_parquet_mb": round(slice_parquet_mb, 1) if slice_parquet_mb else None,
+            "slice_arrow_mb": _round_or_none(slice_arrow_mb),
+            "slice_parquet_mb": _round_or_none(slice_parquet_mb),
         },
     }
 
@@ -381,7 +395,8 @@ def convert(csv_path: str, parquet_path: str, spec: str) -> None:
             writer.write_table(pa.Table.from_batches(pending, schema=schema), row_group_size=row_group_rows)
 
 
-def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_group_rows: int) -> dict[str, Any]:
+def _baseline_repo(work: Path) -> tuple[str, dict[str, str]]:
+    """A fresh Kubo repo (test profile) for the baseline's `ipfs add`: the binary and its environment."""
     from node.ipfs import find_kubo_binary
 
     ipfs = str(find_kubo_binary())
@@ -392,6 +407,15 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     )
     if out.returncode != 0:
         raise RuntimeError(f"ipfs init failed: {out.stderr or out.stdout}")
+    return ipfs, env
+
+
+# the same UnixFS parameters as Cairn's add (node/ipfs/unixfs.py)
+_IPFS_ADD = ["add", "--cid-version", "1", "--hash", "blake3", "--raw-leaves", "--chunker", "size-1048576"]
+
+
+def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_group_rows: int) -> dict[str, Any]:
+    ipfs, env = _baseline_repo(work)
     parquet_path = work / "baseline.parquet"
     # The same Parquet as Cairn's slices (zstd 1, pages, dictionaries) from the same CSV blocks.
     from node.datasets.readers import DEFAULT_BLOCK_SIZE
@@ -409,20 +433,7 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     say(f"baseline: ipfs add ({parquet_path.stat().st_size / MB:.0f} MB of Parquet)…")
     os.sync()
     add_s, add_rss, add_cpu, code, cid = run_measured(
-        [
-            ipfs,
-            "add",
-            "--cid-version",
-            "1",
-            "--hash",
-            "blake3",
-            "--raw-leaves",
-            "--chunker",
-            "size-1048576",
-            "--pin",
-            "--quieter",
-            str(parquet_path),
-        ],
+        [ipfs, *_IPFS_ADD, "--pin", "--quieter", str(parquet_path)],
         env=env,
         log=work / "baseline-add.stderr",
         stdout_path=work / "baseline-add.out",
@@ -460,7 +471,7 @@ def kubo_version() -> str | None:
         return None
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024, help="CSV size in MB (10^6 bytes); default 1024")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (CSV, homes, repos, logs)")
@@ -471,7 +482,40 @@ def main() -> None:
         help="pyarrow CSV quoting: needed (default: strings quoted) or none",
     )
     parser.add_argument("--convert", nargs=3, metavar=("CSV", "PARQUET", "SPEC"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _memory_bounded(
+    cairn: dict[str, Any], memory: dict[str, Any], baseline: dict[str, Any], input_bytes: int
+) -> dict[str, Any]:
+    """Whether the node's memory stayed bounded: its peak and growth against one slice's Arrow size."""
+    peak, before, slice_mb = cairn["node_peak_rss_mb"], memory["node_rss_before_ingest_mb"], memory["slice_arrow_mb"]
+    growth = round(peak - before, 1) if peak and before else None
+    return {
+        **memory,
+        "node_peak_rss_mb": peak,
+        "node_rss_growth_mb": growth,
+        "growth_per_slice_arrow": round(growth / slice_mb, 2) if growth and slice_mb else None,
+        "node_peak_over_input": round(peak / (input_bytes / MB), 3) if peak else None,
+        "baseline_peak_rss_mb": baseline["peak_rss_mb"],
+    }
+
+
+def _machine(load_before: float) -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "kubo": kubo_version(),
+        "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+        # other work on the machine skews both sides: 1-minute load average before and after
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    args = _parse_args()
     if args.convert:
         convert(*args.convert)
         return
@@ -494,13 +538,6 @@ def main() -> None:
         memory = cairn.pop("_memory")
         del cairn["rows"]
         baseline = bench_baseline(work, csv_path, input_bytes, rows, memory["rows_per_slice"])
-
-        peak, before, slice_mb = (
-            cairn["node_peak_rss_mb"],
-            memory["node_rss_before_ingest_mb"],
-            memory["slice_arrow_mb"],
-        )
-        growth = round(peak - before, 1) if peak and before else None
         result = {
             "bench": "ingest",
             "input_mb": round(input_bytes / MB, 1),
@@ -510,24 +547,8 @@ def main() -> None:
             "baseline": baseline,
             "ratio_throughput": round(cairn["mb_per_s"] / baseline["mb_per_s"], 3),
             "target_ratio": 0.8,
-            "memory_bounded": {
-                **memory,
-                "node_peak_rss_mb": peak,
-                "node_rss_growth_mb": growth,
-                "growth_per_slice_arrow": round(growth / slice_mb, 2) if growth and slice_mb else None,
-                "node_peak_over_input": round(peak / (input_bytes / MB), 3) if peak else None,
-                "baseline_peak_rss_mb": baseline["peak_rss_mb"],
-            },
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "pyarrow": pa.__version__,
-                "kubo": kubo_version(),
-                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
-                # other work on the machine skews both sides: 1-minute load average before and after
-                "loadavg_before": round(load_before, 2),
-                "loadavg_after": round(os.getloadavg()[0], 2),
-            },
+            "memory_bounded": _memory_bounded(cairn, memory, baseline, input_bytes),
+            "machine": _machine(load_before),
         }
         print(json.dumps(result, indent=2))
     finally:

@@ -516,7 +516,7 @@ def events_split(
     events: list[tuple[str, dict[str, Any]]], answer: dict[str, Any], wall_ms: float
 ) -> dict[str, float | None]:
     """A peer-hit job's time by part, from its events' stamps (s since the job was created, node clock)."""
-    t = {}
+    t: dict[str, Any] = {}  # kind -> the first such event's time
     for kind, data in events:
         t.setdefault(kind, data.get("t"))
 
@@ -541,6 +541,7 @@ def events_split(
     }
 
 
+# long: one timed sequence of laps (each lap is the time since the previous one), as the node runs it
 async def _probe_fetch(
     kubo_api: str, a_swarm: list[str], answer: dict[str, Any], work: Path, batched: bool = False
 ) -> dict[str, float]:
@@ -676,7 +677,7 @@ async def _probe_fetch(
         lap("answer_rows", t)
     finally:
         await kubo.close()
-        for p in work.glob("probe-*"):
+        for p in work.glob("probe-*"):  # noqa: ASYNC240  cleanup after the timed laps
             p.unlink(missing_ok=True)
     out["sum"] = round(sum(out.values()), 3)
     return out
@@ -737,18 +738,15 @@ async def _probe_direct(a_api: str, kubo_api: str, answer: dict[str, Any]) -> di
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def part_peer_hit(
-    a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path, phases: dict[str, Any]
-) -> dict[str, Any]:
-    trust = "community"
-    # -- warm both workers: up + their warm-up query, then throwaway misses on each -------------------
+def _warm_workers(a: BenchNode, b: BenchNode, consts: Constants, n_warm: int, trust: str) -> dict[str, Any]:
+    """Both workers up with their warm-up query run, then throwaway misses on each and one untimed peer hit."""
     spark_a, spark_b = a.wait_spark(), b.wait_spark()
     say(
         f"Spark workers up (A warm-up {spark_a.get('warmup_ms')} ms, B {spark_b.get('warmup_ms')} ms); "
-        f"{args.warm} untimed misses on each…"
+        f"{n_warm} untimed misses on each…"
     )
     warm_ms: dict[str, list[float]] = {"a": [], "b": []}
-    for _ in range(args.warm):
+    for _ in range(n_warm):
         warm_ms["a"].append(round(a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")[0], 1))
         warm_ms["b"].append(round(b.query(SQL.format(c=consts.next()), SMALL, "self", "computed")[0], 1))
     # one untimed peer hit: the first pays for connections and code paths seen once
@@ -757,44 +755,59 @@ def part_peer_hit(
     wait_claim(b, ans["invocation"], 10.0)
     first_peer_ms, _ = b.query(SQL.format(c=c), SMALL, trust, "peer")
     say(f"warm: A misses {warm_ms['a']} ms, B misses {warm_ms['b']} ms, first peer hit {first_peer_ms:.0f} ms")
+    return {"spark_a": spark_a, "spark_b": spark_b, "warm_ms": warm_ms, "first_peer_ms": first_peer_ms}
 
-    peer, peer_node, recompute, recompute_node, recompute_spark, local, a_miss = [], [], [], [], [], [], []
-    heard: list[bool] = []
+
+def _peer_hits_and_recomputes(
+    a: BenchNode, b: BenchNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
+) -> dict[str, list[Any]]:
+    """n rounds: A computes C; B asks C (a peer hit, no Spark job), asks it again (local), recomputes another
+    constant (exactly one Spark job)."""
+    s: dict[str, list[Any]] = {
+        k: [] for k in ("peer", "peer_node", "recompute", "recompute_node", "recompute_spark", "local", "a_miss")
+    }
+    s["heard"] = []
     wait_quiet("peer_hits")
     with Phase("peer_hits_and_recomputes", phases):
-        for i in range(args.queries):
+        for i in range(n):
             c, other = consts.next(), consts.next()
             ms, ans = a.query(SQL.format(c=c), SMALL, "self", "computed")
-            a_miss.append(ms)
-            heard.append(wait_claim(b, ans["invocation"], 5.0) is not None)  # B heard A's announcement
+            s["a_miss"].append(ms)
+            s["heard"].append(wait_claim(b, ans["invocation"], 5.0) is not None)  # B heard A's announcement
             time.sleep(0.2)  # let A's after-work (pins, provide, JVM GC) settle
             jobs0 = b.info()["spark"]["jobs"]
             ms, got = b.query(SQL.format(c=c), SMALL, trust, "peer")
             if got["rows"] != ans["rows"] or got["execution"] != ans["execution"]:
                 raise RuntimeError("the peer hit's answer differs from A's")
-            peer.append(ms)
-            peer_node.append(got["elapsed_ms"])
+            s["peer"].append(ms)
+            s["peer_node"].append(got["elapsed_ms"])
             if b.info()["spark"]["jobs"] != jobs0:
                 raise RuntimeError("a peer hit started a Spark job on B")
-            local.append(b.query(SQL.format(c=c), SMALL, trust, "local")[0])
+            s["local"].append(b.query(SQL.format(c=c), SMALL, trust, "local")[0])
             ms, mine = b.query(SQL.format(c=other), SMALL, "self", "computed")
-            recompute.append(ms)
-            recompute_node.append(mine["elapsed_ms"])
+            s["recompute"].append(ms)
+            s["recompute_node"].append(mine["elapsed_ms"])
             if b.info()["spark"]["jobs"] != jobs0 + 1:
                 raise RuntimeError("B's recompute did not run exactly one Spark job")
             timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]
             if timings.get("compute_ms") is not None:
-                recompute_spark.append(float(timings["compute_ms"]))
+                s["recompute_spark"].append(float(timings["compute_ms"]))
             say(
-                f"  {i + 1}/{args.queries}: A miss {a_miss[-1]:.0f} ms; B peer hit {peer[-1]:.1f} ms "
-                f"(node {peer_node[-1]:.1f}); B local {local[-1]:.1f} ms; B recompute {recompute[-1]:.0f} ms"
+                f"  {i + 1}/{n}: A miss {s['a_miss'][-1]:.0f} ms; B peer hit {s['peer'][-1]:.1f} ms "
+                f"(node {s['peer_node'][-1]:.1f}); B local {s['local'][-1]:.1f} ms; "
+                f"B recompute {s['recompute'][-1]:.0f} ms"
             )
+    return s
 
-    # -- where a peer hit's time goes: as jobs with progress events -----------------------------------
-    say(f"{args.diag} peer hits as jobs (progress events)…")
+
+def _peer_hit_diagnostic(
+    a: BenchNode, b: BenchNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
+) -> dict[str, Any]:
+    """Where a peer hit's time goes: peer hits run as jobs, split by their progress events."""
+    say(f"{n} peer hits as jobs (progress events)…")
     splits, diag_wall = [], []
     with Phase("peer_hit_diagnostic", phases):
-        for _ in range(args.diag):
+        for _ in range(n):
             c = consts.next()
             _, ans = a.query(SQL.format(c=c), SMALL, "self", "computed")
             wait_claim(b, ans["invocation"], 5.0)
@@ -804,17 +817,27 @@ def part_peer_hit(
                 raise RuntimeError(f"diagnostic peer hit answered from {got['source']}")
             diag_wall.append(ms)
             splits.append(events_split(events, got, ms))
-    split_p50 = {k: p50([s[k] for s in splits if s[k] is not None]) for k in splits[0]} if splits else {}
+    split_p50 = {k: p50([v for sp in splits if (v := sp[k]) is not None]) for k in splits[0]} if splits else {}
+    return {
+        "from": "progress events of peer hits run as jobs (node clock)",
+        "p50": split_p50,
+        "job_wall_ms": stats(diag_wall),
+        "each": splits,
+    }
 
-    # -- each step alone, against B's idle Kubo ------------------------------------------------------
-    say(f"{args.probes} probes of the fetch/verify/record steps on B's Kubo…")
+
+def _peer_hit_probes(
+    a: BenchNode, b: BenchNode, consts: Constants, n: int, work: Path, phases: dict[str, Any]
+) -> dict[str, Any]:
+    """Each step alone, against B's idle Kubo: as the node does it, batched, and over A's HTTP API, in turn."""
+    say(f"{n} probes of the fetch/verify/record steps on B's Kubo…")
     a_swarm = a.info()["kubo"].get("swarm") or []
     b_kubo = b.info()["kubo"]["api"]
     probes: list[dict[str, float]] = []
     batched: list[dict[str, float]] = []
     direct: list[dict[str, float]] = []
     with Phase("peer_hit_probes", phases):
-        for i in range(3 * args.probes):  # in turn: as the node does it, batched, over A's HTTP API
+        for i in range(3 * n):  # in turn: as the node does it, batched, over A's HTTP API
             _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
             time.sleep(0.3)
             if i % 3 == 2:
@@ -823,57 +846,61 @@ def part_peer_hit(
                 (batched if i % 3 else probes).append(
                     asyncio.run(_probe_fetch(b_kubo, a_swarm, ans, work, bool(i % 3)))
                 )
-    probe_p50 = {k: p50([p[k] for p in probes]) for k in probes[0]} if probes else {}
-    batched_p50 = {k: p50([p[k] for p in batched]) for k in batched[0]} if batched else {}
-    direct_p50 = {k: p50([p[k] for p in direct]) for k in direct[0]} if direct else {}
+    return {
+        "from": "each step alone against B's idle Kubo, result not held by B",
+        "p50": {k: p50([p[k] for p in probes]) for k in probes[0]} if probes else {},
+        "each": probes,
+        "batched_p50": {k: p50([p[k] for p in batched]) for k in batched[0]} if batched else {},
+        "batched_each": batched,
+        "objects_and_slice_over_http_p50": {k: p50([p[k] for p in direct]) for k in direct[0]} if direct else {},
+        "objects_and_slice_over_http_each": direct,
+    }
+
+
+def part_peer_hit(
+    a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path, phases: dict[str, Any]
+) -> dict[str, Any]:
+    trust = "community"
+    warm = _warm_workers(a, b, consts, args.warm, trust)
+    s = _peer_hits_and_recomputes(a, b, consts, args.queries, trust, phases)
+    breakdown = _peer_hit_diagnostic(a, b, consts, args.diag, trust, phases)
+    probes = _peer_hit_probes(a, b, consts, args.probes, work, phases)
     # the HTTP floor of B (a 404 answered from a dict) and B's /api/v0/node, for scale
     floor = [b.api.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]  # type: ignore[union-attr]
 
-    peer_p50, rec_p50 = p50(peer), p50(recompute)
+    peer_p50, rec_p50, spark_p50 = p50(s["peer"]), p50(s["recompute"]), p50(s["recompute_spark"])
     return {
         "peer_hit_ms": {
-            **stats(peer),
-            "node_elapsed_p50": p50(peer_node),
-            "node_elapsed_samples": peer_node,
-            "first_untimed_ms": round(first_peer_ms, 1),
+            **stats(s["peer"]),
+            "node_elapsed_p50": p50(s["peer_node"]),
+            "node_elapsed_samples": s["peer_node"],
+            "first_untimed_ms": round(warm["first_peer_ms"], 1),
             "trust": trust,
-            "claim_heard_by_gossip_before_query": heard,
+            "claim_heard_by_gossip_before_query": s["heard"],
             "spark_jobs_on_b_during_peer_hits": 0,
         },
         "recompute_ms": {
-            **stats(recompute),
-            "node_elapsed_p50": p50(recompute_node),
+            **stats(s["recompute"]),
+            "node_elapsed_p50": p50(s["recompute_node"]),
             "trust": "self",
             "node": "B",
-            "spark_compute_ms_p50": p50(recompute_spark),
-            "spark_compute_ms": recompute_spark,
+            "spark_compute_ms_p50": spark_p50,
+            "spark_compute_ms": s["recompute_spark"],
         },
         "ratio_recompute_over_peer_hit": round(rec_p50 / peer_p50, 2) if peer_p50 and rec_p50 else None,
         "ratio_spark_compute_over_peer_hit": (
-            round(p50(recompute_spark) / peer_p50, 2)  # type: ignore[operator]
-            if recompute_spark and peer_p50
-            else None
+            round(spark_p50 / peer_p50, 2) if spark_p50 is not None and s["recompute_spark"] and peer_p50 else None
         ),
-        "local_hit_on_b_ms": stats(local),
-        "a_miss_ms": stats(a_miss),
-        "warm_misses_ms": warm_ms,
-        "peer_hit_breakdown_ms": {
-            "from": "progress events of peer hits run as jobs (node clock)",
-            "p50": split_p50,
-            "job_wall_ms": stats(diag_wall),
-            "each": splits,
-        },
-        "peer_hit_probes_ms": {
-            "from": "each step alone against B's idle Kubo, result not held by B",
-            "p50": probe_p50,
-            "each": probes,
-            "batched_p50": batched_p50,
-            "batched_each": batched,
-            "objects_and_slice_over_http_p50": direct_p50,
-            "objects_and_slice_over_http_each": direct,
-        },
+        "local_hit_on_b_ms": stats(s["local"]),
+        "a_miss_ms": stats(s["a_miss"]),
+        "warm_misses_ms": warm["warm_ms"],
+        "peer_hit_breakdown_ms": breakdown,
+        "peer_hit_probes_ms": probes,
         "http_floor_ms_p50": p50(floor),
-        "spark": {"a_worker_warmup_ms": spark_a.get("warmup_ms"), "b_worker_warmup_ms": spark_b.get("warmup_ms")},
+        "spark": {
+            "a_worker_warmup_ms": warm["spark_a"].get("warmup_ms"),
+            "b_worker_warmup_ms": warm["spark_b"].get("warmup_ms"),
+        },
     }
 
 
@@ -903,9 +930,9 @@ def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] 
     return dt.datetime.fromisoformat(an.time).timestamp(), float(row[1])
 
 
-def part_announce(
-    a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int, phases: dict[str, Any]
-) -> dict[str, Any]:
+def _announce_topology(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants) -> tuple[str, int]:
+    """C connected to B; a warm-up announcement across the chain (else C connects to A too): the topology
+    and how many hops an announcement from A takes to C."""
     c.cli("connect", b.info()["p2p_addrs"][0])
     topology = "chain A-B-C (C connected to B only)"
     hops = 2
@@ -925,37 +952,51 @@ def part_announce(
     c_peers = [p for p in c.api.get("/api/v0/peers")["peers"] if p.get("connected")]  # type: ignore[union-attr]
     if hops == 2 and any(a_id in json.dumps(p) for p in c_peers):
         topology, hops = "C also connected to A (discovered)", 1
-    polled, c_recv, b_recv, timeouts = [], [], [], 0
-    from_an_b: list[float] = []
-    from_an_c: list[float] = []
+    return topology, hops
+
+
+def _announce_once(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, s: dict[str, list[float]]) -> bool:
+    """A computes a new constant; C's claim polled for (10 s): samples appended to `s`; False on a timeout."""
+    _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
+    t_answer, wall_answer = time.perf_counter(), time.time()
+    seen = None
+    while time.perf_counter() - t_answer < 10.0:
+        seen = c.claim_of(ans["invocation"])
+        if seen is not None:
+            break
+        time.sleep(POLL_S)
+    if seen is None:
+        return False
+    s["polled"].append((time.perf_counter() - t_answer) * 1000)
+    s["c_recv"].append((seen["received"] - wall_answer) * 1000)
+    at_b = b.claim_of(ans["invocation"])
+    if at_b is not None:
+        s["b_recv"].append((at_b["received"] - wall_answer) * 1000)
+    for node, into in ((b, s["from_an_b"]), (c, s["from_an_c"])):
+        with contextlib.suppress(Exception):  # informational: never fail the run on it
+            stamp = announcement_stamp(node, ans["invocation"])
+            if stamp:
+                into.append((stamp[1] - stamp[0]) * 1000)
+    b_recv = s["b_recv"]
+    say(
+        f"  announcement at C {s['polled'][-1]:.1f} ms after A's answer (C's stamp {s['c_recv'][-1]:+.1f} ms, "
+        f"B's {b_recv[-1] if b_recv else float('nan'):+.1f} ms)"
+    )
+    return True
+
+
+def part_announce(
+    a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int, phases: dict[str, Any]
+) -> dict[str, Any]:
+    topology, hops = _announce_topology(a, b, c, consts)
+    s: dict[str, list[float]] = {k: [] for k in ("polled", "c_recv", "b_recv", "from_an_b", "from_an_c")}
+    timeouts = 0
     wait_quiet("announcements")
     with Phase("announcements", phases):
         for _ in range(n):
-            _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
-            t_answer, wall_answer = time.perf_counter(), time.time()
-            seen = None
-            while time.perf_counter() - t_answer < 10.0:
-                seen = c.claim_of(ans["invocation"])
-                if seen is not None:
-                    break
-                time.sleep(POLL_S)
-            if seen is None:
+            if not _announce_once(a, b, c, consts, s):
                 timeouts += 1
-                continue
-            polled.append((time.perf_counter() - t_answer) * 1000)
-            c_recv.append((seen["received"] - wall_answer) * 1000)
-            at_b = b.claim_of(ans["invocation"])
-            if at_b is not None:
-                b_recv.append((at_b["received"] - wall_answer) * 1000)
-            for node, into in ((b, from_an_b), (c, from_an_c)):
-                with contextlib.suppress(Exception):  # informational: never fail the run on it
-                    stamp = announcement_stamp(node, ans["invocation"])
-                    if stamp:
-                        into.append((stamp[1] - stamp[0]) * 1000)
-            say(
-                f"  announcement at C {polled[-1]:.1f} ms after A's answer (C's stamp {c_recv[-1]:+.1f} ms, "
-                f"B's {b_recv[-1] if b_recv else float('nan'):+.1f} ms)"
-            )
+    polled, c_recv, b_recv = s["polled"], s["c_recv"], s["b_recv"]
     hop = [cc - bb for cc, bb in zip(c_recv, b_recv)] if len(c_recv) == len(b_recv) else []
     return {
         "p50": p50(polled),
@@ -976,10 +1017,10 @@ def part_announce(
         # the receiver's `received` minus the time A signed into the announcement (just before it gossiped
         # it): the one-way latency of the gossip itself, over 1 hop (B) and 2 hops (C)
         "from_announcement_time_ms": {
-            "b_p50": p50(from_an_b),
-            "c_p50": p50(from_an_c),
-            "b": [round(x, 1) for x in from_an_b],
-            "c": [round(x, 1) for x in from_an_c],
+            "b_p50": p50(s["from_an_b"]),
+            "c_p50": p50(s["from_an_c"]),
+            "b": [round(x, 1) for x in s["from_an_b"]],
+            "c": [round(x, 1) for x in s["from_an_c"]],
         },
     }
 
@@ -1080,6 +1121,45 @@ def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -
     }
 
 
+def _connect_plain(kubo: PlainKubo, a_swarm: list[str]) -> None:
+    for addr in a_swarm:
+        try:
+            kubo.rpc("swarm/connect", addr)
+            return
+        except RuntimeError:
+            continue
+    raise RuntimeError("plain Kubo could not connect to A's Kubo")
+
+
+def _cat_slices(
+    kubo: PlainKubo, out: Path, slices: list[str], watch: dict[str, int | None]
+) -> tuple[list[dict[str, Any]], int, float, dict[str, float | None]]:
+    """Each slice cat to a file, timed: per slice, bytes in all, seconds in all, CPU seconds of the watched."""
+    per_slice, total = [], 0
+    cpu0 = cpu_of(watch)
+    t0 = time.perf_counter()
+    for cid in slices:
+        t = time.perf_counter()
+        with open(out, "wb") as f:
+            n = kubo.rpc("cat", cid, sink=f)
+        per_slice.append({"bytes": n, "seconds": round(time.perf_counter() - t, 3)})
+        total += n
+    seconds = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0, cpu_of(watch))
+    out.unlink(missing_ok=True)
+    return per_slice, total, seconds, cpu
+
+
+def _bitswap_recv(kubo: PlainKubo, a_kubo_peer: str | None, b_kubo_peer: str | None) -> dict[str, int]:
+    """Bytes bitswap received from A's and from B's Kubo, by their ledgers."""
+    recv = {}
+    for label, peer in (("a", a_kubo_peer), ("b", b_kubo_peer)):
+        if peer:
+            with contextlib.suppress(RuntimeError):
+                recv[label] = int((kubo.rpc("bitswap/ledger", peer) or {}).get("Recv") or 0)
+    return recv
+
+
 def plain_kubo_fetch(
     work: Path,
     name: str,
@@ -1095,16 +1175,7 @@ def plain_kubo_fetch(
     assert kubo.proc is not None
     watch = {**watch, "plain_kubo": kubo.proc.pid}
     try:
-        connected = None
-        for addr in a_swarm:
-            try:
-                kubo.rpc("swarm/connect", addr)
-                connected = addr
-                break
-            except RuntimeError:
-                continue
-        if connected is None:
-            raise RuntimeError("plain Kubo could not connect to A's Kubo")
+        _connect_plain(kubo, a_swarm)
         # untimed: a small file A holds (the query dataset's slice), so that the connection and bitswap's
         # session are up, as they are for B, whose Kubo has fetched from A's before
         warm_s = None
@@ -1113,25 +1184,9 @@ def plain_kubo_fetch(
             with open(os.devnull, "wb") as f:
                 kubo.rpc("cat", warm_cid, sink=f)
             warm_s = round(time.perf_counter() - t, 3)
-        per_slice, total = [], 0
-        out = work / f"{name}.out"
-        cpu0 = cpu_of(watch)
-        t0 = time.perf_counter()
-        for cid in slices:
-            t = time.perf_counter()
-            with open(out, "wb") as f:
-                n = kubo.rpc("cat", cid, sink=f)
-            per_slice.append({"bytes": n, "seconds": round(time.perf_counter() - t, 3)})
-            total += n
-        seconds = time.perf_counter() - t0
-        cpu = cpu_delta(cpu0, cpu_of(watch))
-        out.unlink(missing_ok=True)
+        per_slice, total, seconds, cpu = _cat_slices(kubo, work / f"{name}.out", slices, watch)
         peers = [p.get("Peer") for p in (kubo.rpc("swarm/peers") or {}).get("Peers") or []]
-        recv = {}
-        for label, peer in (("a", a_kubo_peer), ("b", b_kubo_peer)):
-            if peer:
-                with contextlib.suppress(RuntimeError):
-                    recv[label] = int((kubo.rpc("bitswap/ledger", peer) or {}).get("Recv") or 0)
+        recv = _bitswap_recv(kubo, a_kubo_peer, b_kubo_peer)
     finally:
         kubo.stop()
         shutil.rmtree(repo, ignore_errors=True)
@@ -1208,15 +1263,15 @@ async def _repin_result(kubo_api: str, execution: str) -> float:
         await kubo.close()
 
 
-def part_fetch(
-    a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None, phases: dict[str, Any]
-) -> dict[str, Any]:
+def _big_dataset(a: BenchNode, b: BenchNode, work: Path, result_mb: float, phases: dict[str, Any]) -> dict[str, Any]:
+    """The large Parquet generated and ingested by A and B, its input logical hash paid on both."""
     big = work / "big.parquet"
     say(f"generating about {result_mb:g} MB (as Cairn slices) of Parquet…")
     t0 = time.perf_counter()
     rows, per_row = generate_big(big, int(result_mb * MB))
     say(
-        f"{rows} rows, {per_row:.1f} bytes a row; file {big.stat().st_size / MB:.0f} MB in {time.perf_counter() - t0:.1f} s"
+        f"{rows} rows, {per_row:.1f} bytes a row; file {big.stat().st_size / MB:.0f} MB"
+        f" in {time.perf_counter() - t0:.1f} s"
     )
     with Phase("fetch_ingest", phases):
         added_a = a.ingest(big, BIG)
@@ -1229,29 +1284,20 @@ def part_fetch(
         for n in (a, b)
     }
     say(f"input logical hash of {BIG!r} (first GET /api/v0/datasets/{BIG}): {input_hash_ms} ms")
-    say(f"A computes {BIG_SQL}…")
-    with Phase("fetch_a_compute", phases):
-        a_ms, ans = a.query(BIG_SQL, BIG, "self", "computed")
-    slices = ans["slices"]
-    total = sum((a.home / "cache" / "slices" / f"{s}.parquet").stat().st_size for s in slices)
-    say(f"A: {ans['row_count']} rows, {len(slices)} slices, {total / MB:.1f} MB in {a_ms / 1000:.1f} s")
-    heard = wait_claim(b, ans["invocation"], 10.0) is not None
-    a_kubo = a.info()["kubo"]
-    a_swarm, a_kubo_peer = a_kubo.get("swarm") or [], a_kubo.get("peer_id")
-    b_kubo_peer = b.info()["kubo"].get("peer_id")
-    time.sleep(2.0)  # let A's publish after-work settle
+    dataset = {
+        "rows": rows,
+        "parquet_bytes_per_row": round(per_row, 1),
+        "slices": len(added_a["slices"]),
+        "parquet_mb": round(sum(s["size"] for s in added_a["slices"]) / MB, 1),
+        "sql": BIG_SQL,
+    }
+    return {"input_hash_ms": input_hash_ms, "dataset": dataset}
 
-    watch = {"a_kubo": a_kubo.get("pid"), "a_node": a.proc.pid if a.proc else None}
-    b_watch = {**watch, "b_kubo": b.info()["kubo"].get("pid"), "b_node": b.proc.pid if b.proc else None}
-    kubo_before = []
-    for i in (1, 2):  # B holds none of the result yet: every byte comes from A
-        wait_quiet(f"fetch_kubo_{i}")
-        with Phase(f"fetch_plain_kubo_{i}", phases):
-            kubo_before.append(
-                plain_kubo_fetch(work, f"plain-kubo-{i}", a_swarm, slices, a_kubo_peer, b_kubo_peer, warm_cid, watch)
-            )
 
-    wait_quiet("fetch_cairn")
+def _cairn_fetch(
+    b: BenchNode, slices: list[str], b_watch: dict[str, int | None], logical_hash: str, phases: dict[str, Any]
+) -> tuple[float, dict[str, Any], list[tuple[str, dict[str, Any]]], dict[str, float | None], CacheWatcher]:
+    """B asks the large query as a peer hit, its cache dir watched: wall ms, answer, events, CPU, the watcher."""
     say("B: the same query as a peer hit (trust community)…")
     watcher = CacheWatcher(b.home / "cache" / "slices", slices)
     watcher.start()
@@ -1262,44 +1308,48 @@ def part_fetch(
     cairn_cpu = cpu_delta(cpu0, cpu_of(b_watch))
     watcher.halt.set()
     watcher.join()
-    if got["source"] != "peer" or got["logicalHash"] != ans["logicalHash"]:
+    if got["source"] != "peer" or got["logicalHash"] != logical_hash:
         raise RuntimeError(f"B's answer is not the peer's result: source {got['source']}")
     if b.info()["spark"]["jobs"] != jobs0:
         raise RuntimeError("B ran Spark for the large peer hit")
-    split = events_split(events, got, wall_ms)
-    cairn_s = wall_ms / 1000
-    say(f"cairn: {total / MB:.1f} MB in {cairn_s:.2f} s = {total / MB / cairn_s:.1f} MB/s; {split}")
+    return wall_ms, got, events, cairn_cpu, watcher
 
-    # The fetch on a timeline: the job's stamps (wall clock from about the POST) and B's cache dir.
-    stamps: dict[str, float] = {}
+
+def _fetch_timeline(
+    b: BenchNode,
+    events: list[tuple[str, dict[str, Any]]],
+    got: dict[str, Any],
+    watcher: CacheWatcher,
+    slices: list[str],
+    total: int,
+) -> dict[str, float | None]:
+    """The fetch on a timeline: the job's stamps (wall clock from about the POST) and B's cache dir."""
+    stamps: dict[str, Any] = {}  # kind -> the first such event's time
     for kind, data in events:
         stamps.setdefault(kind, data.get("t"))
-    timeline: dict[str, float | None] = {}
-    if all(c in watcher.part and c in watcher.done for c in slices) and stamps.get("fetching") is not None:
-        posted = b.job_posted
-        fetching = posted + stamps["fetching"]
-        resolved = posted + stamps["started"] + got["elapsed_ms"] / 1000
-        parts, dones = [watcher.part[c] for c in slices], [watcher.done[c] for c in slices]
-        cat = sum(d - p for p, d in zip(parts, dones))
-        timeline = {
-            # swarm connect to A's Kubo, receipt (+ signature), execution, envelope, output list, structure
-            "claim_objects_before_first_slice": round((parts[0] - fetching) * 1000, 1),
-            # each result slice's Kubo cat to B's cache (from its .part file appearing to the renamed file)
-            "kubo_cat_slices": round(cat * 1000, 1),
-            "kubo_cat_mb_per_s": round(total / MB / cat, 2) if cat > 0 else None,
-            # between two slices' cats: reading the previous slice back and adding it to the logical hash
-            "read_and_hash_between_cats": round(sum(p - d for d, p in zip(dones, parts[1:])) * 1000, 1),
-            # after the last cat: its read + hash, the check, pins (one recursive over the output list), the
-            # question's blocks, the index row, provide
-            "after_last_cat_until_resolved": round((resolved - dones[-1]) * 1000, 1),
-        }
+    if not all(c in watcher.part and c in watcher.done for c in slices) or stamps.get("fetching") is None:
+        return {}
+    posted = b.job_posted
+    fetching = posted + stamps["fetching"]
+    resolved = posted + stamps["started"] + got["elapsed_ms"] / 1000
+    parts, dones = [watcher.part[c] for c in slices], [watcher.done[c] for c in slices]
+    cat = sum(d - p for p, d in zip(parts, dones))
+    return {
+        # swarm connect to A's Kubo, receipt (+ signature), execution, envelope, output list, structure
+        "claim_objects_before_first_slice": round((parts[0] - fetching) * 1000, 1),
+        # each result slice's Kubo cat to B's cache (from its .part file appearing to the renamed file)
+        "kubo_cat_slices": round(cat * 1000, 1),
+        "kubo_cat_mb_per_s": round(total / MB / cat, 2) if cat > 0 else None,
+        # between two slices' cats: reading the previous slice back and adding it to the logical hash
+        "read_and_hash_between_cats": round(sum(p - d for d, p in zip(dones, parts[1:])) * 1000, 1),
+        # after the last cat: its read + hash, the check, pins (one recursive over the output list), the
+        # question's blocks, the index row, provide
+        "after_last_cat_until_resolved": round((resolved - dones[-1]) * 1000, 1),
+    }
 
-    wait_quiet("fetch_kubo_3")
-    with Phase("fetch_plain_kubo_3_after_cairn", phases):
-        kubo3 = plain_kubo_fetch(work, "plain-kubo-3", a_swarm, slices, a_kubo_peer, b_kubo_peer, warm_cid, watch)
 
-    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], ans["execution"]))
-    # what B's verify and answer cost alone, on the slices it now holds (node idle)
+def _verify_alone(b: BenchNode, slices: list[str], logical_hash: str, repin_ms: float) -> dict[str, Any]:
+    """What B's verify and answer cost alone, on the slices it now holds (node idle)."""
     from node.datasets import LogicalHasher
     from node.datasets.slices import read_slice
 
@@ -1311,7 +1361,7 @@ def part_fetch(
     h = LogicalHasher(tables[0].schema)
     for tb in tables:
         h.update(tb)
-    ok = str(h.finish()) == ans["logicalHash"]
+    ok = str(h.finish()) == logical_hash
     hash_s = time.perf_counter() - t
     arrow_bytes = sum(tb.nbytes for tb in tables)
     del tables
@@ -1319,12 +1369,76 @@ def part_fetch(
     batch = next(pq.ParquetFile(paths[0]).iter_batches(batch_size=100))
     json.dumps([list(r.values()) for r in batch.to_pylist()])
     first_rows_s = time.perf_counter() - t
+    return {
+        "read_all_slices": round(read_s * 1000, 1),
+        "logical_hash": round(hash_s * 1000, 1),
+        "arrow_mb": round(arrow_bytes / MB, 1),
+        "logical_hash_gb_per_s": round(arrow_bytes / 1e9 / hash_s, 2) if hash_s else None,
+        "hash_matches": ok,
+        # the first batch of 100 rows of the first slice (pyarrow decodes its whole row group)
+        "first_100_rows_only": round(first_rows_s * 1000, 1),
+        "recursive_pin_of_output_list_again": repin_ms,
+    }
 
-    # A plain-Kubo run counts only if every byte came from A (bitswap's ledger): after Cairn's fetch, B's
-    # Kubo holds the result too, and a Kubo that finds it (DHT) fetches from both.
+
+def _a_computes_big(a: BenchNode, phases: dict[str, Any]) -> tuple[float, dict[str, Any], int]:
+    """A computes the large result: its wall ms, answer, and the result's bytes (its slice files)."""
+    say(f"A computes {BIG_SQL}…")
+    with Phase("fetch_a_compute", phases):
+        a_ms, ans = a.query(BIG_SQL, BIG, "self", "computed")
+    slices = ans["slices"]
+    total = sum((a.home / "cache" / "slices" / f"{s}.parquet").stat().st_size for s in slices)
+    say(f"A: {ans['row_count']} rows, {len(slices)} slices, {total / MB:.1f} MB in {a_ms / 1000:.1f} s")
+    return a_ms, ans, total
+
+
+def _kubo_runs(
+    kubo_before: list[dict[str, Any]], kubo3: dict[str, Any]
+) -> tuple[dict[str, dict[str, Any]], list[str], float]:
+    """The plain-Kubo runs by name, the ones the ratio uses, their mean seconds.
+
+    A plain-Kubo run counts only if every byte came from A (bitswap's ledger): after Cairn's fetch, B's
+    Kubo holds the result too, and a Kubo that finds it (DHT) fetches from both."""
     named = {"before_cairn_1": kubo_before[0], "before_cairn_2": kubo_before[1], "after_cairn": kubo3}
     runs = [r for r in named.values() if not r.get("bitswap_recv_bytes_from_b")] or kubo_before
     kubo_s = statistics.mean(r["seconds"] for r in runs)
+    return named, [n for n, r in named.items() if r in runs], kubo_s
+
+
+def part_fetch(
+    a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None, phases: dict[str, Any]
+) -> dict[str, Any]:
+    big = _big_dataset(a, b, work, result_mb, phases)
+    a_ms, ans, total = _a_computes_big(a, phases)
+    slices = ans["slices"]
+    heard = wait_claim(b, ans["invocation"], 10.0) is not None
+    a_kubo = a.info()["kubo"]
+    a_swarm, a_kubo_peer = a_kubo.get("swarm") or [], a_kubo.get("peer_id")
+    b_kubo_peer = b.info()["kubo"].get("peer_id")
+    time.sleep(2.0)  # let A's publish after-work settle
+    watch = {"a_kubo": a_kubo.get("pid"), "a_node": a.proc.pid if a.proc else None}
+    b_watch = {**watch, "b_kubo": b.info()["kubo"].get("pid"), "b_node": b.proc.pid if b.proc else None}
+
+    def plain(name: str) -> dict[str, Any]:
+        return plain_kubo_fetch(work, name, a_swarm, slices, a_kubo_peer, b_kubo_peer, warm_cid, watch)
+
+    kubo_before = []
+    for i in (1, 2):  # B holds none of the result yet: every byte comes from A
+        wait_quiet(f"fetch_kubo_{i}")
+        with Phase(f"fetch_plain_kubo_{i}", phases):
+            kubo_before.append(plain(f"plain-kubo-{i}"))
+    wait_quiet("fetch_cairn")
+    wall_ms, got, events, cairn_cpu, watcher = _cairn_fetch(b, slices, b_watch, ans["logicalHash"], phases)
+    split = events_split(events, got, wall_ms)
+    cairn_s = wall_ms / 1000
+    say(f"cairn: {total / MB:.1f} MB in {cairn_s:.2f} s = {total / MB / cairn_s:.1f} MB/s; {split}")
+    timeline = _fetch_timeline(b, events, got, watcher, slices, total)
+    wait_quiet("fetch_kubo_3")
+    with Phase("fetch_plain_kubo_3_after_cairn", phases):
+        kubo3 = plain("plain-kubo-3")
+    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], ans["execution"]))  # before the reads
+    alone = _verify_alone(b, slices, ans["logicalHash"], repin_ms)
+    named, used, kubo_s = _kubo_runs(kubo_before, kubo3)
     kubo_mbps = total / MB / kubo_s
     cairn_mbps = total / MB / cairn_s
     return {
@@ -1338,31 +1452,16 @@ def part_fetch(
         "target_ratio": TARGET_FETCH_RATIO,
         "cairn_seconds": round(cairn_s, 3),
         "kubo_seconds": round(kubo_s, 3),
-        "kubo_runs": {**named, "used_in_ratio": [n for n, r in named.items() if r in runs]},
+        "kubo_runs": {**named, "used_in_ratio": used},
         "cairn_breakdown_ms": {**split, "timeline": timeline},
         # CPU seconds (user + system, all threads) of each process during the fetch: 2 cores are shared
         # by the sender's Kubo, the receiver's Kubo and (Cairn) the receiving node's verify
         "cairn_cpu_seconds": cairn_cpu,
-        "verify_and_answer_alone_on_b_ms": {
-            "read_all_slices": round(read_s * 1000, 1),
-            "logical_hash": round(hash_s * 1000, 1),
-            "arrow_mb": round(arrow_bytes / MB, 1),
-            "logical_hash_gb_per_s": round(arrow_bytes / 1e9 / hash_s, 2) if hash_s else None,
-            "hash_matches": ok,
-            # the first batch of 100 rows of the first slice (pyarrow decodes its whole row group)
-            "first_100_rows_only": round(first_rows_s * 1000, 1),
-            "recursive_pin_of_output_list_again": repin_ms,
-        },
-        "input_logical_hash_first_get_ms": input_hash_ms,
+        "verify_and_answer_alone_on_b_ms": alone,
+        "input_logical_hash_first_get_ms": big["input_hash_ms"],
         "a_compute_ms": round(a_ms, 1),
         "claim_heard_before_query": heard,
-        "dataset": {
-            "rows": rows,
-            "parquet_bytes_per_row": round(per_row, 1),
-            "slices": len(added_a["slices"]),
-            "parquet_mb": round(sum(s["size"] for s in added_a["slices"]) / MB, 1),
-            "sql": BIG_SQL,
-        },
+        "dataset": big["dataset"],
     }
 
 
@@ -1382,7 +1481,7 @@ def dumps(obj: Any, indent: int = 0, width: int = 120) -> str:
     return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the query dataset (default 2 000 000)")
     parser.add_argument(
@@ -1413,46 +1512,85 @@ def main() -> None:
     args = parser.parse_args()
     if args.rows < 1000 or args.queries < 1 or args.result_mb <= 0 or args.announces < 1:
         parser.error("--rows ≥ 1000, --queries ≥ 1, --announces ≥ 1, --result-mb > 0")
+    return args
+
+
+def _a_spark_conf(args: argparse.Namespace) -> str:
+    if args.a_spark_conf == "auto":
+        return "spark.driver.memory=3g" if args.result_mb > 100 else ""
+    return "" if args.a_spark_conf == "none" else str(args.a_spark_conf)
+
+
+def _node_envs(a_conf: str) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The environments of nodes A, B (Spark) and C (none)."""
+    base = {**os.environ, "IPFS_TELEMETRY": "off"}
+    for k in [k for k in base if k.startswith("CAIRN_")]:
+        del base[k]  # the defaults, whatever the caller's shell says
+    env_a = {**base, "CAIRN_SPARK_AUTOSTART": "true", **({"CAIRN_SPARK_CONF": a_conf} if a_conf else {})}
+    env_b = {**base, "CAIRN_SPARK_AUTOSTART": "true"}
+    env_c = {**base, "CAIRN_SPARK_AUTOSTART": "false"}
+    return env_a, env_b, env_c
+
+
+def _start_a_and_b(
+    work: Path, rows: int, envs: tuple[dict[str, str], ...], nodes: list[BenchNode], phases: dict[str, Any]
+) -> tuple[BenchNode, BenchNode, str | None]:
+    """Nodes A and B started (appended to `nodes`), both with the small dataset, B connected to A and trusting
+    it; the CID of A's first slice (warm-up fetches in part 3 read it)."""
+    small = work / "small.parquet"
+    say(f"generating {rows} rows of Parquet in {work}…")
+    generate_small(small, rows)
+    with Phase("start_and_ingest", phases):
+        a = BenchNode("A", work / "a", envs[0]).start()
+        nodes.append(a)
+        b = BenchNode("B", work / "b", envs[1]).start()
+        nodes.append(b)
+        warm_cid = (a.ingest(small, SMALL)["slices"] or [{}])[0].get("cid")
+        b.ingest(small, SMALL)
+        small.unlink()
+        b.cli("connect", a.info()["p2p_addrs"][0])
+        b.cli("trust", "add", a.info()["node_key"])
+    say("B connected to A and trusts A's key")
+    return a, b, warm_cid
+
+
+def _machine(a: BenchNode, nodes: list[BenchNode], a_conf: str, load_before: float) -> dict[str, Any]:
+    import pyspark
+
+    kubo_version = a.info()["kubo"].get("version")
+    spark_pids = {n.name: n.info()["spark"].get("pid") for n in nodes}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "spark": pyspark.__version__,
+        "java": java_version(),
+        "kubo": kubo_version,
+        "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+        "a_spark_conf": a_conf or None,
+        "spark_worker_pids": spark_pids,
+        # other work on the machine skews every figure: see also phases.*.other_cpu_share
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    args = _parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
     QUIET["max_wait_s"] = args.quiet_wait
-
-    a_conf = args.a_spark_conf
-    if a_conf == "auto":
-        a_conf = "spark.driver.memory=3g" if args.result_mb > 100 else ""
-    elif a_conf == "none":
-        a_conf = ""
-
+    a_conf = _a_spark_conf(args)
     load_before = os.getloadavg()[0]
     phases: dict[str, Any] = {}
     consts = Constants()
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-network-"))
     nodes: list[BenchNode] = []
     try:
-        base = {**os.environ, "IPFS_TELEMETRY": "off"}
-        for k in [k for k in base if k.startswith("CAIRN_")]:
-            del base[k]  # the defaults, whatever the caller's shell says
-        env_a = {**base, "CAIRN_SPARK_AUTOSTART": "true", **({"CAIRN_SPARK_CONF": a_conf} if a_conf else {})}
-        env_b = {**base, "CAIRN_SPARK_AUTOSTART": "true"}
-        env_c = {**base, "CAIRN_SPARK_AUTOSTART": "false"}
-
-        small = work / "small.parquet"
-        say(f"generating {args.rows} rows of Parquet in {work}…")
-        generate_small(small, args.rows)
-        with Phase("start_and_ingest", phases):
-            a = BenchNode("A", work / "a", env_a).start()
-            nodes.append(a)
-            b = BenchNode("B", work / "b", env_b).start()
-            nodes.append(b)
-            warm_cid = (a.ingest(small, SMALL)["slices"] or [{}])[0].get("cid")
-            b.ingest(small, SMALL)
-            small.unlink()
-            b.cli("connect", a.info()["p2p_addrs"][0])
-            b.cli("trust", "add", a.info()["node_key"])
-        say("B connected to A and trusts A's key")
-
+        envs = _node_envs(a_conf)
+        a, b, warm_cid = _start_a_and_b(work, args.rows, envs, nodes, phases)
         part1 = part_peer_hit(a, b, consts, args, work, phases)
 
-        c = BenchNode("C", work / "c", env_c).start()
+        c = BenchNode("C", work / "c", envs[2]).start()
         nodes.append(c)
         announce = part_announce(a, b, c, consts, args.announces, phases)
         c.stop()
@@ -1460,11 +1598,7 @@ def main() -> None:
         say(f"node C stopped; announcement p50 {announce['p50']} ms over {announce['hops']} hop(s)")
 
         fetch = part_fetch(a, b, work, args.result_mb, warm_cid, phases)
-        kubo_version = a.info()["kubo"].get("version")
-        spark_pids = {n.name: n.info()["spark"].get("pid") for n in nodes}
-
-        import pyspark
-
+        machine = _machine(a, nodes, a_conf, load_before)
         result = {
             "bench": "network",
             "rows": args.rows,
@@ -1475,20 +1609,7 @@ def main() -> None:
             "fetch": fetch,
             "phases": phases,
             "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "pyarrow": pa.__version__,
-                "spark": pyspark.__version__,
-                "java": java_version(),
-                "kubo": kubo_version,
-                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
-                "a_spark_conf": a_conf or None,
-                "spark_worker_pids": spark_pids,
-                # other work on the machine skews every figure: see also phases.*.other_cpu_share
-                "loadavg_before": round(load_before, 2),
-                "loadavg_after": round(os.getloadavg()[0], 2),
-            },
+            "machine": machine,
         }
         print(dumps(result))
     finally:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import http.client
 import importlib
 import importlib.util
@@ -98,7 +99,7 @@ def p50(xs: list[float]) -> float:
 def pct(xs: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
     s = sorted(xs)
-    return round(s[max(0, min(len(s) - 1, -(-len(s) * q // 100) - 1))], 3) if s else float("nan")
+    return round(s[max(0, min(len(s) - 1, int(-(-len(s) * q // 100)) - 1))], 3) if s else float("nan")
 
 
 def constants(n: int) -> list[str]:
@@ -205,7 +206,7 @@ def clean_p50(samples: list[float], shares: list[float]) -> float | None:
     return p50(kept) if len(kept) >= 3 else None
 
 
-QUIET = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
+QUIET: dict[str, Any] = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
 
 
 def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
@@ -225,7 +226,7 @@ def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows:
     waited = round(time.monotonic() - t0, 1)
     QUIET["waits"][label] = {
         "waited_s": waited,
-        "quiet": calm >= windows,  # type: ignore[index]
+        "quiet": calm >= windows,
         "last_other_cpu_share": round(share, 3) if share is not None else None,
     }
     if calm < windows:
@@ -412,7 +413,7 @@ class BenchNode:
     def stop(self, timeout: float = 60.0) -> None:
         # The node stops its Kubo and its Spark worker (and the worker its JVM). Note them all now, by PID and
         # start time, to make sure afterwards that each is gone (a PID reused since is left alone).
-        started: list[tuple[int, str | None]] = []
+        started: list[tuple[int, int | None]] = []
         if self.proc is not None and self.proc.poll() is None:
             started = [(p, start_time(p)) for p in descendants(self.proc.pid) if p != self.proc.pid]
             self.proc.send_signal(signal.SIGTERM)
@@ -494,113 +495,138 @@ def miss_breakdown(api: Api, node: BenchNode, misses: list[dict[str, Any]]) -> N
         }
 
 
+def _ms_since(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
 async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result: pa.Table) -> dict[str, Any]:
     """Each step of a miss's publish, alone, against the node's own Kubo (idle)."""
-    from node.datasets import LogicalHasher
-    from node.datasets.slices import write_parquet_slice
-    from node.errors import CairnError
     from node.ipfs import KuboClient
-    from node.model import block_of, parse_cid
-
-    def ms_since(t0: float) -> float:
-        return (time.perf_counter() - t0) * 1000
 
     out: dict[str, Any] = {}
     kubo = KuboClient(kubo_api, timeout=60.0)
     try:
-        path = work / "probe-result.parquet"
-        write, add, hashing = [], [], []
-        for _ in range(5):  # the real result with its first column shifted: new bytes, a new CID
-            table = result.set_column(
-                0, result.schema[0].name, pc.add(result.column(0), secrets.randbelow(1 << 20) + 1)
-            )
-            t0 = time.perf_counter()
-            write_parquet_slice(table, str(path))
-            write.append(ms_since(t0))
-            t0 = time.perf_counter()
-            h = LogicalHasher(table.schema)
-            h.update(table)
-            h.finish()
-            hashing.append(ms_since(t0))
-            t0 = time.perf_counter()
-            await kubo.add(path, pin=False)
-            add.append(ms_since(t0))
-        out["result_parquet_write_ms"] = p50(write)
-        out["result_logical_hash_ms"] = p50(hashing)
-        out["kubo_add_result_ms"] = p50(add)
-
-        # 13 small dag-cbor blocks, as a miss over one input puts (abstract structure, query, invocation,
-        # structure, SQL leaf, module envelope, input list, input root, output list, 2 envelopes, execution,
-        # receipt): one RPC after the other, as the node does, then all at once
-        blocks = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(26)]
-        t0 = time.perf_counter()
-        for b in blocks[:13]:
-            await kubo.block_put(b.data, codec=b.cid.codec.name)
-        out["block_put_13_sequential_ms"] = round(ms_since(t0), 2)
-        t0 = time.perf_counter()
-        await asyncio.gather(*(kubo.block_put(b.data, codec=b.cid.codec.name) for b in blocks[13:]))
-        out["block_put_13_concurrent_ms"] = round(ms_since(t0), 2)
-
-        # The receipt's recursive pin walks everything it links, the input dataset's slices included:
-        # pin a fresh root over the input slice CIDs (as a receipt's input list links them), vs a lone block.
-        cids = [parse_cid(c) for c in slice_cids]
-        over_inputs, lone = [], []
-        for _ in range(3):
-            root = block_of({"probe": secrets.token_hex(16), "inputs": cids})
-            await kubo.block_put(root.data, codec=root.cid.codec.name)
-            t0 = time.perf_counter()
-            await kubo.pin_add(root.cid, recursive=True)
-            over_inputs.append(ms_since(t0))
-            await kubo.pin_rm(root.cid, recursive=True)
-            leaf = block_of({"probe": secrets.token_hex(16)})
-            await kubo.block_put(leaf.data, codec=leaf.cid.codec.name)
-            t0 = time.perf_counter()
-            await kubo.pin_add(leaf.cid, recursive=True)
-            lone.append(ms_since(t0))
-            await kubo.pin_rm(leaf.cid, recursive=True)
-        out["pin_recursive_over_input_slices_ms"] = p50(over_inputs)
-        out["pin_recursive_one_block_ms"] = p50(lone)
-
-        # the same 13 blocks in one CAR, one `dag import` call that also pins its root (which links the rest)
-        from node.model import encode
-
-        def varint(n: int) -> bytes:
-            out = bytearray()
-            while True:
-                out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-                n >>= 7
-                if not n:
-                    return bytes(out)
-
-        imports = []
-        for _ in range(3):
-            leaves = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(12)]
-            root = block_of({"probe": secrets.token_hex(16), "links": [b.cid for b in leaves]})
-            header = encode({"roots": [root.cid], "version": 1})
-            car = bytearray(varint(len(header)) + header)
-            for b in [*leaves, root]:
-                raw = bytes(b.cid)
-                car += varint(len(raw) + len(b.data)) + raw + b.data
-            t0 = time.perf_counter()
-            await kubo.dag_import(bytes(car), pin_roots=True)
-            imports.append(ms_since(t0))
-            await kubo.pin_rm(root.cid, recursive=True)
-        out["dag_import_13_blocks_pinned_ms"] = p50(imports)
-
-        provide, outcome = [], ""
-        for b in blocks[:3]:
-            t0 = time.perf_counter()
-            try:
-                await kubo.routing_provide(b.cid, timeout=5.0)
-                outcome = "queued"
-            except CairnError as e:
-                outcome = f"refused: {e.message[:80]}"
-            provide.append(ms_since(t0))
-        out["provide_one_ms"] = p50(provide)
-        out["provide_outcome"] = outcome
+        out.update(await _probe_result_write(kubo, work, result))
+        blocks, timings = await _probe_block_puts(kubo)
+        out.update(timings)
+        out.update(await _probe_pins(kubo, slice_cids))
+        out["dag_import_13_blocks_pinned_ms"] = await _probe_dag_import(kubo)
+        out.update(await _probe_provide(kubo, blocks[:3]))
     finally:
         await kubo.close()
     return out
+
+
+async def _probe_result_write(kubo: Any, work: Path, result: pa.Table) -> dict[str, float]:
+    """Writing the result's Parquet, its logical hash, adding it to Kubo."""
+    from node.datasets import LogicalHasher
+    from node.datasets.slices import write_parquet_slice
+
+    path = work / "probe-result.parquet"
+    write, add, hashing = [], [], []
+    for _ in range(5):  # the real result with its first column shifted: new bytes, a new CID
+        table = result.set_column(0, result.schema[0].name, pc.add(result.column(0), secrets.randbelow(1 << 20) + 1))
+        t0 = time.perf_counter()
+        write_parquet_slice(table, str(path))
+        write.append(_ms_since(t0))
+        t0 = time.perf_counter()
+        h = LogicalHasher(table.schema)
+        h.update(table)
+        h.finish()
+        hashing.append(_ms_since(t0))
+        t0 = time.perf_counter()
+        await kubo.add(path, pin=False)
+        add.append(_ms_since(t0))
+    return {
+        "result_parquet_write_ms": p50(write),
+        "result_logical_hash_ms": p50(hashing),
+        "kubo_add_result_ms": p50(add),
+    }
+
+
+async def _probe_block_puts(kubo: Any) -> tuple[list[Any], dict[str, float]]:
+    """13 small dag-cbor blocks, as a miss over one input puts (abstract structure, query, invocation,
+    structure, SQL leaf, module envelope, input list, input root, output list, 2 envelopes, execution,
+    receipt): one RPC after the other, as the node does, then all at once. Returns the blocks too."""
+    from node.model import block_of
+
+    out = {}
+    blocks = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(26)]
+    t0 = time.perf_counter()
+    for b in blocks[:13]:
+        await kubo.block_put(b.data, codec=b.cid.codec.name)
+    out["block_put_13_sequential_ms"] = round(_ms_since(t0), 2)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(kubo.block_put(b.data, codec=b.cid.codec.name) for b in blocks[13:]))
+    out["block_put_13_concurrent_ms"] = round(_ms_since(t0), 2)
+    return blocks, out
+
+
+async def _probe_pins(kubo: Any, slice_cids: list[str]) -> dict[str, float]:
+    """The receipt's recursive pin walks everything it links, the input dataset's slices included:
+    pin a fresh root over the input slice CIDs (as a receipt's input list links them), vs a lone block."""
+    from node.model import block_of, parse_cid
+
+    cids = [parse_cid(c) for c in slice_cids]
+    over_inputs, lone = [], []
+    for _ in range(3):
+        root = block_of({"probe": secrets.token_hex(16), "inputs": cids})
+        await kubo.block_put(root.data, codec=root.cid.codec.name)
+        t0 = time.perf_counter()
+        await kubo.pin_add(root.cid, recursive=True)
+        over_inputs.append(_ms_since(t0))
+        await kubo.pin_rm(root.cid, recursive=True)
+        leaf = block_of({"probe": secrets.token_hex(16)})
+        await kubo.block_put(leaf.data, codec=leaf.cid.codec.name)
+        t0 = time.perf_counter()
+        await kubo.pin_add(leaf.cid, recursive=True)
+        lone.append(_ms_since(t0))
+        await kubo.pin_rm(leaf.cid, recursive=True)
+    return {"pin_recursive_over_input_slices_ms": p50(over_inputs), "pin_recursive_one_block_ms": p50(lone)}
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+async def _probe_dag_import(kubo: Any) -> float:
+    """13 blocks in one CAR, one `dag import` call that also pins its root (which links the rest)."""
+    from node.model import block_of, encode
+
+    imports = []
+    for _ in range(3):
+        leaves = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(12)]
+        root = block_of({"probe": secrets.token_hex(16), "links": [b.cid for b in leaves]})
+        header = encode({"roots": [root.cid], "version": 1})
+        car = bytearray(_varint(len(header)) + header)
+        for b in [*leaves, root]:
+            raw = bytes(b.cid)
+            car += _varint(len(raw) + len(b.data)) + raw + b.data
+        t0 = time.perf_counter()
+        await kubo.dag_import(bytes(car), pin_roots=True)
+        imports.append(_ms_since(t0))
+        await kubo.pin_rm(root.cid, recursive=True)
+    return p50(imports)
+
+
+async def _probe_provide(kubo: Any, blocks: list[Any]) -> dict[str, Any]:
+    from node.errors import CairnError
+
+    provide, outcome = [], ""
+    for b in blocks:
+        t0 = time.perf_counter()
+        try:
+            await kubo.routing_provide(b.cid, timeout=5.0)
+            outcome = "queued"
+        except CairnError as e:
+            outcome = f"refused: {e.message[:80]}"
+        provide.append(_ms_since(t0))
+    return {"provide_one_ms": p50(provide), "provide_outcome": outcome}
 
 
 def probes(
@@ -664,71 +690,13 @@ def bench_cairn(
 
         api = Api(node.api)
         try:
-            # -- misses -----------------------------------------------------------------------
-            def miss(c: str) -> dict[str, Any]:
-                other = OtherCpu()
-                other.start()
-                ms, a = query(api, c)
-                share = other.share()
-                if a["source"] != "computed":
-                    raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
-                say(
-                    f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)"
-                    + (f"; other work used {share:.0%} of the CPUs" if share >= CLEAN_SHARE else "")
-                )
-                return {
-                    "constant": c,
-                    "client_ms": round(ms, 1),
-                    "node_elapsed_ms": a["elapsed_ms"],
-                    "invocation": a["invocation"],
-                    "execution": a["execution"],
-                    "row_count": a["row_count"],
-                    "other_cpu_share": share,
-                }
-
-            jobs0 = node.info()["spark"]["jobs"]
-            wait_quiet("first_miss")
-            say(f"first query on the fresh version (v > {FIRST_CONSTANT})…")
-            with Phase("first_miss", phases):
-                first = miss(FIRST_CONSTANT)
-            say(f"{len(warm)} untimed misses (JIT warm-up on this statement)…")
-            warm_misses = [miss(c) for c in warm]
-            wait_quiet("misses")
-            say(f"{len(timed)} timed misses…")
-            with Phase("misses", phases):
-                misses = [miss(c) for c in timed]
-            jobs1 = node.info()["spark"]["jobs"]
-            expected = 1 + len(warm) + len(timed)
-            if jobs1 - jobs0 != expected:
-                raise RuntimeError(f"{expected} misses sent {jobs1 - jobs0} Spark jobs")
-            miss_breakdown(api, node, [first, *warm_misses, *misses])
-
-            # -- hits -------------------------------------------------------------------------
-            hit_c = misses[0]["constant"]
-            for _ in range(HIT_WARMUP):
-                query(api, hit_c)
-            jobs_before = node.info()["spark"]["jobs"]
-            hit_ms: list[float] = []
-            node_ms: list[float] = []
-            sources: dict[str, int] = {}
-            wait_quiet("hits")
-            say(f"{n_hits} hits (v > {hit_c}) over one keep-alive connection…")
-            with Phase("hits", phases):
-                for _ in range(n_hits):
-                    ms, a = query(api, hit_c)
-                    hit_ms.append(ms)
-                    node_ms.append(a["elapsed_ms"])
-                    sources[a["source"]] = sources.get(a["source"], 0) + 1
-            jobs_after = node.info()["spark"]["jobs"]
-            if jobs_after != jobs_before or set(sources) != {"local"}:
-                raise RuntimeError(f"hits sent {jobs_after - jobs_before} Spark jobs; sources {sources}")
-            say(f"  hit p50 {p50(hit_ms):.2f} ms, p99 {pct(hit_ms, 99):.2f} ms")
-
+            misses = _bench_misses(api, node, warm, timed, phases)
+            hits = _bench_hits(api, node, misses["misses"][0]["constant"], n_hits, phases)
             # -- probes (node idle) -------------------------------------------------------------
             say("probes…")
             described = api.get(f"/api/v0/datasets/{DATASET}")
             schema = [(name, typ) for name, typ in described["schema"]]
-            _, hit_answer = query(api, hit_c)
+            _, hit_answer = query(api, hits["constant"])
             result_file = home / "cache" / "slices" / f"{hit_answer['slices'][0]}.parquet"
             with Phase("probes", phases):
                 probe = probes(api, node, slice_cids, schema, work, result_file)
@@ -746,17 +714,8 @@ def bench_cairn(
             "slices": len(slice_cids),
             "parquet_mb": round(sum(s["size"] for s in added["slices"]) / MB, 1),
             "spark_worker_warmup_ms": spark.get("warmup_ms"),
-            "first_miss": first,
-            "warm_misses": warm_misses,
-            "misses": misses,
-            "hits": {
-                "client_ms": hit_ms,
-                "node_elapsed_ms": node_ms,
-                "sources": sources,
-                "spark_jobs_before": jobs_before,
-                "spark_jobs_after": jobs_after,
-                "constant": hit_c,
-            },
+            **misses,
+            "hits": hits,
             "probes": probe,
             "kubo_version": (node_info.get("kubo") or {}).get("version"),
         },
@@ -765,7 +724,204 @@ def bench_cairn(
     )
 
 
+def _miss(api: Api, c: str) -> dict[str, Any]:
+    """One query expected to be a miss, timed, with the share of the CPUs other work used meanwhile."""
+    other = OtherCpu()
+    other.start()
+    ms, a = query(api, c)
+    share = other.share()
+    if a["source"] != "computed":
+        raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
+    say(
+        f"  miss v > {c}: {ms:.0f} ms (node {a['elapsed_ms']:.0f} ms, {a['row_count']} rows)"
+        + (f"; other work used {share:.0%} of the CPUs" if share >= CLEAN_SHARE else "")
+    )
+    return {
+        "constant": c,
+        "client_ms": round(ms, 1),
+        "node_elapsed_ms": a["elapsed_ms"],
+        "invocation": a["invocation"],
+        "execution": a["execution"],
+        "row_count": a["row_count"],
+        "other_cpu_share": share,
+    }
+
+
+def _bench_misses(
+    api: Api, node: BenchNode, warm: list[str], timed: list[str], phases: dict[str, Any]
+) -> dict[str, Any]:
+    """The first miss on the fresh version, the untimed warm misses, the timed ones (each a Spark job)."""
+    jobs0 = node.info()["spark"]["jobs"]
+    wait_quiet("first_miss")
+    say(f"first query on the fresh version (v > {FIRST_CONSTANT})…")
+    with Phase("first_miss", phases):
+        first = _miss(api, FIRST_CONSTANT)
+    say(f"{len(warm)} untimed misses (JIT warm-up on this statement)…")
+    warm_misses = [_miss(api, c) for c in warm]
+    wait_quiet("misses")
+    say(f"{len(timed)} timed misses…")
+    with Phase("misses", phases):
+        misses = [_miss(api, c) for c in timed]
+    jobs1 = node.info()["spark"]["jobs"]
+    expected = 1 + len(warm) + len(timed)
+    if jobs1 - jobs0 != expected:
+        raise RuntimeError(f"{expected} misses sent {jobs1 - jobs0} Spark jobs")
+    miss_breakdown(api, node, [first, *warm_misses, *misses])
+    return {"first_miss": first, "warm_misses": warm_misses, "misses": misses}
+
+
+def _bench_hits(api: Api, node: BenchNode, hit_c: str, n_hits: int, phases: dict[str, Any]) -> dict[str, Any]:
+    """A timed statement again, n_hits times over one connection: each answered from the index, no Spark job."""
+    for _ in range(HIT_WARMUP):
+        query(api, hit_c)
+    jobs_before = node.info()["spark"]["jobs"]
+    hit_ms: list[float] = []
+    node_ms: list[float] = []
+    sources: dict[str, int] = {}
+    wait_quiet("hits")
+    say(f"{n_hits} hits (v > {hit_c}) over one keep-alive connection…")
+    with Phase("hits", phases):
+        for _ in range(n_hits):
+            ms, a = query(api, hit_c)
+            hit_ms.append(ms)
+            node_ms.append(a["elapsed_ms"])
+            sources[a["source"]] = sources.get(a["source"], 0) + 1
+    jobs_after = node.info()["spark"]["jobs"]
+    if jobs_after != jobs_before or set(sources) != {"local"}:
+        raise RuntimeError(f"hits sent {jobs_after - jobs_before} Spark jobs; sources {sources}")
+    say(f"  hit p50 {p50(hit_ms):.2f} ms, p99 {pct(hit_ms, 99):.2f} ms")
+    return {
+        "client_ms": hit_ms,
+        "node_elapsed_ms": node_ms,
+        "sources": sources,
+        "spark_jobs_before": jobs_before,
+        "spark_jobs_after": jobs_after,
+        "constant": hit_c,
+    }
+
+
 # --------------------------------------------------------------------------- baselines
+
+
+class _Baseline:
+    """A SparkSession in this process with the node worker's settings, over the node's slice files."""
+
+    def __init__(self, work: Path, paths: list[Path], schema: list[tuple[str, str]]) -> None:
+        tmp = work / "spark-tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+            p for p in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p
+        )
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        from spark_worker.session import effective_conf
+
+        conf = effective_conf(
+            "local[2]",
+            {
+                "spark.local.dir": str(work / "spark-local"),
+                "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
+                "spark.app.name": "cairn-query-bench-baseline",
+            },
+        )
+        self.work = work
+        self.schema = schema
+        self.columns = [name for name, _ in schema]
+        self.files = [str(p) for p in paths]
+        say("baseline: starting a SparkSession (local[2])…")
+        t0 = time.perf_counter()
+        builder = SparkSession.builder
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+        self.spark = builder.getOrCreate()
+        self.spark.sparkContext.setLogLevel("WARN")
+        self.start_s = time.perf_counter() - t0
+        self.worker: Any = None
+
+    def plain(self, c: str) -> float:
+        """Read the files, name the columns, register t, run, collect the result as Arrow."""
+        t0 = time.perf_counter()
+        self.spark.read.parquet(*self.files).toDF(*self.columns).createOrReplaceTempView("t")
+        table = self.spark.sql(SQL.format(c=c)).toArrow()
+        ms = (time.perf_counter() - t0) * 1000
+        if table.num_rows == 0:
+            raise RuntimeError("the baseline query returned no rows")
+        return round(ms, 1)
+
+    def sql_only(self, c: str) -> float:
+        """The view ``t`` already registered (by an earlier plain run, same files): Spark SQL + toArrow only."""
+        t0 = time.perf_counter()
+        self.spark.sql(SQL.format(c=c)).toArrow()
+        return round((time.perf_counter() - t0) * 1000, 1)
+
+    def worker_job(self, c: str) -> tuple[float, float]:
+        """The worker's own job code: its elapsed_ms (what a receipt calls compute_ms) and the call's wall time."""
+        from node.query import canonicalize
+        from spark_worker.server import Job
+
+        statement = canonicalize(SQL.format(c=c), {"t": self.schema}).statement
+        abstract = [f"col_{i}" for i in range(len(self.columns))]
+        t0 = time.perf_counter()
+        header, _ = self.worker.execute(Job(f"bench-{secrets.token_hex(4)}", statement, {"a": (self.files, abstract)}))
+        return header["elapsed_ms"], round((time.perf_counter() - t0) * 1000, 1)
+
+    def warm_up(self, warm: list[str]) -> float:
+        """The node worker's sequence: its warm-up query (the same code), the first query, the warm misses."""
+        from spark_worker.server import Job
+
+        t0 = time.perf_counter()
+        small = self.work / "warmup.parquet"
+        pq.write_table(pa.table({"k": [i % 7 for i in range(1000)], "v": [i * 0.5 for i in range(1000)]}), small)
+        self.worker.execute(
+            Job(
+                "warmup",
+                "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
+                {"a": ([str(small)], ["col_0", "col_1"])},
+            )
+        )
+        for c in [FIRST_CONSTANT, *warm]:
+            self.plain(c)
+        return time.perf_counter() - t0
+
+    def diagnostic(self, timed: list[str]) -> dict[str, list[float]]:
+        """Spark compiles code per statement (a literal is part of the generated code), so a statement seen
+        before runs faster: each variant gets constants never seen before (0.0111, 0.0121…), except "repeat",
+        which re-runs a statement of the timed pass. The order rotates."""
+        diag: dict[str, list[float]] = {
+            "plain": [],
+            "sql_only": [],
+            "worker_execute": [],
+            "worker_execute_total": [],
+            "repeat": [],
+        }
+
+        def run_worker(c: str) -> None:
+            elapsed, total = self.worker_job(c)
+            diag["worker_execute"].append(elapsed)
+            diag["worker_execute_total"].append(total)
+
+        def run(key: str, how: Callable[[str], float], c: str) -> None:
+            diag[key].append(how(c))
+
+        for i, c in enumerate(timed):
+            steps: list[Callable[[], None]] = [
+                functools.partial(run, "plain", self.plain, f"0.{i + 1:02d}11"),
+                functools.partial(run, "sql_only", self.sql_only, f"0.{i + 1:02d}21"),
+                functools.partial(run_worker, f"0.{i + 1:02d}31"),
+                functools.partial(run, "repeat", self.plain, c),
+            ]
+            for step in steps[i % 4 :] + steps[: i % 4]:
+                step()
+        return diag
+
+    def close(self) -> None:
+        from spark_worker.server import stop_spark
+
+        if self.worker is not None:
+            os.close(self.worker.wake_r)
+            os.close(self.worker.wake_w)
+        stop_spark(self.spark)
 
 
 def bench_spark(
@@ -777,134 +933,40 @@ def bench_spark(
     phases: dict[str, Any],
 ) -> dict[str, Any]:
     """The same SQL in a warm SparkSession in this process, with the worker's settings and warm-up."""
-    tmp = work / "spark-tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        p for p in (os.environ.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p
-    )
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from spark_worker.server import Worker
 
-    from node.query import canonicalize
-    from spark_worker.server import Job, Worker, stop_spark
-    from spark_worker.session import effective_conf
-
-    conf = effective_conf(
-        "local[2]",
-        {
-            "spark.local.dir": str(work / "spark-local"),
-            "spark.sql.warehouse.dir": str(work / "spark-warehouse"),
-            "spark.app.name": "cairn-query-bench-baseline",
-        },
-    )
-    columns = [name for name, _ in schema]
-    files = [str(p) for p in paths]
-    say("baseline: starting a SparkSession (local[2])…")
-    t0 = time.perf_counter()
-    builder = SparkSession.builder
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    start_s = time.perf_counter() - t0
-
-    def plain(c: str) -> float:
-        """Read the files, name the columns, register t, run, collect the result as Arrow."""
-        t0 = time.perf_counter()
-        spark.read.parquet(*files).toDF(*columns).createOrReplaceTempView("t")
-        table = spark.sql(SQL.format(c=c)).toArrow()
-        ms = (time.perf_counter() - t0) * 1000
-        if table.num_rows == 0:
-            raise RuntimeError("the baseline query returned no rows")
-        return round(ms, 1)
-
-    def sql_only(c: str) -> float:
-        """The view ``t`` already registered (by an earlier plain run, same files): Spark SQL + toArrow only."""
-        t0 = time.perf_counter()
-        spark.sql(SQL.format(c=c)).toArrow()
-        return round((time.perf_counter() - t0) * 1000, 1)
-
-    abstract = [f"col_{i}" for i in range(len(columns))]
-    worker: Worker | None = None
-
-    def worker_job(c: str) -> tuple[float, float]:
-        assert worker is not None
-        statement = canonicalize(SQL.format(c=c), {"t": schema}).statement
-        t0 = time.perf_counter()
-        header, _ = worker.execute(Job(f"bench-{secrets.token_hex(4)}", statement, {"a": (files, abstract)}))
-        return header["elapsed_ms"], round((time.perf_counter() - t0) * 1000, 1)
-
+    base = _Baseline(work, paths, schema)
     try:
         # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
-        worker = Worker(spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
-        # the node worker's sequence: its warm-up query (the same code), the first query, the warm misses
+        base.worker = Worker(base.spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
         wait_quiet("baseline_warmup")
-        t0 = time.perf_counter()
-        small = work / "warmup.parquet"
-        pq.write_table(pa.table({"k": [i % 7 for i in range(1000)], "v": [i * 0.5 for i in range(1000)]}), small)
-        worker.execute(
-            Job(
-                "warmup",
-                "SELECT col_0, count(*), sum(col_1) FROM a GROUP BY col_0",
-                {"a": ([str(small)], ["col_0", "col_1"])},
-            )
-        )
-        for c in [FIRST_CONSTANT, *warm]:
-            plain(c)
-        warm_s = time.perf_counter() - t0
-        say(f"baseline: session {start_s:.1f} s, warm-up {warm_s:.1f} s")
+        warm_s = base.warm_up(warm)
+        say(f"baseline: session {base.start_s:.1f} s, warm-up {warm_s:.1f} s")
         wait_quiet("baseline")
         samples, shares = [], []
         other = OtherCpu()
         with Phase("baseline_warm_spark", phases):
             for c in timed:
                 other.start()
-                samples.append(plain(c))
+                samples.append(base.plain(c))
                 shares.append(other.share())
         say(f"baseline: warm Spark p50 {p50(samples):.0f} ms over {len(samples)} runs")
-        # Diagnostic pass. Spark compiles code per statement (a literal is part of the generated code), so a
-        # statement seen before runs faster: each variant gets constants never seen before (0.0111, 0.0121…),
-        # except "repeat", which re-runs a statement of the timed pass. The order rotates.
         wait_quiet("baseline_diagnostic")
-        diag: dict[str, list[float]] = {
-            "plain": [],
-            "sql_only": [],
-            "worker_execute": [],
-            "worker_execute_total": [],
-            "repeat": [],
-        }
-
-        def run_worker(c: str) -> None:
-            elapsed, total = worker_job(c)
-            diag["worker_execute"].append(elapsed)
-            diag["worker_execute_total"].append(total)
-
         with Phase("baseline_diagnostic", phases):
-            for i, c in enumerate(timed):
-                steps: list[Callable[[], None]] = [
-                    lambda i=i: diag["plain"].append(plain(f"0.{i + 1:02d}11")),
-                    lambda i=i: diag["sql_only"].append(sql_only(f"0.{i + 1:02d}21")),
-                    lambda i=i: run_worker(f"0.{i + 1:02d}31"),
-                    lambda c=c: diag["repeat"].append(plain(c)),
-                ]
-                for step in steps[i % 4 :] + steps[: i % 4]:
-                    step()
+            diag = base.diagnostic(timed)
         say(
             f"baseline diagnostic: new statements: plain {p50(diag['plain']):.0f} ms, view already registered "
             f"{p50(diag['sql_only']):.0f} ms, worker job code {p50(diag['worker_execute']):.0f} ms; "
             f"a statement run before {p50(diag['repeat']):.0f} ms"
         )
-        version = spark.version
+        version = base.spark.version
     finally:
-        if worker is not None:
-            os.close(worker.wake_r)
-            os.close(worker.wake_w)
-        stop_spark(spark)
+        base.close()
     return {
         "samples": samples,
         "other_cpu_share": shares,
         "diagnostic": diag,
-        "session_start_s": round(start_s, 1),
+        "session_start_s": round(base.start_s, 1),
         "warmup_s": round(warm_s, 1),
         "spark": version,
     }
@@ -920,11 +982,11 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
     files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({files})")
     for c in [FIRST_CONSTANT, *warm]:
-        con.execute(SQL.format(c=c)).fetch_arrow_table()
+        con.execute(SQL.format(c=c)).to_arrow_table()
     samples = []
     for c in timed:
         t0 = time.perf_counter()
-        con.execute(SQL.format(c=c)).fetch_arrow_table()
+        con.execute(SQL.format(c=c)).to_arrow_table()
         samples.append(round((time.perf_counter() - t0) * 1000, 2))
     con.close()
     return {"p50": p50(samples), "samples": samples, "version": duckdb.__version__}, "measured"
@@ -949,7 +1011,7 @@ def git_state() -> dict[str, Any]:
         return {"head": None, "changed": []}
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="rows of the dataset (default 10 000 000)")
     parser.add_argument("--hits", type=int, default=200, help="timed hits (default 200)")
@@ -972,8 +1034,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.rows < 1000 or args.hits < 1 or args.misses < 1 or args.warm_misses < 0:
         parser.error("--rows ≥ 1000, --hits and --misses ≥ 1, --warm-misses ≥ 0")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
+    return args
 
+
+def _import_node_code() -> None:
     # Everything of the node's code this process uses, imported now: the run then measures one state of it.
     for module in (
         "node.datasets",
@@ -987,6 +1051,149 @@ def main() -> None:
     ):
         importlib.import_module(module)
 
+
+def _brief(m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "constant": m["constant"],
+        "client_ms": m["client_ms"],
+        "node_elapsed_ms": m["node_elapsed_ms"],
+        "parts_ms": m["parts_ms"],
+    }
+
+
+def _hit_report(cairn: dict[str, Any]) -> dict[str, Any]:
+    hits = cairn["hits"]["client_ms"]
+    return {
+        "p50": p50(hits),
+        "p99": pct(hits, 99),
+        "n": len(hits),
+        "min": round(min(hits), 3),
+        "max": round(max(hits), 3),
+        "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
+        "constant": cairn["hits"]["constant"],
+        "sources": cairn["hits"]["sources"],
+    }
+
+
+def _miss_report(cairn: dict[str, Any], timed: list[str]) -> dict[str, Any]:
+    misses = cairn["misses"]
+    return {
+        "p50": p50([m["client_ms"] for m in misses]),
+        "samples": [m["client_ms"] for m in misses],
+        "constants": timed,
+        "other_cpu_share": [m["other_cpu_share"] for m in misses],
+        "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
+        "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]],
+    }
+
+
+def _miss_parts_p50(misses: list[dict[str, Any]]) -> dict[str, float | None]:
+    parts: dict[str, float | None] = {}
+    for k in misses[0]["parts_ms"]:
+        values = [m["parts_ms"][k] for m in misses if m["parts_ms"][k] is not None]
+        parts[k] = p50(values) if values else None
+    return parts
+
+
+def _ratios(cairn: dict[str, Any], spark: dict[str, Any], duck: dict[str, Any] | None) -> dict[str, float | None]:
+    """Ratios (DESIGN.md "Targets") of the medians, and over the samples no other work disturbed."""
+    hits, misses = cairn["hits"]["client_ms"], cairn["misses"]
+    miss = [m["client_ms"] for m in misses]
+    hit_p50, miss_p50, spark_p50 = p50(hits), p50(miss), p50(spark["samples"])
+    return {
+        "ratio_miss_over_warm_spark": round(miss_p50 / spark_p50, 3),
+        "ratio_warm_spark_over_hit": round(spark_p50 / hit_p50, 1),
+        # the same over the samples other work did not disturb (< 10 % of the CPUs), if ≥ 3 on each side
+        "ratio_miss_over_warm_spark_undisturbed": (
+            round(mc / sc, 3)
+            if (mc := clean_p50(miss, [m["other_cpu_share"] for m in misses])) is not None
+            and (sc := clean_p50(spark["samples"], spark["other_cpu_share"])) is not None
+            else None
+        ),
+        "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
+        "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
+    }
+
+
+def _machine(cairn: dict[str, Any], spark: dict[str, Any], git: dict[str, Any], load_before: float) -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pyarrow": pa.__version__,
+        "spark": spark["spark"],
+        "java": java_version(),
+        "kubo": cairn["kubo_version"],
+        "git": git,
+        "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
+        "spark_worker_warmup_ms": cairn["spark_worker_warmup_ms"],
+        "baseline_session_start_s": spark["session_start_s"],
+        "baseline_warmup_s": spark["warmup_s"],
+        # other work on the machine skews both sides: see also phases.*.other_cpu_share
+        "loadavg_before": round(load_before, 2),
+        "loadavg_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def _report(
+    args: argparse.Namespace,
+    cairn: dict[str, Any],
+    spark: dict[str, Any],
+    duck: tuple[dict[str, Any] | None, str],
+    timed: list[str],
+    phases: dict[str, Any],
+    machine: dict[str, Any],
+) -> dict[str, Any]:
+    """The one JSON object the bench prints (its keys in this order)."""
+    misses = cairn["misses"]
+    diag = spark["diagnostic"]
+    return {
+        "bench": "query",
+        "rows": args.rows,
+        "sql": SQL,
+        "hit_ms": _hit_report(cairn),
+        "miss_ms": _miss_report(cairn, timed),
+        "first_miss_ms": cairn["first_miss"]["client_ms"],
+        "warm_spark_ms": {
+            "p50": p50(spark["samples"]),
+            "samples": spark["samples"],
+            "other_cpu_share": spark["other_cpu_share"],
+        },
+        "warm_spark_diagnostic_ms": {
+            "plain_p50": p50(diag["plain"]),
+            "sql_only_p50": p50(diag["sql_only"]),
+            "worker_execute_p50": p50(diag["worker_execute"]),
+            "worker_execute_total_p50": p50(diag["worker_execute_total"]),
+            "repeat_p50": p50(diag["repeat"]),
+            **diag,
+        },
+        "duckdb_ms": duck[0],
+        "duckdb_note": duck[1],
+        **_ratios(cairn, spark, duck[0]),
+        "targets": {
+            "ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
+            "ratio_warm_spark_over_hit": f">= {TARGET_HIT_RATIO}",
+            "hit_p50_ms": "< 5",
+            "ratio_duckdb_over_hit": ">= 25",
+        },
+        "spark_jobs_during_hits": cairn["hits"]["spark_jobs_after"] - cairn["hits"]["spark_jobs_before"],
+        "miss_parts_ms_p50": _miss_parts_p50(misses),
+        "miss_breakdown": {"first": _brief(cairn["first_miss"]), "timed": [_brief(m) for m in misses]},
+        "probes": cairn["probes"],
+        "dataset": {
+            "slices": cairn["slices"],
+            "parquet_mb": cairn["parquet_mb"],
+            "result_rows": misses[0]["row_count"],
+        },
+        "phases": phases,
+        "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
+        "machine": machine,
+    }
+
+
+def main() -> None:
+    args = _parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
+    _import_node_code()
     git = git_state()
     load_before = os.getloadavg()[0]
     QUIET["max_wait_s"] = args.quiet_wait
@@ -1006,112 +1213,11 @@ def main() -> None:
         if importlib.util.find_spec("duckdb") is not None:
             wait_quiet("baseline_duckdb")
         with Phase("baseline_duckdb", phases):
-            duck, duck_note = bench_duckdb(paths, warm, timed)
-        if duck is None:
+            duck = bench_duckdb(paths, warm, timed)
+        if duck[0] is None:
             del phases["baseline_duckdb"]
-
-        hits = cairn["hits"]["client_ms"]
-        misses = cairn["misses"]
-        miss = [m["client_ms"] for m in misses]
-        hit_p50, miss_p50, spark_p50 = p50(hits), p50(miss), p50(spark["samples"])
-        parts: dict[str, float | None] = {}
-        for k in misses[0]["parts_ms"]:
-            values = [m["parts_ms"][k] for m in misses if m["parts_ms"][k] is not None]
-            parts[k] = p50(values) if values else None
-        diag = spark["diagnostic"]
-
-        def brief(m: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "constant": m["constant"],
-                "client_ms": m["client_ms"],
-                "node_elapsed_ms": m["node_elapsed_ms"],
-                "parts_ms": m["parts_ms"],
-            }
-
-        result = {
-            "bench": "query",
-            "rows": args.rows,
-            "sql": SQL,
-            "hit_ms": {
-                "p50": hit_p50,
-                "p99": pct(hits, 99),
-                "n": len(hits),
-                "min": round(min(hits), 3),
-                "max": round(max(hits), 3),
-                "node_elapsed_p50": p50(cairn["hits"]["node_elapsed_ms"]),
-                "constant": cairn["hits"]["constant"],
-                "sources": cairn["hits"]["sources"],
-            },
-            "miss_ms": {
-                "p50": miss_p50,
-                "samples": miss,
-                "constants": timed,
-                "other_cpu_share": [m["other_cpu_share"] for m in misses],
-                "node_elapsed_p50": p50([m["node_elapsed_ms"] for m in misses]),
-                "untimed_warm_misses": [m["client_ms"] for m in cairn["warm_misses"]],
-            },
-            "first_miss_ms": cairn["first_miss"]["client_ms"],
-            "warm_spark_ms": {
-                "p50": spark_p50,
-                "samples": spark["samples"],
-                "other_cpu_share": spark["other_cpu_share"],
-            },
-            "warm_spark_diagnostic_ms": {
-                "plain_p50": p50(diag["plain"]),
-                "sql_only_p50": p50(diag["sql_only"]),
-                "worker_execute_p50": p50(diag["worker_execute"]),
-                "worker_execute_total_p50": p50(diag["worker_execute_total"]),
-                "repeat_p50": p50(diag["repeat"]),
-                **diag,
-            },
-            "duckdb_ms": duck,
-            "duckdb_note": duck_note,
-            "ratio_miss_over_warm_spark": round(miss_p50 / spark_p50, 3),
-            "ratio_warm_spark_over_hit": round(spark_p50 / hit_p50, 1),
-            # the same over the samples other work did not disturb (< 10 % of the CPUs), if ≥ 3 on each side
-            "ratio_miss_over_warm_spark_undisturbed": (
-                round(mc / sc, 3)
-                if (mc := clean_p50(miss, [m["other_cpu_share"] for m in misses])) is not None
-                and (sc := clean_p50(spark["samples"], spark["other_cpu_share"])) is not None
-                else None
-            ),
-            "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
-            "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
-            "targets": {
-                "ratio_miss_over_warm_spark": f"<= {TARGET_MISS_RATIO}",
-                "ratio_warm_spark_over_hit": f">= {TARGET_HIT_RATIO}",
-                "hit_p50_ms": "< 5",
-                "ratio_duckdb_over_hit": ">= 25",
-            },
-            "spark_jobs_during_hits": cairn["hits"]["spark_jobs_after"] - cairn["hits"]["spark_jobs_before"],
-            "miss_parts_ms_p50": parts,
-            "miss_breakdown": {"first": brief(cairn["first_miss"]), "timed": [brief(m) for m in misses]},
-            "probes": cairn["probes"],
-            "dataset": {
-                "slices": cairn["slices"],
-                "parquet_mb": cairn["parquet_mb"],
-                "result_rows": misses[0]["row_count"],
-            },
-            "phases": phases,
-            "quiet_waits": QUIET["waits"] if args.quiet_wait > 0 else None,
-            "machine": {
-                "cpus": os.cpu_count(),
-                "python": platform.python_version(),
-                "pyarrow": pa.__version__,
-                "spark": spark["spark"],
-                "java": java_version(),
-                "kubo": cairn["kubo_version"],
-                "git": git,
-                "mem_total_mb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB),
-                "spark_worker_warmup_ms": cairn["spark_worker_warmup_ms"],
-                "baseline_session_start_s": spark["session_start_s"],
-                "baseline_warmup_s": spark["warmup_s"],
-                # other work on the machine skews both sides: see also phases.*.other_cpu_share
-                "loadavg_before": round(load_before, 2),
-                "loadavg_after": round(os.getloadavg()[0], 2),
-            },
-        }
-        print(json.dumps(result, indent=2))
+        machine = _machine(cairn, spark, git, load_before)
+        print(json.dumps(_report(args, cairn, spark, duck, timed, phases, machine), indent=2))
     finally:
         if args.keep:
             say(f"kept {work}")

@@ -91,8 +91,9 @@ Choices, documented because callers and error messages depend on them:
 - **Empty input** (no bytes, or only blank lines) is an error. A CSV with a header and no rows
   is not: it yields no batches and ``string`` columns (or the ``--type`` given).
 
-Modules, one concern each: ``options`` (ReadOptions, type names, limits), ``source`` (files and
-streams, decompression, text encodings, format sniffing), ``chunking`` (cutting text into chunks
+Modules, one concern each: ``options`` (ReadOptions, type names, limits), ``streams`` (peeking and
+push-back over the input's bytes), ``encodings`` (the text encoding, transcoding to UTF-8), ``source``
+(files and streams, decompression, format sniffing), ``chunking`` (cutting text into chunks
 of complete rows, UTF-8 checks), ``convert`` (conversions shared by the text formats), one module
 per format (``csv_format``, ``jsonl_format``, ``parquet_format``), and ``inputs`` (``Input``,
 ``open_input``).

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from node.datasets.readers.options import _BOM, _size_text
-from node.datasets.readers.source import _ByteSource
+from node.datasets.readers.streams import _ByteSource
 from node.errors import InvalidInput
 
 #: A row may make its chunk grow to at most this much beyond the block size.

@@ -4,6 +4,7 @@ Part of :mod:`node.datasets.readers` (see its docstring for the rules these foll
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -131,6 +132,8 @@ class _TextFormat:
 
     name: str
     schema: pa.Schema
+    _event_index: int | None  # the event time column's position, if there is one
+    _null_spellings: tuple[str, ...]  # text read as null in columns read as text
 
     def first_batches(self) -> list[pa.RecordBatch]:
         raise NotImplementedError
@@ -164,7 +167,7 @@ class _TextFormat:
                     try:
                         arr = arr.cast(f.type)
                     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                        idx, msg = _cast_failure(arr, lambda a, target=f.type: a.cast(target))
+                        idx, msg = _cast_failure(arr, functools.partial(pa.Array.cast, target_type=f.type))
                         line = row_lines(data, first_line, row0 + (idx or 0))
                         value = _value_at(arr, idx) if idx is not None else None
                         raise InvalidInput(

@@ -30,7 +30,8 @@ from node.datasets.readers.options import (
     _size_text,
     _snip,
 )
-from node.datasets.readers.source import _ByteSource, _Opened
+from node.datasets.readers.source import _Opened
+from node.datasets.readers.streams import _ByteSource
 from node.errors import InvalidInput, one_line
 
 #: Delimiters tried when a CSV's is not given, in order of preference on a tie.
@@ -108,93 +109,108 @@ class _CsvFormat(_TextFormat):
 
     def _setup(self) -> None:
         opts = self._options
-        first = self.chunker.next()
-        if first is None or not first[0].strip():
-            raise InvalidInput(f"{self.name}: the input is empty")
-        data, line = first
-        rows = _csv_rows(data, self._pattern, limit=1)
-        start, end = rows[0]
-        row = data[start:end]
-        if not row.endswith((b"\n", b"\r")):
-            row += b"\n"
-        try:
-            if opts.header:
-                header = self._read(row, None, None).column_names
-            else:
-                header = None
-                count = self._read(row, None, None).num_columns
-        except pa.ArrowInvalid as e:
-            raise InvalidInput(
-                f"{self.name}: line {line + data.count(self.chunker.eol, 0, start)}: {one_line(str(e))}"
-            ) from None
+        data, line = self._first_chunk()
+        start, end = _csv_rows(data, self._pattern, limit=1)[0]
+        names = self._column_names(data, line, start, end)
         if opts.header:
-            assert header is not None
-            if opts.column_names is not None:
-                if len(opts.column_names) != len(header):
-                    raise InvalidInput(
-                        f"{self.name}: {len(opts.column_names)} column names given, the header has {len(header)} columns"
-                    )
-                names = list(opts.column_names)
-            else:
-                names = header
-            _check_names(names, f"{self.name}: header: ")
             data_line = line + data.count(self.chunker.eol, 0, end)
             data = data[end:]
         else:
-            if opts.column_names is not None:
-                if len(opts.column_names) != count:
-                    raise InvalidInput(
-                        f"{self.name}: {len(opts.column_names)} column names given, the first row has {count} fields"
-                    )
-                names = list(opts.column_names)
-            else:
-                names = [f"f{i}" for i in range(count)]
             data_line = line
         self._names = names
-        for col in self._overrides:
-            if col not in names:
-                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
-        if opts.event_time is not None and opts.event_time not in names:
-            raise InvalidInput(
-                f"{self.name}: event time column {opts.event_time!r} not found (columns: {', '.join(names)})"
-            )
-        # pyarrow's CSV reader cannot convert to decimal256: read as text, cast afterwards.
-        fixed = {c: pa.string() if pa.types.is_decimal256(t) else t for c, t in self._overrides.items()}
-        if opts.event_time is not None and opts.event_time not in fixed:
-            fixed[opts.event_time] = pa.string()
-
+        self._check_columns(names)
+        fixed = self._fixed_types()
         # Type inference: the first chunk holding data rows (the first one, unless the header
         # filled it), with the overridden columns' types given.
         while not data.strip(b"\r\n") and (nxt := self.chunker.next()) is not None:
             data, data_line = nxt
         self._event_index = names.index(opts.event_time) if opts.event_time is not None else None
-        table: pa.Table | None = None
-        if data.strip(b"\r\n"):
-            table = self._parse_table(data, data_line, self._convert_options(fixed))
-        if table is not None:
-            types = {}
-            for f in table.schema:
-                t = f.type
-                types[f.name] = fixed.get(f.name, pa.string() if pa.types.is_null(t) else t)
-        else:  # a header and no rows
-            types = {n: fixed.get(n, pa.string()) for n in names}
+        table, types = self._infer_types(data, data_line, names, fixed)
         self._types = types
         self._fixed_convert = self._convert_options(types)
         if table is not None and any(table.schema.field(n).type != types[n] for n in names):
             table = self._parse_table(data, data_line, self._fixed_convert)
+        self.schema = self._final_schema(names, types)
+        self._first = (
+            self._finish(table, data, data_line, self._row_line) if table is not None and table.num_rows else []
+        )
+
+    def _first_chunk(self) -> tuple[bytes, int]:
+        first = self.chunker.next()
+        if first is None or not first[0].strip():
+            raise InvalidInput(f"{self.name}: the input is empty")
+        return first
+
+    def _column_names(self, data: bytes, line: int, start: int, end: int) -> list[str]:
+        """The names from the header row (or the given ones, checked against it), or f0… for the first row's
+        fields when there is no header."""
+        row = data[start:end]
+        if not row.endswith((b"\n", b"\r")):
+            row += b"\n"
+        try:
+            first = self._read(row, None, None)
+        except pa.ArrowInvalid as e:
+            raise InvalidInput(
+                f"{self.name}: line {line + data.count(self.chunker.eol, 0, start)}: {one_line(str(e))}"
+            ) from None
+        given = self._options.column_names
+        if self._options.header:
+            header = first.column_names
+            if given is not None and len(given) != len(header):
+                raise InvalidInput(
+                    f"{self.name}: {len(given)} column names given, the header has {len(header)} columns"
+                )
+            names = list(given) if given is not None else header
+            _check_names(names, f"{self.name}: header: ")
+            return names
+        count = first.num_columns
+        if given is not None and len(given) != count:
+            raise InvalidInput(f"{self.name}: {len(given)} column names given, the first row has {count} fields")
+        return list(given) if given is not None else [f"f{i}" for i in range(count)]
+
+    def _check_columns(self, names: list[str]) -> None:
+        """Every column --type and --event-time name exists."""
+        for col in self._overrides:
+            if col not in names:
+                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
+        event_time = self._options.event_time
+        if event_time is not None and event_time not in names:
+            raise InvalidInput(f"{self.name}: event time column {event_time!r} not found (columns: {', '.join(names)})")
+
+    def _fixed_types(self) -> dict[str, pa.DataType]:
+        """The types pyarrow reads with, not infers: the overrides, and text for what is converted afterwards."""
+        # pyarrow's CSV reader cannot convert to decimal256: read as text, cast afterwards.
+        fixed = {c: pa.string() if pa.types.is_decimal256(t) else t for c, t in self._overrides.items()}
+        event_time = self._options.event_time
+        if event_time is not None and event_time not in fixed:
+            fixed[event_time] = pa.string()
+        return fixed
+
+    def _infer_types(
+        self, data: bytes, data_line: int, names: list[str], fixed: dict[str, pa.DataType]
+    ) -> tuple[pa.Table | None, dict[str, pa.DataType]]:
+        """The first rows parsed with the fixed types given, and every column's type (null-typed ones as text)."""
+        table = self._parse_table(data, data_line, self._convert_options(fixed)) if data.strip(b"\r\n") else None
+        if table is None:  # a header and no rows
+            return None, {n: fixed.get(n, pa.string()) for n in names}
+        types = {}
+        for f in table.schema:
+            t = f.type
+            types[f.name] = fixed.get(f.name, pa.string() if pa.types.is_null(t) else t)
+        return table, types
+
+    def _final_schema(self, names: list[str], types: dict[str, pa.DataType]) -> pa.Schema:
+        event_time = self._options.event_time
         out_fields = []
         for n in names:
-            t = EVENT_TIME_TYPE if n == opts.event_time else self._overrides.get(n, types[n])
-            if n == opts.event_time and not _event_time_supported(types[n]):
+            t = EVENT_TIME_TYPE if n == event_time else self._overrides.get(n, types[n])
+            if n == event_time and not _event_time_supported(types[n]):
                 raise InvalidInput(
                     f"{self.name}: event time column {n!r} has type {types[n]}; it needs timestamps, dates or"
                     " ISO 8601 strings"
                 )
             out_fields.append(pa.field(n, t))
-        self.schema = _output_schema(out_fields)
-        self._first = (
-            self._finish(table, data, data_line, self._row_line) if table is not None and table.num_rows else []
-        )
+        return _output_schema(out_fields)
 
     def first_batches(self) -> list[pa.RecordBatch]:
         out, self._first = self._first, []

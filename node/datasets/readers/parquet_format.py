@@ -5,6 +5,7 @@ Part of :mod:`node.datasets.readers` (see its docstring for the rules these foll
 from __future__ import annotations
 
 import contextlib
+import functools
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -119,18 +120,11 @@ class _ParquetFormat:
                 elif arr.type != f.type:
                     arr = arr.cast(f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                if i == self._event_index:
-
-                    def convert(a: pa.Array, override: pa.DataType | None = src_override) -> pa.Array:
-                        if override is not None and a.type != override:
-                            a = a.cast(override)
-                        return _to_event_time(a)
-
-                else:
-
-                    def convert(a: pa.Array, target: pa.DataType = f.type) -> pa.Array:
-                        return a.cast(target)
-
+                convert = (
+                    functools.partial(_override_to_event_time, override=src_override)
+                    if i == self._event_index
+                    else functools.partial(pa.Array.cast, target_type=f.type)
+                )
                 idx, msg = _cast_failure(arr, convert)
                 row = self.rows_done + (idx or 0) + 1
                 value = _value_at(arr, idx) if idx is not None else None
@@ -148,3 +142,10 @@ class _ParquetFormat:
             self._file.close()
         if self._spool is not None:
             self._spool.close()
+
+
+def _override_to_event_time(a: pa.Array, override: pa.DataType | None) -> pa.Array:
+    """The event time column as _convert converts it: through its --type override first, if any."""
+    if override is not None and a.type != override:
+        a = a.cast(override)
+    return _to_event_time(a)
