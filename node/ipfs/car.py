@@ -112,9 +112,10 @@ def parse_header(section: bytes) -> list[CID]:
     if not isinstance(header, dict) or header.get("version") != 1:
         raise KuboTruncated(f"not a CARv1 header: {header!r:.80}")
     roots = header.get("roots") or []
-    if not isinstance(roots, list) or not all(isinstance(r, CID) for r in roots):
+    cids = [r for r in roots if isinstance(r, CID)] if isinstance(roots, list) else []
+    if not isinstance(roots, list) or len(cids) != len(roots):
         raise KuboTruncated("malformed CAR header: roots are not a list of CIDs")
-    return roots
+    return cids
 
 
 class CarHeaderReader:

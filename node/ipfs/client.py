@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -532,7 +532,7 @@ class KuboClient:
 
     async def iter_findprovs(
         self, cid: CID | str, num: int = 20, *, timeout: float | None = None
-    ) -> AsyncIterator[PeerInfo]:
+    ) -> AsyncGenerator[PeerInfo, None]:
         """Providers of ``cid`` as the DHT finds them (Kubo's event stream, Type 4 = provider)."""
         seen: set[str] = set()
         params = [("arg", to_cid(cid)), ("num-providers", num)]

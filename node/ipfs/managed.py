@@ -68,7 +68,9 @@ def find_kubo_binary(configured: str | os.PathLike[str] | None = None, version: 
 
 def _version_of(binary: Path) -> str | None:
     try:
-        out = subprocess.run([str(binary), "version", "--number"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [str(binary), "version", "--number"], capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -185,11 +187,20 @@ class ManagedKubo:
         return self.api_url
 
     async def _launch(self) -> None:
+        # File I/O and fork block: done in a thread so the loop keeps serving (restarts happen while running).
+        self._proc = await asyncio.to_thread(self._spawn)
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self._terminate()
+            raise
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logf:
             self._log_offset = logf.tell()
             # Own session: a Ctrl-C meant for the node does not hit Kubo; the node stops it in order.
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [str(self.binary), "daemon", "--enable-gc=false"],
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
@@ -197,12 +208,8 @@ class ManagedKubo:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        (self.repo / PID_FILE).write_text(str(self._proc.pid))
-        try:
-            await self._wait_ready()
-        except BaseException:
-            await self._terminate()
-            raise
+        (self.repo / PID_FILE).write_text(str(proc.pid))
+        return proc
 
     def _prepare_repo(self, ports: Mapping[str, int]) -> None:
         try:
@@ -220,6 +227,7 @@ class ManagedKubo:
                 capture_output=True,
                 text=True,
                 timeout=60,
+                check=False,  # the return code is read below, with Kubo's own message
             )
             if out.returncode != 0:
                 raise KuboStartError(f"`ipfs init` failed in {self.repo}: {(out.stderr or out.stdout).strip()}")
@@ -337,10 +345,9 @@ class ManagedKubo:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout
-            while proc.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            if proc.poll() is None:
+            try:  # in a thread: Popen.wait blocks, and the loop must keep serving while Kubo shuts down
+                await asyncio.to_thread(proc.wait, self.stop_timeout)
+            except subprocess.TimeoutExpired:
                 log.warning("Kubo pid %s ignored SIGTERM for %g s; killing it", proc.pid, self.stop_timeout)
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

@@ -14,7 +14,7 @@ import base64
 import binascii
 import json
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public at runtime (C scanner), absent from typeshed
 from typing import Any
 
 from multiformats import CID

@@ -151,7 +151,7 @@ async def test_a_fixed_port_in_use_is_refused(make_host):
     a = await make_host(1)
     port = a.addrs()[0].split("/")[4]
     b = P2PHost(seed(2), [f"/ip4/127.0.0.1/tcp/{port}"])
-    with pytest.raises(P2PError, match="cannot listen on .*in use"):
+    with pytest.raises(P2PError, match=r"cannot listen on .*in use"):
         await b.start()
     assert len(p2p_threads()) == 1
 
