@@ -34,7 +34,7 @@ class Signed:
         return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
 
     def signed(self, sign: Callable[[bytes], bytes]) -> Self:
-        return replace(self, sig=sign(self.signing_bytes()))  # type: ignore[type-var]
+        return replace(self, sig=sign(self.signing_bytes()))  # type: ignore[type-var]  # mixed into dataclasses only
 
     def _who(self) -> str:
         return self.typed_version
