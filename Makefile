@@ -1,6 +1,6 @@
 # `make run`: set up what is missing, then run a node with its embedded defaults.
 # `make test`: the same set-up, then the format check, the linter and the type checker, then the whole test suite.
-# `make lint`: those three tools only. `make lock`: re-resolve the locks (pip-tools 7.6.2; existing pins are kept).
+# `make lint`: those three tools only. `make lock`: re-resolve both locks with pip-tools (existing pins are kept).
 PYTHON   ?= python3
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
@@ -27,8 +27,8 @@ setup: $(STAMP) kubo java faketime
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when a lock or the project metadata changes. Every package is hash-checked: first pip and
-# setuptools from their own lock, then the resolved set; the project itself last, without dependencies and without
+# Reinstall only when a lock or the project metadata changes. Every package is hash-checked: first pip, setuptools
+# and pip-tools from their own lock, then the resolved set; the project itself last, without dependencies and without
 # build isolation (so the pinned setuptools builds it, not whatever PyPI serves that day).
 $(STAMP): $(PY) $(PIP_LOCK) requirements.lock pyproject.toml
 	$(PY) -m pip install -q --require-hashes -r $(PIP_LOCK)
