@@ -187,20 +187,13 @@ class ManagedKubo:
         return self.api_url
 
     async def _launch(self) -> None:
-        # File I/O and fork block: done in a thread so the loop keeps serving (restarts happen while running).
-        self._proc = await asyncio.to_thread(self._spawn)
-        try:
-            await self._wait_ready()
-        except BaseException:
-            await self._terminate()
-            raise
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
+        # Opened and forked on the loop on purpose: both take milliseconds, and in a thread a cancellation
+        # (the node stopping during a restart) could lose the Popen handle and orphan the daemon.
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as logf:
+        with open(self.log_path, "ab") as logf:  # noqa: ASYNC230  see above
             self._log_offset = logf.tell()
             # Own session: a Ctrl-C meant for the node does not hit Kubo; the node stops it in order.
-            proc = subprocess.Popen(
+            self._proc = subprocess.Popen(  # noqa: ASYNC220  see above
                 [str(self.binary), "daemon", "--enable-gc=false"],
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
@@ -208,8 +201,12 @@ class ManagedKubo:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        (self.repo / PID_FILE).write_text(str(proc.pid))
-        return proc
+        (self.repo / PID_FILE).write_text(str(self._proc.pid))
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self._terminate()
+            raise
 
     def _prepare_repo(self, ports: Mapping[str, int]) -> None:
         try:
