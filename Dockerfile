@@ -9,10 +9,12 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
         openjdk-17-jre-headless gcc libgmp-dev make && rm -rf /var/lib/apt/lists/*
 COPY --from=kubo /cache/kubo/v0.42.0/ipfs /usr/local/bin/ipfs
 WORKDIR /app
-COPY requirements.lock pyproject.toml README.md ./
-RUN pip install --no-cache-dir -r requirements.lock
+COPY requirements-pip.lock requirements.lock pyproject.toml README.md ./
+# Hash-checked, as in the Makefile: pip and setuptools first, then the resolved set, then the project itself.
+RUN pip install --no-cache-dir --require-hashes -r requirements-pip.lock && \
+    pip install --no-cache-dir --require-hashes -r requirements.lock
 COPY . .
-RUN pip install --no-cache-dir --no-deps -e .
+RUN pip install --no-cache-dir --no-deps --no-build-isolation -e .
 ENV CAIRN_HOME=/data
 VOLUME /data
 EXPOSE 7420

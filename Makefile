@@ -1,29 +1,45 @@
 # `make run`: set up what is missing, then run a node with its embedded defaults.
-# `make test`: the same set-up, then the whole test suite.
-PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# `make test`: the same set-up, then the format check, the linter and the type checker, then the whole test suite.
+# `make lint`: those three tools only. `make lock`: re-resolve both locks with pip-tools (existing pins are kept).
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.installed
+PIP_LOCK := requirements-pip.lock
+COMPILE  := $(VENV)/bin/pip-compile --quiet --generate-hashes --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test setup kubo java faketime clean
+.PHONY: run test lint setup lock kubo java faketime clean
 
 run: setup
 	$(VENV)/bin/cairn node start
 
-test: setup
+test: lint
 	$(PY) -m pytest -q
+
+# Configured in pyproject.toml ([tool.ruff], [tool.mypy]); all three must pass before the suite runs.
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 setup: $(STAMP) kubo java faketime
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 
-# Reinstall only when the pinned set or the project metadata changes.
-$(STAMP): $(PY) requirements.lock pyproject.toml
-	$(PY) -m pip install -q -r requirements.lock
-	$(PY) -m pip install -q --no-deps -e .
+# Reinstall only when a lock or the project metadata changes. Every package is hash-checked: first pip, setuptools
+# and pip-tools from their own lock, then the resolved set; the project itself last, without dependencies and without
+# build isolation (so the pinned setuptools builds it, not whatever PyPI serves that day).
+$(STAMP): $(PY) $(PIP_LOCK) requirements.lock pyproject.toml
+	$(PY) -m pip install -q --require-hashes -r $(PIP_LOCK)
+	$(PY) -m pip install -q --require-hashes -r requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# requirements.lock: pyproject's dependencies and its test extra; requirements-pip.lock: requirements-pip.in.
+lock:
+	$(COMPILE) --extra test --strip-extras -o requirements.lock pyproject.toml
+	$(COMPILE) --allow-unsafe --strip-extras -o $(PIP_LOCK) requirements-pip.in
 
 # Built once into ~/.cache/cairn/kubo/<version>/ (see scripts/setup/kubo.sh for why not `go install`).
 kubo:

@@ -215,7 +215,7 @@ def _maps(a: pa.Array) -> list[Any]:
     items = _values(a.items.slice(start, offsets[-1] - start))
     valid = a.is_valid().to_pylist()
     kt = a.type.key_type
-    by_name = pa.types.is_string(kt) or pa.types.is_large_string(kt) or pa.types.is_string_view(kt)
+    by_name = _is_text(kt)
     out: list[Any] = []
     for i in range(len(a)):
         if not valid[i]:
@@ -246,21 +246,22 @@ def cell_text(value: Any) -> str | None:
     return dumps(value)
 
 
-def text_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A column as one ``string`` array, a cell per value, with the same rendering as JSON (null stays null)."""
+def _one_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One plain array of the column's values (chunks combined, a dictionary decoded)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col.dictionary_decode() if pa.types.is_dictionary(col.type) else col
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def text_column(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one ``string`` array, a cell per value, with the same rendering as JSON (null stays null)."""
+    col = _one_array(col)
     t = col.type
-    if pa.types.is_dictionary(t):
-        return text_column(col.dictionary_decode())
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_string_view(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_date(t)
-    ):
+    if _is_text(t) or pa.types.is_integer(t) or pa.types.is_decimal(t) or pa.types.is_date(t):
         return pc.cast(col, pa.string())  # Arrow's text is exactly ours for these: vectorised
     if pa.types.is_boolean(t):
         return pc.if_else(col, "true", "false")
@@ -359,35 +360,30 @@ def _quote(text: pa.Array) -> pa.Array:
 
 
 def _json_text(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Each value's JSON text (``null`` for null), equal in value to what :func:`json_columns` gives."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    """Each value's JSON text (``null`` for null), equal in value to what :func:`json_columns` gives: for scalar
+    types, :func:`text_column`'s cell text with JSON's quotes and escapes added."""
+    col = _one_array(col)
     t = col.type
-    if pa.types.is_dictionary(t):
-        return _json_text(col.dictionary_decode())
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        s = pc.cast(col, pa.string())
-        if pc.any(pc.match_substring_regex(s, _CONTROL)).as_py():  # rare: let json escape \n, \t, \x01…
-            text = pa.array([None if v is None else dumps(v) for v in s.to_pylist()], pa.string())
+    scalar = (pa.types.is_integer, pa.types.is_boolean, pa.types.is_floating, pa.types.is_decimal, pa.types.is_date)
+    if not (_is_text(t) or pa.types.is_timestamp(t) or any(is_type(t) for is_type in scalar)):
+        return pc.fill_null(pa.array([None if v is None else dumps(v) for v in _values(col)], pa.string()), "null")
+    text = text_column(col)
+    if _is_text(t):
+        if pc.any(pc.match_substring_regex(text, _CONTROL)).as_py():  # rare: let json escape \n, \t, \x01…
+            text = pa.array([None if v is None else dumps(v) for v in text.to_pylist()], pa.string())
         else:
-            text = _quote(pc.replace_substring(pc.replace_substring(s, "\\", "\\\\"), '"', '\\"'))
+            text = _quote(pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"'))
     elif pa.types.is_integer(t):
-        text = pc.cast(col, pa.string())
         if t.bit_width >= 54:  # past 2^53: a string of the exact digits (see json_columns)
             big = pc.greater(col, pa.scalar(MAX_SAFE_INT, t))  # typed: uint64 and int64 do not mix
             if pa.types.is_signed_integer(t):
                 big = pc.or_(big, pc.less(col, pa.scalar(-MAX_SAFE_INT, t)))
             text = pc.if_else(big, _quote(text), text)
-    elif pa.types.is_boolean(t):
-        text = pc.if_else(col, "true", "false")
-    elif pa.types.is_floating(t):
-        text = text_column(col)  # shortest round-trip digits, or NaN / Infinity / -Infinity
+    elif pa.types.is_floating(t):  # text_column: shortest round-trip digits, or NaN / Infinity / -Infinity
         whole = pc.match_substring_regex(text, r"^-?[0-9]+$")
         text = pc.if_else(
             pc.is_finite(col), pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text), _quote(text)
         )
-    elif pa.types.is_decimal(t) or pa.types.is_date(t) or pa.types.is_timestamp(t):
-        text = _quote(text_column(col))  # digits, dashes, colons: nothing to escape
-    else:
-        text = pa.array([None if v is None else dumps(v) for v in _values(col)], pa.string())
+    elif not pa.types.is_boolean(t):  # decimal, date, timestamp: digits, dashes, colons: nothing to escape
+        text = _quote(text)
     return pc.fill_null(text, "null")

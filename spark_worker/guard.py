@@ -34,12 +34,24 @@ DATETIME_TYPES = frozenset({"date", "timestamp", "timestamp_ntz"})
 
 #: Expression classes (simple names) whose value depends on when, where or by whom a query runs.
 NONDETERMINISTIC_CLASSES = frozenset(
-    ["CurrentDate", "CurrentTimestamp", "Now", "LocalTimestamp", "CurrentTime", "LocalTime", "CurrentTimeZone", "CurrentUser", "CurrentDatabase", "CurrentCatalog", "SessionUser", "SparkVersion", "Rand", "Randn", "Uniform", "RandStr", "Uuid", "Shuffle", "MonotonicallyIncreasingID", "SparkPartitionID", "InputFileName", "InputFileBlockStart", "InputFileBlockLength"]
+    """
+    CurrentDate CurrentTimestamp Now LocalTimestamp CurrentTime LocalTime CurrentTimeZone CurrentUser
+    CurrentDatabase CurrentCatalog SessionUser SparkVersion Rand Randn Uniform RandStr Uuid Shuffle
+    MonotonicallyIncreasingID SparkPartitionID InputFileName InputFileBlockStart InputFileBlockLength
+    """.split()
 )
 
 #: Classes whose value is a boolean or a number whatever their inputs: they end a "is this a string" search.
 _NOT_STRING = frozenset(
-    ["EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual", "And", "Or", "Not", "In", "InSet", "IsNull", "IsNotNull", "Like", "ILike", "RLike", "StartsWith", "EndsWith", "Contains", "Length", "OctetLength", "BitLength", "StringInstr", "StringLocate", "Levenshtein", "Ascii", "TruncTimestamp", "TruncDate", "TimeAdd", "DateAdd", "DateSub", "DateAddInterval", "DatetimeSub", "TimestampAddYMInterval", "TimestampAddInterval", "AddMonths", "MakeDate", "MakeTimestamp", "MakeInterval", "ParseToDate", "ParseToTimestamp", "GetTimestamp", "ToUnixTimestamp", "UnixTimestamp", "DateDiff", "MonthsBetween", "Year", "Month", "Quarter", "DayOfMonth", "DayOfWeek", "DayOfYear", "WeekDay", "WeekOfYear", "Hour", "Minute", "Second", "Add", "Subtract", "Multiply", "Divide", "IntegralDivide", "Remainder", "Pmod", "UnaryMinus", "Abs"]
+    """
+    EqualTo EqualNullSafe LessThan LessThanOrEqual GreaterThan GreaterThanOrEqual And Or Not In InSet IsNull
+    IsNotNull Like ILike RLike StartsWith EndsWith Contains Length OctetLength BitLength StringInstr StringLocate
+    Levenshtein Ascii TruncTimestamp TruncDate TimeAdd DateAdd DateSub DateAddInterval DatetimeSub
+    TimestampAddYMInterval TimestampAddInterval AddMonths MakeDate MakeTimestamp MakeInterval ParseToDate
+    ParseToTimestamp GetTimestamp ToUnixTimestamp UnixTimestamp DateDiff MonthsBetween Year Month Quarter DayOfMonth
+    DayOfWeek DayOfYear WeekDay WeekOfYear Hour Minute Second Add Subtract Multiply Divide IntegralDivide Remainder
+    Pmod UnaryMinus Abs
+    """.split()
 )
 _COLUMNS = frozenset({"AttributeReference", "OuterReference", "BoundReference", "NamedLambdaVariable"})
 

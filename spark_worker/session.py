@@ -300,9 +300,17 @@ def build_session(master: str, conf: Mapping[str, str]) -> SparkSession:
     return spark
 
 
+def _jvm(spark: SparkSession) -> Any:
+    """The driver JVM's py4j view (pyspark types it Optional: it is None once the context is stopped)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise ValueError("the Spark context is stopped")
+    return jvm
+
+
 def jvm_properties(spark: SparkSession) -> dict[str, str]:
     """The driver JVM's locale, time zone and encodings as the JVM itself reports them."""
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = _jvm(spark)
     system, locale = jvm.java.lang.System, jvm.java.util.Locale
     props = {k: str(system.getProperty(k) or "") for k in JVM_PINS}
     props["locale"] = str(locale.getDefault().toLanguageTag())
@@ -352,7 +360,7 @@ def _read(spark: SparkSession, key: str) -> str:
 
 def _defined_keys(spark: SparkSession, prefix: str) -> list[str]:
     """Every SQL setting this Spark defines under ``prefix`` (internal ones included)."""
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = _jvm(spark)
     sqlconf = getattr(getattr(jvm.org.apache.spark.sql.internal, "SQLConf$"), "MODULE$")
     keys, it = [], sqlconf.getConfigEntries().iterator()
     while it.hasNext():
@@ -370,7 +378,7 @@ def engine_profile(spark: SparkSession) -> dict[str, Any]:
     """
     import pyarrow
 
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = _jvm(spark)
     system = jvm.java.lang.System
     settings: dict[str, str] = {}
     for key in sorted({*FORCED, *_defined_keys(spark, "spark.sql.legacy.")}):
@@ -399,8 +407,8 @@ def session_pinner(spark: SparkSession) -> Callable[[], None]:
     """A function that sets every session-level FORCED setting again, in one JVM call (about 0.3 ms;
     one ``spark.conf.set`` per key took 10 ms). The worker calls it before each job: a statement
     could have SET one of them."""
-    props = spark.sparkContext._jvm.java.util.Properties()  # type: ignore[attr-defined]
+    props = _jvm(spark).java.util.Properties()
     for key in SESSION_FORCED:
         props.setProperty(key, FORCED[key])
-    jconf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+    jconf = spark._jsparkSession.sessionState().conf()
     return lambda: jconf.setConf(props)

@@ -52,7 +52,7 @@ def build_version(head: CID, blocks: list[tuple[CID, MetadataBlock]], structures
     """
     if not blocks or blocks[0][0] != head:
         raise InvalidObject(f"chain of {head} is empty or does not start at its head")
-    seed_cid, seed = blocks[-1]
+    _, seed = blocks[-1]
     if seed.kind != "Seed":
         raise InvalidObject(f"chain of {head} does not end with a Seed")
     v = Version(head=head, blocks=blocks, dataset_id=seed.event["datasetId"])

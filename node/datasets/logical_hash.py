@@ -28,7 +28,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -252,7 +252,7 @@ def _feed_u64(h: blake3.blake3, lengths: pa.Array) -> None:
     h.update(_fixed_view(lengths, 8))
 
 
-def _lengths(arr: pa.Array, length_fn) -> pa.Array:
+def _lengths(arr: pa.Array, length_fn: Callable[[pa.Array], pa.Array]) -> pa.Array:
     lengths = length_fn(arr)
     if arr.null_count:
         lengths = pc.fill_null(lengths, 0)
@@ -614,9 +614,9 @@ def logical_hash(
     """Logical hash of a Table, a RecordBatch, a RecordBatchReader, or an iterable of
     batches/tables (in order). An empty iterable needs ``schema``."""
     if isinstance(data, (pa.Table, pa.RecordBatch)):
-        hasher = LogicalHasher(schema if schema is not None else data.schema)
-        hasher.update(data)
-        return hasher.finish()
+        whole = LogicalHasher(schema if schema is not None else data.schema)
+        whole.update(data)
+        return whole.finish()
     if isinstance(data, pa.RecordBatchReader) and schema is None:
         schema = data.schema
     hasher = LogicalHasher(schema) if schema is not None else None

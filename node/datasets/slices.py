@@ -220,7 +220,7 @@ def read_slice(path_or_buffer: str | os.PathLike | bytes | bytearray | memoryvie
     try:
         return pq.read_table(source)
     except FileNotFoundError:
-        raise NotFound(f"no slice at {path_or_buffer}") from None
+        raise NotFound(f"no slice at {source}") from None  # a path (str) here: buffers are never "not found"
     except (pa.ArrowInvalid, OSError) as e:
         raise InvalidInput(f"not a readable Parquet slice: {e}") from None
 

@@ -10,6 +10,7 @@ come, else the export was cut short.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,9 +124,10 @@ def parse_header(section: bytes) -> list[CID]:
     if not isinstance(header, dict) or header.get("version") != 1:
         raise KuboTruncated(f"not a CARv1 header: {header!r:.80}")
     roots = header.get("roots") or []
-    if not isinstance(roots, list) or not all(isinstance(r, CID) for r in roots):
+    cids = [r for r in roots if isinstance(r, CID)] if isinstance(roots, list) else []
+    if not isinstance(roots, list) or len(cids) != len(roots):
         raise KuboTruncated("malformed CAR header: roots are not a list of CIDs")
-    return [r for r in roots if isinstance(r, CID)]  # all of them (checked above), typed
+    return cids
 
 
 class CarHeaderReader:
@@ -156,15 +158,7 @@ class CarSummary:
 def read_car(data: bytes) -> tuple[list[CID], list[tuple[CID, bytes]]]:
     """A whole CARv1 in memory → (roots, [(cid, block bytes)] in stream order), every block hash-checked."""
     blocks: list[tuple[CID, bytes]] = []
-    verifier = CarVerifier()
-    original = verifier._block
-
-    def keep(section: bytes) -> None:
-        original(section)
-        n = cid_length(section, 0)
-        blocks.append((CID.decode(section[:n]), section[n:]))
-
-    verifier._block = keep  # type: ignore[method-assign]
+    verifier = CarVerifier(on_block=lambda cid, block: blocks.append((cid, block)))
     verifier.feed(data)
     summary = verifier.finish()
     return summary.roots, blocks
@@ -173,8 +167,9 @@ def read_car(data: bytes) -> tuple[list[CID], list[tuple[CID, bytes]]]:
 class CarVerifier:
     """Feed it the chunks of a CARv1 stream; ``finish()`` says whether the DAG under ``root`` arrived whole."""
 
-    def __init__(self, root: CID | None = None) -> None:
+    def __init__(self, root: CID | None = None, on_block: Callable[[CID, bytes], None] | None = None) -> None:
         self.root = root
+        self._on_block = on_block  # called with each block once its bytes are checked
         self._buf = bytearray()
         self._header_done = False
         self._seen: set[bytes] = set()
@@ -214,6 +209,8 @@ class CarVerifier:
         cid = CID.decode(section[:n])
         data = section[n:]
         check_block(cid, data)  # KuboCIDMismatch when the bytes are not the block
+        if self._on_block is not None:
+            self._on_block(cid, data)
         self._seen.add(bytes(cid.digest))
         self.summary.blocks += 1
         code = cid.codec.code

@@ -67,7 +67,9 @@ def find_kubo_binary(configured: str | os.PathLike[str] | None = None, version: 
 
 def _version_of(binary: Path) -> str | None:
     try:
-        out = subprocess.run([str(binary), "version", "--number"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [str(binary), "version", "--number"], capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -184,11 +186,13 @@ class ManagedKubo:
         return self.api_url
 
     async def _launch(self) -> None:
+        # Opened and forked on the loop on purpose: both take milliseconds, and in a thread a cancellation
+        # (the node stopping during a restart) could lose the Popen handle and orphan the daemon.
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as logf:
+        with open(self.log_path, "ab") as logf:  # noqa: ASYNC230  see above
             self._log_offset = logf.tell()
             # Own session: a Ctrl-C meant for the node does not hit Kubo; the node stops it in order.
-            self._proc = subprocess.Popen(
+            self._proc = subprocess.Popen(  # noqa: ASYNC220  see above
                 [str(self.binary), "daemon", "--enable-gc=false"],
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
@@ -219,6 +223,7 @@ class ManagedKubo:
                 capture_output=True,
                 text=True,
                 timeout=60,
+                check=False,  # the return code is read below, with Kubo's own message
             )
             if out.returncode != 0:
                 raise KuboStartError(f"`ipfs init` failed in {self.repo}: {(out.stderr or out.stdout).strip()}")
@@ -336,10 +341,9 @@ class ManagedKubo:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout
-            while proc.poll() is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            if proc.poll() is None:
+            try:  # in a thread: Popen.wait blocks, and the loop must keep serving while Kubo shuts down
+                await asyncio.to_thread(proc.wait, self.stop_timeout)
+            except subprocess.TimeoutExpired:
                 log.warning("Kubo pid %s ignored SIGTERM for %g s; killing it", proc.pid, self.stop_timeout)
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()

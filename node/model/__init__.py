@@ -58,7 +58,7 @@ from node.model.selectors import (
 )
 from node.model.structure import Structure
 
-__all__ = [
+__all__ = [  # noqa: RUF022  grouped by the module each name comes from
     # modules
     "codec",
     "dagjson",

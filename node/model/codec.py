@@ -114,7 +114,7 @@ def encode(obj: Any) -> bytes:
         return dag_cbor.encode(value)
     except RecursionError:
         raise EncodingError("cannot encode value: nested too deeply") from None
-    except Exception as exc:  # not expected after check_ipld; keep the message one line
+    except Exception as exc:  # noqa: BLE001  not expected after check_ipld; whatever dag_cbor raises becomes one line
         raise EncodingError(f"cannot encode value: {_first_line(exc)}") from None
 
 
@@ -131,7 +131,7 @@ def decode(data: bytes, codec: str | int = "dag-cbor") -> Any:
         value = dag_cbor.decode(bytes(data))
     except RecursionError:
         raise EncodingError("invalid DAG-CBOR: nested too deeply") from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  peer bytes: dag_cbor raises assorted types, all become one 4xx error
         raise EncodingError(f"invalid DAG-CBOR: {_first_line(exc)}") from None
     try:
         check_ipld(value)

@@ -14,7 +14,7 @@ import base64
 import binascii
 import json
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public at runtime (C scanner), absent from typeshed
 from typing import Any
 
 from multiformats import CID
@@ -41,7 +41,9 @@ class _Parser:
         return InvalidDagJson(f"invalid DAG-JSON: {_where(self.s, self.pos if pos is None else pos)}: {msg}")
 
     def ws(self) -> None:
-        self.pos = _WS.match(self.s, self.pos).end()  # type: ignore[union-attr]
+        m = _WS.match(self.s, self.pos)  # always matches (possibly empty): the pattern is a star
+        if m:
+            self.pos = m.end()
 
     def value(self, depth: int) -> Any:
         self.ws()

@@ -191,12 +191,12 @@ class _Reader:
                 self.pos = start
                 raise self.fail("text string is not valid UTF-8") from None
         if major == 4:
-            out = []
+            out: list[Any] = []
             while not self._at_end(arg, len(out)):
                 out.append(self.item())
             return out
         if major == 5:
-            pairs = []
+            pairs: list[tuple[Any, Any]] = []
             while not self._at_end(arg, len(pairs)):
                 pairs.append((self.item(), self.item()))
             return self._map(pairs, start)

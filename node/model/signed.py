@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -21,7 +21,7 @@ from node.model.codec import encode
 class Signed:
     """Mixin for a frozen Kind dataclass with a ``sig: bytes`` field and an ``_unsigned()`` content."""
 
-    typed_version: str
+    typed_version: ClassVar[str]  # set by each Kind subclass, as in Kind itself
     sig: bytes
 
     def _unsigned(self) -> dict[str, Any]:
@@ -34,7 +34,7 @@ class Signed:
         return encode({"typedVersion": self.typed_version, "content": self._unsigned()})
 
     def signed(self, sign: Callable[[bytes], bytes]) -> Self:
-        return replace(self, sig=sign(self.signing_bytes()))  # type: ignore[type-var]
+        return replace(self, sig=sign(self.signing_bytes()))  # type: ignore[type-var]  # mixed into dataclasses only
 
     def _who(self) -> str:
         return self.typed_version

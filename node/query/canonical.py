@@ -39,7 +39,6 @@ from node.query.qualify import prepare, qualify_statement
 __all__ = ["CANONICALIZER_VERSION", "MAX_SQL_CHARS", "CanonicalQuery", "SortKey", "abstract_table_name", "canonicalize"]
 
 FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
-MAX_SQL_CHARS = 100_000
 
 
 def _rules_digest() -> str:
@@ -211,10 +210,11 @@ class _Canonicalizer:
                 s: Scope | None = scope
                 while s is not None:
                     if qualifier in s.sources:
-                        found = (self.occ_by_alias[id(s)].get(qualifier), s.sources[qualifier])
+                        occ = self.occ_by_alias[id(s)].get(qualifier)
+                        found = (occ, s.sources[qualifier]) if occ is not None else None
                         break
                     s = s.parent
-                if found is None or found[0] is None:
+                if found is None:
                     raise QueryRefused("unknown-column", "cannot resolve this reference", sql_of(node))
                 occurrence, source = found
                 kind, info = self.occ_kind[id(occurrence)]
@@ -224,7 +224,8 @@ class _Canonicalizer:
                     except ValueError:
                         raise QueryRefused("unknown-column", "no such column in the input", sql_of(node)) from None
                 else:
-                    names = list(source.expression.named_selects) if isinstance(source, Scope) else []
+                    query = source.expression if isinstance(source, Scope) else None
+                    names = list(query.named_selects) if isinstance(query, exp.Query) else []
                     matches = [k for k, n in enumerate(names) if n == node.name]
                     if len(matches) != 1:
                         rule = "ambiguous-column" if matches else "unknown-column"

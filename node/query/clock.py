@@ -57,9 +57,12 @@ CAST_CALLS = {
 #: Date/time arguments of allowlisted functions: name -> (argument positions, the type Spark casts them to).
 #: A negative position counts from the end (convert_timezone's timestamp is its last argument).
 DATETIME_ARGS: dict[str, tuple[tuple[int, ...], str]] = {
-    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "trunc", "year", "month", "day", "dayofweek", "dayofyear", "weekday", "weekofyear", "quarter", "dayname", "monthname", "unix_date"), ((0,), DATE)),
+    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "trunc", "year", "month", "day",
+                     "dayofweek", "dayofyear", "weekday", "weekofyear", "quarter", "dayname", "monthname",
+                     "unix_date"), ((0,), DATE)),
     "datediff": ((0, 1), DATE),
-    **dict.fromkeys(("hour", "minute", "second", "date_format", "from_utc_timestamp", "to_utc_timestamp", "unix_seconds", "unix_millis", "unix_micros"), ((0,), TIMESTAMP)),
+    **dict.fromkeys(("hour", "minute", "second", "date_format", "from_utc_timestamp", "to_utc_timestamp",
+                     "unix_seconds", "unix_millis", "unix_micros"), ((0,), TIMESTAMP)),
     "months_between": ((0, 1), TIMESTAMP),
     "date_trunc": ((1,), TIMESTAMP),
     "date_part": ((1,), TIMESTAMP),
@@ -68,8 +71,11 @@ DATETIME_ARGS: dict[str, tuple[tuple[int, ...], str]] = {
 
 #: Calls whose result is a date/time (so a string compared with them is cast to it).
 DATETIME_RESULTS = {
-    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "make_date", "trunc", "date_from_unix_date"), DATE),
-    **dict.fromkeys(("make_timestamp", "make_timestamp_ltz", "try_make_timestamp", "try_make_timestamp_ltz", "timestamp_seconds", "timestamp_millis", "timestamp_micros", "from_utc_timestamp", "to_utc_timestamp", "date_trunc", "convert_timezone"), TIMESTAMP),
+    **dict.fromkeys(("date_add", "date_sub", "add_months", "last_day", "next_day", "make_date", "trunc",
+                     "date_from_unix_date"), DATE),
+    **dict.fromkeys(("make_timestamp", "make_timestamp_ltz", "try_make_timestamp", "try_make_timestamp_ltz",
+                     "timestamp_seconds", "timestamp_millis", "timestamp_micros", "from_utc_timestamp",
+                     "to_utc_timestamp", "date_trunc", "convert_timezone"), TIMESTAMP),
     **dict.fromkeys(("make_timestamp_ntz", "try_make_timestamp_ntz"), NTZ),
     **CAST_CALLS,
 }  # fmt: skip

@@ -139,7 +139,7 @@ class _TypeParser:
             return exp.DataType(this=exp.DType.MAP, expressions=[k, v], nested=True)
         if name == "struct":
             self._expect("<")
-            fields = []
+            fields: list[exp.ColumnDef] = []
             while not self._eat(">"):
                 if fields:
                     self._expect(",")

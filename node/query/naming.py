@@ -13,7 +13,9 @@ from node.query.printing import to_ident
 
 # Short words that are SQL keywords: never used as abstract table names (they would need quoting).
 _SHORT_KEYWORDS = frozenset(
-    ["as", "at", "by", "do", "go", "if", "in", "is", "no", "of", "on", "or", "to", "all", "and", "any", "asc", "end", "for", "key", "map", "not", "row", "set", "sql", "use", "add", "div"]
+    """
+    as at by do go if in is no of on or to all and any asc end for key map not row set sql use add div
+    """.split()
 )
 
 SAFE_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*\Z")

@@ -49,7 +49,7 @@ def prepare(ctx: Context, root: exp.Expr) -> None:
 
 
 def qualify_statement(ctx: Context, root: exp.Expr) -> exp.Expr:
-    mapping = {
+    mapping: dict[str, object] = {  # MappingSchema's own parameter type (dict is invariant)
         f"__in{i}": {name: sqlglot_type(t) for name, t in zip(d.keys, d.types)} for i, d in enumerate(ctx.declared)
     }
     try:

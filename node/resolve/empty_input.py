@@ -95,7 +95,7 @@ class _Parser:
             self.eat(">")
             return pa.map_(key, item)
         if word == "struct":
-            fields = []
+            fields: list[pa.Field] = []
             while not self.text.startswith(">", self.pos):
                 if fields:
                     self.eat(",")

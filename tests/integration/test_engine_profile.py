@@ -171,7 +171,8 @@ async def test_hostile_environment_is_really_hostile(pair: tuple[SparkWorker, Sp
     env = _environ(hostile.pid)  # type: ignore[arg-type]
     assert env["LC_ALL"] == TURKISH and env["TZ"] == "Pacific/Kiritimati" and "tr" in env["_JAVA_OPTIONS"]
     # The locale exists: the C library of a child with that environment does switch to Turkish.
-    probe = subprocess.run(
+    probe = await asyncio.to_thread(
+        subprocess.run,
         ["python3", "-c", "import locale; print(locale.setlocale(locale.LC_ALL, ''))"],
         env={**os.environ, **{k: env[k] for k in ("LOCPATH", "LC_ALL")}},
         capture_output=True,
@@ -208,7 +209,6 @@ def _view(words: Path) -> dict[str, tuple[list[Path], list[str]]]:
 
 
 async def test_case_mapping_is_the_same_and_locale_free(pair: tuple[SparkWorker, SparkWorker], words: Path) -> None:
-    plain, hostile = pair
     got = [(await w.run(CASE_SQL, _view(words))).table for w in pair]
     # Oracle: Python's str.upper/str.lower are Unicode's default (locale-free) case mappings.
     expected = [[w, w.upper(), w.lower()] for w in sorted(WORDS)]

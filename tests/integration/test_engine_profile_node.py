@@ -64,7 +64,8 @@ def _block(node: NodeProcess, cid: str) -> Any:
 
 def _java() -> tuple[str, str]:
     """The JVM's vendor and runtime version, asked of ``java`` itself (independent of the worker)."""
-    out = subprocess.run(["java", "-XshowSettings:properties", "-version"], capture_output=True, text=True).stderr
+    cmd = ["java", "-XshowSettings:properties", "-version"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
     props = dict(re.findall(r"^\s+([\w.]+) = (.*)$", out, re.M))
     return props["java.vendor"], props["java.runtime.version"]
 

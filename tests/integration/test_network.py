@@ -477,7 +477,7 @@ def test_thousand_providers_are_refused_at_once(net: dict[str, NodeProcess], kub
     # py-libp2p's pubsub fail to parse the RPC (DecodeError) and stop the receiver's p2p host, and a catch-up
     # stream of that size got no answer: p2p-layer limits, reported separately. The count is refused first.
     many = [f"/{i}" for i in range(1000)]
-    an, forger, target = _forge_claim(c, kubo, sql, _oracle_count(5), providers=many)
+    an, forger, _ = _forge_claim(c, kubo, sql, _oracle_count(5), providers=many)
     _gossip(c, an)
     out = c.get("/api/v0/announcements")[1]
     assert any("1000 providers" in r["reason"] for r in out["refused_messages"]), out["refused_messages"][:3]

@@ -163,7 +163,7 @@ def test_join_across_all_tables_equals_pandas(node: NodeProcess, kind: str) -> N
     assert bag(out["rows"]) == frame_rows(want)
     got = pd.read_csv(
         io.BytesIO(
-            cli(node, "query", JOIN, *sum((["-i", f"{k}={v}"] for k, v in inputs.items()), []), "--format", "csv")
+            cli(node, "query", JOIN, *(a for k, v in inputs.items() for a in ("-i", f"{k}={v}")), "--format", "csv")
         ),
         keep_default_na=False,
         na_values=[""],

@@ -389,7 +389,7 @@ def test_the_away_worker_really_runs_elsewhere(workers: tuple[Engine, Engine, di
     assert datetime.timedelta(days=400, hours=6) <= ahead <= datetime.timedelta(days=400, hours=8), ahead
     jvm = away.loop.run_until_complete(away.worker.ping())["jvm_pid"]
     environ = dict(
-        kv.split("=", 1) for kv in open(f"/proc/{jvm}/environ", "rb").read().decode().split("\0") if "=" in kv
+        kv.split("=", 1) for kv in Path(f"/proc/{jvm}/environ").read_bytes().decode().split("\0") if "=" in kv
     )
     assert {k: environ.get(k) for k in CLOCK} == CLOCK
     assert "libfaketime" in environ.get("LD_PRELOAD", "")

@@ -214,7 +214,7 @@ def _check_accepted_form(q: CanonicalQuery, inputs: Inputs) -> None:
 
 # --- ORDER BY completion, with the user's order spelled out --------------------------------------------------
 
-O = [("k", "int64"), ("x", "float64"), ("s", "utf8")]
+ORDERED = [("k", "int64"), ("x", "float64"), ("s", "utf8")]
 O_TIES = {  # rows 0 and 5 differ only in the sign of a zero, which Spark's ordering cannot see (-0.0 = 0.0)
     "k": [1, 2, 2, None, 3, 1, 2, 4],
     "x": [0.0, -0.25, 2.0, None, -0.25, -0.0, 2.0, None],
@@ -249,7 +249,7 @@ def _layouts(engines: tuple[Engine, Engine], q: CanonicalQuery, values: dict) ->
     """The published canonical answer on three layouts: one file in row order (local[1]), the rows reversed over
     two files (local[1]), shuffled over three files (local[3])."""
     one, three = engines
-    table = {"t": column_table(O, values)}
+    table = {"t": column_table(ORDERED, values)}
     reversed_table = {"t": table["t"].take(pa.array(range(table["t"].num_rows - 1, -1, -1)))}
     return [
         one.run_canonical(q, one.write(table)),
@@ -262,15 +262,15 @@ def _layouts(engines: tuple[Engine, Engine], q: CanonicalQuery, values: dict) ->
 def test_order_by_completion_is_one_of_the_users_orders(
     engines: tuple[Engine, Engine], sql: str, user_keys: tuple[SortKey, ...]
 ) -> None:
-    q = canonicalize(sql, {"t": O})
+    q = canonicalize(sql, {"t": ORDERED})
     one, _ = engines
     # Without ties the user's order is total (when the user's answer is the same in two layouts): the canonical
     # rows are exactly the user's, in the user's order.
-    distinct = column_table(O, O_DISTINCT)
+    distinct = column_table(ORDERED, O_DISTINCT)
     paths = one.write({"t": distinct})
-    user, got = one.run_user(sql, {"t": O}, paths), one.run_canonical(q, paths)
+    user, got = one.run_user(sql, {"t": ORDERED}, paths), one.run_canonical(q, paths)
     again = one.run_user(
-        sql, {"t": O}, one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2)
+        sql, {"t": ORDERED}, one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2)
     )
     assert isinstance(user, pa.Table) and isinstance(got, pa.Table) and isinstance(again, pa.Table), (user, got, again)
     if rows(user) == rows(again):
@@ -284,13 +284,13 @@ def test_order_by_completion_is_one_of_the_users_orders(
             f"{q.statement}: the order of tied rows depends on the layout: {first} / {rows(other)}"
         )
     assert sorted_by(user_keys, first), first
-    user = one.run_user(sql, {"t": O}, one.write({"t": column_table(O, O_TIES)}))
+    user = one.run_user(sql, {"t": ORDERED}, one.write({"t": column_table(ORDERED, O_TIES)}))
     assert isinstance(user, pa.Table)
     if "LIMIT" not in sql:
         assert sorted(first, key=repr) == sorted(rows(user), key=repr)
     elif user_keys:
         # the last kept row ties or precedes the first dropped one: a valid cut of the user's order
-        whole = one.run_user(_strip_limit(sql)[0], {"t": O}, one.write({"t": column_table(O, O_TIES)}))
+        whole = one.run_user(_strip_limit(sql)[0], {"t": ORDERED}, one.write({"t": column_table(ORDERED, O_TIES)}))
         assert isinstance(whole, pa.Table)
         ranked = sorted(rows(whole), key=functools.cmp_to_key(lambda a, b: compare_by(user_keys, a, b)))
         assert len(first) == min(len(ranked), 3 if "LIMIT 3" in sql else 4)
@@ -299,7 +299,7 @@ def test_order_by_completion_is_one_of_the_users_orders(
 
 @pytest.mark.parametrize("sql", WINDOWS)
 def test_row_windows_do_not_depend_on_the_layout(engines: tuple[Engine, Engine], sql: str) -> None:
-    q = canonicalize(sql, {"t": O})
+    q = canonicalize(sql, {"t": ORDERED})
     answers = _layouts(engines, q, O_TIES)
     assert all(isinstance(a, pa.Table) for a in answers), answers
     first = rows(answers[0])

@@ -34,7 +34,7 @@ def _leftovers(ds: Datasets) -> list[str]:
 
 
 async def _add_bytes(kubo: KuboClient, path: Path, data: bytes) -> CID:
-    path.write_bytes(data)
+    await asyncio.to_thread(path.write_bytes, data)
     return (await kubo.add(path, pin=True)).cid
 
 
@@ -137,10 +137,7 @@ async def test_unixfs_cid_equals_kubo(kubo_client: KuboClient, tmp_path: Path, s
 async def test_unixfs_cid_of_a_two_level_tree_equals_kubo(kubo_client: KuboClient, tmp_path: Path, chunks: int) -> None:
     """Past 174 chunks Kubo's balanced layout grows a second level of nodes."""
     path = tmp_path / "big.bin"
-    with open(path, "wb") as f:
-        for _ in range(chunks):
-            f.write(os.urandom(CHUNK_SIZE))
-        f.write(b"tail")
+    await asyncio.to_thread(path.write_bytes, os.urandom(CHUNK_SIZE * chunks) + b"tail")
     kubo_cid = (await kubo_client.add(path, pin=False, only_hash=True)).cid
     assert bytes(await _datasets(kubo_client, tmp_path / "home").file_cid(path)) == bytes(kubo_cid)
 

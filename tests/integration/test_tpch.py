@@ -52,7 +52,8 @@ class Tpch:
 
 def _generate(dest: Path) -> None:
     exe = Path(sys.executable).parent / "tpchgen-cli"  # installed beside the interpreter (test extra)
-    r = subprocess.run([str(exe), "parquet", "-s", SCALE_FACTOR, "-o", str(dest)], capture_output=True, timeout=300)
+    cmd = [str(exe), "parquet", "-s", SCALE_FACTOR, "-o", str(dest)]
+    r = subprocess.run(cmd, capture_output=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr.decode()
 
 
@@ -231,7 +232,8 @@ def test_compare_is_strict() -> None:
     st.lists(st.tuples(st.integers(0, 3), st.decimals(-(10**6), 10**6, places=2)), min_size=1, max_size=30), st.data()
 )
 def test_compare_sees_any_changed_cell(rows: list[tuple[int, Decimal]], data: st.DataObject) -> None:
-    """Sorted on the key, any reordering inside ties passes; a cent changed anywhere, or a row moved across keys, fails."""
+    """Sorted on the key, any reordering inside ties passes; a cent changed anywhere, or a row moved across keys,
+    fails."""
     rows = sorted(rows, key=lambda r: r[0])
     table = pa.table({"k": [k for k, _ in rows], "v": pa.array([v for _, v in rows], pa.decimal128(15, 2))})
     shuffled = data.draw(st.permutations(range(len(rows))))

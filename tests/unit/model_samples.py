@@ -45,20 +45,20 @@ def _links() -> dict[str, CID]:
     cx = Connection(sel_tail, sel_head).block().cid
     dt = DryTransformation(mbe, "main").block().cid
     ex = Execution(mbe, "main", rde_in, False, rde_out).block().cid
-    return dict(
-        leaf_null=leaf_null,
-        leaf_text=leaf_text,
-        tree=tree,
-        wasm=wasm,
-        mbe=mbe,
-        rde_in=rde_in,
-        rde_out=rde_out,
-        sel_tail=sel_tail,
-        sel_head=sel_head,
-        cx=cx,
-        dt=dt,
-        ex=ex,
-    )
+    return {
+        "leaf_null": leaf_null,
+        "leaf_text": leaf_text,
+        "tree": tree,
+        "wasm": wasm,
+        "mbe": mbe,
+        "rde_in": rde_in,
+        "rde_out": rde_out,
+        "sel_tail": sel_tail,
+        "sel_head": sel_head,
+        "cx": cx,
+        "dt": dt,
+        "ex": ex,
+    }
 
 
 def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:

@@ -132,9 +132,7 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     index = Index(tmp_path / "index.sqlite")
     resolver = Resolver(None, None, index, None, generate(), tmp_path, 1)  # type: ignore[arg-type]
     inv = cid_for(b"the invocation")
-    (ex_lied, lied), (ex_policy, policy), (ex_good, good), (ex_new, new), (ex_bad, bad) = [
-        _claimant(index, inv, n) for n in range(5)
-    ]
+    (ex_lied, lied), (ex_policy, policy), (_, good), (_, new), (_, bad) = [_claimant(index, inv, n) for n in range(5)]
     index.set_claim_status(cid_str(inv), lied, cid_str(ex_lied), "refused", "the data does not match")
     index.set_claim_status(cid_str(inv), policy, cid_str(ex_policy), "refused", POLICY + "not trusted", score=False)
     for _ in range(3):

@@ -7,6 +7,7 @@ import base64
 import datetime as dt
 import decimal
 import io
+import itertools
 import math
 import struct
 
@@ -73,7 +74,7 @@ def _cell(type_: pa.DataType, v) -> bytes:
         return nan.to_bytes(width, "little") if math.isnan(v) else struct.pack("<" + fmt, v)
     if name == "date32":
         return struct.pack("<i", (v - _EPOCH).days)
-    if name.startswith("timestamp[") or name == "date64" or name.startswith("duration["):
+    if name.startswith(("timestamp[", "duration[")) or name == "date64":
         return struct.pack("<q", v)  # given as raw integers (see _raw)
     if name.startswith("decimal("):
         width = 16 if type_.precision <= 38 else 32
@@ -215,7 +216,7 @@ def tables(draw, min_rows: int = 0, max_rows: int = 30, kinds=_all_columns) -> p
 
 def _rechunk(table: pa.Table, cuts: list[int]) -> list[pa.Table]:
     bounds = sorted({0, table.num_rows, *(c % (table.num_rows + 1) for c in cuts)})
-    return [table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
+    return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
 
 
 # --------------------------------------------------------------------------- worked example

@@ -33,7 +33,10 @@ scalars = st.one_of(
 )
 
 
-def ipld_values(keys: st.SearchStrategy[str] = st.text(max_size=8)) -> st.SearchStrategy[Any]:
+_KEYS = st.text(max_size=8)
+
+
+def ipld_values(keys: st.SearchStrategy[str] = _KEYS) -> st.SearchStrategy[Any]:
     """Arbitrary IPLD data model values (nested lists and maps of every kind)."""
     return st.recursive(
         scalars,

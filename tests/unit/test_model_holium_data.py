@@ -194,7 +194,7 @@ def test_import_file(tmp_path: Path) -> None:
     assert str(import_file(str(tmp_path / "d.cbor")).root) == LIST_OF_NULL
     assert import_file(tmp_path / "d.csv").root == data_tree([["v"]]).root
     assert str(import_file(tmp_path / "d.txt", "json").root) == LIST_OF_NULL
-    with pytest.raises(InvalidInput, match="cannot tell the format of d.txt"):
+    with pytest.raises(InvalidInput, match=r"cannot tell the format of d\.txt"):
         import_file(tmp_path / "d.txt")
     with pytest.raises(InvalidInput, match="unknown data format 'xml'"):
         import_file(tmp_path / "d.json", "xml")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -267,6 +268,6 @@ def test_register_refuses_clashes_and_bad_names(clean_registry: None) -> None:
 
 def test_objects_are_immutable() -> None:
     ex = Execution(A, "main", B, False, C)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         ex.handle = "other"  # type: ignore[misc]
     assert copy.deepcopy(ex) == ex

@@ -98,8 +98,7 @@ async def test_cancelling_the_asyncio_caller_cancels_the_trio_task(bridge):
             raise
 
     task = asyncio.create_task(bridge.run(forever))
-    while not state["started"].is_set():
-        await asyncio.sleep(0.001)
+    assert await asyncio.to_thread(state["started"].wait, 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

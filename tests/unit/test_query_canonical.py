@@ -355,11 +355,13 @@ ACCEPTED = [
     ("SELECT k, x FROM t UNION ALL SELECT k, y FROM u ORDER BY 2 DESC", TWO),
     ("(SELECT k FROM t) EXCEPT (SELECT k FROM u)", TWO),
     (
-        "WITH big AS (SELECT * FROM t WHERE x > 10), small AS (SELECT * FROM t WHERE x <= 10) SELECT big.k, small.k FROM big JOIN small ON big.s = small.s",
+        "WITH big AS (SELECT * FROM t WHERE x > 10), small AS (SELECT * FROM t WHERE x <= 10) SELECT big.k, small.k "
+        "FROM big JOIN small ON big.s = small.s",
         ONE,
     ),
     (
-        "WITH c AS (SELECT k, count(*) AS n FROM t GROUP BY k) SELECT c.k, u.name FROM c JOIN u ON c.k = u.k WHERE c.n > 1",
+        "WITH c AS (SELECT k, count(*) AS n FROM t GROUP BY k) SELECT c.k, u.name FROM c JOIN u ON c.k = u.k WHERE "
+        "c.n > 1",
         TWO,
     ),
     ("SELECT k, row_number() OVER (PARTITION BY s ORDER BY d DESC) AS rn FROM t", ONE),
@@ -371,7 +373,8 @@ ACCEPTED = [
     ("SELECT k, sum(x) OVER (PARTITION BY s ORDER BY d ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM t", ONE),
     ("SELECT k, sum(x) OVER (PARTITION BY s) FROM t", ONE),
     (
-        "SELECT k, first_value(x) OVER (PARTITION BY s ORDER BY d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) FROM t",
+        "SELECT k, first_value(x) OVER (PARTITION BY s ORDER BY d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) "
+        "FROM t",
         ONE,
     ),
     ("SELECT s, row_number() OVER (ORDER BY count(*) DESC) FROM t GROUP BY s", ONE),
@@ -382,23 +385,28 @@ ACCEPTED = [
     ("SELECT CASE WHEN x > 1 THEN 'big' WHEN x > 0 THEN 'small' ELSE 'none' END AS size FROM t", ONE),
     ("SELECT IF(b, k, -k), coalesce(x, 0.0), nullif(s, ''), nvl2(x, 1, 0) FROM t", ONE),
     (
-        "SELECT upper(s), lower(s), length(s), substr(s, 2, 3), substring(s FROM 2 FOR 3), trim(s), trim(BOTH 'x' FROM s), concat(s, '-', k), s || '!' FROM t",
+        "SELECT upper(s), lower(s), length(s), substr(s, 2, 3), substring(s FROM 2 FOR 3), trim(s), trim(BOTH 'x' "
+        "FROM s), concat(s, '-', k), s || '!' FROM t",
         ONE,
     ),
     (
-        "SELECT regexp_extract(s, '([a-z]+)', 1), regexp_replace(s, '[0-9]', '#'), split(s, ','), lpad(s, 5, '0') FROM t",
+        "SELECT regexp_extract(s, '([a-z]+)', 1), regexp_replace(s, '[0-9]', '#'), split(s, ','), lpad(s, 5, '0') "
+        "FROM t",
         ONE,
     ),
     (
-        "SELECT year(d), month(d), day(d), date_add(d, 7), datediff(d, DATE '2020-01-01'), date_format(d, 'yyyy-MM'), date_trunc('MM', d), extract(YEAR FROM d) FROM t",
+        "SELECT year(d), month(d), day(d), date_add(d, 7), datediff(d, DATE '2020-01-01'), date_format(d, "
+        "'yyyy-MM'), date_trunc('MM', d), extract(YEAR FROM d) FROM t",
         ONE,
     ),
     (
-        "SELECT to_date(s, 'yyyy-MM-dd'), to_timestamp(s, 'yyyy-MM-dd HH:mm:ss'), unix_timestamp(s, 'yyyy-MM-dd'), from_unixtime(k) FROM t",
+        "SELECT to_date(s, 'yyyy-MM-dd'), to_timestamp(s, 'yyyy-MM-dd HH:mm:ss'), unix_timestamp(s, 'yyyy-MM-dd'), "
+        "from_unixtime(k) FROM t",
         ONE,
     ),
     (
-        "SELECT abs(x), round(x, 2), floor(x), ceil(x), pow(x, 2), sqrt(abs(x)), x % 3, k DIV 2, greatest(k, 1), least(x, 2.5) FROM t",
+        "SELECT abs(x), round(x, 2), floor(x), ceil(x), pow(x, 2), sqrt(abs(x)), x % 3, k DIV 2, greatest(k, 1), "
+        "least(x, 2.5) FROM t",
         ONE,
     ),
     ("SELECT CAST(k AS STRING), CAST(x AS DECIMAL(10, 2)), TRY_CAST(s AS INT), x::int FROM t", ONE),
@@ -408,7 +416,8 @@ ACCEPTED = [
     ("SELECT 1.0, 1.00, 007, 1e2, 1.5E-3, X'0a', 'it''s', TRUE, NULL FROM t", ONE),
     ("SELECT arr[0], element_at(arr, 1), size(arr), st.f, n.st.G, m['x'], map_keys(m) FROM n", NESTED),
     (
-        "SELECT transform(arr, e -> e + id), filter(arr, e -> e > 0), aggregate(arr, 0L, (acc, e) -> acc + e), exists(arr, e -> e > 2) FROM n",
+        "SELECT transform(arr, e -> e + id), filter(arr, e -> e > 0), aggregate(arr, 0L, (acc, e) -> acc + e), "
+        "exists(arr, e -> e > 2) FROM n",
         NESTED,
     ),
     ("SELECT struct(id, id AS twice), named_struct('a', id), array(id, 2), map('k', id) FROM n", NESTED),
@@ -672,9 +681,9 @@ def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], s
 
 def test_order_by_is_completed_with_every_output():
     q = canonicalize("SELECT k, x, s FROM t ORDER BY x DESC LIMIT 3", ONE)
-    assert (
-        q.statement
-        == "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a ORDER BY _1 DESC, TO_JSON(NAMED_STRUCT('v', _1)), _0, _2 LIMIT 3"
+    assert q.statement == (
+        "SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2 FROM a "
+        "ORDER BY _1 DESC, TO_JSON(NAMED_STRUCT('v', _1)), _0, _2 LIMIT 3"
     )
     assert q.order_by == (SortKey(1, True, False), SortKey(0), SortKey(2))
 
@@ -771,7 +780,8 @@ def test_no_order_by_means_none():
 def test_row_windows_are_completed_to_a_total_order():
     q = canonicalize("SELECT row_number() OVER (PARTITION BY s ORDER BY d) FROM t", ONE)
     assert q.statement == (
-        "SELECT ROW_NUMBER() OVER (PARTITION BY a.col_2 ORDER BY a.col_3, a.col_0, a.col_1, TO_JSON(NAMED_STRUCT('v', a.col_1)), a.col_4) AS _0 FROM a"
+        "SELECT ROW_NUMBER() OVER (PARTITION BY a.col_2 ORDER BY a.col_3, a.col_0, a.col_1, "
+        "TO_JSON(NAMED_STRUCT('v', a.col_1)), a.col_4) AS _0 FROM a"
     )
     # ranking functions treat ties alike: no completion
     q = canonicalize("SELECT rank() OVER (PARTITION BY s ORDER BY d) FROM t", ONE)
@@ -1099,27 +1109,32 @@ DOC_EXAMPLES = [
         ),
         {**PRECIP, **STATIONS},
         (
-            "SELECT b.col_1 AS _0, COUNT(*) AS _1 FROM a JOIN b ON a.col_1 = b.col_2 AND a.col_2 = b.col_3 WHERE a.col_3 > 1000 "
+            "SELECT b.col_1 AS _0, COUNT(*) AS _1 FROM a JOIN b ON a.col_1 = b.col_2 AND a.col_2 = b.col_3 WHERE "
+            "a.col_3 > 1000 "
             "GROUP BY b.col_1 ORDER BY _1 DESC, _0 LIMIT 10"
         ),
     ),
     (
         (
-            "WITH wet AS (SELECT * FROM precip WHERE precip_amt > 1000) SELECT a.datestamp, b.datestamp FROM wet a JOIN wet b "
+            "WITH wet AS (SELECT * FROM precip WHERE precip_amt > 1000) SELECT a.datestamp, b.datestamp FROM wet a "
+            "JOIN wet b "
             "ON a.lat = b.lat AND a.datestamp < b.datestamp"
         ),
         PRECIP,
         (
-            "WITH cte0 AS (SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2, a.col_3 AS _3 FROM a WHERE a.col_3 > 1000) "
+            "WITH cte0 AS (SELECT a.col_0 AS _0, a.col_1 AS _1, a.col_2 AS _2, a.col_3 AS _3 FROM a WHERE a.col_3 > "
+            "1000) "
             "SELECT cte0_0._0 AS _0, cte0_1._0 AS _1 FROM cte0 AS cte0_0 JOIN cte0 AS cte0_1 ON cte0_0._1 = cte0_1._1 "
             "AND cte0_0._0 < cte0_1._0"
         ),
     ),
     (
-        "SELECT lat, datestamp, row_number() OVER (PARTITION BY lat ORDER BY precip_amt DESC) AS rank_in_place FROM precip",
+        "SELECT lat, datestamp, row_number() OVER (PARTITION BY lat ORDER BY precip_amt DESC) AS rank_in_place FROM "
+        "precip",
         PRECIP,
         (
-            "SELECT a.col_1 AS _0, a.col_0 AS _1, ROW_NUMBER() OVER (PARTITION BY a.col_1 ORDER BY a.col_3 DESC, a.col_0, "
+            "SELECT a.col_1 AS _0, a.col_0 AS _1, ROW_NUMBER() OVER (PARTITION BY a.col_1 ORDER BY a.col_3 DESC, "
+            "a.col_0, "
             "a.col_2, TO_JSON(NAMED_STRUCT('v', a.col_2))) AS _2 FROM a"
         ),
     ),

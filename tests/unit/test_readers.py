@@ -352,7 +352,7 @@ def test_schema_overrides_jsonl_and_parquet(tmp_path):
 
 
 def test_override_errors():
-    with pytest.raises(InvalidInput, match="valid types: int8.*decimal"):
+    with pytest.raises(InvalidInput, match=r"valid types: int8.*decimal"):
         ReadOptions(schema_overrides={"a": "integer"})
     with pytest.raises(InvalidInput, match="time zone"):
         ReadOptions(schema_overrides={"a": "timestamp[us, Mars/Olympus]"})

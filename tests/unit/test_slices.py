@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import io
+import itertools
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,7 +73,7 @@ def test_writes_to_paths_too(tmp_path) -> None:
 def test_chunking_does_not_change_the_bytes(cuts: list[int]) -> None:
     t = TABLE
     bounds = sorted({0, t.num_rows, *cuts})
-    batches = [b for lo, hi in zip(bounds, bounds[1:]) for b in t.slice(lo, hi - lo).to_batches()]
+    batches = [b for lo, hi in itertools.pairwise(bounds) for b in t.slice(lo, hi - lo).to_batches()]
     assert slice_bytes(pa.Table.from_batches(batches, t.schema)) == EXPECTED
 
 

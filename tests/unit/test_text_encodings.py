@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import os
 
 import pandas as pd
@@ -76,7 +77,7 @@ def test_latin1_without_encoding_is_refused_with_line_and_byte():
 
 
 def test_random_bytes_are_a_4xx_not_an_internal_error():
-    for seed in range(20):
+    for _ in range(20):
         data = os.urandom(512)
         msg = error(data, format="csv")
         assert "byte offset" in msg or "NUL" in msg, msg
@@ -96,7 +97,7 @@ def test_the_first_bad_byte_is_named_exactly(text, where, bad, block_size, fmt):
     if fmt == "csv":
         body = "h\n" + "".join(f'"{t}"\n' for t in text)
     else:
-        body = "".join('{"h": "%s"}\n' % t.replace("\n", "\\n").replace(",", "") for t in text)
+        body = "".join(json.dumps({"h": t.replace(",", "")}, ensure_ascii=False) + "\n" for t in text)
     data = body.encode()
     pos = where % len(data)
     data = data[:pos] + bad + data[pos:]

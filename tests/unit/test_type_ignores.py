@@ -1,0 +1,102 @@
+"""Every ``type: ignore`` in the shipped code names its error code and says why, on the same line (issue 14).
+
+The form is ``# type: ignore[code, ...]  # reason``: mypy (``ignore-without-code``) already refuses a bare
+ignore; this test also refuses one without a reason, and scans comments only (tokenize), never strings.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECKED = ("node", "config", "p2p", "spark_worker", "scripts")
+
+# `type: ignore` anywhere in a comment (mypy reads it there too), and the one accepted shape of it.
+_IGNORE = re.compile(r"type:\s*ignore")
+_EXPLAINED = re.compile(r"#\s*type:\s*ignore\[[a-z][a-z0-9-]*(?:\s*,\s*[a-z][a-z0-9-]*)*\]\s+#\s*\S.{2,}")
+
+# Until the merge of issue 14's branches: how many unexplained ignores each file that another helper owns and is
+# rewriting still holds (the core's complete `Node`, the errors tree, the p2p layer, the readers split, the bench
+# scripts). The lead empties this when merging: a file with more fails the main test, a file with fewer fails
+# `test_tolerance_is_not_stale`, so the list cannot outlive its reason.
+TOLERATED_UNTIL_MERGE: dict[str, int] = {
+    "config/settings.py": 1,
+    "node/api/export.py": 5,
+    "node/api/server.py": 2,
+    "node/cli/progress.py": 1,
+    "node/core.py": 6,
+    "node/daemon.py": 1,
+    "node/datasets/readers/inputs.py": 1,
+    "node/datasets/service.py": 1,
+    "node/model/errors.py": 1,
+    "node/resolve/resolver.py": 4,
+    "p2p/host.py": 3,
+    "scripts/bench/network.py": 6,
+    "scripts/bench/query.py": 2,
+}
+
+
+def unexplained(source: str) -> list[tuple[int, str]]:
+    """(line number, comment) of each ``type: ignore`` comment without an error code and a reason."""
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and _IGNORE.search(tok.string) and not _EXPLAINED.search(tok.string):
+            found.append((tok.start[0], tok.string))
+    return found
+
+
+def _checked_files() -> list[Path]:
+    return sorted(p for d in CHECKED for p in (ROOT / d).rglob("*.py"))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = f()  # type: ignore\n",
+        "x = f()  # type: ignore[attr-defined]\n",
+        "x = f()  # type: ignore[attr-defined]  #\n",
+        "x = f()  # type:ignore[union-attr] why\n",  # a reason must be its own comment
+        "x = f()  # noqa: E501  # type: ignore[misc]\n",
+        "x = f()  # type: ignore[]  # empty code list\n",
+    ],
+)
+def test_unexplained_ignores_are_found(line: str) -> None:
+    assert unexplained(line) == [(1, line.rstrip("\n")[line.index("#") :])]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = f()  # type: ignore[attr-defined]  # pyspark types _jvm Optional\n",
+        "x = f()  # type: ignore[arg-type, union-attr]  # libp2p's stubs are wrong here\n",
+        's = "# type: ignore"  # a string, not a comment\n',
+        "x = f()\n",
+    ],
+)
+def test_explained_ignores_and_strings_pass(line: str) -> None:
+    assert unexplained(line) == []
+
+
+def _found() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for path in _checked_files():
+        bad = [f"{n}: {c}" for n, c in unexplained(path.read_text())]
+        if bad:
+            out[path.relative_to(ROOT).as_posix()] = bad
+    return out
+
+
+def test_every_ignore_in_the_code_has_a_code_and_a_reason() -> None:
+    over = {f: bad for f, bad in _found().items() if len(bad) > TOLERATED_UNTIL_MERGE.get(f, 0)}
+    assert not over, f"type: ignore without `[code]  # reason`: {over}"
+
+
+def test_tolerance_is_not_stale() -> None:
+    found = _found()
+    stale = {f: (n, len(found.get(f, []))) for f, n in TOLERATED_UNTIL_MERGE.items() if len(found.get(f, [])) < n}
+    assert not stale, f"fixed upstream: lower or remove in TOLERATED_UNTIL_MERGE (tolerated, found): {stale}"
