@@ -36,6 +36,12 @@ _HOLIUM_IMPORTERS = {
 }
 
 
+class PeersDisabled(CairnError):
+    """A peer operation on a node that runs no p2p host: the request conflicts with the node's settings."""
+
+    status = 409
+
+
 class WorkerStart:
     """The Spark worker and its one start: Spark takes seconds to warm up, so the node serves at once and
     starts the worker on first need (or at once with ``spark.autostart``)."""
@@ -341,7 +347,7 @@ class Node:
 
     def _network(self) -> Network:
         if self.network is None:
-            raise CairnError("the p2p host is not running (peers.enabled = false)")
+            raise PeersDisabled("the p2p host is not running (peers.enabled = false)")
         return self.network
 
     def peers(self) -> list[dict[str, Any]]:
@@ -359,7 +365,10 @@ class Node:
     def trust_add(self, key: str, community: str) -> None:
         from node.identity import public_key_from_did
 
-        public_key_from_did(key)  # refuses anything but an ed25519 did:key
+        try:
+            public_key_from_did(key)  # refuses anything but an ed25519 did:key
+        except CairnError as e:  # its ConfigError (500) is about config files; here the key is user input
+            raise InvalidInput(e.message) from None
         self.index.trust_add(key, community)
 
     def trust_rm(self, key: str, community: str | None) -> int:
