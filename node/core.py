@@ -18,6 +18,7 @@ from node.home import Home
 from node.identity import Identity
 from node.index import Index
 from node.ipfs import KuboClient, KuboError, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.ipfs.errors import one_line
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 from node.resolve import Jobs, Resolver, SparkWorker
@@ -65,7 +66,7 @@ class WorkerStart:
         except CairnError:
             raise
         except Exception as e:  # noqa: BLE001  any start failure reaches the asker as one clear error
-            raise CairnError(f"the Spark worker could not start: {e}") from None
+            raise CairnError(one_line(f"the Spark worker could not start: {e}")) from None
 
     def state(self) -> str:
         if self._start is None:
