@@ -6,13 +6,23 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config import Settings
 from node import __version__
 from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
-from node.errors import CairnError, InvalidInput, KuboError, NotFound, RenderError, Unavailable, peer_failure
+from node.errors import (
+    CairnError,
+    InvalidInput,
+    KuboError,
+    NotFound,
+    RenderError,
+    PeersDisabled,
+    one_line,
+    peer_failure,
+)
 from node.home import Home
 from node.identity import Identity
 from node.index import Index
@@ -20,6 +30,9 @@ from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_b
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
 from node.resolve import Jobs, Resolver, SparkWorker
+
+if TYPE_CHECKING:
+    from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
 log = logging.getLogger("cairn.node")
 
@@ -31,155 +44,153 @@ _HOLIUM_IMPORTERS = {
 }
 
 
+class WorkerStart:
+    """The Spark worker and its one start: Spark takes seconds to warm up, so the node serves at once and
+    starts the worker on first need (or at once with ``spark.autostart``)."""
+
+    def __init__(self, worker: SparkWorker) -> None:
+        self.worker = worker
+        self._start: asyncio.Future[None] | None = None
+
+    def ensure(self) -> asyncio.Future[None]:
+        if self._start is None:
+            self._start = asyncio.ensure_future(self.worker.start())
+        return self._start
+
+    async def ready(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
+        """Called by the resolver only when it must compute: a peer or index hit never starts Spark."""
+        starting = self.ensure()
+        if not starting.done():
+            emit("waiting", {"for": "spark worker to start"})
+        try:
+            await asyncio.shield(starting)
+        except CairnError:
+            raise
+        except Exception as e:  # noqa: BLE001  any start failure reaches the asker as one clear error
+            raise CairnError(one_line(f"the Spark worker could not start: {e}")) from None
+
+    def state(self) -> str:
+        if self._start is None:
+            return "down"
+        if not self._start.done():
+            return "starting"
+        if self._start.cancelled() or self._start.exception() is not None:
+            return "failed"
+        return "up" if self.worker.alive() else "restarting"
+
+    async def stop(self) -> None:
+        if self._start is not None:
+            self._start.cancel()
+            await asyncio.gather(self._start, return_exceptions=True)
+        await self.worker.stop()
+
+
 class Node:
-    """A running Cairn node: its identity, its Kubo (managed or external), and the operations on them."""
+    """A running Cairn node: its identity, its Kubo (managed or external), and the operations on them.
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.home = Home(settings.home)
-        self.identity: Identity | None = None
-        self.kubo: KuboClient | None = None
-        self.managed: ManagedKubo | None = None
-        self._supervisor: asyncio.Task[None] | None = None
-        self.kubo_state = "down"
-        self.started_at: float | None = None
+    Built complete by ``await Node.open(settings)`` (or ``async with Node.running(settings)``); ``close()``
+    stops everything ``open`` started, in reverse order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        home: Home,
+        identity: Identity,
+        kubo: KuboClient,
+        managed: ManagedKubo | None,
+        index: Index,
+        datasets: Datasets,
+        spark: WorkerStart,
+        resolver: Resolver,
+        jobs: Jobs,
+        network: Network | None,
+        started: AsyncExitStack,
+    ) -> None:
+        self.settings, self.home, self.identity = settings, home, identity
+        self.kubo = kubo
+        self.managed = managed  # None: an external Kubo (ipfs.api), which this node neither starts nor stops
+        self.kubo_state = "up"
+        self.index, self.datasets, self.resolver, self.jobs = index, datasets, resolver, jobs
+        self.spark = spark
+        self.worker = spark.worker
+        self.network = network  # None: peers.enabled = false
+        self.started_at = time.time()
         self.api_url: str | None = None  # set by the HTTP face once it listens
-        self.index: Index | None = None
-        self.worker: SparkWorker | None = None
-        self._worker_start: asyncio.Future[None] | None = None
-        self.resolver: Resolver | None = None
-        self.jobs: Jobs | None = None
-        self.network: Any = None  # node.network.Network when the p2p host runs
-        self._datasets: Datasets | None = None
-
-    @property
-    def datasets(self) -> Datasets:
-        if self._datasets is None:
-            raise CairnError("the node has not started")
-        return self._datasets
-
-    @datasets.setter
-    def datasets(self, value: Datasets) -> None:
-        self._datasets = value
+        self._started = started
 
     # -- life cycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        if self.home.init():
-            log.info("initialised node home", extra={"home": str(self.home.path)})
-        self.identity = self.home.identity()
-        ipfs = self.settings.ipfs
-        if ipfs.api:
-            url = api_url_from_address(ipfs.api)
-            self.kubo = KuboClient(url, timeout=ipfs.timeout)
-            try:
-                await self.kubo.version()  # fail now, clearly, if the external Kubo is unreachable
-            except BaseException:
-                await self.kubo.close()
-                raise
-            self.kubo_state = "up"
-        else:
-            self.managed = ManagedKubo(
-                self.home.kubo_repo,
-                find_kubo_binary(ipfs.binary or None),
-                api_port=ipfs.api_port,
-                gateway_port=ipfs.gateway_port,
-                swarm_port=ipfs.swarm_port,
-                bootstrap=list(ipfs.bootstrap),
-                log_path=self.home.logs / "kubo.log",
-                # Re-hash every block read from the blockstore: what we serve is checked against its CID.
-                config={"Datastore.HashOnRead": True},
+    @classmethod
+    async def open(cls, settings: Settings) -> Node:
+        """Start every part in order, then build the node; a part that fails to start stops those before it."""
+        home = Home(settings.home)
+        if home.init():
+            log.info("initialised node home", extra={"home": str(home.path)})
+        identity = home.identity()
+        async with AsyncExitStack() as stack:
+            kubo, managed = await _open_kubo(settings, home, stack)
+            index = Index(home.path / "index.sqlite")
+            stack.callback(index.close)
+            datasets = Datasets(kubo, index, home.path, settings.datasets.rows_per_slice)
+            spark = WorkerStart(_worker(settings, home))
+            stack.push_async_callback(spark.stop)
+            resolver = _resolver(settings, datasets, kubo, index, spark, identity)
+            jobs = Jobs()
+            stack.push_async_callback(jobs.close)
+            network = await _open_network(settings, home, identity, resolver, index, kubo, stack)
+            node = cls(
+                settings,
+                home,
+                identity,
+                kubo,
+                managed,
+                index,
+                datasets,
+                spark,
+                resolver,
+                jobs,
+                network,
+                stack.pop_all(),
             )
-            url = await self.managed.start()
-            self.kubo = KuboClient(url, timeout=ipfs.timeout)
-            self.kubo_state = "up"
-            self._supervisor = asyncio.create_task(self.managed.supervise(self._on_kubo_change))
-        self.index = Index(self.home.path / "index.sqlite")
-        self.datasets = Datasets(self.kubo, self.index, self.home.path, self.settings.datasets.rows_per_slice)
-        sp = self.settings.spark
-        self.worker = SparkWorker(
-            _socket_path(self.home.path),
-            master=sp.master,
-            conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
-            log_path=self.home.logs / "spark.log",
-            start_timeout=sp.start_timeout,
-        )
-        # Spark takes seconds to warm up: the node serves at once, queries wait for the worker.
-        if sp.autostart:
-            self._ensure_worker()
-        peers = self.settings.peers
-        self.resolver = Resolver(
-            self.datasets,
-            self.kubo,
-            self.index,
-            self.worker,
-            self.identity,
-            self.datasets.tmp_dir,
-            self.settings.datasets.rows_per_slice,
-            sp.query_timeout,
-            trust_mode=peers.trust,
-            community=peers.community or None,
-            fetch_timeout=peers.fetch_timeout,
-            resolve_timeout=peers.resolve_timeout,
-            worker_ready=self._worker_ready,
-        )
-        self.jobs = Jobs()
-        if self.settings.peers.enabled:
-            from node.peers import Network
+        if managed is not None:
+            node._supervise(managed)
+        if settings.spark.autostart:
+            spark.ensure()
+        log.info("node started", extra={"peer_id": identity.peer_id, "kubo": kubo.api_url})
+        return node
 
-            self.network = Network(
-                self.settings.peers, self.identity, self.resolver, self.index, self.kubo, self.home.path / "peers.json"
-            )
-            await self.network.start()
-        self.started_at = time.time()
-        log.info("node started", extra={"peer_id": self.identity.peer_id, "kubo": url})
+    @classmethod
+    @asynccontextmanager
+    async def running(cls, settings: Settings) -> AsyncIterator[Node]:
+        node = await cls.open(settings)
+        try:
+            yield node
+        finally:
+            await node.close()
+
+    def _supervise(self, managed: ManagedKubo) -> None:
+        """Restart the managed Kubo if it dies; the task is cancelled first on close."""
+        task = asyncio.create_task(managed.supervise(self._on_kubo_change))
+
+        async def cancel() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+        self._started.push_async_callback(cancel)
 
     def _on_kubo_change(self, state: str) -> None:
         self.kubo_state = state
-        if state == "up" and self.managed is not None and self.kubo is not None:
+        if state == "up" and self.managed is not None:
             self.kubo.api_url = self.managed.api_url  # a restarted Kubo may listen on a new port
         log.warning("managed kubo is %s", state, extra={"kubo_state": state})
 
-    async def stop(self) -> None:
-        if self.network is not None:
-            await self.network.stop()
-            self.network = None
-        if self.jobs is not None:
-            await self.jobs.close()
-        if self._worker_start is not None:
-            self._worker_start.cancel()
-            await asyncio.gather(self._worker_start, return_exceptions=True)
-        if self.worker is not None:
-            await self.worker.stop()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            try:
-                await self._supervisor
-            except asyncio.CancelledError:
-                pass
-            self._supervisor = None
-        if self.kubo is not None:
-            await self.kubo.close()
-        if self.index is not None:
-            self.index.close()
-        if self.managed is not None:
-            await self.managed.stop()
+    async def close(self) -> None:
+        """Stop what ``open`` started (peers, jobs, worker, index, Kubo client, managed Kubo), last first."""
+        await self._started.aclose()
         self.kubo_state = "down"
         log.info("node stopped")
 
-    async def __aenter__(self) -> Node:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
     # -- state ------------------------------------------------------------------------------
-
-    def _kubo(self) -> KuboClient:
-        if self.kubo is None:
-            raise KuboError("the node has not started its Kubo")
-        return self.kubo
 
     async def health(self) -> dict[str, Any]:
         kubo: dict[str, Any] = {"state": self.kubo_state, "managed": self.managed is not None}
@@ -187,37 +198,35 @@ class Node:
             kubo["restarts"] = self.managed.restarts
         if self.kubo_state == "up":
             try:
-                await self._kubo().version(timeout=2.0)
+                await self.kubo.version(timeout=2.0)
             except KuboError as e:
                 kubo["state"] = "down"
                 kubo["error"] = e.message
         return {"ok": kubo["state"] == "up", "kubo": kubo}
 
     async def info(self) -> dict[str, Any]:
-        assert self.identity is not None
         kubo: dict[str, Any] = {
             "managed": self.managed is not None,
             "state": self.kubo_state,
-            "api": self.kubo.api_url if self.kubo else None,
+            "api": self.kubo.api_url,
         }
         if self.managed is not None:
             kubo["restarts"] = self.managed.restarts
             kubo["pid"] = self.managed.pid
         try:
-            version = await self._kubo().version(timeout=5.0)
-            ident = await self._kubo().id(timeout=5.0)
+            version = await self.kubo.version(timeout=5.0)
+            ident = await self.kubo.id(timeout=5.0)
             kubo.update(version=version.version, peer_id=ident.id, swarm=list(ident.addresses))
         except KuboError as e:
             kubo["state"] = "down"
             kubo["error"] = e.message
-        spark: dict[str, Any] = {"state": self.spark_state()}
-        if self.worker is not None:
-            spark.update(
-                master=self.settings.spark.master,
-                pid=self.worker.pid,
-                jobs=self.worker.jobs_sent,
-                restarts=self.worker.restarts,
-            )
+        spark: dict[str, Any] = {
+            "state": self.spark_state(),
+            "master": self.settings.spark.master,
+            "pid": self.worker.pid,
+            "jobs": self.worker.jobs_sent,
+            "restarts": self.worker.restarts,
+        }
         return {
             "version": __version__,
             "home": str(self.home.path),
@@ -227,35 +236,11 @@ class Node:
             "node_key": self.identity.node_key,
             "p2p_addrs": self.network.host.addrs() if self.network else [],
             "kubo": kubo,
-            "uptime_s": round(time.time() - self.started_at, 3) if self.started_at else 0.0,
+            "uptime_s": round(time.time() - self.started_at, 3),
         }
 
-    def _ensure_worker(self) -> asyncio.Future[None]:
-        assert self.worker is not None
-        if self._worker_start is None:
-            self._worker_start = asyncio.ensure_future(self.worker.start())
-        return self._worker_start
-
-    async def _worker_ready(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
-        """Called by the resolver only when it must compute: a peer or index hit never starts Spark."""
-        starting = self._ensure_worker()
-        if not starting.done():
-            emit("waiting", {"for": "spark worker to start"})
-        try:
-            await asyncio.shield(starting)
-        except CairnError:
-            raise
-        except Exception as e:
-            raise CairnError(f"the Spark worker could not start: {e}") from None
-
     def spark_state(self) -> str:
-        if self._worker_start is None:
-            return "down"
-        if not self._worker_start.done():
-            return "starting"
-        if self._worker_start.cancelled() or self._worker_start.exception() is not None:
-            return "failed"
-        return "up" if self.worker is not None and self.worker.alive() else "restarting"
+        return self.spark.state()
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -269,11 +254,10 @@ class Node:
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published."""
-        assert self.resolver is not None
         answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
-        self.index.set_output_names(row.execution, list(answer.output_names))  # type: ignore[union-attr]
+        self.index.set_output_names(row.execution, list(answer.output_names))
         limit = self.settings.query.answer_rows if limit is None else limit
         try:
             arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
@@ -307,17 +291,16 @@ class Node:
     def start_query(
         self, sql: str, inputs: dict[str, str], *, limit: int | None = None, trust: str | None = None
     ) -> dict[str, Any]:
-        assert self.jobs is not None
         job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit))
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
 
     async def execution(self, cid: CID) -> dict[str, Any]:
         from node.model import Receipt
 
-        row = self.index.executions_by_cid(cid_str(cid)) if self.index else None  # type: ignore[union-attr]
+        row = self.index.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
-        receipt = decode_object(decode(await self._kubo().block_get(parse_cid(row.receipt))))
+        receipt = decode_object(decode(await self.kubo.block_get(parse_cid(row.receipt))))
         assert isinstance(receipt, Receipt)
         return {
             "execution": row.execution,
@@ -349,7 +332,7 @@ class Node:
                     "received": d.received,
                 }
                 for d in self.index.divergences(row.invocation)
-            ],  # type: ignore[union-attr]
+            ],
         }
 
     async def execution_data(
@@ -357,7 +340,6 @@ class Node:
     ) -> tuple[list[str] | None, AsyncIterator[Any]]:
         """An execution's column names (``names``, else those its asking query gave, else None for the
         positional ``_0, _1, …``) and its rows, slice by slice, read as they are sent."""
-        assert self.index is not None and self.resolver is not None
         row = self.index.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
@@ -365,9 +347,9 @@ class Node:
 
     # -- peers and trust ------------------------------------------------------------------------
 
-    def _network(self) -> Any:
+    def _network(self) -> Network:
         if self.network is None:
-            raise Unavailable("the p2p host is not running (peers.enabled = false)")
+            raise PeersDisabled("the p2p host is not running (peers.enabled = false)")
         return self.network
 
     def peers(self) -> list[dict[str, Any]]:
@@ -385,17 +367,19 @@ class Node:
     def trust_add(self, key: str, community: str) -> None:
         from node.identity import public_key_from_did
 
-        public_key_from_did(key)  # refuses anything but an ed25519 did:key
-        self.index.trust_add(key, community)  # type: ignore[union-attr]
+        try:
+            public_key_from_did(key)  # refuses anything but an ed25519 did:key
+        except CairnError as e:  # its ConfigError (500) is about config files; here the key is user input
+            raise InvalidInput(e.message) from None
+        self.index.trust_add(key, community)
 
     def trust_rm(self, key: str, community: str | None) -> int:
-        return self.index.trust_rm(key, community)  # type: ignore[union-attr]
+        return self.index.trust_rm(key, community)
 
     def trust_list(self) -> list[dict[str, str]]:
-        return [{"key": k, "community": c} for k, c in self.index.trusted()]  # type: ignore[union-attr]
+        return [{"key": k, "community": c} for k, c in self.index.trusted()]
 
     def announcements(self, limit: int = 100) -> dict[str, Any]:
-        assert self.index is not None
         claims = [
             {
                 "invocation": c.invocation,
@@ -419,7 +403,7 @@ class Node:
 
     async def put_block(self, block: Block, *, pin: bool = False) -> CID:
         codec = block.cid.codec.name
-        return await self._kubo().block_put(block.data, codec=codec, pin=pin)
+        return await self.kubo.block_put(block.data, codec=codec, pin=pin)
 
     async def dag_put(self, obj: Any, *, pin: bool = True) -> CID:
         """Validate an IPLD value (Holium/Cairn kinds by their ``typedVersion``), store it as one
@@ -431,7 +415,7 @@ class Node:
         return block.cid
 
     async def dag_get(self, cid: CID) -> Any:
-        data = await self._kubo().block_get(cid)
+        data = await self.kubo.block_get(cid)
         verify_block(cid, data)
         return decode(data, cid.codec.code) if cid.codec.name in ("dag-cbor", "cbor") else data
 
@@ -443,7 +427,7 @@ class Node:
         root, blocks = importer(data)
         for block in blocks:  # children come before parents, so a crash never leaves a dangling parent
             await self.put_block(block)
-        await self._kubo().pin_add(root, recursive=True)
+        await self.kubo.pin_add(root, recursive=True)
         return root, len(blocks)
 
     # -- datasets ---------------------------------------------------------------------------
@@ -563,16 +547,94 @@ class Node:
 
     async def raw_block(self, cid: CID) -> bytes:
         """One block from Kubo, checked against its CID (the client re-hashes it)."""
-        return await self._kubo().block_get(cid, timeout=self.settings.ipfs.timeout)
+        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout)
 
     def car_export(self, cid: CID) -> AsyncIterator[bytes]:
         """The DAG under ``cid`` as a CAR stream; every block is hash-checked as it passes."""
-        return self._kubo().dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True)
+        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True)
 
     def cat(self, cid: CID) -> AsyncIterator[bytes]:
         """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
         Kubo) and bitswap checks every block it fetches."""
-        return self._kubo().cat(cid, timeout=self.settings.ipfs.timeout)
+        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout)
+
+
+async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:
+    """A client on the external Kubo (``ipfs.api``, checked reachable now), else on a Kubo started here."""
+    ipfs = settings.ipfs
+    managed: ManagedKubo | None = None
+    if ipfs.api:
+        url = api_url_from_address(ipfs.api)
+    else:
+        managed = ManagedKubo(
+            home.kubo_repo,
+            find_kubo_binary(ipfs.binary or None),
+            api_port=ipfs.api_port,
+            gateway_port=ipfs.gateway_port,
+            swarm_port=ipfs.swarm_port,
+            bootstrap=list(ipfs.bootstrap),
+            log_path=home.logs / "kubo.log",
+            # Re-hash every block read from the blockstore: what we serve is checked against its CID.
+            config={"Datastore.HashOnRead": True},
+        )
+        stack.push_async_callback(managed.stop)
+        url = await managed.start()
+    kubo = KuboClient(url, timeout=ipfs.timeout)
+    stack.push_async_callback(kubo.close)
+    if managed is None:
+        await kubo.version()  # fail now, clearly, if the external Kubo is unreachable
+    return kubo, managed
+
+
+def _worker(settings: Settings, home: Home) -> SparkWorker:
+    sp = settings.spark
+    return SparkWorker(
+        _socket_path(home.path),
+        master=sp.master,
+        conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
+        log_path=home.logs / "spark.log",
+        start_timeout=sp.start_timeout,
+    )
+
+
+def _resolver(
+    settings: Settings, datasets: Datasets, kubo: KuboClient, index: Index, spark: WorkerStart, identity: Identity
+) -> Resolver:
+    peers = settings.peers
+    return Resolver(
+        datasets,
+        kubo,
+        index,
+        spark.worker,
+        identity,
+        datasets.tmp_dir,
+        settings.datasets.rows_per_slice,
+        settings.spark.query_timeout,
+        trust_mode=peers.trust,
+        community=peers.community or None,
+        fetch_timeout=peers.fetch_timeout,
+        resolve_timeout=peers.resolve_timeout,
+        worker_ready=spark.ready,
+    )
+
+
+async def _open_network(
+    settings: Settings,
+    home: Home,
+    identity: Identity,
+    resolver: Resolver,
+    index: Index,
+    kubo: KuboClient,
+    stack: AsyncExitStack,
+) -> Network | None:
+    if not settings.peers.enabled:
+        return None
+    from node.peers import Network  # libp2p is imported only by nodes that run it
+
+    network = Network(settings.peers, identity, resolver, index, kubo, home.path / "peers.json")
+    await network.start()
+    stack.push_async_callback(network.stop)
+    return network
 
 
 def _socket_path(home: Path) -> Path:

@@ -16,13 +16,13 @@ from node import __version__
 from node.api import create_app
 from node.core import Node
 from node.errors import ConfigError
+from node.home import Home
 
 log = logging.getLogger("cairn.daemon")
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
-    node = Node(settings)
-    running = node.home.read_runtime()
+    running = Home(settings.home).read_runtime()
     if running is not None:
         raise ConfigError(f"a node already runs for {settings.home} (pid {running['pid']}, {running.get('api')})")
     stop = asyncio.Event()
@@ -30,11 +30,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runner: web.AppRunner | None = None
-    try:
-        await node.start()
-    except BaseException:
-        await node.stop()  # a start that fails half-way (e.g. a bad peers.listen) must not leave Kubo running
-        raise
+    node = await Node.open(settings)
     try:
         app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
         runner = web.AppRunner(app, access_log=None)
@@ -55,7 +51,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
             {"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()}
         )
         log.info("http api listening", extra={"api": node.api_url})
-        print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)  # type: ignore[union-attr]
+        print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)
         if ready is not None:
             ready.set()
         await stop.wait()
@@ -64,6 +60,6 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         node.home.clear_runtime(os.getpid())
         if runner is not None:
             await runner.cleanup()
-        await node.stop()
+        await node.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

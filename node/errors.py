@@ -113,10 +113,11 @@ class Conflict(CairnError):
     status = 409
 
 
-class Unavailable(CairnError):
-    """A part of the node the request needs is switched off or not up (``peers.enabled = false``)."""
+class PeersDisabled(CairnError):
+    """A peer operation on a node that runs no p2p host (``peers.enabled = false``): the request conflicts with
+    the node's settings, which only its operator can change."""
 
-    status = 503
+    status = 409
 
 
 class RemoteError(CairnError):

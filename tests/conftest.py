@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.fixtures.kubo", "tests.fixtures.nodes"]
+pytest_plugins = ["tests.fixtures.kubo", "tests.fixtures.nodes", "tests.fixtures.inprocess", "tests.fixtures.spark"]

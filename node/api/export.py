@@ -5,12 +5,16 @@ from __future__ import annotations
 import io
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from node import values
 from node.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # exists only for type checkers: io.RawIOBase.write's own type
 
 
 class _Sink(io.RawIOBase):
@@ -22,22 +26,27 @@ class _Sink(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, b: bytes) -> int:  # type: ignore[override]
-        self.buf += b
-        return len(b)
+    def write(self, b: ReadableBuffer, /) -> int:
+        view = memoryview(b)
+        self.buf += view
+        return view.nbytes
 
     def take(self) -> bytes:
         out, self.buf = bytes(self.buf), bytearray()
         return out
 
 
+class TableWriter(Protocol):
+    def write(self, table: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Writer:
     name: str
     content_type: str
-    open: Callable[[_Sink, pa.Schema, list[str]], object]
-    write: Callable[[object, pa.Table], None]
-    close: Callable[[object], None]
+    open: Callable[[_Sink, pa.Schema, list[str]], TableWriter]
 
 
 class _TextWriter:
@@ -54,37 +63,26 @@ class _TextWriter:
         else:
             self.sink.write(values.jsonl_rows(table, self.names))
 
+    def close(self) -> None:
+        """Text needs no footer."""
 
-def _parquet(sink: _Sink, schema: pa.Schema, names: list[str]) -> object:
-    return pq.ParquetWriter(sink, _renamed(schema, names), compression="zstd")
 
+class _ParquetWriter:
+    def __init__(self, sink: _Sink, schema: pa.Schema, names: list[str]) -> None:
+        renamed = pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
+        self._w = pq.ParquetWriter(sink, renamed, compression="zstd")
 
-def _renamed(schema: pa.Schema, names: list[str]) -> pa.Schema:
-    return pa.schema([f.with_name(n) for f, n in zip(schema, names)], metadata=schema.metadata)
+    def write(self, table: pa.Table) -> None:
+        self._w.write_table(table.rename_columns(self._w.schema.names))
+
+    def close(self) -> None:
+        self._w.close()
 
 
 WRITERS = {
-    "csv": Writer(
-        "csv",
-        "text/csv; charset=utf-8",
-        lambda sink, schema, names: _TextWriter(sink, names, True),
-        lambda w, t: w.write(t),
-        lambda w: None,
-    ),  # type: ignore[attr-defined]
-    "parquet": Writer(
-        "parquet",
-        "application/vnd.apache.parquet",
-        _parquet,
-        lambda w, t: w.write_table(t.rename_columns(w.schema.names)),  # type: ignore[attr-defined]
-        lambda w: w.close(),
-    ),  # type: ignore[attr-defined]
-    "jsonl": Writer(
-        "jsonl",
-        "application/x-ndjson",
-        lambda sink, schema, names: _TextWriter(sink, names, False),
-        lambda w, t: w.write(t),
-        lambda w: None,
-    ),  # type: ignore[attr-defined]
+    "csv": Writer("csv", "text/csv; charset=utf-8", lambda sink, schema, names: _TextWriter(sink, names, True)),
+    "parquet": Writer("parquet", "application/vnd.apache.parquet", _ParquetWriter),
+    "jsonl": Writer("jsonl", "application/x-ndjson", lambda sink, schema, names: _TextWriter(sink, names, False)),
 }
 
 BATCH_ROWS = 65536  # text is rendered and sent this many rows at a time: memory stays flat for any result
@@ -108,7 +106,7 @@ async def stream(
     """The rows of ``tables`` (at most ``limit``) in ``writer``'s format, under column ``names`` (default:
     the tables' own), a chunk per batch of rows. An empty result still gets its header / Parquet footer."""
     sink = _Sink()
-    handle: object | None = None
+    handle: TableWriter | None = None
     left = limit
     async for table in tables:
         if left is not None:
@@ -117,13 +115,13 @@ async def stream(
         if handle is None:
             handle = writer.open(sink, table.schema, _names(table.schema, names))
         for start in range(0, table.num_rows, BATCH_ROWS):
-            writer.write(handle, table.slice(start, BATCH_ROWS))
+            handle.write(table.slice(start, BATCH_ROWS))
             if sink.buf:
                 yield sink.take()
         if left == 0:
             break
     if handle is not None:
-        writer.close(handle)
+        handle.close()
     tail = sink.take()
     if tail:
         yield tail

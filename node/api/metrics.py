@@ -56,11 +56,9 @@ class Metrics:
         self.kubo_up.set(1 if n.kubo_state == "up" else 0)
         if n.managed is not None:
             self.kubo_restarts.set(n.managed.restarts)
-        if n.worker is not None:
-            self.spark_jobs.set(n.worker.jobs_sent)
-            self.spark_restarts.set(n.worker.restarts)
-        if n.index is not None:
-            self.executions.set(n.index.count("executions"))
-            self.datasets.set(n.index.count("datasets"))
-            self.divergences.set(n.index.count("divergences"))
+        self.spark_jobs.set(n.worker.jobs_sent)
+        self.spark_restarts.set(n.worker.restarts)
+        self.executions.set(n.index.count("executions"))
+        self.datasets.set(n.index.count("datasets"))
+        self.divergences.set(n.index.count("divergences"))
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -75,13 +75,13 @@ def test_user_and_peer_errors_are_4xx_or_peer_errors(cairn_node: NodeProcess) ->
     assert stranger in _cli_error(cairn_node.cli("connect", addr))
 
 
-def test_p2p_off_is_503_not_500(tmp_path: Path) -> None:
+def test_p2p_off_is_409_not_500(tmp_path: Path) -> None:
     node = NodeProcess(tmp_path / "nop2p", env={"CAIRN_SPARK_AUTOSTART": "false", "CAIRN_PEERS_ENABLED": "false"})
     try:
         node.start()
         addr = f"/ip4/127.0.0.1/tcp/{_closed_port()}/p2p/{generate().peer_id}"
         status, body = _post(node, "/api/v0/peers/connect", {"addr": addr})
-        assert "peers.enabled" in _one_error(status, body, "Unavailable", 503)
+        assert "peers.enabled" in _one_error(status, body, "PeersDisabled", 409)
     finally:
         assert node.stop() == 0
 

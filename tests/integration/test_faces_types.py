@@ -1,4 +1,4 @@
-"""Every type through every face, on a real node (real Kubo, real Spark): HTTP JSON, SSE, `cairn query --json`,
+"""Every type through every face, on an in-process node (real Kubo, real Spark): HTTP JSON, SSE, `cairn query --json`,
 `--format jsonl|csv|parquet` to stdout, the terminal table and `/executions/{cid}/data`.
 
 The oracle is the input itself: the Parquet file the test wrote with pyarrow, decoded back from each face with
@@ -7,22 +7,25 @@ independent parsers (strict json, csv, decimal, datetime.fromisoformat, base64),
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime as dt
 import decimal
 import io
-import json
 import math
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
+import os
+import pty
+import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import pytest_asyncio
 
-from tests.fixtures.nodes import NodeProcess
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, cli, inprocess_node
 from tests.unit.test_values import decode_back, same, strict_loads
 
 UTC = dt.UTC
@@ -73,50 +76,44 @@ TYPES = pa.table(
 )
 SELECT_ALL = "SELECT * FROM types ORDER BY id"
 
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # one node and one worker for the module
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def node(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[InNode]:
     base = tmp_path_factory.mktemp("faces")
-    n = NodeProcess(base / "n", env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
     pq.write_table(TYPES, base / "types.parquet")
     pq.write_table(pa.table({"x": pa.array([], pa.int64()), "y": pa.array([], pa.string())}), base / "empty.parquet")
     (base / "odd.csv").write_text("id,first name,é,select,from\n1,Ann,x,s1,f1\n2,Bob,y,s2,f2\n")
-    for name, file in (("types", "types.parquet"), ("empty", "empty.parquet"), ("odd", "odd.csv")):
-        r = n.cli("add", str(base / file), "--name", name)
-        assert r.returncode == 0, r.stderr.decode()
-    yield n
-    n.stop()
+    async with inprocess_node(base / "n", kubo_session) as n:
+        await n[0].spark.ensure()
+        for name, file in (("types", "types.parquet"), ("empty", "empty.parquet"), ("odd", "odd.csv")):
+            resp = await n[1].post("/api/v0/datasets", params={"name": name, "path": str(base / file)})
+            assert resp.status == 201, await resp.text()
+        yield n
 
 
-def post_raw(node: NodeProcess, body: dict[str, Any]) -> tuple[int, bytes]:
-    req = urllib.request.Request(
-        node.api + "/api/v0/query",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+async def post_raw(node: InNode, body: dict[str, Any]) -> tuple[int, bytes]:
+    resp = await node[1].post("/api/v0/query", json=body)
+    return resp.status, await resp.read()
 
 
-def ask(node: NodeProcess, sql: str, inputs: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    status, raw = post_raw(node, {"sql": sql, "inputs": inputs or {"types": "types"}, **extra})
+async def ask(node: InNode, sql: str, inputs: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+    status, raw = await post_raw(node, {"sql": sql, "inputs": inputs or {"types": "types"}, **extra})
     assert status == 200, raw
     return strict_loads(raw)
 
 
-def get_raw(node: NodeProcess, path: str) -> bytes:
-    with urllib.request.urlopen(node.api + path, timeout=120) as r:
-        return r.read()
+async def get_raw(node: InNode, path: str, status: int = 200) -> bytes:
+    resp = await node[1].get(path)
+    assert resp.status == status, await resp.text()
+    return await resp.read()
 
 
-def cli_ok(node: NodeProcess, *args: str) -> bytes:
-    r = node.cli(*args)
-    assert r.returncode == 0, r.stderr.decode()
-    return r.stdout
+async def cli_ok(node: InNode, *args: str) -> bytes:
+    rc, out, err = await cli(node[0], *args)
+    assert rc == 0, err.decode()
+    return out
 
 
 def check_rows_against_input(columns: list[str], rows: list[list[Any]], table: pa.Table) -> None:
@@ -132,38 +129,38 @@ def check_rows_against_input(columns: list[str], rows: list[list[Any]], table: p
             assert same(decode_back(f.type, v), w), (f.name, v, w)
 
 
-def test_every_type_over_http_json(node: NodeProcess) -> None:
-    out = ask(node, SELECT_ALL)
+async def test_every_type_over_http_json(node: InNode) -> None:
+    out = await ask(node, SELECT_ALL)
     assert out["row_count"] == 4 and not out["truncated"]
     check_rows_against_input(out["columns"], out["rows"], TYPES)
-    again = ask(node, SELECT_ALL)  # a local hit renders the same answer
+    again = await ask(node, SELECT_ALL)  # a local hit renders the same answer
     assert again["source"] == "local" and again["rows"] == out["rows"]
 
 
-def test_every_type_over_sse(node: NodeProcess) -> None:
-    status, raw = post_raw(node, {"sql": SELECT_ALL, "inputs": {"types": "types"}, "wait": False})
+async def test_every_type_over_sse(node: InNode) -> None:
+    status, raw = await post_raw(node, {"sql": SELECT_ALL, "inputs": {"types": "types"}, "wait": False})
     assert status == 202
-    text = get_raw(node, strict_loads(raw)["events"]).decode()
+    text = (await get_raw(node, strict_loads(raw)["events"])).decode()
     datas = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("data: ")]
     assert datas and all(strict_loads(d) is not None for d in datas)
     final = strict_loads(datas[-1])
     check_rows_against_input(final["columns"], final["rows"], TYPES)
 
 
-def test_every_type_over_cli_json_and_table(node: NodeProcess) -> None:
-    out = strict_loads(cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--json"))
+async def test_every_type_over_cli_json_and_table(node: InNode) -> None:
+    out = strict_loads(await cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--json"))
     check_rows_against_input(out["columns"], out["rows"], TYPES)
     # The terminal is 80 columns here: a few columns, so that rich does not elide the cells.
-    table = cli_ok(node, "query", "SELECT i64, f64, b FROM types ORDER BY id", "-i", "types=types").decode()
+    table = (await cli_ok(node, "query", "SELECT i64, f64, b FROM types ORDER BY id", "-i", "types=types")).decode()
     assert "9007199254740993" in table and "NaN" in table and "AP8Q" in table and "∅" in table
 
 
-def test_every_type_as_jsonl_csv_and_parquet_on_stdout(node: NodeProcess) -> None:
-    lines = cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "jsonl").splitlines()
+async def test_every_type_as_jsonl_csv_and_parquet_on_stdout(node: InNode) -> None:
+    lines = (await cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "jsonl")).splitlines()
     objs = [strict_loads(line) for line in lines]
     check_rows_against_input(list(objs[0]), [list(o.values()) for o in objs], TYPES)
 
-    text = cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "csv").decode()
+    text = (await cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "csv")).decode()
     assert text.endswith("\r\n")
     records = list(csv.reader(io.StringIO(text, newline="")))
     assert records[0] == TYPES.schema.names and len(records) == 5
@@ -178,7 +175,7 @@ def test_every_type_as_jsonl_csv_and_parquet_on_stdout(node: NodeProcess) -> Non
             w = list(w) if pa.types.is_map(f.type) and w is not None else w
             assert same(decode_back(f.type, v), w), (f.name, v, w)
 
-    data = cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "parquet")
+    data = await cli_ok(node, "query", SELECT_ALL, "-i", "types=types", "--format", "parquet")
     back = pq.read_table(io.BytesIO(data))
     assert back.schema.names == TYPES.schema.names and back.num_rows == 4
     for name in ("id", "i64", "dec", "d", "s", "u", "b", "flag", "arr"):
@@ -199,48 +196,48 @@ def _cell_value(t: pa.DataType, cell: str) -> Any:
     return cell
 
 
-def test_execution_data_keeps_the_users_names(node: NodeProcess) -> None:
-    out = ask(node, "SELECT `first name`, é, `select`, `from` AS `where` FROM odd ORDER BY id", {"odd": "odd"})
+async def test_execution_data_keeps_the_users_names(node: InNode) -> None:
+    out = await ask(node, "SELECT `first name`, é, `select`, `from` AS `where` FROM odd ORDER BY id", {"odd": "odd"})
     assert out["columns"] == ["first name", "é", "select", "where"]
     assert out["rows"] == [["Ann", "x", "s1", "f1"], ["Bob", "y", "s2", "f2"]]
-    csv_text = get_raw(node, f"/api/v0/executions/{out['execution']}/data?format=csv").decode()
+    csv_text = (await get_raw(node, f"/api/v0/executions/{out['execution']}/data?format=csv")).decode()
     assert csv_text.splitlines()[0] == "first name,é,select,where"
-    lines = get_raw(node, f"/api/v0/executions/{out['execution']}/data?format=jsonl").splitlines()
+    lines = (await get_raw(node, f"/api/v0/executions/{out['execution']}/data?format=jsonl")).splitlines()
     assert strict_loads(lines[0]) == {"first name": "Ann", "é": "x", "select": "s1", "where": "f1"}
 
 
-def test_duplicate_output_names_round_trip(node: NodeProcess) -> None:
+async def test_duplicate_output_names_round_trip(node: InNode) -> None:
     sql = "SELECT a.id, b.id, a.u FROM types a JOIN types b ON a.id = b.id ORDER BY a.id"
-    out = ask(node, sql)
+    out = await ask(node, sql)
     assert out["columns"] == ["id", "id", "u"] and [r[:2] for r in out["rows"]] == [[1, 1], [2, 2], [3, 3], [4, 4]]
-    text = cli_ok(node, "query", sql, "-i", "types=types", "--format", "csv").decode()
+    text = (await cli_ok(node, "query", sql, "-i", "types=types", "--format", "csv")).decode()
     assert text.splitlines()[:2] == ["id,id,u", "1,1,é漢字🙂"]
-    first = strict_loads(cli_ok(node, "query", sql, "-i", "types=types", "--format", "jsonl").splitlines()[0])
+    first = strict_loads((await cli_ok(node, "query", sql, "-i", "types=types", "--format", "jsonl")).splitlines()[0])
     assert first == {"id": 1, "id_2": 1, "u": "é漢字🙂"}
 
 
-def test_empty_result_on_every_face(node: NodeProcess) -> None:
+async def test_empty_result_on_every_face(node: InNode) -> None:
     sql = "SELECT id, dec, m FROM types WHERE id < 0 ORDER BY id"
-    out = ask(node, sql)
+    out = await ask(node, sql)
     assert out["rows"] == [] and out["row_count"] == 0 and out["columns"] == ["id", "dec", "m"]
-    assert cli_ok(node, "query", sql, "-i", "types=types", "--format", "csv") == b"id,dec,m\r\n"
-    assert cli_ok(node, "query", sql, "-i", "types=types", "--format", "jsonl") == b""
-    back = pq.read_table(io.BytesIO(cli_ok(node, "query", sql, "-i", "types=types", "--format", "parquet")))
+    assert await cli_ok(node, "query", sql, "-i", "types=types", "--format", "csv") == b"id,dec,m\r\n"
+    assert await cli_ok(node, "query", sql, "-i", "types=types", "--format", "jsonl") == b""
+    back = pq.read_table(io.BytesIO(await cli_ok(node, "query", sql, "-i", "types=types", "--format", "parquet")))
     assert back.num_rows == 0 and back.schema.names == ["id", "dec", "m"]
-    assert strict_loads(cli_ok(node, "query", sql, "-i", "types=types", "--json"))["rows"] == []
+    assert strict_loads(await cli_ok(node, "query", sql, "-i", "types=types", "--json"))["rows"] == []
 
 
-def test_empty_input_dataset_is_an_answer(node: NodeProcess) -> None:
-    out = ask(node, "SELECT COUNT(*) AS n, MAX(y) AS top FROM empty", {"empty": "empty"})
+async def test_empty_input_dataset_is_an_answer(node: InNode) -> None:
+    out = await ask(node, "SELECT COUNT(*) AS n, MAX(y) AS top FROM empty", {"empty": "empty"})
     assert out["rows"] == [[0, None]]
-    out = ask(node, "SELECT * FROM empty", {"empty": "empty"})
+    out = await ask(node, "SELECT * FROM empty", {"empty": "empty"})
     assert out["rows"] == [] and out["columns"] == ["x", "y"]
 
 
-def test_spark_values_without_a_file_type(node: NodeProcess) -> None:
+async def test_spark_values_without_a_file_type(node: InNode) -> None:
     """Values only Spark makes (intervals, literals past 2^53, NaN from a cast): written by the documented
     mapping (docs/queries.md); the expected strings are the mapping's, spelled out by hand."""
-    out = ask(
+    out = await ask(
         node,
         "SELECT id, make_dt_interval(1, 2, 3, 4.5) AS dts, "
         "X'00FF' AS bin, 9007199254740993 AS big, CAST('NaN' AS DOUBLE) AS nan, "
@@ -254,47 +251,42 @@ def test_spark_values_without_a_file_type(node: NodeProcess) -> None:
     assert out["schema"][0] == ["id", "int64"]
 
 
-def test_query_spark_refuses_is_a_4xx(node: NodeProcess) -> None:
+async def test_query_spark_refuses_is_a_4xx(node: InNode) -> None:
     # Valid for the canonicalizer, refused by Spark's analyzer (a computed map cannot be sorted): the asker's
     # query, so a 422 with Spark's reason on one line, not a 500.
-    status, raw = post_raw(
+    status, raw = await post_raw(
         node, {"sql": "SELECT id, MAP(id, u) AS m FROM types ORDER BY id", "inputs": {"types": "types"}}
     )
     assert status == 422 and "\n" not in strict_loads(raw)["error"]["message"]
     # Spark 4.3 cannot hand year-month intervals over as Arrow: refused with its reason, not a 500.
-    status, raw = post_raw(
+    status, raw = await post_raw(
         node, {"sql": "SELECT id, make_ym_interval(1, 2) AS ym FROM types ORDER BY id", "inputs": {"types": "types"}}
     )
     assert status == 422 and "YearMonthIntervalType" in strict_loads(raw)["error"]["message"]
 
 
-def test_bad_input_is_a_clear_4xx(node: NodeProcess) -> None:
-    status, raw = post_raw(node, {"sql": "SELECT * FROM types", "inputs": {"types": "types"}, "limit": "all"})
+async def test_bad_input_is_a_clear_4xx(node: InNode) -> None:
+    status, raw = await post_raw(node, {"sql": "SELECT * FROM types", "inputs": {"types": "types"}, "limit": "all"})
     assert status == 400 and b"limit" in raw
-    ex = ask(node, SELECT_ALL)["execution"]
+    ex = (await ask(node, SELECT_ALL))["execution"]
     for q in ("format=xml", "names=a,b"):
-        try:
-            get_raw(node, f"/api/v0/executions/{ex}/data?{q}")
-            raise AssertionError("accepted")
-        except urllib.error.HTTPError as e:
-            assert e.code == 400 and strict_loads(e.read())["error"]["message"]
+        raw = await get_raw(node, f"/api/v0/executions/{ex}/data?{q}", status=400)
+        assert strict_loads(raw)["error"]["message"]
 
 
-def test_parquet_refuses_a_terminal(node: NodeProcess, tmp_path: Path) -> None:
-    import os
-    import pty
-    import subprocess
-
+async def test_parquet_refuses_a_terminal(node: InNode) -> None:
     leader, follower = pty.openpty()
     try:
-        r = subprocess.run(
-            node.cli_argv("query", SELECT_ALL, "-i", "types=types", "--format", "parquet"),
+        argv = ("-m", "node", "query", SELECT_ALL, "-i", "types=types", "--format", "parquet")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *argv,
             stdout=follower,
-            stderr=subprocess.PIPE,
-            env=node.cli_env(),
-            timeout=120,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "CAIRN_HOME": str(node[0].home.path)},
         )
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     finally:
         os.close(follower)
         os.close(leader)
-    assert r.returncode == 1 and b"terminal" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert proc.returncode == 1 and b"terminal" in err and len(err.splitlines()) == 1

@@ -1,19 +1,24 @@
-"""Deterministic queries end to end: real nodes, real Kubo, real Spark workers."""
+"""Deterministic queries end to end: two in-process nodes (real Kubo, real Spark workers), each answering over its
+HTTP app; expected rows come from DuckDB over the same CSV bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
-import urllib.request
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
+import pytest_asyncio
 
-from tests.fixtures.nodes import NodeProcess, poll
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, add_csv, ask, cli, inprocess_node, query, wait_for
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the nodes and their workers live for the module
 
 SALES = (
     b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
@@ -21,61 +26,52 @@ SALES = (
 # Same rows, other column names: the same abstract structure and the same logical hash.
 RENAMED = SALES.replace(b"region,product,amount", b"zone,item,qty")
 PRICES = b"product,price\napple,2\npear,3\nfig,5\n"
+TABLES = {"sales": SALES, "renamed": RENAMED, "prices": PRICES}
 
 SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
 
 
-def _start(base: Path, name: str) -> NodeProcess:
-    return NodeProcess(base / name, env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
-
-
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess, NodeProcess]]:
+def csv_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("q-csv")
+    for name, data in TABLES.items():
+        (d / f"{name}.csv").write_bytes(data)
+    return d
+
+
+def duck(csv_dir: Path, sql: str) -> list[list[Any]]:
+    """The oracle: DuckDB over the same CSV files, each bound to its dataset's name."""
+    con = duckdb.connect()
+    for name in TABLES:
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_csv('{csv_dir / name}.csv')")
+    return [list(r) for r in con.sql(sql).fetchall()]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def nodes(
+    kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[InNode, InNode]]:
     base = tmp_path_factory.mktemp("q")
-    a, b = _start(base, "a"), _start(base, "b")
-    for n in (a, b):
-        for name, data in (("sales", SALES), ("renamed", RENAMED), ("prices", PRICES)):
-            path = base / f"{name}.csv"
-            path.write_bytes(data)
-            r = n.cli("add", str(path), "--name", name)
-            assert r.returncode == 0, r.stderr.decode()
-    yield a, b
-    a.stop()
-    b.stop()
+    async with inprocess_node(base / "a", kubo_session) as a, inprocess_node(base / "b", kubo_session) as b:
+        await asyncio.gather(a[0].spark.ensure(), b[0].spark.ensure())
+        for _, client in (a, b):
+            for name, data in TABLES.items():
+                await add_csv(client, name, data)
+        yield a, b
 
 
-def post(node: NodeProcess, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        node.api + "/api/v0/query",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def spark_jobs(n: InNode) -> int:
+    return n[0].worker.jobs_sent
 
 
-def ask(node: NodeProcess, sql: str, **inputs: str) -> dict[str, Any]:
-    status, out = post(node, {"sql": sql, "inputs": inputs or {"sales": "sales"}})
-    assert status == 200, out
-    return out
-
-
-def spark_jobs(node: NodeProcess) -> int:
-    return int(node.get("/api/v0/node")[1]["spark"]["jobs"])
-
-
-def test_miss_then_hit_without_spark(nodes: Any) -> None:
+async def test_miss_then_hit_without_spark(nodes: Any, csv_dir: Path) -> None:
     a, _ = nodes
-    first = ask(a, SQL)
+    first = await ask(a[1], SQL)
     assert first["source"] == "computed"
-    assert first["rows"] == [["east", 12], ["north", 14], ["south", 12]]
+    assert first["rows"] == duck(csv_dir, SQL)
     assert first["columns"] == ["region", "total"] and first["row_count"] == 3
     jobs = spark_jobs(a)
-    again = ask(a, SQL)
+    again = await ask(a[1], SQL)
     assert again["source"] == "local" and spark_jobs(a) == jobs  # the worker received no job
     for key in ("query", "invocation", "execution", "receipt", "logicalHash", "rows"):
         assert again[key] == first[key]
@@ -89,17 +85,17 @@ def test_miss_then_hit_without_spark(nodes: Any) -> None:
         "SELECT s.region, SUM(s.amount) AS t FROM sales AS s GROUP BY s.region ORDER BY s.region",
     ],
 )
-def test_equivalent_spellings_collide(nodes: Any, variant: str) -> None:
+async def test_equivalent_spellings_collide(nodes: Any, variant: str) -> None:
     a, _ = nodes
-    base, other = ask(a, SQL), ask(a, variant)
+    base, other = await ask(a[1], SQL), await ask(a[1], variant)
     assert (other["query"], other["invocation"], other["source"]) == (base["query"], base["invocation"], "local")
 
 
-def test_same_shape_other_names_collides(nodes: Any) -> None:
+async def test_same_shape_other_names_collides(nodes: Any) -> None:
     a, _ = nodes
-    base = ask(a, SQL)
+    base = await ask(a[1], SQL)
     jobs = spark_jobs(a)
-    other = ask(a, "SELECT zone, SUM(qty) AS total FROM t GROUP BY zone ORDER BY zone", t="renamed")
+    other = await ask(a[1], "SELECT zone, SUM(qty) AS total FROM t GROUP BY zone ORDER BY zone", t="renamed")
     assert other["query"] == base["query"]
     assert other["invocation"] == base["invocation"]  # same content: same invocation, reused
     assert other["source"] == "local" and spark_jobs(a) == jobs
@@ -115,21 +111,21 @@ def test_same_shape_other_names_collides(nodes: Any) -> None:
         "SELECT product, SUM(amount) AS total FROM sales GROUP BY product ORDER BY product",
     ],
 )
-def test_different_questions_do_not_collide(nodes: Any, changed: str) -> None:
+async def test_different_questions_do_not_collide(nodes: Any, changed: str, csv_dir: Path) -> None:
     a, _ = nodes
-    assert ask(a, changed)["query"] != ask(a, SQL)["query"]
+    out = await ask(a[1], changed)
+    assert out["query"] != (await ask(a[1], SQL))["query"]
+    assert out["rows"] == duck(csv_dir, changed)
 
 
-def test_join_of_two_inputs(nodes: Any) -> None:
+async def test_join_of_two_inputs(nodes: Any, csv_dir: Path) -> None:
     a, _ = nodes
-    out = ask(
-        a,
+    sql = (
         "SELECT s.product, SUM(s.amount * p.price) AS revenue FROM sales s JOIN prices p "
-        "ON s.product = p.product GROUP BY s.product ORDER BY s.product",
-        sales="sales",
-        prices="prices",
+        "ON s.product = p.product GROUP BY s.product ORDER BY s.product"
     )
-    assert out["rows"] == [["apple", 36], ["fig", 60], ["pear", 24]]
+    out = await ask(a[1], sql, sales="sales", prices="prices")
+    assert out["rows"] == duck(csv_dir, sql)
 
 
 @pytest.mark.parametrize(
@@ -145,78 +141,85 @@ def test_join_of_two_inputs(nodes: Any) -> None:
         ("SELECT region FROM sales LIMIT 2", "LIMIT"),
     ],
 )
-def test_forbidden_sql_is_refused_before_spark(nodes: Any, sql: str, rule: str) -> None:
+async def test_forbidden_sql_is_refused_before_spark(nodes: Any, sql: str, rule: str) -> None:
     a, _ = nodes
     jobs = spark_jobs(a)
-    status, out = post(a, {"sql": sql, "inputs": {"sales": "sales"}})
+    status, out = await query(a[1], {"sql": sql, "inputs": {"sales": "sales"}})
     assert status == 400, out
     assert out["error"]["message"].startswith("query refused") and rule.lower() in out["error"]["message"].lower(), out
     assert spark_jobs(a) == jobs
 
 
-def test_fifty_concurrent_identical_misses_run_one_job(nodes: Any) -> None:
+async def test_fifty_concurrent_identical_misses_run_one_job(nodes: Any) -> None:
     a, _ = nodes
     sql = "SELECT product, COUNT(*) AS n FROM sales GROUP BY product ORDER BY product"
     jobs = spark_jobs(a)
-    with ThreadPoolExecutor(50) as pool:
-        answers = list(pool.map(lambda _: post(a, {"sql": sql, "inputs": {"sales": "sales"}}), range(50)))
+    answers = await asyncio.gather(*(query(a[1], {"sql": sql, "inputs": {"sales": "sales"}}) for _ in range(50)))
     assert all(status == 200 for status, _ in answers)
     assert spark_jobs(a) == jobs + 1
     assert len({json.dumps({k: o[k] for k in ("invocation", "execution", "rows")}) for _, o in answers}) == 1
 
 
-def test_two_nodes_compute_the_same_execution(nodes: Any) -> None:
+async def test_two_nodes_compute_the_same_execution(nodes: Any) -> None:
     a, b = nodes
     sql = "SELECT region, AVG(amount) AS mean FROM sales GROUP BY region ORDER BY region"
-    ra, rb = ask(a, sql), ask(b, sql)
+    ra, rb = await ask(a[1], sql), await ask(b[1], sql)
     assert ra["source"] == rb["source"] == "computed"
     for key in ("query", "invocation", "execution", "logicalHash", "slices"):
         assert ra[key] == rb[key], key
     assert ra["receipt"] != rb["receipt"]  # each node signs its own receipt
 
 
-def test_execution_record_and_whole_result(nodes: Any, tmp_path: Path) -> None:
+async def test_execution_record_and_whole_result(nodes: Any, tmp_path: Path, csv_dir: Path) -> None:
     a, _ = nodes
-    out = ask(a, SQL)
-    status, ex = a.get(f"/api/v0/executions/{out['execution']}")
-    assert status == 200 and ex["invocation"] == out["invocation"] and ex["engine"]["name"] == "spark"
+    out = await ask(a[1], SQL)
+    resp = await a[1].get(f"/api/v0/executions/{out['execution']}")
+    ex = await resp.json()
+    assert resp.status == 200 and ex["invocation"] == out["invocation"] and ex["engine"]["name"] == "spark"
+    # The CLI (a real `cairn` process) against the in-process node: the whole result as a file.
     dest = tmp_path / "all.csv"
-    r = a.cli("query", SQL, "--input", "sales=sales", "-o", str(dest))
-    assert r.returncode == 0, r.stderr.decode()
+    rc, _, err = await cli(a[0], "query", SQL, "--input", "sales=sales", "-o", str(dest))
+    assert rc == 0, err.decode()
     # RFC 4180: CRLF records, fields quoted only when they must be; the query's own column names.
-    assert dest.read_bytes() == b"region,total\r\neast,12\r\nnorth,14\r\nsouth,12\r\n"
-    r = a.cli("query", SQL, "--input", "sales=sales", "--json")
-    assert json.loads(r.stdout)["source"] == "local"
+    body = "".join(f"{r},{t}\r\n" for r, t in duck(csv_dir, SQL))
+    assert dest.read_bytes() == f"region,total\r\n{body}".encode()
+    rc, stdout, _ = await cli(a[0], "query", SQL, "--input", "sales=sales", "--json")
+    assert rc == 0 and json.loads(stdout)["source"] == "local"
 
 
-def test_job_events_stream(nodes: Any) -> None:
+async def test_job_events_stream(nodes: Any) -> None:
     a, _ = nodes
-    status, job = post(a, {"sql": "SELECT COUNT(*) AS n FROM sales", "inputs": {"sales": "sales"}, "wait": False})
+    body = {"sql": "SELECT COUNT(*) AS n FROM sales", "inputs": {"sales": "sales"}, "wait": False}
+    status, job = await query(a[1], body)
     assert status == 202
-    with urllib.request.urlopen(a.api + job["events"], timeout=300) as r:
-        text = r.read().decode()
+    text = await (await a[1].get(job["events"])).text()
     kinds = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("event: ")]
     assert kinds[0] == "started" and "done" in kinds and kinds[-1] == "result"
     final = json.loads(text.strip().splitlines()[-1].split(": ", 1)[1])
-    assert final["rows"] == [[6]]
+    assert final["rows"] == [[SALES.count(b"\n") - 1]]
 
 
-def test_worker_killed_mid_query_is_a_clear_error_then_recovers(nodes: Any) -> None:
+async def test_worker_killed_mid_query_is_a_clear_error_then_recovers(nodes: Any, csv_dir: Path) -> None:
     a, _ = nodes
-    pid = a.get("/api/v0/node")[1]["spark"]["pid"]
+    pid = a[0].worker.pid
+    assert pid is not None
     jobs = spark_jobs(a)
     # A query slow enough to be killed in the middle: the input cross-joined with itself 12 times (6^12 rows).
     slow = "SELECT COUNT(*) AS n FROM sales x0 " + " ".join(f"CROSS JOIN sales x{i}" for i in range(1, 12))
-    status, job = post(a, {"sql": slow, "inputs": {"sales": "sales"}, "wait": False})
+    status, job = await query(a[1], {"sql": slow, "inputs": {"sales": "sales"}, "wait": False})
     assert status == 202, job
-    poll(lambda: spark_jobs(a) > jobs, 60, what="the slow job to reach the Spark worker")
+
+    async def reached() -> bool:
+        return spark_jobs(a) > jobs
+
+    await wait_for(reached, 60, "the slow job to reach the Spark worker")
     os.kill(pid, signal.SIGKILL)
-    view = poll(
-        lambda: (lambda v: v if v["state"] != "running" else None)(a.get(f"/api/v0/jobs/{job['job']}")[1]),
-        120,
-        0.2,
-        what="the job to end",
-    )
+
+    async def ended() -> dict[str, Any] | None:
+        view = await (await a[1].get(f"/api/v0/jobs/{job['job']}")).json()
+        return view if view["state"] != "running" else None
+
+    view = await wait_for(ended, 120, "the job to end")
     assert view["state"] == "failed" and "worker" in view["error"]["message"].lower(), view
-    out = ask(a, "SELECT MIN(amount) AS m FROM sales")
-    assert out["rows"] == [[1]]
+    sql = "SELECT MIN(amount) AS m FROM sales"
+    assert (await ask(a[1], sql))["rows"] == duck(csv_dir, sql)

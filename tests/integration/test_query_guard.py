@@ -5,13 +5,11 @@ date/time literals still run, with the values an independent reader (Python's da
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import pytest_asyncio
 
 from node.errors import SparkRefused
 from node.resolve.spark import SparkWorker
@@ -27,17 +25,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("guard-data")
     pq.write_table(pa.table({"d": pa.array(DATES, pa.date32()), "s": TIMES, "x": [0.1, 2e23, -1.5]}), d / "t.parquet")
     return d
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SparkWorker]:
-    base = tmp_path_factory.mktemp("guard-worker")
-    w = SparkWorker(base / "w.sock", log_path=base / "worker.log")
-    await w.start()
-    try:
-        yield w
-    finally:
-        await w.stop()
 
 
 def inputs(d: Path) -> dict[str, tuple[list[Path], list[str]]]:

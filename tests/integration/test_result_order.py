@@ -1,5 +1,5 @@
 """Results without ORDER BY are written in one canonical order (DESIGN.md "results are written in canonical order";
-docs/queries.md "Order"), nested and float outputs included: real nodes, real Kubo, real Spark.
+docs/queries.md "Order"), nested and float outputs included: two in-process nodes, real Kubo, real Spark.
 
 Node ``a`` cuts its data into 2-row slices (so Spark reads many files, many partitions), node ``b`` holds the same
 rows in reverse order in one slice. Each computes the same query; the published results must be the same rows in
@@ -9,15 +9,20 @@ computation in Python gives.
 
 from __future__ import annotations
 
+import asyncio
+import io
 import struct
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+import pytest_asyncio
 
-from tests.fixtures.nodes import NodeProcess
-from tests.integration.test_query import post
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, query
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the nodes and their workers live for the module
 
 ROWS = [
     ("north", 10),
@@ -40,21 +45,19 @@ def _csv(rows: list[tuple[str, int]]) -> bytes:
     return ("region,amount\n" + "".join(f"{r},{a}\n" for r, a in rows)).encode()
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NodeProcess, NodeProcess]]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def nodes(
+    kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[InNode, InNode]]:
     base = tmp_path_factory.mktemp("order")
-    a = NodeProcess(base / "a", env={"CAIRN_SPARK_AUTOSTART": "true", "CAIRN_DATASETS_ROWS_PER_SLICE": "2"}).start()
-    b = NodeProcess(base / "b", env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
-    try:
+    async with (
+        inprocess_node(base / "a", kubo_session, **{"datasets.rows_per_slice": 2}) as a,
+        inprocess_node(base / "b", kubo_session) as b,
+    ):
+        await asyncio.gather(a[0].spark.ensure(), b[0].spark.ensure())
         for node, rows in ((a, ROWS), (b, ROWS[::-1])):
-            path = base / f"{node.home.name}.csv"
-            path.write_bytes(_csv(rows))
-            r = node.cli("add", str(path), "--name", "sales")
-            assert r.returncode == 0, r.stderr.decode()
+            await add_csv(node[1], "sales", _csv(rows))
         yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def _z(amount: int) -> float:
@@ -97,30 +100,27 @@ def _exact(value: Any) -> Any:
     return value
 
 
-def _result_rows(node: NodeProcess, sql: str, tmp: Path) -> list[tuple]:
-    """The whole published result, in its order, read back from the node's Parquet slices."""
-    import pyarrow.parquet as pq
-
-    dest = tmp / f"{node.home.name}.parquet"
-    r = node.cli("query", sql, "--input", "sales=sales", "-o", str(dest))
-    assert r.returncode == 0, r.stderr.decode()
-    table = pq.read_table(dest)
+async def _result_rows(node: InNode, execution: str) -> list[tuple]:
+    """The whole published result, in its order, read back as Parquet from the node's execution data."""
+    resp = await node[1].get(f"/api/v0/executions/{execution}/data", params={"format": "parquet"})
+    assert resp.status == 200, await resp.text()
+    table = pq.read_table(io.BytesIO(await resp.read()))
     columns = [c.to_pylist() for c in table.columns]
     return [tuple(_exact(v) for v in row) for row in zip(*columns)]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_nested_and_float_results_have_one_order_across_layouts(nodes: Any, case: str, tmp_path: Path) -> None:
+async def test_nested_and_float_results_have_one_order_across_layouts(nodes: Any, case: str) -> None:
     a, b = nodes
     sql, expected = CASES[case]
-    sa, ra = post(a, {"sql": sql, "inputs": {"sales": "sales"}})
-    sb, rb = post(b, {"sql": sql, "inputs": {"sales": "sales"}})
+    sa, ra = await query(a[1], {"sql": sql, "inputs": {"sales": "sales"}})
+    sb, rb = await query(b[1], {"sql": sql, "inputs": {"sales": "sales"}})
     assert sa == sb == 200, (ra, rb)
     assert len(ra["slices"]) > 1 and len(rb["slices"]) == 1  # the layouts do differ
     assert ra["rows"] == rb["rows"]  # the rows shown (the head of the result)
     # One order: the result's logical hash is over its rows in order.
     assert ra["logicalHash"] == rb["logicalHash"]
-    rows_a, rows_b = _result_rows(a, sql, tmp_path), _result_rows(b, sql, tmp_path)
+    rows_a, rows_b = await _result_rows(a, ra["execution"]), await _result_rows(b, rb["execution"])
     assert rows_a == rows_b
     # The rows themselves: an independent computation over the input rows.
     assert sorted(map(repr, rows_a)) == sorted(repr(_exact(expected(r, x))) for r, x in ROWS)

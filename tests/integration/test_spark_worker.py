@@ -11,13 +11,11 @@ import signal
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import pytest_asyncio
 
 from node.errors import CairnError, SparkError, SparkStartError, SparkTimeout, SparkWorkerDied
 from node.resolve.spark import SparkWorker, group_members
@@ -63,17 +61,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     pq.write_table(pa.table({"x": pa.array(range(CROSS_ROWS), pa.int64())}), d / "cross.parquet")
     return d
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def worker(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SparkWorker]:
-    base = tmp_path_factory.mktemp("spark-worker")
-    w = SparkWorker(base / "w.sock", log_path=base / "worker.log")
-    await w.start()
-    try:
-        yield w
-    finally:
-        await w.stop()
 
 
 def sales(d: Path) -> dict[str, tuple[list[Path], list[str]]]:

@@ -1,8 +1,9 @@
 """All 22 TPC-H queries through Cairn (real Kubo, real Spark) against DuckDB on the same Parquet files.
 
 Issue 13 item 6. `tpchgen-cli` writes the eight tables as Parquet (decimal and date columns, NOTES.md); each is
-ingested once into one node with `cairn add`. Each query (tests/data/tpch/qNN.sql: the TPC-H specification's text
-with its default substitution parameters, only Q15's view written as a CTE) goes through `POST /api/v0/query`;
+ingested once into one in-process node (`POST /api/v0/datasets?path=`). Each query (tests/data/tpch/qNN.sql: the
+TPC-H specification's text with its default substitution parameters, only Q15's view written as a CTE) goes through
+`POST /api/v0/query`;
 its result is read back as Parquet from `GET /api/v0/executions/{cid}/data` (not from the JSON answer's rows)
 and compared with DuckDB's answer to the same SQL over the same files. A second run must be a local hit: same
 execution CID, no new Spark job.
@@ -16,8 +17,7 @@ import json
 import math
 import subprocess
 import sys
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -27,12 +27,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import pytest_asyncio
 import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from tests.fixtures.nodes import NodeProcess
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, add_file, inprocess_node
 
 # SF 0.02: every query returns at least one row and no NULL (at 0.01 Q17 is NULL), and the module stays short.
 SCALE_FACTOR = "0.02"
@@ -45,7 +47,7 @@ DOUBLE_RTOL = 1e-9
 
 @dataclass
 class Tpch:
-    node: NodeProcess
+    node: InNode
     data: Path
     duck: duckdb.DuckDBPyConnection
 
@@ -57,8 +59,8 @@ def _generate(dest: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()
 
 
-@pytest.fixture(scope="module")
-def tpch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpch]:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def tpch(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Tpch]:
     base = tmp_path_factory.mktemp("tpch")
     data = base / "data"
     data.mkdir()
@@ -66,38 +68,29 @@ def tpch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpch]:
     duck = duckdb.connect()
     for t in TABLES:
         duck.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{data / f'{t}.parquet'}')")
-    node = NodeProcess(base / "node", env={"CAIRN_SPARK_AUTOSTART": "true"}).start()
     try:
-        for t in TABLES:
-            r = node.cli("add", str(data / f"{t}.parquet"), "--name", t)
-            assert r.returncode == 0, r.stderr.decode()
-        yield Tpch(node, data, duck)
+        async with inprocess_node(base / "node", kubo_session) as node:
+            starting = node[0].spark.ensure()  # the JVM warms up while the tables are ingested
+            for t in TABLES:
+                await add_file(node[1], data / f"{t}.parquet", name=t)
+            await starting
+            yield Tpch(node, data, duck)
     finally:
-        node.stop()
         duck.close()
 
 
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _post_query(
-    node: NodeProcess, sql: str, inputs: dict[str, str], limit: int | None = 0
+async def _post_query(
+    node: InNode, sql: str, inputs: dict[str, str], limit: int | None = 0
 ) -> tuple[int, dict[str, Any]]:
     # limit 0: the answer carries no rows; the result is read as Parquet from the execution instead.
     body: dict[str, Any] = (
         {"sql": sql, "inputs": inputs} if limit is None else {"sql": sql, "inputs": inputs, "limit": limit}
     )
-    req = urllib.request.Request(
-        node.api + "/api/v0/query",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.loads(r.read(), parse_constant=_no_constant)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    resp = await node[1].post("/api/v0/query", json=body)
+    return resp.status, json.loads(await resp.read(), parse_constant=_no_constant)
 
 
 def _no_constant(name: str) -> None:
@@ -116,13 +109,14 @@ def _json_cell_is(cell: Any, value: Any) -> bool:
     return type(cell) is type(value) and cell == value
 
 
-def _get_parquet(node: NodeProcess, path: str) -> pa.Table:
-    with urllib.request.urlopen(node.api + path, timeout=120) as r:
-        return pq.read_table(io.BytesIO(r.read()))
+async def _get_parquet(node: InNode, path: str) -> pa.Table:
+    resp = await node[1].get(path)
+    assert resp.status == 200, await resp.text()
+    return pq.read_table(io.BytesIO(await resp.read()))
 
 
-def _spark_jobs(node: NodeProcess) -> int:
-    return int(node.get("/api/v0/node")[1]["spark"]["jobs"])
+def _spark_jobs(node: InNode) -> int:
+    return node[0].worker.jobs_sent
 
 
 def _tables_read(sql: str) -> set[str]:
@@ -250,9 +244,10 @@ def test_compare_sees_any_changed_cell(rows: list[tuple[int, Decimal]], data: st
 
 
 @pytest.mark.parametrize("table", TABLES)
-def test_ingest_keeps_every_value(tpch: Tpch, table: str) -> None:
+@pytest.mark.asyncio(loop_scope="module")  # the node and its worker live for the module
+async def test_ingest_keeps_every_value(tpch: Tpch, table: str) -> None:
     """What the node stored reads back as the generated file (decimals, dates and strings unchanged)."""
-    stored = _get_parquet(tpch.node, f"/api/v0/datasets/{table}/data?format=parquet")
+    stored = await _get_parquet(tpch.node, f"/api/v0/datasets/{table}/data?format=parquet")
     source = pq.read_table(tpch.data / f"{table}.parquet")
     assert stored.column_names == source.column_names and stored.num_rows == source.num_rows
     for name in source.column_names:  # exact, in row order; only string views are stored as plain utf8
@@ -263,21 +258,22 @@ def test_ingest_keeps_every_value(tpch: Tpch, table: str) -> None:
 
 
 @pytest.mark.parametrize("qid", QUERY_IDS)
-def test_tpch_query_equals_duckdb(tpch: Tpch, qid: str) -> None:
+@pytest.mark.asyncio(loop_scope="module")  # the node and its worker live for the module
+async def test_tpch_query_equals_duckdb(tpch: Tpch, qid: str) -> None:
     sql = (QUERIES / f"{qid}.sql").read_text()
     inputs = {t: t for t in sorted(_tables_read(sql))}
-    status, first = _post_query(tpch.node, sql, inputs)
+    status, first = await _post_query(tpch.node, sql, inputs)
     assert status == 200, first
     assert first["source"] == "computed"
 
-    got = _get_parquet(tpch.node, f"/api/v0/executions/{first['execution']}/data?format=parquet")
+    got = await _get_parquet(tpch.node, f"/api/v0/executions/{first['execution']}/data?format=parquet")
     want = tpch.duck.sql(sql).to_arrow_table()
     assert want.num_rows > 0 and first["row_count"] == got.num_rows
     why = compare(got, want, _order_positions(sql, want.column_names))
     assert why is None, f"{qid}: {why}"
 
     jobs = _spark_jobs(tpch.node)
-    status, again = _post_query(tpch.node, sql, inputs, limit=None)  # the default answer, rows as strict JSON
+    status, again = await _post_query(tpch.node, sql, inputs, limit=None)  # the default answer, rows as strict JSON
     assert status == 200, again
     assert again["source"] == "local" and again["execution"] == first["execution"]
     shown = got.slice(0, len(again["rows"])).to_pylist()
@@ -288,14 +284,15 @@ def test_tpch_query_equals_duckdb(tpch: Tpch, qid: str) -> None:
 
 
 @pytest.mark.parametrize("qid", QUERY_IDS)
-def test_tpch_output_names_equal_duckdb(tpch: Tpch, qid: str) -> None:
+@pytest.mark.asyncio(loop_scope="module")  # the node and its worker live for the module
+async def test_tpch_output_names_equal_duckdb(tpch: Tpch, qid: str) -> None:
     """The answer's column names are the query's: aliases, column names, derived-table and CTE column lists.
 
     Outputs named after an unaliased expression (`sum(l_quantity)` in Q18) are left out: each engine spells those
     its own way (docs/queries.md, "output display names approximate Spark's").
     """
     sql = (QUERIES / f"{qid}.sql").read_text()
-    status, out = _post_query(tpch.node, sql, {t: t for t in sorted(_tables_read(sql))})
+    status, out = await _post_query(tpch.node, sql, {t: t for t in sorted(_tables_read(sql))})
     assert status == 200, out
     want = tpch.duck.sql(sql).columns
     assert len(out["columns"]) == len(want)
