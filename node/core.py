@@ -18,8 +18,8 @@ from node.errors import (
     InvalidInput,
     KuboError,
     NotFound,
-    RenderError,
     PeersDisabled,
+    RenderError,
     one_line,
     peer_failure,
 )

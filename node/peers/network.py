@@ -14,11 +14,11 @@ import logging
 from typing import Any
 
 from config import PeerSettings
-from node.errors import ClaimRefused, ConfigError
+from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError
 from node.identity import Identity
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient, KuboError
-from node.model import CID, EncodingError, InvalidCID, cid_str, decode, encode, parse_cid
+from node.ipfs import KuboClient
+from node.model import CID, cid_str, decode, encode, parse_cid
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
