@@ -241,7 +241,21 @@ class Index:
             ).fetchone()
         if not row:
             return None
-        return ExecutionRow(*row[:7], tuple(json.loads(row[7])), row[8], row[9], row[10], row[11])
+        inv, query, execution, receipt, logical_hash, rows, structure, slices, source, created, trust, profile = row
+        return ExecutionRow(
+            inv,
+            query,
+            execution,
+            receipt,
+            logical_hash,
+            rows,
+            structure,
+            tuple(json.loads(slices)),
+            source,
+            created,
+            trust,
+            profile,
+        )
 
     def add_execution(self, e: ExecutionRow) -> None:
         """First writer wins, except that a better-checked answer replaces a looser one (a row computed here

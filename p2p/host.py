@@ -452,7 +452,7 @@ class P2PHost:
             raise P2PError(f"gossip message of {len(data)} bytes is over {MAX_PUBLISH_BYTES}: announce CIDs, not data")
 
         async def pub() -> None:
-            await self._pubsub.publish(topic, data)  # type: ignore[union-attr]
+            await self._pubsub.publish(topic, data)  # type: ignore[union-attr]  # set by _build before any publish
 
         await self._bridge.run(pub)
 

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 class _Reading:
     """A file whose reads advance a progress bar; urllib streams it in blocks."""
 
-    def __init__(self, f: BinaryIO, advance: callable[[int], None]) -> None:  # type: ignore[valid-type]
+    def __init__(self, f: BinaryIO, advance: Callable[[int], None]) -> None:
         self._f, self._advance = f, advance
 
     def read(self, n: int = -1) -> bytes:

@@ -69,7 +69,7 @@ class Jobs:
             except CairnError as e:
                 job.error = {"type": type(e).__name__, "message": e.message, "status": e.status}
                 job.emit("failed", job.error)
-            except Exception as e:  # keep the job's promise: it ends, and says how
+            except Exception as e:  # noqa: BLE001  keep the job's promise: it ends, and says how
                 job.error = {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
                 job.emit("failed", job.error)
 

@@ -153,9 +153,9 @@ class Resolver:
             versions[alias] = (await self.datasets.resolve(ref))[1]
             if versions[alias].structure is None:  # no schema yet; a known schema with 0 rows is a table
                 raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
-        cq = canonicalize(sql, {a: list(v.structure.schema) for a, v in versions.items()})  # type: ignore[union-attr]
+        cq = canonicalize(sql, {a: list(_structure(v).schema) for a, v in versions.items()})
         ordered = [versions[a] for a in cq.inputs]
-        abstract = [block_of(v.structure.abstract()) for v in ordered]  # type: ignore[union-attr]
+        abstract = [block_of(_structure(v).abstract()) for v in ordered]
         qy = Query(cq.syntax, cq.dialect, cq.canonicalizer, cq.statement, tuple(b.cid for b in abstract))
         qy_block = block_of(qy)
         idents = []
@@ -395,8 +395,8 @@ class Resolver:
             for i, v in enumerate(versions):
                 paths = [await self.datasets.slice_path(s) for s in v.slices]
                 if not paths:  # a version with no rows is a table of 0 rows: an empty file of its structure
-                    paths = [write_empty(work / f"empty-{i}.parquet", v.structure.schema)]  # type: ignore[union-attr]
-                names = [f"col_{j}" for j in range(len(v.structure.schema))]  # type: ignore[union-attr]
+                    paths = [write_empty(work / f"empty-{i}.parquet", _structure(v).schema)]
+                names = [f"col_{j}" for j in range(len(_structure(v).schema))]
                 inputs[chr(ord("a") + i)] = (paths, names)
             if self.worker_ready is not None:
                 await self.worker_ready(emit)
@@ -636,3 +636,10 @@ def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> p
         return canonical_order(table)
     except (pa.ArrowException, TypeError) as e:  # a result type with no canonical order: say so, not a 500
         raise InvalidInput(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None
+
+
+def _structure(v: Version) -> Structure:
+    """The version's schema; a query's inputs are checked to have one when it is planned."""
+    if v.structure is None:
+        raise InvalidInput(f"dataset version {cid_str(v.head)} has no schema yet: add rows before querying it")
+    return v.structure

@@ -16,6 +16,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -37,7 +38,7 @@ def _with_nulls(arr: pa.Array, fraction: float) -> pa.Array:
     return pc.if_else(pc.less(pc.random(len(arr)), fraction), pa.scalar(None, arr.type), arr)
 
 
-def _chunked(rows: int, make_batch) -> pa.Table:
+def _chunked(rows: int, make_batch: Callable[[int], dict[str, pa.Array]]) -> pa.Table:
     """A table of ``rows`` rows in chunks of BATCH_ROWS, each with buffers of its own (not
     slices of one big array, so that the raw baseline hashes each byte once)."""
     batches = []
@@ -78,7 +79,7 @@ def raw_blake3(table: pa.Table) -> bytes:
     return h.digest()
 
 
-def _best(fn, table: pa.Table, repeat: int) -> float:
+def _best(fn: Callable[[pa.Table], object], table: pa.Table, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
         gc.collect()

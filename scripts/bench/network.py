@@ -789,7 +789,7 @@ def _peer_hits_and_recomputes(
             s["recompute_node"].append(mine["elapsed_ms"])
             if b.info()["spark"]["jobs"] != jobs0 + 1:
                 raise RuntimeError("B's recompute did not run exactly one Spark job")
-            timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]
+            timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]  # the bench's nodes are all started here
             if timings.get("compute_ms") is not None:
                 s["recompute_spark"].append(float(timings["compute_ms"]))
             say(
@@ -866,7 +866,7 @@ def part_peer_hit(
     breakdown = _peer_hit_diagnostic(a, b, consts, args.diag, trust, phases)
     probes = _peer_hit_probes(a, b, consts, args.probes, work, phases)
     # the HTTP floor of B (a 404 answered from a dict) and B's /api/v0/node, for scale
-    floor = [b.api.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]  # type: ignore[union-attr]
+    floor = [b.api.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]  # type: ignore[union-attr]  # the bench's nodes are all started here
 
     peer_p50, rec_p50, spark_p50 = p50(s["peer"]), p50(s["recompute"]), p50(s["recompute_spark"])
     return {
@@ -949,7 +949,7 @@ def _announce_topology(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constan
         if not warm(30.0):
             raise RuntimeError("announcements never reach C")
     a_id = a.info()["peer_id"]
-    c_peers = [p for p in c.api.get("/api/v0/peers")["peers"] if p.get("connected")]  # type: ignore[union-attr]
+    c_peers = [p for p in c.api.get("/api/v0/peers")["peers"] if p.get("connected")]  # type: ignore[union-attr]  # the bench's nodes are all started here
     if hops == 2 and any(a_id in json.dumps(p) for p in c_peers):
         topology, hops = "C also connected to A (discovered)", 1
     return topology, hops
@@ -1116,7 +1116,7 @@ def cpu_of(pids: dict[str, int | None]) -> dict[str, float | None]:
 
 def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
     return {
-        k: round(after[k] - v, 2) if v is not None and after.get(k) is not None else None  # type: ignore[operator]
+        k: round(after[k] - v, 2) if v is not None and after.get(k) is not None else None  # type: ignore[operator]  # both sides checked not None on this line
         for k, v in before.items()
     }
 
@@ -1280,7 +1280,7 @@ def _big_dataset(a: BenchNode, b: BenchNode, work: Path, result_mb: float, phase
     # The input's logical hash is computed at the first query on a version, then cached: pay it here, on
     # both nodes, so that it is not counted as fetching (it is what `prepare` costs on a fresh version).
     input_hash_ms = {
-        n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]
+        n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]  # the bench's nodes are all started here
         for n in (a, b)
     }
     say(f"input logical hash of {BIG!r} (first GET /api/v0/datasets/{BIG}): {input_hash_ms} ms")

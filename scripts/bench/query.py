@@ -938,7 +938,7 @@ def bench_spark(
     base = _Baseline(work, paths, schema)
     try:
         # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
-        base.worker = Worker(base.spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]
+        base.worker = Worker(base.spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]  # no job log: the bench drives the worker directly
         wait_quiet("baseline_warmup")
         warm_s = base.warm_up(warm)
         say(f"baseline: session {base.start_s:.1f} s, warm-up {warm_s:.1f} s")

@@ -4,7 +4,8 @@
   ``node/``, and every top-level one) and every module directly under ``node/`` is named in it.
 - The imports follow the doc's layers (read from its "Layers" table, top to bottom): a module imports only from
   its own layer or one below, with no cycle among the units; nothing but a face imports ``node.api`` or
-  ``node.cli``; ``p2p`` and ``spark_worker`` import nothing of ``node`` but ``node.errors``, ``config`` nothing of ``node``.
+  ``node.cli``; ``p2p`` and ``spark_worker`` import nothing of ``node`` but ``node.errors``; ``config`` imports
+  nothing of ``node``.
 Imports are read with ``ast`` (function-level and TYPE_CHECKING imports included: they are dependencies too).
 """
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from config import PeerSettings
 from node import clock
+from node.errors import KuboUnreachable
 from node.identity import Identity, generate
 from node.index import ExecutionRow, Index
-from node.errors import KuboUnreachable
 from node.ipfs.client import NodeIdentity
 from node.model import CID, Announcement, cid_for, cid_str, decode, parse_cid
 from node.peers import TOPIC, Network

@@ -24,21 +24,6 @@ _EXPLAINED = re.compile(r"#\s*type:\s*ignore\[[a-z][a-z0-9-]*(?:\s*,\s*[a-z][a-z
 # rewriting still holds (the core's complete `Node`, the errors tree, the p2p layer, the readers split, the bench
 # scripts). The lead empties this when merging: a file with more fails the main test, a file with fewer fails
 # `test_tolerance_is_not_stale`, so the list cannot outlive its reason.
-TOLERATED_UNTIL_MERGE: dict[str, int] = {
-    "config/settings.py": 1,
-    "node/api/export.py": 5,
-    "node/api/server.py": 2,
-    "node/cli/progress.py": 1,
-    "node/core.py": 6,
-    "node/daemon.py": 1,
-    "node/datasets/readers/inputs.py": 1,
-    "node/datasets/service.py": 1,
-    "node/model/errors.py": 1,
-    "node/resolve/resolver.py": 4,
-    "p2p/host.py": 3,
-    "scripts/bench/network.py": 6,
-    "scripts/bench/query.py": 2,
-}
 
 
 def unexplained(source: str) -> list[tuple[int, str]]:
@@ -92,11 +77,5 @@ def _found() -> dict[str, list[str]]:
 
 
 def test_every_ignore_in_the_code_has_a_code_and_a_reason() -> None:
-    over = {f: bad for f, bad in _found().items() if len(bad) > TOLERATED_UNTIL_MERGE.get(f, 0)}
-    assert not over, f"type: ignore without `[code]  # reason`: {over}"
-
-
-def test_tolerance_is_not_stale() -> None:
     found = _found()
-    stale = {f: (n, len(found.get(f, []))) for f, n in TOLERATED_UNTIL_MERGE.items() if len(found.get(f, [])) < n}
-    assert not stale, f"fixed upstream: lower or remove in TOLERATED_UNTIL_MERGE (tolerated, found): {stale}"
+    assert not found, f"type: ignore without `[code]  # reason`: {found}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Callable
+from typing import cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -125,6 +126,12 @@ def _csv_complete_end(buf: bytes, rows: re.Pattern[bytes]) -> int:
     return m.end() if m else 0
 
 
+def _as_bytes(buf: bytearray) -> bytes:
+    # Chunks are cut in place from one bytearray (no 4 MB copy per chunk) and only read from then on: the
+    # readers use bytes' read-only API (find, count, slices, regex), which bytearray has too.
+    return cast(bytes, buf)
+
+
 def _json_cut(buf: bytes, eol: bytes) -> int:
     return buf.rfind(b"\n") + 1
 
@@ -181,7 +188,7 @@ class _Chunker:
                 if not out:
                     return None
                 break
-            cut = self._cut(self._buf, self.eol)
+            cut = self._cut(_as_bytes(self._buf), self.eol)
             if cut > 0:
                 out, self._buf = self._buf, self._buf[cut:]
                 del out[cut:]
@@ -197,7 +204,7 @@ class _Chunker:
         first = self.line
         self.line += out.count(self.eol)
         self.offset += len(out)
-        return out, first
+        return _as_bytes(out), first
 
     def _check_text(self, data: bytearray) -> None:
         """Refuse a chunk that is not UTF-8 text, naming the line and byte offset: pyarrow would

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from node.datasets.readers.chunking import _first_failure
+from node.datasets.readers.chunking import _Chunker, _first_failure
 from node.datasets.readers.options import EVENT_TIME_TYPE, _snip
 from node.datasets.slices import canonical_slice_schema
 from node.errors import InvalidInput, one_line
@@ -132,6 +132,7 @@ class _TextFormat:
 
     name: str
     schema: pa.Schema
+    chunker: _Chunker  # cuts the decoded input into chunks of whole rows
     _event_index: int | None  # the event time column's position, if there is one
     _null_spellings: tuple[str, ...]  # text read as null in columns read as text
 

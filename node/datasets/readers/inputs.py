@@ -115,7 +115,7 @@ class Input:
             assert text is not None
             for batch in text.first_batches():
                 yield self._emit(batch)
-            chunker = text.chunker  # type: ignore[attr-defined]
+            chunker = text.chunker
             if _WORKERS == 1:
                 while not self._closed and (item := chunker.next()) is not None:
                     for batch in text.parse(*item):
