@@ -20,6 +20,7 @@ from node.errors import (
     NotFound,
     PeersDisabled,
     RenderError,
+    SparkStartError,
     one_line,
     peer_failure,
 )
@@ -67,7 +68,7 @@ class WorkerStart:
         except CairnError:
             raise
         except Exception as e:  # noqa: BLE001  any start failure reaches the asker as one clear error
-            raise CairnError(one_line(f"the Spark worker could not start: {e}")) from None
+            raise SparkStartError(one_line(f"the Spark worker could not start: {e}")) from None
 
     def state(self) -> str:
         if self._start is None:

@@ -51,7 +51,7 @@ def quote(text: object, limit: int = 80) -> str:
 
 
 class CairnError(Exception):
-    """Base of every error Cairn raises on purpose; never raised itself."""
+    """Base of every error Cairn raises on purpose; raised itself only for the node's own faults (HTTP 500)."""
 
     status: int = 500  # HTTP status the API answers with
 
