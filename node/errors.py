@@ -206,7 +206,7 @@ class PullRefused(CairnError):
     status = 502
 
 
-# -- peers (node/network.py, node/resolve/claims.py; P2PError of p2p/ is mapped to these) ------------
+# -- peers (node/peers/, node/resolve/claims.py; P2PError of p2p/ is mapped to these) ------------
 
 
 class PeerError(CairnError):

@@ -22,11 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 FIRST_PARTY = ("node", "config", "p2p", "spark_worker")
 
-# Until issue 14's branches are merged: a name the doc uses -> the module that stands in for it today
-# (helper "primitives" moves node/network.py to node/peers/). The lead removes this when merging.
-STAND_INS: dict[str, str] = {}
-_STOOD_IN = {old: new for new, old in STAND_INS.items()}
-
 # What the doc says of the separate packages ("Layers", last paragraph): the node modules each may import.
 SEPARATE_MAY_IMPORT: dict[str, set[str]] = {"p2p": {"node.errors"}, "spark_worker": {"node.errors"}, "config": set()}
 
@@ -97,7 +92,7 @@ def unit(module: str) -> str:
     """The unit a dotted module belongs to: ``node.query.checks`` -> ``node.query``; ``p2p.host`` -> ``p2p``."""
     parts = module.split(".")
     name = parts[0] if parts[0] != "node" else ".".join(parts[:2])
-    return _STOOD_IN.get(name, name)
+    return name
 
 
 def _module_name(path: Path) -> str:
@@ -169,7 +164,7 @@ def cycle(edges: set[tuple[str, str]]) -> list[str] | None:
 
 def test_every_name_in_the_doc_exists() -> None:
     named = set(doc_packages()) | set(layer_of())
-    missing = sorted(n for n in named if not _exists(n) and not _exists(STAND_INS.get(n, n)))
+    missing = sorted(n for n in named if not _exists(n))
     assert not missing, f"docs/architecture.md names what the tree does not hold: {missing}"
 
 
