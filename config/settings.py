@@ -99,6 +99,11 @@ class SparkSettings:
 @dataclass(frozen=True)
 class QuerySettings:
     answer_rows: int = _doc("Rows a query answer carries by default (the whole result is always stored).", default=100)
+    canonicalize_timeout: float = _doc(
+        "Seconds checking and canonicalizing one statement may take (in a child process) before it is refused "
+        "`too-complex`.",
+        default=5.0,
+    )
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from node.index import Index
 from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
 from node.model.cid import cid_for
+from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class Node:
             spark = WorkerStart(_worker(settings, home))
             stack.push_async_callback(spark.stop)
             resolver = _resolver(settings, datasets, kubo, index, spark, identity)
+            stack.push_async_callback(resolver.canonicalizer.close)
             jobs = Jobs()
             stack.push_async_callback(jobs.close)
             network = await _open_network(settings, home, identity, resolver, index, kubo, stack)
@@ -616,6 +618,7 @@ def _resolver(
         fetch_timeout=peers.fetch_timeout,
         resolve_timeout=peers.resolve_timeout,
         worker_ready=spark.ready,
+        canonicalizer=Sandbox(settings.query.canonicalize_timeout),
     )
 
 

@@ -36,7 +36,15 @@ from node.query.order import SortKey, complete_orders, complete_windows, leftmos
 from node.query.printing import normalize_spelling, post_check, sql_of, to_ident
 from node.query.qualify import prepare, qualify_statement
 
-__all__ = ["CANONICALIZER_VERSION", "MAX_SQL_CHARS", "CanonicalQuery", "SortKey", "abstract_table_name", "canonicalize"]
+__all__ = [
+    "CANONICALIZER_VERSION",
+    "MAX_SQL_CHARS",
+    "CanonicalQuery",
+    "SortKey",
+    "abstract_table_name",
+    "canonicalize",
+    "canonicalize_declared",
+]
 
 FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
 
@@ -94,7 +102,12 @@ def canonicalize(sql: str, inputs: Mapping[str, Sequence[tuple[str, str]]]) -> C
     """
     if not isinstance(sql, str):
         raise QueryRefused("parse-error", "the statement must be a string", repr(sql))
-    declared = declare(inputs)
+    return canonicalize_declared(sql, declare(inputs))
+
+
+def canonicalize_declared(sql: str, declared: tuple[Input, ...]) -> CanonicalQuery:
+    """:func:`canonicalize` with the inputs already checked (``node.query.inputs.declare``): the child processes
+    of ``node.query.sandbox`` receive them so."""
     if len(sql) <= _CACHED_SQL_CHARS:  # repeated queries (cache hits) skip the work; big ones are not kept
         return _canonicalize_cached(sql, declared)
     return _canonicalize(sql, declared)

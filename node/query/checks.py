@@ -17,6 +17,7 @@ from node.errors import QueryRefused
 from node.query import allowlist
 from node.query.dialect import DIALECT, SparkAggCall, SparkCall
 from node.query.inputs import Context
+from node.query.limits import check_tokens
 from node.query.order import unwrap_nulls, window_kind
 from node.query.printing import describe, sql_of, strip_comments
 from node.query.spark_builtins import SPARK_BUILTINS
@@ -54,6 +55,7 @@ def parse(ctx: Context) -> exp.Expr:
         tokens = DIALECT.tokenize(text)
     except TokenError as e:
         raise QueryRefused("parse-error", f"cannot read the statement ({e})", ctx.sql) from None
+    check_tokens(tokens, ctx.sql)  # cheap counts first: the parser is slow on some shapes (issue 15)
     try:
         statements = DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, text)
     except ParseError as e:

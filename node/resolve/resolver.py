@@ -44,8 +44,9 @@ from node.model import (
     cid_str,
     parse_cid,
 )
-from node.query import CanonicalQuery, SortKey, canonicalize
+from node.query import CanonicalQuery, SortKey
 from node.query.result_order import canonical_order
+from node.query.sandbox import Sandbox
 from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, fetch_and_verify
 from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
@@ -122,7 +123,10 @@ class Resolver:
         lookup: Lookup | None = None,
         resolve_timeout: float = 10.0,
         worker_ready: Callable[[Event], Awaitable[None]] | None = None,
+        canonicalizer: Sandbox | None = None,
     ) -> None:
+        # Off the event loop, bounded, refusals remembered (issue 15; docs/queries.md "Limits"). Started lazily.
+        self.canonicalizer = canonicalizer or Sandbox()
         self.worker_ready = worker_ready
         self.query_timeout = query_timeout
         self.trust_mode, self.community, self.fetch_timeout = trust_mode, community, fetch_timeout
@@ -153,7 +157,7 @@ class Resolver:
             versions[alias] = (await self.datasets.resolve(ref))[1]
             if versions[alias].structure is None:  # no schema yet; a known schema with 0 rows is a table
                 raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
-        cq = canonicalize(sql, {a: list(_structure(v).schema) for a, v in versions.items()})
+        cq = await self.canonicalizer.canonicalize(sql, {a: list(_structure(v).schema) for a, v in versions.items()})
         ordered = [versions[a] for a in cq.inputs]
         abstract = [block_of(_structure(v).abstract()) for v in ordered]
         qy = Query(cq.syntax, cq.dialect, cq.canonicalizer, cq.statement, tuple(b.cid for b in abstract))
