@@ -183,35 +183,40 @@ class Sandbox:
 
     async def _in_child(self, sql: str, declared: tuple[Input, ...]) -> _Outcome:
         async with self._slots:
-            child = await self._take()
-            self.child_calls += 1
-            try:
-                reply = await asyncio.wait_for(child.ask((sql, declared)), self.timeout)
-            except TimeoutError:
-                await self._drop(child)
-                why = f"canonicalizing took longer than {self.timeout:g} s (query.canonicalize_timeout)"
-                return _refused("too-complex", why, sql, time.monotonic() + _TIMEOUT_MEMO_S)
-            except (EOFError, OSError) as e:
-                await self._drop(child)
-                log.warning("canonicalizer process died", extra={"error": one_line(e), "sql_chars": len(sql)})
-                return _refused("too-complex", "the canonicalizer's process died on this statement", sql)
-            except BaseException:  # cancelled mid-answer: the pipe holds a stale reply, so the child goes
-                await asyncio.shield(self._drop(child))
-                raise
-            self._busy.discard(child)
-            self._idle.append(child)
-        return _unpack(reply, sql)
+            for attempt in (1, 2):  # a kept child may have died while idle (killed from outside): retry once
+                child, fresh = await self._take()
+                self.child_calls += 1
+                try:
+                    reply = await asyncio.wait_for(child.ask((sql, declared)), self.timeout)
+                except TimeoutError:
+                    await self._drop(child)
+                    why = f"canonicalizing took longer than {self.timeout:g} s (query.canonicalize_timeout)"
+                    return _refused("too-complex", why, sql, time.monotonic() + _TIMEOUT_MEMO_S)
+                except (EOFError, OSError) as e:
+                    await self._drop(child)
+                    if not fresh and attempt == 1:
+                        continue
+                    log.warning("canonicalizer process died", extra={"error": one_line(e), "sql_chars": len(sql)})
+                    return _refused("too-complex", "the canonicalizer's process died on this statement", sql)
+                except BaseException:  # cancelled mid-answer: the pipe holds a stale reply, so the child goes
+                    await asyncio.shield(self._drop(child))
+                    raise
+                self._busy.discard(child)
+                self._idle.append(child)
+                return _unpack(reply, sql)
+        raise CairnError("unreachable: the second attempt always returns")  # for mypy's flow analysis
 
-    async def _take(self) -> _Child:
+    async def _take(self) -> tuple[_Child, bool]:
+        """An idle child (fresh=False) or a new one (fresh=True)."""
         while self._idle:
             child = self._idle.pop()
             if child.alive:
                 self._busy.add(child)
-                return child
-            await child.kill()  # died while idle (killed from outside): reap it
+                return child, False
+            await child.kill()  # died while idle and already reaped: forget it
         child = await _Child.start()  # outside the budget: a start (about 1 s of imports) is not the statement's
         self._busy.add(child)
-        return child
+        return child, True
 
     async def _drop(self, child: _Child) -> None:
         self._busy.discard(child)
