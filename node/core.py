@@ -411,8 +411,7 @@ class Node:
     async def dag_put(self, obj: Any, *, pin: bool = True) -> CID:
         """Validate an IPLD value (Holium/Cairn kinds by their ``typedVersion``), store it as one
         DAG-CBOR block and pin it. The CID is computed here first; Kubo must agree (DESIGN.md)."""
-        decode_object(obj)
-        data = encode(obj)
+        data = await asyncio.to_thread(_checked_cbor, obj)  # a 4 MB value takes seconds: off the loop (issue 15)
         block = Block(cid_for(data, "dag-cbor"), data)
         await self.put_block(block, pin=pin)
         return block.cid
@@ -420,14 +419,16 @@ class Node:
     async def dag_get(self, cid: CID) -> Any:
         data = await self.kubo.block_get(cid)
         verify_block(cid, data)
-        return decode(data, cid.codec.code) if cid.codec.name in ("dag-cbor", "cbor") else data
+        if cid.codec.name in ("dag-cbor", "cbor"):
+            return await asyncio.to_thread(decode, data, cid.codec.code)  # off the loop (issue 15)
+        return data
 
     async def holium_import(self, data: bytes, fmt: str) -> tuple[CID, int]:
         """Import JSON/CSV/CBOR as a Holium data tree; store every block, pin the root recursively."""
         importer = _HOLIUM_IMPORTERS.get(fmt)
         if importer is None:
             raise InvalidInput(f"unknown data format {fmt!r}: use {', '.join(_HOLIUM_IMPORTERS)}")
-        root, blocks = importer(data)
+        root, blocks = await asyncio.to_thread(importer, data)  # parsing and encoding a whole tree: off the loop
         for block in blocks:  # children come before parents, so a crash never leaves a dangling parent
             await self.put_block(block)
         await self.kubo.pin_add(root, recursive=True)
@@ -598,6 +599,12 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
         log_path=home.logs / "spark.log",
         start_timeout=sp.start_timeout,
     )
+
+
+def _checked_cbor(obj: Any) -> bytes:
+    """The value checked (Holium/Cairn kinds by their ``typedVersion``) and encoded as DAG-CBOR."""
+    decode_object(obj)
+    return encode(obj)
 
 
 def _resolver(

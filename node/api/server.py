@@ -84,7 +84,7 @@ async def node_info(request: web.Request) -> web.Response:
 
 
 async def dag_put(request: web.Request) -> web.Response:
-    obj = dagjson.loads(await request.read())
+    obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop (issue 15)
     cid = await _node(request).dag_put(obj, pin=request.query.get("pin", "true") != "false")
     return web.json_response({"cid": cid_str(cid)})
 
@@ -94,7 +94,8 @@ async def dag_get(request: web.Request) -> web.Response:
     value = await _node(request).dag_get(cid)
     if isinstance(value, bytes) and cid.codec.name not in ("dag-cbor", "cbor"):
         return web.Response(body=value, content_type="application/octet-stream")
-    return web.Response(text=dagjson.dumps(value), content_type="application/json")
+    text = await asyncio.to_thread(dagjson.dumps, value)  # seconds for MBs: off the loop (issue 15)
+    return web.Response(text=text, content_type="application/json")
 
 
 async def holium_import(request: web.Request) -> web.Response:
@@ -456,7 +457,8 @@ async def gateway(request: web.Request) -> web.StreamResponse:
         chunks = node.car_export(cid)
         content_type = "application/vnd.ipld.car; version=1"
     elif cid.codec.name in ("dag-cbor", "cbor"):
-        return web.Response(text=dagjson.dumps(await node.dag_get(cid)), content_type="application/json")
+        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # off the loop (issue 15)
+        return web.Response(text=text, content_type="application/json")
     else:
         chunks = node.cat(cid)
         content_type = "application/octet-stream"
