@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +172,28 @@ def test_close_ends_every_child(loop: asyncio.AbstractEventLoop) -> None:
     assert started
     loop.run_until_complete(sandbox.close())
     assert not any(alive(p) for p in started)
+
+
+ORPHAN = """
+import asyncio, os, sys
+from node.query.sandbox import Sandbox
+async def main():
+    sandbox = Sandbox()
+    await sandbox.canonicalize("SELECT id FROM t", {"t": [("id", "int64")]})
+    print([c.proc.pid for c in sandbox._idle][0], flush=True)
+    os.kill(os.getpid(), 9)
+asyncio.run(main())
+"""
+
+
+def test_a_child_ends_when_its_node_is_killed() -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", ORPHAN], check=False, cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 60  # a deadline to poll against, not a measurement
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid), "the canonicalizer child outlived its node"
