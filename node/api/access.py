@@ -78,11 +78,11 @@ LIMITS_KEY = web.AppKey("limits", Limits)
 
 
 def limits_from(api: ApiSettings, token: str, max_upload: int | None = None) -> Limits:
-    """The checks' view of the node's ``api.*`` settings. A bound host of 0.0.0.0 or :: adds no name (the
-    socket's own IP is allowed per request)."""
+    """The checks' view of the node's ``api.*`` settings. The bound host is a name too, even 0.0.0.0: the CLI
+    talks to the URL the node wrote in node.json, and an IP literal cannot be rebound to another site."""
     names = list(LOOPBACK_NAMES)
     bound = str(api.host)
-    if bound not in ("0.0.0.0", "::", ""):
+    if bound:
         names.append(f"[{bound}]" if ":" in bound else bound)
     extra: list[str] = []
     for h in api.allowed_hosts:

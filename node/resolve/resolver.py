@@ -68,6 +68,7 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
 VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
 POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
 Lookup = Callable[[CID], Awaitable[dict[str, list[bytes]]]]
+_NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
 
 @dataclass(frozen=True)
@@ -226,11 +227,11 @@ class Resolver:
     ) -> Outcome:
         """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute
         (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
+        if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
+            raise Unauthorized(_NEEDS_TOKEN)
         found = await self._from_peers(cq, iv_block, versions, mode, emit) if mode != "self" else None
-        if not may_compute and (found is None or mode == "verify"):
-            raise Unauthorized(
-                "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
-            )
+        if found is None and not may_compute:
+            raise Unauthorized(_NEEDS_TOKEN)
         if found is not None:
             claim, got = found
             peer = {

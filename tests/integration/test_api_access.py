@@ -13,10 +13,12 @@ each finding of the issue has a test that fails on the code before this change:
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from aiohttp.test_utils import TestClient
 
@@ -292,3 +294,24 @@ async def test_finished_jobs_are_kept_within_max_kept(n: int) -> None:
         await wait_for(done, 10, "a job to end")
     assert len(jobs) <= jobs.max_kept + 1
     await jobs.close()
+
+
+async def test_an_index_hit_answers_without_the_token(inode: InNode) -> None:
+    """Computed once with the token (real Spark), the same question is answered to anyone from the index; the
+    oracle for the rows is the CSV itself read by pandas."""
+    node, client = inode
+    await add_csv(client, "cities", CSV)
+    resp = await client.post("/api/v0/query", json=MISS)  # the fixture's client sends the token
+    first = await resp.json()
+    assert resp.status == 200 and first["source"] == "computed", first
+    expected = pd.read_csv(io.BytesIO(CSV)).query("pop > 400000")["city"].tolist()
+    for trust in (None, "self", "verify", "community"):
+        body = {**MISS, **({"trust": trust} if trust else {})}
+        resp = await client.post("/api/v0/query", json=body, headers=NO_TOKEN)
+        got = await resp.json()
+        assert resp.status == 200 and got["source"] == "local", (trust, got)
+        assert got["execution"] == first["execution"] and sorted(r[0] for r in got["rows"]) == sorted(expected)
+    computed = node.resolver.computed
+    other = {"sql": "SELECT city FROM c WHERE pop < 400000", "inputs": {"c": "cities"}, "trust": "verify"}
+    resp = await client.post("/api/v0/query", json=other, headers=NO_TOKEN)
+    assert resp.status == 401 and node.resolver.computed == computed
