@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -315,3 +316,26 @@ async def test_an_index_hit_answers_without_the_token(inode: InNode) -> None:
     other = {"sql": "SELECT city FROM c WHERE pop < 400000", "inputs": {"c": "cities"}, "trust": "verify"}
     resp = await client.post("/api/v0/query", json=other, headers=NO_TOKEN)
     assert resp.status == 401 and node.resolver.computed == computed
+
+
+async def test_an_unverified_row_is_served_only_to_askers_that_accept_it(
+    inode: InNode, kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    """A peer's answer taken under ``trust: any`` is stored as the resolver stores it (label ``unverified``, source
+    ``peer``): a ``community`` asker never gets it as ``local, verified``; without the token it is a miss that may
+    not compute (401), with it the ``any`` asker gets it labelled ``unverified``."""
+    a, a_client = inode
+    await add_csv(a_client, "cities", CSV)
+    resp = await a_client.post("/api/v0/query", json=MISS)
+    assert resp.status == 200, await resp.text()
+    computed = a.index.execution((await resp.json())["invocation"])
+    assert computed is not None
+    async with inprocess_node(tmp_path / "b", kubo_session) as (b, b_client):
+        await add_csv(b_client, "cities", CSV)  # same bytes: same invocation
+        b.index.add_execution(replace(computed, source="peer", trust="unverified"))
+        resp = await b_client.post("/api/v0/query", json={**MISS, "trust": "community"}, headers=NO_TOKEN)
+        assert resp.status == 401, await resp.text()
+        resp = await b_client.post("/api/v0/query", json={**MISS, "trust": "any"})
+        got = await resp.json()
+        assert resp.status == 200 and (got["trust"], got["verified"]) == ("unverified", False), got
+        assert got["execution"] == computed.execution and b.resolver.computed == 0
