@@ -151,7 +151,7 @@ def _check_body(request: web.Request, route: Route) -> web.Request:
     else:
         cap, what = lim.max_upload_bytes, "api.max_upload_bytes"
     if request.content_length is not None and request.content_length > cap:
-        raise TooLarge(f"request body of {request.content_length} bytes is over {what} ({cap} bytes): refused")
+        raise TooLarge(f"request body ({request.content_length} bytes) larger than {what} ({cap} bytes): refused")
     return request.clone(client_max_size=cap)
 
 
