@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ async def test_openapi_lists_exactly_the_apps_routes(inode: InNode) -> None:
         # A route that changes anything is never open: a new write route cannot skip the token.
         assert method == "GET" or op["x-cairn-access"] != "open", (method, path)
         assert "5XX" in op["responses"] and "421" in op["responses"]
+        declared = {q["name"] for q in op["parameters"] if q["in"] == "path"}
+        assert declared == set(re.findall(r"\{(\w+)\}", path)), (method, path)
+    ids = [op["operationId"] for _, _, op in _operations(doc)]
+    assert len(ids) == len(set(ids))
+    # Every reference points at something the document holds.
+    for ref in re.findall(r'"\$ref": "#/([^"]+)"', json.dumps(doc)):
+        node: Any = doc
+        for part in ref.split("/"):
+            node = node[part]
 
 
 async def test_every_write_route_refuses_a_missing_or_wrong_token(inode: InNode) -> None:
