@@ -44,7 +44,25 @@ class ApiSettings:
     port: int = _doc(
         "Port of the HTTP API; 0 picks a free port (the chosen one is in `cairn status`).", default=DEFAULT_API_PORT
     )
-    max_upload_bytes: int = _doc("Largest request body the API accepts, in bytes.", default=1 << 30)
+    max_upload_bytes: int = _doc(
+        "Largest upload (dataset file, Holium import) the API accepts, in bytes; a larger `Content-Length` is "
+        "refused before the body is read.",
+        default=1 << 30,
+    )
+    max_json_bytes: int = _doc("Largest JSON request body the API accepts, in bytes.", default=1 << 20)
+    open_compute: bool = _doc(
+        "Let a client without the API token compute a query miss, or ask with a trust mode looser than "
+        "`peers.trust`. Off: such a client is answered only from the index and from peers.",
+        default=False,
+    )
+    allowed_hosts: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "Extra names the API answers to in the `Host` header (besides 127.0.0.1, localhost, [::1] and "
+        "`api.host`), e.g. a reverse proxy's `node.example.org`; `NAME` allows it on the API's port, `NAME:PORT` "
+        "on that port.",
+        default_factory=list,
+    )
+    max_jobs: int = _doc("Query jobs (`wait: false`) that may run at once; more are refused (429).", default=16)
+    job_keep_seconds: float = _doc("How long a finished query job's answer is kept.", default=600.0)
 
 
 @dataclass(frozen=True)
@@ -323,6 +341,9 @@ def _problem(s: Settings) -> tuple[str, str] | None:
             f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}",
         ),
         ("api.max_upload_bytes", s.api.max_upload_bytes > 0, "api.max_upload_bytes must be positive"),
+        ("api.max_json_bytes", s.api.max_json_bytes > 0, "api.max_json_bytes must be positive"),
+        ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
+        ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
         ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)

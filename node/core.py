@@ -138,7 +138,7 @@ class Node:
             stack.push_async_callback(spark.stop)
             resolver = _resolver(settings, datasets, kubo, index, spark, identity)
             stack.push_async_callback(resolver.canonicalizer.close)
-            jobs = Jobs()
+            jobs = Jobs(settings.api.max_jobs, settings.api.job_keep_seconds)
             stack.push_async_callback(jobs.close)
             network = await _open_network(settings, home, identity, resolver, index, kubo, stack)
             node = cls(
@@ -255,9 +255,11 @@ class Node:
         limit: int | None = None,
         trust: str | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        may_compute: bool = True,
     ) -> dict[str, Any]:
-        """Answer a SQL query over named inputs: from the index, or computed on Spark and published."""
-        answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust)
+        """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
+        ``may_compute`` False (an API client without the token): from the index or peers only."""
+        answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
         self.index.set_output_names(row.execution, list(answer.output_names))
@@ -292,9 +294,17 @@ class Node:
         }
 
     def start_query(
-        self, sql: str, inputs: dict[str, str], *, limit: int | None = None, trust: str | None = None
+        self,
+        sql: str,
+        inputs: dict[str, str],
+        *,
+        limit: int | None = None,
+        trust: str | None = None,
+        may_compute: bool = True,
     ) -> dict[str, Any]:
-        job = self.jobs.start(lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit))
+        job = self.jobs.start(
+            lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute)
+        )
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
 
     async def execution(self, cid: CID) -> dict[str, Any]:

@@ -83,9 +83,33 @@ class NotFound(CairnError):
 
 
 class TooLarge(CairnError):
-    """A request body over ``api.max_upload_bytes``."""
+    """A request body over its route's cap (``api.max_json_bytes`` for JSON, ``api.max_upload_bytes`` for uploads)."""
 
     status = 413
+
+
+class Forbidden(CairnError):
+    """A request from a web page that is not the node's own (its ``Origin``), for anything but reading open data."""
+
+    status = 403
+
+
+class MisdirectedRequest(CairnError):
+    """A ``Host`` header that is not one of the node's names (DNS rebinding): the request is not for this node."""
+
+    status = 421
+
+
+class UnsupportedMediaType(CairnError):
+    """A JSON route's body sent without ``Content-Type: application/json`` (a form or text/plain post)."""
+
+    status = 415
+
+
+class TooManyJobs(CairnError):
+    """As many query jobs as ``api.max_jobs`` already run: try again when one ends."""
+
+    status = 429
 
 
 class RenderError(CairnError):

@@ -1,13 +1,14 @@
 """The HTTP face: aiohttp routes that parse a request, call ``Node``, and render JSON.
 
-Write endpoints need ``Authorization: Bearer <token>`` (the token in ``$CAIRN_HOME/api.token``).
-Every error is ``{"error": {"type": …, "message": …}}`` with the status its exception carries.
+Every route is declared once in ``ROUTES`` (method, path, handler, who may call it, body): ``create_app`` serves
+exactly those, each behind its checks (node.api.access), and ``GET /api/v0/openapi.json`` is generated from the
+same table. Write endpoints need ``Authorization: Bearer <token>`` (the token in ``$CAIRN_HOME/api.token``).
+Every error is ``{"error": {"type": …, "message": …}}`` with the status its exception carries (docs/api.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import os
@@ -19,18 +20,34 @@ from pathlib import Path
 from aiohttp import web
 from multidict import MultiMapping
 
-from node import values
-from node.api import export
+from node import __version__, values
+from node.api import export, openapi
+from node.api.access import (
+    JSON,
+    LIMITS_KEY,
+    OPEN,
+    TOKEN,
+    TOKEN_TO_COMPUTE,
+    UPLOAD,
+    Param,
+    Route,
+    guard,
+    has_token,
+    host_middleware,
+    limits_from,
+)
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
 from node.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
 from node.model import cid_str, dagjson, parse_cid
+from node.resolve.resolver import ACCEPTS, TRUST_MODES
 
 log = logging.getLogger("cairn.api")
 
 NODE_KEY = web.AppKey("node", Node)
-TOKEN_KEY = web.AppKey("token", str)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+OPENAPI_KEY = web.AppKey("openapi", dict)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -57,17 +74,6 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except Exception as e:  # a bug: say so without leaking internals, keep the trace in the log
         log.exception("unhandled error in %s %s", request.method, request.path)
         return _error(500, "InternalError", f"internal error: {type(e).__name__}")
-
-
-def require_token(handler: Handler) -> Handler:
-    async def wrapped(request: web.Request) -> web.StreamResponse:
-        header = request.headers.get("Authorization", "")
-        given = header[7:].strip() if header.startswith("Bearer ") else ""
-        if not given or not hmac.compare_digest(given.encode(), request.app[TOKEN_KEY].encode()):
-            raise Unauthorized("this endpoint needs the node's API token (Authorization: Bearer <token>)")
-        return await handler(request)
-
-    return wrapped
 
 
 def _node(request: web.Request) -> Node:
@@ -323,9 +329,21 @@ async def query(request: web.Request) -> web.Response:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise InvalidInput('"limit" must be a non-negative integer')
     node = _node(request)
+    may_compute = has_token(request) or request.app[LIMITS_KEY].open_compute
+    if not may_compute and _looser(trust, node.settings.peers.trust):
+        raise Unauthorized(
+            f"trust {trust!r} is looser than this node's {node.settings.peers.trust!r}: it needs the node's API token"
+        )
     if wait is False:
-        return _json(node.start_query(sql, inputs, limit=limit, trust=trust), status=202)
-    return _json(await node.query(sql, inputs, limit=limit, trust=trust))
+        return _json(node.start_query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute), status=202)
+    return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute))
+
+
+def _looser(asked: str | None, own: str) -> bool:
+    """Whether mode ``asked`` accepts a trust label the node's own mode does not (issue 15 item 1)."""
+    if asked is None or asked not in TRUST_MODES or own not in TRUST_MODES:
+        return False  # no mode asked, or an unknown one (the resolver refuses it with a 400)
+    return not set(ACCEPTS[asked]) <= set(ACCEPTS[own])
 
 
 async def job_get(request: web.Request) -> web.Response:
@@ -472,36 +490,199 @@ async def gateway(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def create_app(node: Node, token: str, max_body: int) -> web.Application:
+async def metrics_get(request: web.Request) -> web.Response:
+    return await request.app[METRICS_KEY].handler(request)
+
+
+async def openapi_get(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPENAPI_KEY])
+
+
+# -- the route table: each route once (issue 15 item 1); docs/api.md ----------------------------------------
+
+_STR = {"type": "string"}
+_REF = Param("ref", "dataset name, id or block CID")
+_FORMATS = tuple(export.WRITERS)
+_DATA_TYPES = tuple(w.content_type.split(";")[0] for w in export.WRITERS.values())
+_UPLOAD_PARAMS = (
+    Param("name", "create a dataset of this name"),
+    Param("to", "append to this dataset"),
+    Param("filename", "the uploaded file's name (its extension tells the format)"),
+    Param("path", "ingest this absolute path on the node's machine instead of the body (loopback clients only)"),
+    Param("format", "csv, jsonl, json, parquet, … (else from the extension)"),
+    Param("compression", "gzip, zstd, … (else from the extension)"),
+    Param("delimiter", "CSV delimiter"),
+    Param("encoding", "text encoding"),
+    Param("header", "whether a CSV has a header line", enum=("true", "false")),
+    Param("columns", "column names, comma-separated (CSV without header)"),
+    Param("type", "COLUMN=TYPE override", repeated=True),
+    Param("event_time", "the event-time column"),
+    Param("merge", "merge strategy of an append"),
+    Param("primary_key", "primary-key columns, comma-separated"),
+    Param("title", "dataset title"),
+    Param("description", "dataset description"),
+    Param("license", "dataset license"),
+    Param("keyword", "a keyword", repeated=True),
+    Param("progress", "answer NDJSON progress lines, then the result", enum=("true", "false")),
+)
+QUERY_BODY = {
+    "type": "object",
+    "required": ["sql", "inputs"],
+    "properties": {
+        "sql": {"type": "string", "minLength": 1},
+        "inputs": {"type": "object", "additionalProperties": _STR},
+        "limit": {"type": "integer", "minimum": 0},
+        "wait": {"type": "boolean"},
+        "trust": {"type": "string", "enum": list(TRUST_MODES)},
+    },
+}
+
+
+def _strings(*required: str, optional: tuple[str, ...] = ()) -> dict[str, object]:
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": dict.fromkeys((*required, *optional), _STR),
+    }
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/healthz", healthz, OPEN, "liveness: Kubo and Spark states", errors=(503,)),
+    Route("GET", "/metrics", metrics_get, OPEN, "Prometheus metrics", produces=("text/plain",), errors=()),
+    Route("GET", "/api/v0/openapi.json", openapi_get, OPEN, "this document", errors=()),
+    Route("GET", "/api/v0/node", node_info, OPEN, "the node's identity, addresses and state", errors=()),
+    Route("POST", "/api/v0/dag", dag_put, TOKEN, "store a DAG-JSON object", JSON, {}, (Param("pin", "pin it"),)),
+    Route("GET", "/api/v0/dag/{cid}", dag_get, OPEN, "an IPLD object", produces=("application/json",)),
+    Route(
+        "POST",
+        "/api/v0/holium/import",
+        holium_import,
+        TOKEN,
+        "import a Holium data tree",
+        UPLOAD,
+        params=(Param("format", "the body's format", enum=("json", "csv", "cbor", "bin")),),
+    ),
+    Route(
+        "POST",
+        "/api/v0/datasets",
+        datasets_add,
+        TOKEN,
+        "upload and ingest a file",
+        UPLOAD,
+        params=_UPLOAD_PARAMS,
+        produces=("application/json", "application/x-ndjson"),
+        ok=201,
+        errors=(400, 404, 409),
+    ),
+    Route("GET", "/api/v0/datasets", datasets_list, OPEN, "the datasets", errors=()),
+    Route("GET", "/api/v0/datasets/{ref}", dataset_get, OPEN, "one dataset"),
+    Route("GET", "/api/v0/datasets/{ref}/log", dataset_log, OPEN, "a dataset's blocks"),
+    Route(
+        "GET",
+        "/api/v0/datasets/{ref}/data",
+        dataset_data,
+        OPEN,
+        "a dataset's rows",
+        params=(
+            Param("format", "output format", enum=_FORMATS),
+            Param("limit", "at most this many rows", type="integer"),
+        ),
+        produces=_DATA_TYPES,
+    ),
+    Route(
+        "POST",
+        "/api/v0/pull",
+        pull,
+        TOKEN,
+        "pull a dataset from a URL or CID",
+        JSON,
+        _strings("source", optional=("name",)),
+    ),
+    Route(
+        "POST",
+        "/api/v0/query",
+        query,
+        TOKEN_TO_COMPUTE,
+        "answer a SQL query (the token is needed to compute a miss or to ask with a looser trust)",
+        JSON,
+        QUERY_BODY,
+        errors=(400, 404, 409, 422, 429),
+    ),
+    Route("GET", "/api/v0/peers", peers_list, OPEN, "connected peers", errors=()),
+    Route(
+        "POST",
+        "/api/v0/peers/connect",
+        peers_connect,
+        TOKEN,
+        "connect to a peer",
+        JSON,
+        _strings("addr"),
+        errors=(400, 409),
+    ),
+    Route("GET", "/api/v0/trust", trust_list, OPEN, "trusted signers", errors=()),
+    Route("POST", "/api/v0/trust", trust_add, TOKEN, "trust a signer", JSON, _strings("key", optional=("community",))),
+    Route(
+        "DELETE",
+        "/api/v0/trust",
+        trust_rm,
+        TOKEN,
+        "stop trusting a signer",
+        JSON,
+        _strings("key", optional=("community",)),
+    ),
+    Route("GET", "/api/v0/announcements", announcements, OPEN, "announcements received", errors=()),
+    Route("GET", "/api/v0/jobs/{id}", job_get, OPEN, "a query job"),
+    Route("GET", "/api/v0/jobs/{id}/events", job_events, OPEN, "a query job's events", produces=("text/event-stream",)),
+    Route("GET", "/api/v0/executions/{cid}", execution_get, OPEN, "an execution and its receipt"),
+    Route(
+        "GET",
+        "/api/v0/executions/{cid}/data",
+        execution_data,
+        OPEN,
+        "an execution's whole result",
+        params=(
+            Param("format", "output format", enum=_FORMATS),
+            Param("name", "a column name, one per column", repeated=True),
+            Param("names", "column names, comma-separated"),
+        ),
+        produces=_DATA_TYPES,
+        errors=(400, 404, 422),
+    ),
+    Route("GET", "/odf/{dataset}/refs/head", odf_head, OPEN, "a dataset's head block", produces=("text/plain",)),
+    Route(
+        "GET", "/odf/{dataset}/blocks/{cid}", odf_block, OPEN, "a dataset block", produces=("application/octet-stream",)
+    ),
+    Route(
+        "GET", "/odf/{dataset}/data/{cid}", odf_data, OPEN, "a dataset slice", produces=("application/octet-stream",)
+    ),
+    Route(
+        "GET",
+        "/ipfs/{cid}",
+        gateway,
+        OPEN,
+        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car)",
+        produces=(
+            "application/octet-stream",
+            "application/json",
+            "application/vnd.ipld.raw",
+            "application/vnd.ipld.car",
+        ),
+    ),
+)
+
+
+def create_app(node: Node, token: str, max_body: int | None = None) -> web.Application:
+    """The node's API: every route of ``ROUTES`` behind its checks; ``max_body`` overrides api.max_upload_bytes."""
+    limits = limits_from(node.settings.api, token, max_body)
     metrics = Metrics(node)
-    app = web.Application(middlewares=[metrics.middleware, errors_middleware], client_max_size=max_body)
+    # Bodies are capped per route (node.api.access): this is only the default for a request no route caps.
+    app = web.Application(
+        middlewares=[metrics.middleware, errors_middleware, host_middleware], client_max_size=limits.max_json_bytes
+    )
     app[NODE_KEY] = node
-    app[TOKEN_KEY] = token
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics.handler)
-    app.router.add_get("/api/v0/node", node_info)
-    app.router.add_post("/api/v0/dag", require_token(dag_put))
-    app.router.add_get("/api/v0/dag/{cid}", dag_get)
-    app.router.add_post("/api/v0/holium/import", require_token(holium_import))
-    app.router.add_post("/api/v0/datasets", require_token(datasets_add))
-    app.router.add_get("/api/v0/datasets", datasets_list)
-    app.router.add_get("/api/v0/datasets/{ref}", dataset_get)
-    app.router.add_get("/api/v0/datasets/{ref}/log", dataset_log)
-    app.router.add_get("/api/v0/datasets/{ref}/data", dataset_data)
-    app.router.add_post("/api/v0/pull", require_token(pull))
-    app.router.add_post("/api/v0/query", query)
-    app.router.add_get("/api/v0/peers", peers_list)
-    app.router.add_post("/api/v0/peers/connect", require_token(peers_connect))
-    app.router.add_get("/api/v0/trust", trust_list)
-    app.router.add_post("/api/v0/trust", require_token(trust_add))
-    app.router.add_delete("/api/v0/trust", require_token(trust_rm))
-    app.router.add_get("/api/v0/announcements", announcements)
-    app.router.add_get("/api/v0/jobs/{id}", job_get)
-    app.router.add_get("/api/v0/jobs/{id}/events", job_events)
-    app.router.add_get("/api/v0/executions/{cid}", execution_get)
-    app.router.add_get("/api/v0/executions/{cid}/data", execution_data)
-    app.router.add_get("/odf/{dataset}/refs/head", odf_head)
-    app.router.add_get("/odf/{dataset}/blocks/{cid}", odf_block)
-    app.router.add_get("/odf/{dataset}/data/{cid}", odf_data)
-    app.router.add_get("/ipfs/{cid}", gateway)
+    app[LIMITS_KEY] = limits
+    app[METRICS_KEY] = metrics
+    app[OPENAPI_KEY] = openapi.document(ROUTES, limits, __version__)
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, guard(route))
     return app

@@ -1,5 +1,9 @@
 """Query jobs: a query started with ``wait: false`` runs as a job whose progress events can be followed
-(server-sent events) and whose answer is kept for a while."""
+(server-sent events) and whose answer is kept for a while.
+
+The table is bounded (issue 15 item 1 "bounded job tables"): at most ``max_live`` jobs run at once (more are
+refused with 429), and a finished job is dropped ``keep_seconds`` after it ended, the oldest first beyond
+``max_kept``."""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from node.errors import CairnError, NotFound
+from node.errors import CairnError, NotFound, TooManyJobs
 
-KEEP_SECONDS = 3600.0
+KEEP_SECONDS = 600.0
+MAX_LIVE = 16
 _counter = itertools.count(1)
 
 
@@ -24,6 +29,7 @@ class Job:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    finished: float | None = None  # when it ended (time.time()), for expiry
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -52,12 +58,22 @@ class Job:
 
 
 class Jobs:
-    def __init__(self) -> None:
+    def __init__(self, max_live: int = MAX_LIVE, keep_seconds: float = KEEP_SECONDS) -> None:
+        self.max_live, self.keep_seconds = max_live, keep_seconds
+        self.max_kept = max(256, 16 * max_live)  # finished answers kept at most, whatever their age
         self._jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def live(self) -> int:
+        return sum(1 for j in self._jobs.values() if not j.done)
+
     def start(self, work: Callable[[Callable[[str, dict[str, Any]], None]], Awaitable[dict[str, Any]]]) -> Job:
         self._expire()
+        if self.live() >= self.max_live:
+            raise TooManyJobs(f"{self.max_live} query jobs already run (api.max_jobs): try again when one ends")
         job = Job(f"job-{next(_counter)}-{secrets.token_hex(4)}")
         self._jobs[job.id] = job
 
@@ -72,6 +88,8 @@ class Jobs:
             except Exception as e:  # noqa: BLE001  keep the job's promise: it ends, and says how
                 job.error = {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
                 job.emit("failed", job.error)
+            finally:
+                job.finished = time.time()
 
         task = asyncio.ensure_future(run())
         self._tasks.add(task)
@@ -85,9 +103,12 @@ class Jobs:
             raise NotFound(f"no job {job_id!r}") from None
 
     def _expire(self) -> None:
-        cutoff = time.time() - KEEP_SECONDS
-        for jid in [j.id for j in self._jobs.values() if j.done and j.created < cutoff]:
-            del self._jobs[jid]
+        cutoff = time.time() - self.keep_seconds
+        ended = sorted((j for j in self._jobs.values() if j.finished is not None), key=lambda j: j.finished or 0.0)
+        excess = len(ended) - self.max_kept
+        for n, job in enumerate(ended):
+            if n < excess or (job.finished or 0.0) < cutoff:
+                del self._jobs[job.id]
 
     async def close(self) -> None:
         for t in list(self._tasks):

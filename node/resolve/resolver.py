@@ -24,7 +24,7 @@ import pyarrow as pa
 from node import clock, values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
-from node.errors import CairnError, ClaimRefused, InvalidCID, InvalidInput, InvalidObject
+from node.errors import CairnError, ClaimRefused, InvalidCID, InvalidInput, InvalidObject, Unauthorized
 from node.identity import Identity
 from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -69,6 +69,7 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
 VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
 POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
 Lookup = Callable[[CID], Awaitable[dict[str, list[bytes]]]]
+_NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class Resolver:
         self.identity = identity
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
-        self._inflight: dict[tuple[str, str], asyncio.Future[Outcome]] = {}
+        self._inflight: dict[tuple[str, str, bool], asyncio.Future[Outcome]] = {}
         self.computed = 0  # Spark jobs this resolver started
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
@@ -172,7 +173,12 @@ class Resolver:
     # -- answering -----------------------------------------------------------------------------
 
     async def resolve(
-        self, sql: str, inputs: Mapping[str, str], on_event: Event | None = None, trust: str | None = None
+        self,
+        sql: str,
+        inputs: Mapping[str, str],
+        on_event: Event | None = None,
+        trust: str | None = None,
+        may_compute: bool = True,
     ) -> Answer:
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
@@ -192,11 +198,14 @@ class Resolver:
             hit = None
         outcome = Outcome(hit, "local", hit.trust) if hit is not None else None
         if outcome is None:
-            flight = self._inflight.get((key, mode))
-            if flight is None:  # identical invocations in flight share one resolution (single-flight)
-                flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit))
-                self._inflight[(key, mode)] = flight
-                flight.add_done_callback(lambda _: self._inflight.pop((key, mode), None))
+            # Identical invocations in flight share one resolution (single-flight); one that may not compute
+            # is its own flight, so its refusal never reaches an asker that may.
+            fkey = (key, mode, may_compute)
+            flight = self._inflight.get(fkey)
+            if flight is None:
+                flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit, may_compute))
+                self._inflight[fkey] = flight
+                flight.add_done_callback(lambda _: self._inflight.pop(fkey, None))
             outcome = await asyncio.shield(flight)
         return Answer(
             iv.query,
@@ -211,10 +220,22 @@ class Resolver:
         )
 
     async def _miss(
-        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], mode: str, emit: Event
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        mode: str,
+        emit: Event,
+        may_compute: bool = True,
     ) -> Outcome:
-        """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute."""
+        """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute
+        (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
+        if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
+            raise Unauthorized(_NEEDS_TOKEN)
         found = await self._from_peers(cq, iv_block, versions, mode, emit) if mode != "self" else None
+        if found is None and not may_compute:
+            raise Unauthorized(_NEEDS_TOKEN)
         if found is not None:
             claim, got = found
             peer = {

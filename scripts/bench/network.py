@@ -294,7 +294,8 @@ def free_port() -> int:
 class Api:
     """One keep-alive HTTP/1.1 connection to a node's API."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, token: str | None = None) -> None:
+        self.token = token  # the node's api.token: a query miss computes only with it (docs/api.md)
         u = urllib.parse.urlsplit(base)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
@@ -303,6 +304,8 @@ class Api:
         """(wall ms until the whole answer is read, status, parsed JSON or text)."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         for attempt in (0, 1):
             try:
                 t0 = time.perf_counter()
@@ -372,7 +375,7 @@ class BenchNode:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"node {self.name} did not listen within {timeout}s")
             time.sleep(0.05)
-        self.api = Api(self.api_url)
+        self.api = Api(self.api_url, (self.home / "api.token").read_text().strip())
         info = self.info()
         self.note_children()
         say(f"node {self.name}: pid {self.proc.pid} at {self.api_url}; Kubo pid {info['kubo'].get('pid')}")

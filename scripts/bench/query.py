@@ -296,7 +296,8 @@ class Phase:
 class Api:
     """One keep-alive HTTP/1.1 connection to the node's API."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, token: str | None = None) -> None:
+        self.token = token  # the node's api.token: a query miss computes only with it (docs/api.md)
         u = urllib.parse.urlsplit(base)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
@@ -305,6 +306,8 @@ class Api:
         """(wall ms until the whole answer is read, status, parsed JSON)."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         for attempt in (0, 1):
             try:
                 t0 = time.perf_counter()
@@ -688,7 +691,7 @@ def bench_cairn(
             raise RuntimeError(f"slice files not in the node's cache: {missing[:3]}")
         time.sleep(2.0)  # let the ingest's after-work (Kubo, GC) settle
 
-        api = Api(node.api)
+        api = Api(node.api, (node.home / "api.token").read_text().strip())
         try:
             misses = _bench_misses(api, node, warm, timed, phases)
             hits = _bench_hits(api, node, misses["misses"][0]["constant"], n_hits, phases)

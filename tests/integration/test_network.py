@@ -32,7 +32,7 @@ def post(node: NodeProcess, path: str, body: dict[str, Any], token: bool = False
 
 
 def ask(node: NodeProcess, sql: str = SQL, trust: str | None = None) -> dict[str, Any]:
-    status, out = post(node, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": trust})
+    status, out = post(node, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": trust}, token=True)
     assert status == 200, out
     return out
 
@@ -115,7 +115,9 @@ def test_untrusted_signer_is_refused_under_community(net: dict[str, NodeProcess]
     ask(c, sql, trust="self")  # only C has it; B does not trust C
     r = b.cli("connect", status(c)["p2p_addrs"][0])
     assert r.returncode == 0, r.stderr.decode()
-    status_b, out = post(b, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": "community"})
+    status_b, out = post(
+        b, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": "community"}, token=True
+    )
     # With no usable claim B computes it itself.
     assert status_b == 200 and out["source"] == "computed"
     claims = b.get("/api/v0/announcements")[1]["claims"]
@@ -390,7 +392,7 @@ def _claim_on(node: NodeProcess, invocation: str) -> dict[str, Any]:
 
 
 def _ask_any(node: NodeProcess, sql: str) -> dict[str, Any]:
-    status_, out = post(node, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": "any"})
+    status_, out = post(node, "/api/v0/query", {"sql": sql, "inputs": {"sales": "sales"}, "trust": "any"}, token=True)
     assert status_ == 200, out
     return out
 

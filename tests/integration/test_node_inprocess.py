@@ -88,7 +88,7 @@ def _zombie(pid: int) -> bool:
 )
 async def test_dag_put_stores_what_kubo_returns(inode: InNode, kubo_client: KuboClient, value: Any) -> None:
     _, client = inode
-    resp = await client.post("/api/v0/dag", data=json.dumps(value))
+    resp = await client.post("/api/v0/dag", json=value)
     assert resp.status == 200, await resp.text()
     cid = (await resp.json())["cid"]
     assert dag_cbor.decode(await kubo_client.block_get(cid)) == value  # Kubo holds it, decoded independently
@@ -123,7 +123,7 @@ async def test_writes_need_the_token_and_store_nothing_without(inode: InNode) ->
 )
 async def test_bad_requests_get_one_line_4xx(inode: InNode, method: str, path: str, status: int) -> None:
     _, client = inode
-    resp = await client.request(method, path, data=b"{not json")
+    resp = await client.request(method, path, data=b"{not json", headers={"Content-Type": "application/json"})
     body = await resp.json()
     assert resp.status == status, body
     assert "\n" not in body["error"]["message"] and body["error"]["type"]

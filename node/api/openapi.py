@@ -1,0 +1,146 @@
+"""``GET /api/v0/openapi.json``: the OpenAPI 3.1 document, generated from the route table (the one source).
+
+Issue 15 item 3 precondition: the document lists exactly the routes ``create_app`` serves, with who may call
+each (``security`` and ``x-cairn-access``), its parameters, its body (content type and cap) and its answers,
+errors included ({"error": {"type", "message"}}).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from node.api.access import JSON, OPEN, TOKEN, TOKEN_TO_COMPUTE, UPLOAD, Limits, Route
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        }
+    },
+}
+_ERROR_TEXT = {
+    400: "bad input",
+    401: "the API token is missing or wrong (or, for a query, needed to compute)",
+    403: "a request from a web page that is not the node's",
+    404: "not found",
+    409: "conflicts with the node's state or settings",
+    413: "body over the route's cap",
+    415: "not Content-Type: application/json",
+    421: "Host is not one of the node's names",
+    422: "a value the node cannot render",
+    429: "too many query jobs",
+}
+
+
+def _operation_id(route: Route) -> str:
+    return route.method.lower() + "_" + "_".join(re.findall(r"[A-Za-z0-9]+", route.path))
+
+
+def _parameters(route: Route) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"\{(\w+)\}", route.path)
+    ]
+    for p in route.params:
+        schema: dict[str, Any] = {"type": p.type, **({"enum": list(p.enum)} if p.enum else {})}
+        if p.repeated:
+            schema = {"type": "array", "items": schema}
+        out.append({"name": p.name, "in": "query", "required": False, "description": p.doc, "schema": schema})
+    return out
+
+
+def _body(route: Route, limits: Limits) -> dict[str, Any] | None:
+    if route.body == JSON:
+        schema = {**(route.body_schema or {"type": "object"})}
+        return {
+            "required": True,
+            "description": f"JSON, at most {limits.max_json_bytes} bytes (api.max_json_bytes)",
+            "content": {"application/json": {"schema": schema}},
+        }
+    if route.body == UPLOAD:
+        return {
+            "required": True,
+            "description": f"the bytes, at most {limits.max_upload_bytes} bytes (api.max_upload_bytes)",
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    return None
+
+
+def _responses(route: Route) -> dict[str, Any]:
+    content = {
+        ct: {"schema": {"type": "object"} if ct == "application/json" else {"type": "string", "format": "binary"}}
+        for ct in route.produces
+    }
+    codes = set(route.errors) | {421}
+    if route.access != OPEN:
+        codes |= {401}
+    if route.access != OPEN or route.method not in ("GET", "HEAD"):
+        codes |= {403}
+    if route.body is not None:
+        codes |= {413}
+    if route.body == JSON:
+        codes |= {415}
+    ref = "#/components/responses/Error"
+    out: dict[str, Any] = {str(route.ok): {"description": "success", "content": content}}
+    for code in sorted(codes):
+        out[str(code)] = {"$ref": ref, "description": _ERROR_TEXT.get(code, "error")}
+    # The node's own fault, or Kubo / Spark / a peer failing: the same one-line error.
+    out["5XX"] = {"$ref": ref, "description": "the node, its Kubo, its Spark worker or a peer failed"}
+    return out
+
+
+def _operation(route: Route, limits: Limits) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": _operation_id(route),
+        "summary": route.summary,
+        "x-cairn-access": route.access,
+        "parameters": _parameters(route),
+        "responses": _responses(route),
+    }
+    if route.access == TOKEN:
+        op["security"] = [{"token": []}]
+    elif route.access == TOKEN_TO_COMPUTE:  # the token is optional: without it, only answers the node has
+        op["security"] = [{"token": []}, {}]
+    else:
+        op["security"] = []
+    body = _body(route, limits)
+    if body is not None:
+        op["requestBody"] = body
+    return op
+
+
+def document(routes: Iterable[Route], limits: Limits, version: str) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, limits)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Cairn node API",
+            "version": version,
+            "description": "Generated from the node's route table (node/api/server.py ROUTES); see docs/api.md.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": ERROR_SCHEMA},
+            "responses": {
+                "Error": {
+                    "description": "an error: its type and a one-line message",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                }
+            },
+            "securitySchemes": {
+                "token": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "the node's API token, the content of $CAIRN_HOME/api.token",
+                }
+            },
+        },
+    }
