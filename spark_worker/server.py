@@ -595,12 +595,33 @@ def _set_parent_death_signal() -> None:
         log.warning("prctl unavailable: %s", e)
 
 
+ORPHAN_KILL_S = 3 * STOP_GRACE_S + 5  # longer than a clean stop can take (job, spark.stop, JVM exit)
+
+
 def _watch_parent(parent_pid: int) -> None:
-    """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid()."""
+    """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid(). An orphan that has
+    not stopped cleanly within ORPHAN_KILL_S (a JVM wedged by an OOM, a thread stuck in py4j) kills itself
+    and its JVM: issue 15 saw an orphaned worker and JVM (780 MB) live on for 10+ minutes."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     log.warning("parent process %d is gone; stopping", parent_pid)
     os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(ORPHAN_KILL_S)  # this daemon thread dies with the process when the clean stop ends in time
+    log.error("still running %.0f s after the parent died; killing the worker and its JVM", ORPHAN_KILL_S)
+    _kill_everything()
+
+
+def _kill_everything() -> None:
+    """SIGKILL this worker's process group (the node starts it as a group leader; the JVM is in it), or at
+    least the JVM and this process."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _bind(path: Path) -> tuple[socket.socket, int]:
@@ -733,11 +754,15 @@ def _serve(worker: Worker) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        return worker.serve()
+        code = worker.serve()
     finally:
         os.close(worker.wake_r)
         os.close(worker.wake_w)
         log.info("exited")
+    # Spark and its JVM are stopped: end now, so that no thread or atexit hook left by PySpark/py4j can hold
+    # the process at interpreter shutdown (an orphan must end; issue 15).
+    logging.shutdown()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -331,6 +331,14 @@ async def job_get(request: web.Request) -> web.Response:
     return _json(_node(request).jobs.get(request.match_info["id"]).view())
 
 
+async def job_cancel(request: web.Request) -> web.Response:
+    """DELETE /api/v0/jobs/{id}: cancel a wait:false query (and its Spark job); its state as GET gives it."""
+    job = _node(request).jobs.cancel(request.match_info["id"])
+    if job.task is not None and not job.task.done():
+        await asyncio.wait([job.task])  # the cancel lands: the job reads "failed", its Spark job is cancelled
+    return _json(job.view())
+
+
 async def job_events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: every event of the job from its start, then live until it ends."""
     job = _node(request).jobs.get(request.match_info["id"])
@@ -496,6 +504,7 @@ def create_app(node: Node, token: str, max_body: int) -> web.Application:
     app.router.add_get("/api/v0/announcements", announcements)
     app.router.add_get("/api/v0/jobs/{id}", job_get)
     app.router.add_get("/api/v0/jobs/{id}/events", job_events)
+    app.router.add_delete("/api/v0/jobs/{id}", require_token(job_cancel))
     app.router.add_get("/api/v0/executions/{cid}", execution_get)
     app.router.add_get("/api/v0/executions/{cid}/data", execution_data)
     app.router.add_get("/odf/{dataset}/refs/head", odf_head)

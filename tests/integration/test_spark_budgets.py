@@ -199,3 +199,64 @@ async def test_node_refuses_a_result_over_its_row_cap(node: InNode) -> None:
     sql = "SELECT a.x, b.x AS y FROM tiny a CROSS JOIN tiny b"  # 9 rows, the node's cap is 4
     status, body = await query(client, {"sql": sql, "inputs": {"tiny": "tiny"}})
     assert status == 400 and "result-rows" in str(body) and "spark.max_result_rows" in str(body), body
+
+
+# --- cancel: the client leaving, DELETE /api/v0/jobs/{id} ----------------------------------------------
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def slow_node(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[InNode]:
+    """A node with no plan budget (so that a long non-equi join runs) and a 200 k-row dataset."""
+    base = tmp_path_factory.mktemp("cancel-node")
+    async with inprocess_node(base / "n", kubo_session, **{"spark.max_plan_bytes": 0}) as pair:
+        await pair[0].spark.ensure()
+        await add_csv(pair[1], "big", b"x\n" + b"".join(b"%d\n" % i for i in range(LONG_ROWS)))
+        yield pair
+
+
+SLOW = {"sql": "SELECT count(*) AS n FROM big a JOIN big b ON a.x < b.x", "inputs": {"big": "big"}}
+
+
+async def _running(node: InNode, want: bool, timeout: float) -> dict[str, object]:
+    """Poll the worker until a job is (or no job is) running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = await node[0].worker.stats()
+        if (stats["running"] is not None) == want:
+            return stats
+        assert time.monotonic() < deadline, f"worker still {'idle' if want else 'busy'}: {stats}"
+        await asyncio.sleep(0.1)
+
+
+async def test_client_leaving_cancels_its_spark_job(slow_node: InNode) -> None:
+    before = await slow_node[0].worker.stats()
+    asking = asyncio.create_task(query(slow_node[1], SLOW))
+    await _running(slow_node, True, 120)
+    asking.cancel()  # the HTTP client goes away (the TestServer cancels the handler, as the daemon now does)
+    await asyncio.gather(asking, return_exceptions=True)
+    # Before issue 15 the job ran on (minutes) after its client left.
+    after = await _running(slow_node, False, 60)
+    assert after["cancelled"] == before["cancelled"] + 1 and after["restarts"] == before["restarts"]
+    status, body = await query(slow_node[1], {"sql": "SELECT count(*) AS n FROM big", "inputs": {"big": "big"}})
+    assert status == 200 and body["rows"] == [[LONG_ROWS]], body
+
+
+async def test_delete_cancels_a_wait_false_job(slow_node: InNode) -> None:
+    _, client = slow_node
+    before = await slow_node[0].worker.stats()
+    status, started = await query(client, {**SLOW, "wait": False})
+    assert status == 202, started
+    path = f"/api/v0/jobs/{started['job']}"
+    await _running(slow_node, True, 120)
+    resp = await client.delete(path, headers={"Authorization": ""})  # no token: refused, nothing cancelled
+    assert resp.status == 401
+    assert (await slow_node[0].worker.stats())["running"] is not None
+    resp = await client.delete(path)
+    body = await resp.json()
+    assert resp.status == 200 and body["state"] == "failed" and body["error"]["type"] == "Cancelled", body
+    after = await _running(slow_node, False, 60)
+    assert after["cancelled"] == before["cancelled"] + 1
+    resp = await client.get(path)
+    assert (await resp.json())["state"] == "failed"
+    resp = await client.delete("/api/v0/jobs/job-0-nosuch")
+    assert resp.status == 404
