@@ -111,6 +111,11 @@ class SparkSettings:
         default=1 << 40,
     )
     max_concurrent_jobs: int = _doc("Spark jobs the worker runs at the same time (more wait their turn).", default=2)
+    stall_timeout: float = _doc(
+        "Seconds the Spark JVM may use no CPU while a job runs before the worker kills it and is restarted "
+        "(the job fails with 503). 0: never.",
+        default=120.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -341,5 +346,6 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("spark.max_result_bytes", s.spark.max_result_bytes > 0, "spark.max_result_bytes must be positive"),
         ("spark.max_plan_bytes", s.spark.max_plan_bytes >= 0, "spark.max_plan_bytes must be 0 or more"),
         ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
+        ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)

@@ -63,6 +63,11 @@ STOP_GRACE_S = 10.0
 
 PR_SET_PDEATHSIG = 1
 
+WATCH_EVERY_S = 1.0
+# A sample (WATCH_EVERY_S) in which the JVM used more CPU than this is progress: a computing job uses about a
+# core; an idle JVM's own threads (heartbeats, a GC) use a few ms.
+STALL_CPU_S = 0.1 * WATCH_EVERY_S
+
 
 class RequestError(Exception):
     """The request is malformed (kind "request")."""
@@ -176,6 +181,7 @@ class Worker:
         *,
         warmup: bool = True,
         max_jobs: int = 1,
+        stall_s: float = 0.0,
     ) -> None:
         self.spark = spark
         self.sc = spark.sparkContext
@@ -184,6 +190,8 @@ class Worker:
         self.profile = engine_profile(spark)  # answer-relevant versions and settings, sent with every ping
         self.repin = session_pinner(spark)
         self.max_jobs = max_jobs
+        self.stall_s = stall_s  # 0: no watchdog
+        self.stalled = False
         self.listener = listener
         self.socket_path = socket_path
         self.socket_ino = socket_ino
@@ -286,8 +294,10 @@ class Worker:
         if isinstance(exc, guard.Refused):
             return _error(str(exc), "refused", condition=exc.rule)
         if not self.jvm_alive():
-            # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM; the worker then exits too.
-            return _error(f"the Spark JVM died during job {job.id} (out of memory?); the worker restarts", "died")
+            # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
+            # one; the worker then exits too, and the node restarts it.
+            why = f"made no progress for {self.stall_s:g} s and was killed" if self.stalled else "died (out of memory?)"
+            return _error(f"the Spark JVM {why} during job {job.id}; the worker restarts", "died")
         condition = sqlstate = None
         if isinstance(exc, PySparkException):
             try:
@@ -350,6 +360,30 @@ class Worker:
             self.stop(EXIT_JVM_DIED)
             return False
         return True
+
+    def _watchdog(self) -> None:
+        """Kill a JVM that burns no CPU for ``stall_s`` while a job runs (issue 15: after an OOM in its Arrow
+        thread a job sat "running" at 0 % CPU forever). A long task that computes is never touched: only
+        CPU time counts, not finished tasks. The job thread then answers "died" and the worker exits."""
+        proc = self.jvm_proc()
+        if proc is None or not self.stall_s:
+            return
+        last_cpu, since = _cpu_seconds(proc.pid), time.monotonic()
+        while not self.stopping.wait(WATCH_EVERY_S):
+            cpu, now = _cpu_seconds(proc.pid), time.monotonic()
+            with self.lock:
+                busy = bool(self.running)
+            if cpu is None:
+                return  # the JVM is gone
+            progress = last_cpu is None or cpu - last_cpu > STALL_CPU_S
+            last_cpu = cpu
+            if not busy or progress:
+                since = now
+            elif now - since > self.stall_s:
+                log.error("the JVM used no CPU for %.0f s while jobs ran; killing it", now - since)
+                self.stalled = True
+                proc.kill()
+                return
 
     def cancel(self, job: Job) -> None:
         job.cancelled.set()
@@ -496,6 +530,7 @@ class Worker:
     def serve(self) -> int:
         for t in self.job_threads:
             t.start()
+        threading.Thread(target=self._watchdog, name="spark-watchdog", daemon=True).start()
         self.listener.setblocking(False)
         log.info("ready on %s (Spark %s, master %s)", self.socket_path, self.version, self.master)
         while not self.stopping.is_set():
@@ -582,6 +617,18 @@ def stop_spark(spark: Any) -> None:
             log.warning("the JVM (pid %d) did not exit; killing it", proc.pid)
             proc.kill()
             proc.wait()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (threads included), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == b"Z":
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _set_parent_death_signal() -> None:
@@ -673,6 +720,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parent-pid", type=int, help="exit when the parent is no longer this process")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up query before serving")
     p.add_argument("--max-jobs", type=int, default=2, help="Spark jobs run at the same time (default 2)")
+    p.add_argument(
+        "--stall-timeout", type=float, default=0.0, help="kill a JVM idle this many s while a job runs (0: never)"
+    )
     return p.parse_args(argv)
 
 
@@ -731,7 +781,14 @@ def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: sock
         started_ms = (time.perf_counter() - t0) * 1000
         # The warm-up runs as the job thread's first task: ping answers at once, a first job waits for it.
         worker = Worker(
-            spark, listener, args.socket, ino, args.parent_pid, warmup=not args.no_warmup, max_jobs=args.max_jobs
+            spark,
+            listener,
+            args.socket,
+            ino,
+            args.parent_pid,
+            warmup=not args.no_warmup,
+            max_jobs=args.max_jobs,
+            stall_s=args.stall_timeout,
         )
         log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
         return worker

@@ -108,10 +108,13 @@ class SparkWorker:
         warmup: bool = True,
         max_jobs: int = 2,
         limits: Mapping[str, int] = _NO_LIMITS,
+        stall_timeout: float = 0.0,
     ) -> None:
         """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
         ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
-        budgets sent with every run (``rows``, ``bytes``, ``plan_bytes``; spark_worker/budget.py).
+        budgets sent with every run (``rows``, ``bytes``, ``plan_bytes``; spark_worker/budget.py);
+        ``stall_timeout``: the worker kills (and so restarts) a JVM that uses no CPU this long while a job
+        runs (0: never).
 
         Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
         directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
@@ -128,6 +131,7 @@ class SparkWorker:
         self.stop_timeout = stop_timeout
         self.warmup = warmup
         self.max_jobs = max_jobs
+        self.stall_timeout = stall_timeout
         self.limits = dict(limits)
         self.restarts = 0
         self.jobs_sent = 0
@@ -197,7 +201,7 @@ class SparkWorker:
             cmd += ["--conf", f"{key}={value}"]
         if not self.warmup:
             cmd.append("--no-warmup")
-        cmd += ["--max-jobs", str(self.max_jobs)]
+        cmd += ["--max-jobs", str(self.max_jobs), "--stall-timeout", str(self.stall_timeout)]
         return cmd
 
     def _env(self) -> dict[str, str]:

@@ -13,6 +13,9 @@ Each test fails on the code before issue 15 (no limits, one job at a time, an OO
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -124,7 +127,7 @@ async def test_result_bytes_above_the_cap_are_refused(limited: SparkWorker, data
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def unlimited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SparkWorker]:
     base = tmp_path_factory.mktemp("unlimited")
-    w = SparkWorker(base / "w.sock", log_path=base / "worker.log", max_jobs=2)
+    w = SparkWorker(base / "w.sock", log_path=base / "worker.log", max_jobs=2, stall_timeout=STALL_S)
     await w.start()
     try:
         yield w
@@ -132,6 +135,7 @@ async def unlimited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[S
         await w.stop()
 
 
+STALL_S = 20.0
 SUMS = "SELECT col_0, sum(col_1) AS s, count(*) AS n FROM a GROUP BY col_0 ORDER BY col_0"
 
 
@@ -170,6 +174,30 @@ async def test_out_of_memory_restarts_the_worker(unlimited: SparkWorker, data: P
     after = await unlimited.run("SELECT count(*) FROM a", three(data), timeout=300)  # waits for the restart
     assert after.table.column(0).to_pylist() == [3]
     assert unlimited.restarts == restarts + 1 and unlimited.pid != old_pid
+
+
+async def test_a_stalled_jvm_is_killed_and_the_worker_restarted(unlimited: SparkWorker, data: Path) -> None:
+    restarts = unlimited.restarts
+    task = asyncio.create_task(unlimited.run(LONG, long_inputs(data), job_id="stalled", timeout=300))
+    deadline = time.monotonic() + 120
+    while (stats := await unlimited.stats())["running"] != "stalled":
+        assert time.monotonic() < deadline and not task.done(), "the long job did not start"
+        await asyncio.sleep(0.1)
+    jvm = stats["jvm_pid"]
+    assert isinstance(jvm, int)
+    os.kill(jvm, signal.SIGSTOP)  # a JVM that makes no progress at all (as one wedged after an OOM did)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(SparkWorkerDied) as err:
+            # Before issue 15 nothing watched a running job: this waited until the timeout (SparkTimeout).
+            await task
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(jvm, signal.SIGCONT)
+    assert err.value.status == 503 and "no progress" in err.value.message
+    assert time.monotonic() - t0 >= STALL_S  # not before the stall budget
+    after = await unlimited.run("SELECT count(*) FROM a", three(data), timeout=300)
+    assert after.table.column(0).to_pylist() == [3] and unlimited.restarts == restarts + 1
 
 
 # --- end to end through a node -------------------------------------------------------------------------
