@@ -285,6 +285,11 @@ class Worker:
     def _classify(self, job: Job, exc: BaseException) -> dict[str, Any]:
         from pyspark.errors import AnalysisException, PySparkException
 
+        if not self.jvm_alive():  # first: the jobs beside the one that killed the JVM died with it
+            # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
+            # one; the worker then exits too, and the node restarts it.
+            why = f"made no progress for {self.stall_s:g} s and was killed" if self.stalled else "died (out of memory?)"
+            return _error(f"the Spark JVM {why} during job {job.id}; the worker restarts", "died")
         if self.stopping.is_set():
             return _error(f"the worker is stopping (job {job.id} cancelled)", "cancelled")
         if job.cancelled.is_set() or isinstance(exc, Cancelled):
@@ -293,11 +298,6 @@ class Worker:
             return _error(str(exc), "analysis")
         if isinstance(exc, guard.Refused):
             return _error(str(exc), "refused", condition=exc.rule)
-        if not self.jvm_alive():
-            # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
-            # one; the worker then exits too, and the node restarts it.
-            why = f"made no progress for {self.stall_s:g} s and was killed" if self.stalled else "died (out of memory?)"
-            return _error(f"the Spark JVM {why} during job {job.id}; the worker restarts", "died")
         condition = sqlstate = None
         if isinstance(exc, PySparkException):
             try:

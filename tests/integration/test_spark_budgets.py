@@ -166,6 +166,7 @@ async def test_a_long_job_does_not_hold_a_short_one(unlimited: SparkWorker, data
 
 
 async def test_out_of_memory_restarts_the_worker(unlimited: SparkWorker, data: Path) -> None:
+    # The long job the test before cancelled may still be ending beside this one: both die with the JVM.
     restarts, old_pid = unlimited.restarts, unlimited.pid
     with pytest.raises(SparkWorkerDied) as err:
         # Before issue 15 the JVM's OOM left this job "running" forever: the timeout fired instead.
@@ -177,6 +178,7 @@ async def test_out_of_memory_restarts_the_worker(unlimited: SparkWorker, data: P
 
 
 async def test_a_stalled_jvm_is_killed_and_the_worker_restarted(unlimited: SparkWorker, data: Path) -> None:
+    await unlimited.run("SELECT count(*) FROM a", three(data), timeout=300)  # up (it may be restarting)
     restarts = unlimited.restarts
     task = asyncio.create_task(unlimited.run(LONG, long_inputs(data), job_id="stalled", timeout=300))
     deadline = time.monotonic() + 120
