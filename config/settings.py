@@ -111,7 +111,29 @@ class SparkSettings:
         "Start the Spark worker with the node (true), or at the first query that needs it (false).", default=True
     )
     start_timeout: float = _doc("Seconds the Spark worker may take to start before queries fail.", default=180.0)
-    query_timeout: float = _doc("Seconds one Spark job may run before it is abandoned.", default=3600.0)
+    query_timeout: float = _doc(
+        "Seconds one Spark job may run before it is cancelled (504); the wall-time budget of a query.", default=300.0
+    )
+    max_result_rows: int = _doc(
+        "Rows a Spark result may have; a larger result is refused (400) before it leaves the worker.",
+        default=10_000_000,
+    )
+    max_result_bytes: int = _doc(
+        "Bytes (Arrow IPC) a Spark result may have; a larger result is refused (400) before it leaves the worker.",
+        default=1 << 30,
+    )
+    max_plan_bytes: int = _doc(
+        "Largest work a query may plan, estimated from Spark's optimized plan statistics before the job runs "
+        "(bytes scanned and shuffled, and the product of both sides' sizes for a join without equal keys); "
+        "above it the query is refused (400). 0: no limit.",
+        default=1 << 40,
+    )
+    max_concurrent_jobs: int = _doc("Spark jobs the worker runs at the same time (more wait their turn).", default=2)
+    stall_timeout: float = _doc(
+        "Seconds the Spark JVM may use no CPU while a job runs before the worker kills it and is restarted "
+        "(the job fails with 503). 0: never.",
+        default=120.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -345,5 +367,11 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
         ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
         ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
+        ("spark.query_timeout", s.spark.query_timeout > 0, "spark.query_timeout must be positive"),
+        ("spark.max_result_rows", s.spark.max_result_rows > 0, "spark.max_result_rows must be positive"),
+        ("spark.max_result_bytes", s.spark.max_result_bytes > 0, "spark.max_result_bytes must be positive"),
+        ("spark.max_plan_bytes", s.spark.max_plan_bytes >= 0, "spark.max_plan_bytes must be 0 or more"),
+        ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
+        ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)

@@ -608,6 +608,9 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
         conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
         log_path=home.logs / "spark.log",
         start_timeout=sp.start_timeout,
+        max_jobs=sp.max_concurrent_jobs,
+        stall_timeout=sp.stall_timeout,
+        limits={"rows": sp.max_result_rows, "bytes": sp.max_result_bytes, "plan_bytes": sp.max_plan_bytes},
     )
 
 

@@ -33,7 +33,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     node = await Node.open(settings)
     try:
         app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
-        runner = web.AppRunner(app, access_log=None)
+        # A client that disconnects cancels its request, and so its query (issue 15; as aiohttp's TestServer does).
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, settings.api.host, settings.api.port)
         try:

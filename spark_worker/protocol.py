@@ -14,7 +14,9 @@ Requests and answers (see docs/spark.md):
 - ``{"op": "run", "job": id, "statement": sql, "inputs": {name: {"paths": […], "columns": […]}}}``
   → ``{"ok": true, "job": id, "rows": n, "elapsed_ms": …, "ipc_bytes": …}`` + Arrow IPC stream
 - ``{"op": "stats"}`` → ``{"ok": true, "jobs": n, "failed": n, "succeeded": n, "cancelled": n, "running": id|null, …}``
-- any failure → ``{"ok": false, "error": "<one line>", "kind": "analysis"|"runtime"|"request"|"cancelled",
+- a run may carry ``"limits": {"rows": n, "bytes": n, "plan_bytes": n}`` (0: none; spark_worker/budget.py)
+- any failure → ``{"ok": false, "error": "<one line>", "kind": "analysis"|"runtime"|"request"|"cancelled"|
+  "refused" (guard or budget; ``condition`` names the rule)|"died" (the JVM died, e.g. out of memory),
   "condition": Spark error class or null, "sqlstate": … or null}``
 """
 
@@ -36,7 +38,7 @@ INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 JOB_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 GLOB_CHARS = frozenset("*?[]{}\\")  # Hadoop expands these in paths: the worker refuses them
 
-ERROR_KINDS = ("analysis", "runtime", "request", "cancelled")
+ERROR_KINDS = ("analysis", "runtime", "request", "cancelled", "refused", "died")
 
 
 class ProtocolError(Exception):

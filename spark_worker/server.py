@@ -4,8 +4,11 @@ Threads:
 - the main thread starts Spark, accepts connections, and handles signals and parent death;
 - one handler thread per connection reads requests and answers them (``ping`` and ``stats``
   at once, even while a job runs);
-- one job thread runs the jobs, one at a time, in arrival order (Spark local mode is already
-  parallel inside a job). It owns the job group, so a job whose client went away is cancelled.
+- ``--max-jobs`` job threads (default 2) take jobs in arrival order, each with its own SparkSession
+  (``spark.newSession()``: its own temp views and SQL settings, one SparkContext), so that one long job
+  does not hold every other behind it (issue 15). A thread owns its job's job group, so a job whose
+  client went away is cancelled. Each job's answer depends only on its plan and the pinned settings,
+  not on what runs beside it (shuffle partitions and input splits are fixed: session.py).
 
 It imports nothing from the node: the protocol (spark_worker.protocol) is the whole interface.
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import one_line
-from spark_worker import guard
+from spark_worker import budget, guard
 from spark_worker.protocol import (
     GLOB_CHARS,
     INPUT_NAME,
@@ -59,6 +62,11 @@ CANCEL_REPEAT_S = 0.5  # a cancel sent before the job's Spark job exists is repe
 STOP_GRACE_S = 10.0
 
 PR_SET_PDEATHSIG = 1
+
+WATCH_EVERY_S = 1.0
+# A sample (WATCH_EVERY_S) in which the JVM used more CPU than this is progress: a computing job uses about a
+# core; an idle JVM's own threads (heartbeats, a GC) use a few ms.
+STALL_CPU_S = 0.1 * WATCH_EVERY_S
 
 
 class RequestError(Exception):
@@ -89,6 +97,7 @@ class Job:
     inputs: dict[str, tuple[list[str], list[str]]]
     future: concurrent.futures.Future[tuple[dict[str, Any], Any]] = field(default_factory=concurrent.futures.Future)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    limits: budget.Limits = field(default_factory=budget.Limits)
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
@@ -154,7 +163,11 @@ def _parse_job(req: dict[str, Any]) -> Job:
         if len({c.lower() for c in columns}) != len(columns):
             raise RequestError(f"run: input {name!r} has duplicate column names")
         inputs[name] = (list(paths), list(columns))
-    return Job(job_id, statement, inputs)
+    try:
+        limits = budget.Limits.parse(req.get("limits"))
+    except ValueError as e:
+        raise RequestError(str(e)) from None
+    return Job(job_id, statement, inputs, limits=limits)
 
 
 class Worker:
@@ -167,6 +180,8 @@ class Worker:
         parent_pid: int | None,
         *,
         warmup: bool = True,
+        max_jobs: int = 1,
+        stall_s: float = 0.0,
     ) -> None:
         self.spark = spark
         self.sc = spark.sparkContext
@@ -174,6 +189,9 @@ class Worker:
         self.master = self.sc.master  # cached: handler threads must not make py4j calls for ping/stats
         self.profile = engine_profile(spark)  # answer-relevant versions and settings, sent with every ping
         self.repin = session_pinner(spark)
+        self.max_jobs = max_jobs
+        self.stall_s = stall_s  # 0: no watchdog
+        self.stalled = False
         self.listener = listener
         self.socket_path = socket_path
         self.socket_ino = socket_ino
@@ -184,12 +202,15 @@ class Worker:
         self.stopping = threading.Event()
         self.counters = {"jobs": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
         self.lock = threading.Lock()
-        self.running: Job | None = None
+        self.running: dict[str, Job] = {}  # by job id, in start order
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
-        self.job_thread = threading.Thread(target=self._job_loop, name="spark-jobs", daemon=True)
+        self.job_threads = [
+            threading.Thread(target=self._job_loop, args=(i,), name=f"spark-jobs-{i}", daemon=True)
+            for i in range(max_jobs)
+        ]
 
     # --- the JVM -----------------------------------------------------------------------------
 
@@ -205,14 +226,16 @@ class Worker:
 
     # --- jobs ----------------------------------------------------------------------------------
 
-    def execute(self, job: Job) -> tuple[dict[str, Any], Any]:
-        """Run one job in this thread; returns the answer header and the Arrow IPC buffer."""
+    def execute(self, job: Job, spark: Any = None, repin: Any = None) -> tuple[dict[str, Any], Any]:
+        """Run one job in this thread (on ``spark``, a session of this thread's own); returns the answer
+        header and the Arrow IPC buffer."""
         import pyarrow as pa
 
-        spark, sc = self.spark, self.sc
+        spark = spark or self.spark
+        sc = self.sc
         t0 = time.perf_counter()
         sc.setJobGroup(job.id, f"cairn job {job.id}", interruptOnCancel=True)
-        self.repin()  # a statement could have SET a forced setting
+        (repin or self.repin)()  # a statement could have SET a forced setting
         created: list[str] = []
         try:
             for name, (paths, columns) in job.inputs.items():
@@ -228,9 +251,11 @@ class Worker:
                     raise Cancelled()
             result = spark.sql(job.statement)
             guard.check(spark, result)  # the second wall: Spark's own plan (issue 12, spark_worker/guard.py)
+            budget.check_plan(spark, result, job.limits)  # refused before it runs (issue 15)
             if job.cancelled.is_set():
                 raise Cancelled()
             table = result.toArrow()
+            budget.check_result(table.num_rows, 0, job.limits)
             elapsed_ms = (time.perf_counter() - t0) * 1000
             if job.cancelled.is_set():
                 raise Cancelled()
@@ -246,6 +271,7 @@ class Worker:
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
         buf = sink.getvalue()
+        budget.check_result(table.num_rows, buf.size, job.limits)  # before anything is served
         header = {
             "ok": True,
             "job": job.id,
@@ -259,6 +285,11 @@ class Worker:
     def _classify(self, job: Job, exc: BaseException) -> dict[str, Any]:
         from pyspark.errors import AnalysisException, PySparkException
 
+        if not self.jvm_alive():  # first: the jobs beside the one that killed the JVM died with it
+            # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
+            # one; the worker then exits too, and the node restarts it.
+            why = f"made no progress for {self.stall_s:g} s and was killed" if self.stalled else "died (out of memory?)"
+            return _error(f"the Spark JVM {why} during job {job.id}; the worker restarts", "died")
         if self.stopping.is_set():
             return _error(f"the worker is stopping (job {job.id} cancelled)", "cancelled")
         if job.cancelled.is_set() or isinstance(exc, Cancelled):
@@ -277,8 +308,13 @@ class Worker:
         message = one_line(str(exc), first=True) or type(exc).__name__
         return _error(message, kind, condition=condition, sqlstate=sqlstate)
 
-    def _job_loop(self) -> None:
-        if self.warmup:
+    def _job_loop(self, slot: int) -> None:
+        """One job thread: slot 0 uses the main session (and warms it up), the others a new session each."""
+        spark, repin = self.spark, self.repin
+        if slot:
+            spark = self.spark.newSession()
+            repin = session_pinner(spark)
+        elif self.warmup:
             t0 = time.perf_counter()
             try:
                 _warm_up(self)
@@ -291,43 +327,69 @@ class Worker:
                 return
             if job.cancelled.is_set():
                 job.future.set_result((_error(f"job {job.id} was cancelled", "cancelled"), None))
-                with self.lock:
-                    self.counters["cancelled"] += 1
+                self._count("cancelled")
                 continue
-            self.running = job
-            t0 = time.perf_counter()
-            try:
-                header, buf = self.execute(job)
-            except Exception as e:  # noqa: BLE001 - every failure becomes an answer
-                header, buf = self._classify(job, e), None
-            finally:
-                self.running = None
+            if not self._run_one(job, spark, repin):
+                return
+
+    def _count(self, key: str) -> None:
+        with self.lock:
+            self.counters[key] += 1
+
+    def _run_one(self, job: Job, spark: Any, repin: Any) -> bool:
+        """Run ``job`` and answer it; False when the JVM is gone (the worker is stopping)."""
+        with self.lock:
+            self.running[job.id] = job
+        t0 = time.perf_counter()
+        try:
+            header, buf = self.execute(job, spark, repin)
+        except Exception as e:  # noqa: BLE001 - every failure becomes an answer
+            header, buf = self._classify(job, e), None
+        finally:
             with self.lock:
-                if header["ok"]:
-                    self.counters["succeeded"] += 1
-                elif header["kind"] == "cancelled":
-                    self.counters["cancelled"] += 1
-                else:
-                    self.counters["failed"] += 1
-            if header["ok"]:
-                log.info("job %s: %d rows in %.0f ms", job.id, header["rows"], header["elapsed_ms"])
-            else:
-                log.info(
-                    "job %s failed (%s, %.0f ms): %s",
-                    job.id,
-                    header["kind"],
-                    (time.perf_counter() - t0) * 1000,
-                    header["error"],
-                )
-            job.future.set_result((header, buf))
-            if not header["ok"] and not self.jvm_alive():
-                log.error("the JVM died; exiting so that the node restarts the worker")
-                self.stop(EXIT_JVM_DIED)
+                self.running.pop(job.id, None)
+        self._count("succeeded" if header["ok"] else "cancelled" if header["kind"] == "cancelled" else "failed")
+        if header["ok"]:
+            log.info("job %s: %d rows in %.0f ms", job.id, header["rows"], header["elapsed_ms"])
+        else:
+            ms = (time.perf_counter() - t0) * 1000
+            log.info("job %s failed (%s, %.0f ms): %s", job.id, header["kind"], ms, header["error"])
+        job.future.set_result((header, buf))
+        if not header["ok"] and not self.jvm_alive():
+            log.error("the JVM died; exiting so that the node restarts the worker")
+            self.stop(EXIT_JVM_DIED)
+            return False
+        return True
+
+    def _watchdog(self) -> None:
+        """Kill a JVM that burns no CPU for ``stall_s`` while a job runs (issue 15: after an OOM in its Arrow
+        thread a job sat "running" at 0 % CPU forever). A long task that computes is never touched: only
+        CPU time counts, not finished tasks. The job thread then answers "died" and the worker exits."""
+        proc = self.jvm_proc()
+        if proc is None or not self.stall_s:
+            return
+        last_cpu, since = _cpu_seconds(proc.pid), time.monotonic()
+        while not self.stopping.wait(WATCH_EVERY_S):
+            cpu, now = _cpu_seconds(proc.pid), time.monotonic()
+            with self.lock:
+                busy = bool(self.running)
+            if cpu is None:
+                return  # the JVM is gone
+            progress = last_cpu is None or cpu - last_cpu > STALL_CPU_S
+            last_cpu = cpu
+            if not busy or progress:
+                since = now
+            elif now - since > self.stall_s:
+                log.error("the JVM used no CPU for %.0f s while jobs ran; killing it", now - since)
+                self.stalled = True
+                proc.kill()
                 return
 
     def cancel(self, job: Job) -> None:
         job.cancelled.set()
-        if self.running is job:
+        with self.lock:
+            running = self.running.get(job.id) is job
+        if running:
             try:
                 self.sc.cancelJobGroup(job.id)
             except Exception as e:  # noqa: BLE001
@@ -377,11 +439,13 @@ class Worker:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             counters = dict(self.counters)
-        running = self.running
+            running = list(self.running)
         return {
             "ok": True,
             **counters,
-            "running": running.id if running else None,
+            "running": running[0] if running else None,  # the oldest running job
+            "running_jobs": running,
+            "max_jobs": self.max_jobs,
             "queued": self.jobs.qsize(),
             "spark": self.version,
             "master": self.master,
@@ -464,7 +528,9 @@ class Worker:
         return self.parent_pid is not None and os.getppid() != self.parent_pid
 
     def serve(self) -> int:
-        self.job_thread.start()
+        for t in self.job_threads:
+            t.start()
+        threading.Thread(target=self._watchdog, name="spark-watchdog", daemon=True).start()
         self.listener.setblocking(False)
         log.info("ready on %s (Spark %s, master %s)", self.socket_path, self.version, self.master)
         while not self.stopping.is_set():
@@ -500,7 +566,8 @@ class Worker:
         log.info("stopping")
         self.listener.close()
         _unlink_socket(self.socket_path, self.socket_ino)
-        running = self.running
+        with self.lock:
+            running = list(self.running.values())
         while True:  # nothing queued will run
             try:
                 job = self.jobs.get_nowait()
@@ -509,10 +576,13 @@ class Worker:
             if job is not None:
                 job.cancelled.set()
                 job.future.set_result((_error("the worker is stopping", "cancelled"), None))
-        if running is not None:
-            self.cancel(running)
-        self.jobs.put(None)
-        self.job_thread.join(STOP_GRACE_S)
+        for job in running:
+            self.cancel(job)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for _ in self.job_threads:
+            self.jobs.put(None)
+        for t in self.job_threads:
+            t.join(max(0.0, deadline - time.monotonic()))
         stop_spark(self.spark)
 
 
@@ -549,6 +619,18 @@ def stop_spark(spark: Any) -> None:
             proc.wait()
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (threads included), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == b"Z":
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _set_parent_death_signal() -> None:
     if not sys.platform.startswith("linux"):
         return
@@ -560,12 +642,33 @@ def _set_parent_death_signal() -> None:
         log.warning("prctl unavailable: %s", e)
 
 
+ORPHAN_KILL_S = 3 * STOP_GRACE_S + 5  # longer than a clean stop can take (job, spark.stop, JVM exit)
+
+
 def _watch_parent(parent_pid: int) -> None:
-    """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid()."""
+    """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid(). An orphan that has
+    not stopped cleanly within ORPHAN_KILL_S (a JVM wedged by an OOM, a thread stuck in py4j) kills itself
+    and its JVM: issue 15 saw an orphaned worker and JVM (780 MB) live on for 10+ minutes."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     log.warning("parent process %d is gone; stopping", parent_pid)
     os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(ORPHAN_KILL_S)  # this daemon thread dies with the process when the clean stop ends in time
+    log.error("still running %.0f s after the parent died; killing the worker and its JVM", ORPHAN_KILL_S)
+    _kill_everything()
+
+
+def _kill_everything() -> None:
+    """SIGKILL this worker's process group (the node starts it as a group leader; the JVM is in it), or at
+    least the JVM and this process."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None:
+        proc.kill()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _bind(path: Path) -> tuple[socket.socket, int]:
@@ -616,6 +719,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log", type=Path, help="append stdout/stderr (the worker's and the JVM's) to this file")
     p.add_argument("--parent-pid", type=int, help="exit when the parent is no longer this process")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up query before serving")
+    p.add_argument("--max-jobs", type=int, default=2, help="Spark jobs run at the same time (default 2)")
+    p.add_argument(
+        "--stall-timeout", type=float, default=0.0, help="kill a JVM idle this many s while a job runs (0: never)"
+    )
     return p.parse_args(argv)
 
 
@@ -673,7 +780,16 @@ def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: sock
             PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
         started_ms = (time.perf_counter() - t0) * 1000
         # The warm-up runs as the job thread's first task: ping answers at once, a first job waits for it.
-        worker = Worker(spark, listener, args.socket, ino, args.parent_pid, warmup=not args.no_warmup)
+        worker = Worker(
+            spark,
+            listener,
+            args.socket,
+            ino,
+            args.parent_pid,
+            warmup=not args.no_warmup,
+            max_jobs=args.max_jobs,
+            stall_s=args.stall_timeout,
+        )
         log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
         return worker
     except SystemExit:
@@ -695,16 +811,23 @@ def _serve(worker: Worker) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        return worker.serve()
+        code = worker.serve()
     finally:
         os.close(worker.wake_r)
         os.close(worker.wake_w)
         log.info("exited")
+    # Spark and its JVM are stopped: end now, so that no thread or atexit hook left by PySpark/py4j can hold
+    # the process at interpreter shutdown (an orphan must end; issue 15).
+    logging.shutdown()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     _log_to(args.log)
+    if args.max_jobs < 1:
+        log.error("--max-jobs must be 1 or more, got %d", args.max_jobs)
+        return EXIT_USAGE
     try:
         conf = _spark_conf(args.conf, args.master)
     except ValueError as e:

@@ -32,6 +32,7 @@ JVM_PINS: dict[str, str] = {
     "file.encoding": "UTF-8",
     "sun.jnu.encoding": "UTF-8",
 }
+JVM_EXIT_ON_OOM = "-XX:+ExitOnOutOfMemoryError"
 JAVA_OPTIONS = " ".join(f"-D{k}={v}" for k, v in JVM_PINS.items())
 
 # Settings the worker always uses. A --conf may repeat one with the same value; any other value is
@@ -275,6 +276,12 @@ def pin_process_env() -> None:
             del os.environ[var]
     os.environ.update({"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC"})
     time.tzset()
+    # An OutOfMemoryError ends the JVM instead of leaving a job "running" at 0 % CPU forever (issue 15:
+    # an OOM in the Arrow-serving thread did); the worker sees the JVM gone, answers "died" and exits,
+    # and the node restarts it. Not an answer-relevant setting, so it is not part of the engine profile.
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if JVM_EXIT_ON_OOM not in opts.split():
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} {JVM_EXIT_ON_OOM}".strip()
 
 
 def build_session(master: str, conf: Mapping[str, str]) -> SparkSession:

@@ -350,6 +350,14 @@ async def job_get(request: web.Request) -> web.Response:
     return _json(_node(request).jobs.get(request.match_info["id"]).view())
 
 
+async def job_cancel(request: web.Request) -> web.Response:
+    """DELETE /api/v0/jobs/{id}: cancel a wait:false query (and its Spark job); its state as GET gives it."""
+    job = _node(request).jobs.cancel(request.match_info["id"])
+    if job.task is not None and not job.task.done():
+        await asyncio.wait([job.task])  # the cancel lands: the job reads "failed", its Spark job is cancelled
+    return _json(job.view())
+
+
 async def job_events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: every event of the job from its start, then live until it ends."""
     job = _node(request).jobs.get(request.match_info["id"])
@@ -633,6 +641,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/v0/announcements", announcements, OPEN, "announcements received", errors=()),
     Route("GET", "/api/v0/jobs/{id}", job_get, OPEN, "a query job"),
     Route("GET", "/api/v0/jobs/{id}/events", job_events, OPEN, "a query job's events", produces=("text/event-stream",)),
+    Route("DELETE", "/api/v0/jobs/{id}", job_cancel, TOKEN, "cancel a query job and its Spark job", errors=(404,)),
     Route("GET", "/api/v0/executions/{cid}", execution_get, OPEN, "an execution and its receipt"),
     Route(
         "GET",

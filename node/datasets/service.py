@@ -166,6 +166,26 @@ def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any
     return ev
 
 
+# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
+# ingest-*, pull-* (datasets), inputs-*, result-* (queries). Nothing in them is needed after a restart.
+TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-")
+
+
+def sweep_tmp(tmp_dir: Path) -> int:
+    """Remove what an earlier run of the node left in ``tmp_dir`` (called once, before anything runs)."""
+    swept = 0
+    for entry in tmp_dir.iterdir():
+        if entry.name.startswith(TMP_PREFIXES):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            swept += 1
+    if swept:
+        log.info("swept %d leftover work directories from %s", swept, tmp_dir)
+    return swept
+
+
 class Datasets:
     def __init__(
         self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE
@@ -177,6 +197,7 @@ class Datasets:
         self.tmp_dir = home / "tmp"
         for d in (self.keys_dir, self.cache_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
+        sweep_tmp(self.tmp_dir)
         self.rows_per_slice = rows_per_slice
         self._locks: dict[str, asyncio.Lock] = {}
         self._blocks: dict[CID, MetadataBlock] = {}  # immutable: a cache never goes stale

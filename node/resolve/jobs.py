@@ -31,6 +31,7 @@ class Job:
     error: dict[str, Any] | None = None
     finished: float | None = None  # when it ended (time.time()), for expiry
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
 
     @property
     def done(self) -> bool:
@@ -85,6 +86,10 @@ class Jobs:
             except CairnError as e:
                 job.error = {"type": type(e).__name__, "message": e.message, "status": e.status}
                 job.emit("failed", job.error)
+            except asyncio.CancelledError:  # DELETE /api/v0/jobs/{id}, or the node stopping
+                job.error = {"type": "Cancelled", "message": f"job {job.id} was cancelled", "status": 409}
+                job.emit("failed", job.error)
+                raise
             except Exception as e:  # noqa: BLE001  keep the job's promise: it ends, and says how
                 job.error = {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
                 job.emit("failed", job.error)
@@ -94,6 +99,14 @@ class Jobs:
         task = asyncio.ensure_future(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        job.task = task
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a running job (its Spark job is cancelled with it); a finished one is left as it is."""
+        job = self.get(job_id)
+        if job.task is not None and not job.task.done():
+            job.task.cancel()
         return job
 
     def get(self, job_id: str) -> Job:

@@ -139,6 +139,7 @@ class Resolver:
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
         self._inflight: dict[tuple[str, str, bool], asyncio.Future[Outcome]] = {}
+        self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
@@ -206,7 +207,7 @@ class Resolver:
                 flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit, may_compute))
                 self._inflight[fkey] = flight
                 flight.add_done_callback(lambda _: self._inflight.pop(fkey, None))
-            outcome = await asyncio.shield(flight)
+            outcome = await self._wait_flight(flight)
         return Answer(
             iv.query,
             iv_block.cid,
@@ -218,6 +219,19 @@ class Resolver:
             outcome.peer,
             outcome.trust,
         )
+
+    async def _wait_flight(self, flight: asyncio.Future[Outcome]) -> Outcome:
+        """Await a shared miss; when its last caller leaves (client gone, job deleted), cancel it, which closes
+        its Spark connection and so cancels the Spark job (issue 15: an abandoned query kept the worker busy)."""
+        self._waiting[flight] = self._waiting.get(flight, 0) + 1
+        try:
+            return await asyncio.shield(flight)
+        finally:
+            left = self._waiting.pop(flight) - 1
+            if left:
+                self._waiting[flight] = left
+            elif not flight.done():
+                flight.cancel()
 
     async def _miss(
         self,

@@ -46,6 +46,7 @@ from spark_worker.protocol import (
 log = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_NO_LIMITS: Mapping[str, int] = MappingProxyType({})
 _job_ids = itertools.count(1)
 
 
@@ -105,8 +106,15 @@ class SparkWorker:
         start_timeout: float = 120.0,
         stop_timeout: float = 15.0,
         warmup: bool = True,
+        max_jobs: int = 2,
+        limits: Mapping[str, int] = _NO_LIMITS,
+        stall_timeout: float = 0.0,
     ) -> None:
         """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
+        ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
+        budgets sent with every run (``rows``, ``bytes``, ``plan_bytes``; spark_worker/budget.py);
+        ``stall_timeout``: the worker kills (and so restarts) a JVM that uses no CPU this long while a job
+        runs (0: never).
 
         Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
         directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
@@ -122,6 +130,9 @@ class SparkWorker:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.warmup = warmup
+        self.max_jobs = max_jobs
+        self.stall_timeout = stall_timeout
+        self.limits = dict(limits)
         self.restarts = 0
         self.jobs_sent = 0
         self.last_exit: int | None = None
@@ -130,7 +141,8 @@ class SparkWorker:
         # spark_worker.session.engine_profile); the node writes it as an ep_0 that receipts link.
         self.profile: Mapping[str, Any] = _EMPTY
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lock: asyncio.Lock | None = None
+        self._slots: asyncio.Semaphore | None = None  # jobs in flight, at most max_jobs
+        self._restart_lock: asyncio.Lock | None = None
         self._restart_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._log_offset = 0
@@ -144,10 +156,15 @@ class SparkWorker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def _get_lock(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
+    def _get_slots(self) -> asyncio.Semaphore:
+        if self._slots is None:  # made lazily: bound to the loop of the first call
+            self._slots = asyncio.Semaphore(self.max_jobs)
+        return self._slots
+
+    def _get_restart_lock(self) -> asyncio.Lock:
+        if self._restart_lock is None:
+            self._restart_lock = asyncio.Lock()
+        return self._restart_lock
 
     # --- start / stop ----------------------------------------------------------------------
 
@@ -184,6 +201,7 @@ class SparkWorker:
             cmd += ["--conf", f"{key}={value}"]
         if not self.warmup:
             cmd.append("--no-warmup")
+        cmd += ["--max-jobs", str(self.max_jobs), "--stall-timeout", str(self.stall_timeout)]
         return cmd
 
     def _env(self) -> dict[str, str]:
@@ -375,9 +393,10 @@ class SparkWorker:
                 await asyncio.shield(task)
         if self._proc is None:
             raise SparkError("the Spark worker is not started", kind="worker")
-        if not self.alive():
-            self._restart_task = None
-            await self._restart()  # raises SparkStartError if it cannot come back
+        async with self._get_restart_lock():  # concurrent runs restart a dead worker once
+            if not self.alive():
+                self._restart_task = None
+                await self._restart()  # raises SparkStartError if it cannot come back
         proc = self._proc
         if proc is None:  # stopped while it restarted
             raise SparkError("the Spark worker is stopped", kind="worker")
@@ -444,13 +463,16 @@ class SparkWorker:
     ) -> RunResult:
         """Run ``statement`` with each input registered as a temp view over its Parquet files.
 
-        ``inputs``: view name → (Parquet files, column names in file order). Calls are serialized.
+        ``inputs``: view name → (Parquet files, column names in file order). Up to ``max_jobs``
+        calls run at once; more wait here. The budgets in ``limits`` go with the request.
         Raises SparkError (Spark refused or failed the query), SparkTimeout, SparkWorkerDied
         (the worker died during the job: it is restarted in the background) or SparkStartError.
         """
         job = job_id or f"{os.getpid()}-{next(_job_ids)}"
         request = _run_request(job, statement, inputs)
-        async with self._get_lock():
+        if self.limits:
+            request["limits"] = self.limits
+        async with self._get_slots():
             proc = await self._ensure_running()
             sent = False
 
@@ -470,6 +492,8 @@ class SparkWorker:
                 ) from None
             except (OSError, ProtocolError) as e:
                 raise await self._connection_lost(proc, job, sent, e) from None
+            if header.get("kind") == "died":
+                raise await self._jvm_died(proc, header)
             table = _answer_table(header, payload, job)
             return RunResult(
                 table=table,
@@ -478,6 +502,13 @@ class SparkWorker:
                 job=job,
                 profile=self.profile,
             )
+
+    async def _jvm_died(self, proc: subprocess.Popen[bytes], header: dict[str, Any]) -> SparkError:
+        """The worker's JVM died during the job (an OOM ends it): the worker exits; wait, restart it."""
+        if await self._wait_exit(proc, self.stop_timeout):
+            self.last_exit = proc.returncode
+        self._schedule_restart()  # _restart kills what is left of the group first
+        return SparkWorkerDied(str(header.get("error") or "the Spark JVM died; the worker restarts"))
 
     async def _connection_lost(
         self, proc: subprocess.Popen[bytes], job: str, sent: bool, e: BaseException
