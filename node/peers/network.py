@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from typing import Any
 
 from config import PeerSettings
@@ -18,7 +20,8 @@ from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, Ku
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
-from node.model import CID, cid_str, decode, encode, parse_cid
+from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
+from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
@@ -29,7 +32,8 @@ log = logging.getLogger("cairn.network")
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
-CATCHUP_LIMIT = 1000
+CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
+PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
 def _ours(row: ExecutionRow) -> bool:
@@ -60,8 +64,12 @@ class Network:
         except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.admission = Admission(_limits(settings))
+        self._providers_cache: tuple[float, list[str]] | None = None
         self.received = 0
         self.refused = 0
+        self.refusals: Counter[str] = Counter()  # by kind (docs/peers.md "Floods and quotas"); metrics read it
+        self.pruned = 0
 
     async def start(self) -> None:
         self.host.subscribe(TOPIC, self._on_gossip)
@@ -91,7 +99,16 @@ class Network:
     # -- outgoing ---------------------------------------------------------------------------------
 
     async def _providers(self) -> list[str]:
-        """Where our Kubo can be reached: what other nodes `swarm connect` to before fetching by CID."""
+        """Where our Kubo can be reached: what other nodes `swarm connect` to before fetching by CID. Reused for
+        ``PROVIDERS_TTL``: a catch-up of 1000 rows, or a burst of lookups, asks Kubo once."""
+        now = time.monotonic()
+        if self._providers_cache is not None and now - self._providers_cache[0] < PROVIDERS_TTL:
+            return self._providers_cache[1]
+        addrs = await self._kubo_providers()
+        self._providers_cache = (now, addrs)
+        return addrs
+
+    async def _kubo_providers(self) -> list[str]:
         try:
             ident = await self.kubo.id(timeout=5.0)
         except KuboError as e:  # announce anyway: peers that already reach our Kubo still fetch
@@ -100,8 +117,9 @@ class Network:
         addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
         return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
 
-    async def _announcement(self, row: ExecutionRow) -> bytes:
-        return self.resolver.announcement(row, await self._providers()).block().data
+    async def _announcement(self, row: ExecutionRow, providers: list[str] | None = None) -> bytes:
+        providers = await self._providers() if providers is None else providers
+        return self.resolver.announcement(row, providers).block().data
 
     async def announce(self, row: ExecutionRow) -> None:
         try:
@@ -133,16 +151,45 @@ class Network:
 
     # -- incoming ---------------------------------------------------------------------------------
 
-    def _record(self, peer: str, data: bytes) -> None:
+    def counters(self) -> dict[str, int]:
+        """Refused inbound input by kind, including gossip frames the host refused (metrics: cairn_peer_refused)."""
+        return {**self.refusals, "gossip-frame": self.host.inbound_refused}
+
+    def _refuse(self, peer: str, kind: str, reason: str, strike: bool) -> None:
+        """Count a refusal; a bad message (``strike``) is logged and kept, and counts towards ignoring its peer.
+        Refusals for limits are counted only: a flood must not become a flood of log lines and index writes."""
+        self.refused += 1
+        self.refusals[kind] += 1
+        n = self.refusals[kind]
+        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG  # the 1st, 2nd, 4th, 8th… of a kind
+        log.log(level, "announcement refused", extra={"peer": peer, "reason": reason, "count": n})
+        if strike:
+            self.index.log_refusal(peer, reason)
+            if self.admission.strike(peer, time.monotonic()):
+                log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
+
+    def _record(self, peer: str, data: bytes, bulk: bool = False) -> None:
         self.received += 1
+        now = time.monotonic()
+        if reason := self.admission.ignored(peer, now):  # not even decoded: an ignored peer costs nothing
+            self._refuse(peer, "ignored", reason, strike=False)
+            return
         try:
             an = check_announcement(data)
         except ClaimRefused as e:
-            self.refused += 1
-            log.warning("announcement refused", extra={"peer": peer, "reason": e.message})
-            self.index.log_refusal(peer, e.message)
+            self._refuse(peer, _kind(e.message), e.message, strike=True)
             return
-        self.resolver.record_claim(peer, an, data)
+        if reason := self.admission.admit(peer, an.signer, now, bulk) or self._signer_policy(an):
+            self._refuse(peer, "limit" if reason.startswith("limit:") else "signer", reason, strike=False)
+            return
+        if self.resolver.record_claim(peer, an, data):
+            s = self.settings
+            self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
+
+    def _signer_policy(self, an: Announcement) -> str | None:
+        """A signer refused more often than accepted is never used (docs/peers.md "Scores"): not stored either."""
+        accepted, refused = self.index.signer_score(an.signer)
+        return f"policy: signer refused {refused} times, accepted {accepted}" if refused > accepted else None
 
     async def _on_gossip(self, sender: str, data: bytes) -> None:
         self._record(sender, data)
@@ -157,14 +204,24 @@ class Network:
         return encode([await self._announcement(row)] if row and _ours(row) else [])
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
+        if reason := self.admission.catchup(peer, time.monotonic()):
+            self._refuse(peer, "limit", reason, strike=False)
+            return b""
         try:
             items = decode(request)
         except EncodingError as e:
-            log.warning("unreadable catch-up", extra={"peer": peer, "error": e.message})
+            self._refuse(peer, "malformed", f"unreadable catch-up: {e.message}", strike=True)
             return b""
-        for data in items if isinstance(items, list) else []:
+        if not isinstance(items, list):
+            self._refuse(peer, "malformed", "catch-up is not a list of announcements", strike=True)
+            return b""
+        if len(items) > CATCHUP_LIMIT:  # read the first ones only, as a sender of ours would have sent
+            self._refuse(peer, "limit", f"limit: catch-up of {len(items)} items, over {CATCHUP_LIMIT}", strike=False)
+        for i, data in enumerate(items[:CATCHUP_LIMIT]):
             if isinstance(data, bytes):
-                self._record(peer, data)
+                self._record(peer, data, bulk=True)
+            if i % 100 == 99:
+                await asyncio.sleep(0)  # let the loop breathe between index writes
         return b""
 
     def _on_connected(self, peer: str) -> None:
@@ -174,8 +231,29 @@ class Network:
         rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
         if not rows:
             return
-        items = [await self._announcement(r) for r in rows]
+        providers = await self._providers()  # one Kubo RPC for the whole catch-up
+        items = [await self._announcement(r, providers) for r in rows]
         try:
             await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
         except P2PError as e:
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _kind(reason: str) -> str:
+    """The counter a check_announcement refusal goes to (node/resolve/claims.py words its reasons)."""
+    if reason.startswith("bad signature"):
+        return "signature"
+    if reason.startswith("announcement"):
+        return "providers"
+    return "malformed"
+
+
+def _limits(s: PeerSettings) -> Limits:
+    return Limits(
+        rate=s.announce_rate,
+        burst=s.announce_burst,
+        new_signers_burst=s.new_signers_burst,
+        new_signers_rate=s.new_signers_per_hour / 3600.0,
+        strikes=s.bad_messages_before_ignore,
+        ignore_for=s.ignore_seconds,
+    )
