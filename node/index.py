@@ -382,11 +382,15 @@ class Index:
         """Keep at most ``per_peer`` claims received from ``peer`` and ``total`` in all (docs/peers.md "Floods
         and quotas"): the excess goes, claims not yet accepted before accepted ones, oldest first. How many went."""
         order = "ORDER BY status = 'accepted', received LIMIT max(0, (SELECT count(*) FROM claims {w}) - ?)"
+        steps: tuple[tuple[str, tuple[object, ...]], ...] = (
+            ("WHERE peer = ?", (peer, peer, per_peer)),
+            ("", (total,)),
+        )
         gone = 0
         with self._lock:
-            for where, args in (("WHERE peer = ?", (peer, per_peer)), ("", (total,))):
+            for where, args in steps:
                 sql = f"DELETE FROM claims WHERE rowid IN (SELECT rowid FROM claims {where} {order.format(w=where)})"
-                gone += self._db.execute(sql, (args[0], args[0], args[1]) if where else args).rowcount
+                gone += self._db.execute(sql, args).rowcount
         return gone
 
     def claims(self, invocation: str | None = None, limit: int = 100) -> list[ClaimRow]:

@@ -216,8 +216,8 @@ class P2PHost:
             adaptive_gossip_enabled=False,
         )
         pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=MAX_INBOUND_RPC_BYTES)
-        for protocol in gossipsub.protocols:  # Pubsub registered its own handler: replace it by the guarded one
-            host.set_stream_handler(protocol, self._guarded_pubsub_handler(pubsub))
+        for gossip_protocol in gossipsub.protocols:  # Pubsub registered its own handler: replace it by the guarded one
+            host.set_stream_handler(gossip_protocol, self._guarded_pubsub_handler(pubsub))
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         host.get_network().register_notifee(_Notifee(self))
         for protocol in self._handlers:

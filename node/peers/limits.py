@@ -34,8 +34,8 @@ class TokenBucket:
         elif now > self.last:  # a clock that steps back refills nothing and takes nothing away
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
             self.last = now
-        if self.tokens >= cost:
-            self.tokens -= cost
+        if self.tokens >= cost - 1e-9:  # refill arithmetic rounds: a sender at exactly the rate must pass
+            self.tokens = max(0.0, self.tokens - cost)
             return True
         return False
 
