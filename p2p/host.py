@@ -35,7 +35,6 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair  
 from libp2p.custom_types import TProtocol  # noqa: E402
 from libp2p.discovery.events.peerDiscovery import peerDiscovery  # noqa: E402
 from libp2p.host.ping import ID as PING_PROTOCOL_ID  # noqa: E402
-from libp2p.io.msgio import VarIntLengthMsgReadWriter  # noqa: E402
 from libp2p.io.utils import read_exactly  # noqa: E402
 from libp2p.network.config import ConnectionConfig  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
@@ -51,6 +50,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport  # noqa:
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID  # noqa: E402
 from libp2p.stream_muxer.yamux.yamux import Yamux  # noqa: E402
 from libp2p.tools.anyio_service import background_trio_service  # noqa: E402
+from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited  # noqa: E402
 
 from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
@@ -621,9 +621,8 @@ class P2PHost:
         with trio.fail_after(timeout):
             stream = await self._host.new_stream(pid, [TProtocol(protocol)])
             try:
-                rw = VarIntLengthMsgReadWriter(stream, MAX_FRAME_BYTES)
-                await rw.write_msg(data)
-                response = await rw.read_msg()
+                await stream.write(encode_varint_prefixed(data))
+                response = await _read_frame(stream)
             except BaseException:
                 await _reset_stream(stream)
                 raise
@@ -633,12 +632,11 @@ class P2PHost:
     def _stream_handler(self, protocol: str) -> Callable[[Any], Awaitable[None]]:
         async def handle(stream: Any) -> None:
             pid = stream.muxed_conn.peer_id.to_base58()
-            rw = VarIntLengthMsgReadWriter(stream, MAX_FRAME_BYTES)
             try:
                 while True:  # one request per stream from us; more are answered in turn
                     try:
                         with trio.fail_after(self._handler_timeout):
-                            request = await rw.read_msg()
+                            request = await _read_frame(stream)
                     except Exception:  # noqa: BLE001 - EOF (the asker is done), reset, idle
                         break
                     handler = self._handlers.get(protocol)
@@ -649,7 +647,7 @@ class P2PHost:
                         response = await self._bridge.call_asyncio(handler, pid, request)
                     if not isinstance(response, (bytes, bytearray, memoryview)):
                         raise P2PError(f"the {protocol} handler returned {type(response).__name__}, not bytes")
-                    await rw.write_msg(bytes(response))
+                    await stream.write(encode_varint_prefixed(bytes(response)))
                 await _close_stream(stream)
             except trio.Cancelled:
                 await _reset_stream(stream)
@@ -723,6 +721,13 @@ async def _close_stream(stream: Any) -> None:
             await stream.close()
         except Exception as e:  # noqa: BLE001  the peer reset or closed it first: nothing left to close
             log.debug("closing a stream: %s", one_line(e))
+
+
+async def _read_frame(stream: Any) -> bytes:
+    """One uvarint-length-prefixed frame of at most MAX_FRAME_BYTES. Not msgio's VarIntLengthMsgReadWriter: its
+    read_exactly gives up after 101 partial reads, so a frame over ~800 kB (yamux hands data over in pieces)
+    failed as "the peer closed the stream" (issue 15); this reads until the frame is whole or the stream ends."""
+    return await read_varint_prefixed_bytes_limited(stream, MAX_FRAME_BYTES)
 
 
 def _stream_peer(stream: Any) -> str:

@@ -33,6 +33,8 @@ TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
+# What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
+REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "signer")
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
@@ -153,7 +155,7 @@ class Network:
 
     def counters(self) -> dict[str, int]:
         """Refused inbound input by kind, including gossip frames the host refused (metrics: cairn_peer_refused)."""
-        return {**self.refusals, "gossip-frame": self.host.inbound_refused}
+        return {**{k: self.refusals[k] for k in REFUSAL_KINDS}, "gossip-frame": self.host.inbound_refused}
 
     def _refuse(self, peer: str, kind: str, reason: str, strike: bool) -> None:
         """Count a refusal; a bad message (``strike``) is logged and kept, and counts towards ignoring its peer.
@@ -180,7 +182,7 @@ class Network:
             self._refuse(peer, _kind(e.message), e.message, strike=True)
             return
         if reason := self.admission.admit(peer, an.signer, now, bulk) or self._signer_policy(an):
-            self._refuse(peer, "limit" if reason.startswith("limit:") else "signer", reason, strike=False)
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
         if self.resolver.record_claim(peer, an, data):
             s = self.settings
@@ -205,7 +207,7 @@ class Network:
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
         if reason := self.admission.catchup(peer, time.monotonic()):
-            self._refuse(peer, "limit", reason, strike=False)
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return b""
         try:
             items = decode(request)
@@ -246,6 +248,12 @@ def _kind(reason: str) -> str:
     if reason.startswith("announcement"):
         return "providers"
     return "malformed"
+
+
+def _limit_kind(reason: str) -> str:
+    if reason.startswith("limit: peer ignored"):
+        return "ignored"
+    return "limit" if reason.startswith("limit:") else "signer"
 
 
 def _limits(s: PeerSettings) -> Limits:
