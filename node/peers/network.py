@@ -35,6 +35,7 @@ CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
 REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "signer")
+LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
@@ -140,16 +141,43 @@ class Network:
             return {}
         out: dict[str, list[bytes]] = {}
         for peer, answer in answers.items():
-            if isinstance(answer, Exception):
-                continue
-            try:
-                items = decode(answer)
-            except EncodingError as e:
-                log.warning("unreadable lookup answer", extra={"peer": peer, "error": e.message})
-                continue
-            if isinstance(items, list):
-                out[peer] = [bytes(i) for i in items if isinstance(i, bytes)]
+            if not isinstance(answer, Exception):
+                out[peer] = self._lookup_answer(peer, answer)
         return out
+
+    def _lookup_answer(self, peer: str, answer: bytes) -> list[bytes]:
+        """The announcements of one peer's answer that may be looked at: at most ``LOOKUP_ITEMS`` (a peer can sign
+        for one execution per invocation; more is a flood), none from an ignored peer, within the bound on new
+        keys. The resolver checks and records them (node/resolve/resolver.py)."""
+        now = time.monotonic()
+        if reason := self.admission.ignored(peer, now):
+            self._refuse(peer, "ignored", reason, strike=False)
+            return []
+        try:
+            items = decode(answer)
+        except EncodingError as e:
+            self._refuse(peer, "malformed", f"unreadable lookup answer: {e.message}", strike=True)
+            return []
+        if not isinstance(items, list):
+            self._refuse(peer, "malformed", "lookup answer is not a list of announcements", strike=True)
+            return []
+        if len(items) > LOOKUP_ITEMS:
+            self._refuse(peer, "limit", f"limit: lookup answer of {len(items)} items, over {LOOKUP_ITEMS}", False)
+        kept = []
+        for data in items[:LOOKUP_ITEMS]:
+            if not isinstance(data, bytes):
+                continue
+            try:  # the signer it names, to bound minted keys; the resolver checks the whole announcement
+                signer = check_announcement(data).signer
+            except ClaimRefused:
+                kept.append(data)  # refused, logged and counted by the resolver
+                continue
+            if reason := self.admission.admit(peer, signer, now, bulk=True):
+                self._refuse(peer, _limit_kind(reason), reason, strike=False)
+                continue
+            kept.append(data)
+        self.pruned += self.index.prune_claims(peer, self.settings.max_claims_per_peer, self.settings.max_claims)
+        return kept
 
     # -- incoming ---------------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ from node import clock
 from node.core import Node
 from node.identity import Identity, generate
 from node.ipfs import ManagedKubo
-from node.model import Announcement, cid_for, encode
-from node.peers import CATCHUP, TOPIC
-from node.peers.network import CATCHUP_LIMIT
+from node.model import Announcement, cid_for, decode, encode
+from node.peers import CATCHUP, LOOKUP, TOPIC
+from node.peers.network import CATCHUP_LIMIT, LOOKUP_ITEMS
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import inprocess_node
 
@@ -148,5 +148,42 @@ async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_sessio
             await alice.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, 2)]), timeout=30)
             assert signers_from(node, alice.peer_id) == {good.node_key}
             assert len(node.index.refusals()) == 5  # bad messages are logged; what an ignored peer sends is not
+        finally:
+            await asyncio.gather(mallory.stop(), alice.stop())
+
+
+async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A peer answering a lookup with a flood of announcements from minted keys: at most LOOKUP_ITEMS are read,
+    within the bound on new keys; an unreadable answer is a bad message."""
+    mallory, alice = P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    flood = encode([announcement(generate(), i) for i in range(200)])
+    honest = encode([announcement(generate(), 0)])
+
+    async def mallory_answers(peer: str, request: bytes) -> bytes:
+        return flood
+
+    async def alice_answers(peer: str, request: bytes) -> bytes:
+        return honest
+
+    mallory.set_handler(LOOKUP, mallory_answers)
+    alice.set_handler(LOOKUP, alice_answers)
+    async with inprocess_node(tmp_path / "victim", kubo_session, **QUOTAS) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(mallory.start(), alice.start())
+        try:
+            for h in (mallory, alice):
+                await h.connect(net.host.addrs()[0])
+            got = await net.lookup(cid_for(b"any invocation"))
+            assert len(got[mallory.peer_id]) == 3  # LOOKUP_ITEMS read, of which new_signers_burst keys admitted
+            assert len(got[mallory.peer_id]) <= LOOKUP_ITEMS and got[alice.peer_id] == [decode(honest)[0]]
+            assert net.counters()["limit"] >= 2  # the over-long answer, and the keys past the bound
+
+            async def garbage(peer: str, request: bytes) -> bytes:
+                return b"\xff not cbor"
+
+            mallory.set_handler(LOOKUP, garbage)
+            got = await net.lookup(cid_for(b"any invocation"))
+            assert got[mallory.peer_id] == [] and net.counters()["malformed"] == 1
         finally:
             await asyncio.gather(mallory.stop(), alice.stop())
