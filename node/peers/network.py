@@ -20,10 +20,10 @@ from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, Ku
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
-from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
+from node.model import CID, cid_str, decode, encode, parse_cid
 from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
-from node.resolve.claims import MAX_PROVIDERS, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.host import P2PError, P2PHost
 
@@ -34,7 +34,7 @@ LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
-REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "signer")
+REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
@@ -85,10 +85,12 @@ class Network:
             raise ConfigError(f"p2p host: {e}") from None
         self.resolver.lookup = self.lookup
         self.resolver.on_published = self.announce
+        self.resolver.on_refused = self._on_claim_refused
 
     async def stop(self) -> None:
         self.resolver.lookup = None
         self.resolver.on_published = None
+        self.resolver.on_refused = None
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -209,17 +211,20 @@ class Network:
         except ClaimRefused as e:
             self._refuse(peer, _kind(e.message), e.message, strike=True)
             return
-        if reason := self.admission.admit(peer, an.signer, now, bulk) or self._signer_policy(an):
+        if reason := self.admission.admit(peer, an.signer, now, bulk):
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
         if self.resolver.record_claim(peer, an, data):
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 
-    def _signer_policy(self, an: Announcement) -> str | None:
-        """A signer refused more often than accepted is never used (docs/peers.md "Scores"): not stored either."""
-        accepted, refused = self.index.signer_score(an.signer)
-        return f"policy: signer refused {refused} times, accepted {accepted}" if refused > accepted else None
+    def _on_claim_refused(self, peer: str, reason: str) -> None:
+        """A claim from ``peer`` failed a check when used (node/resolve/claims.py: blocks, receipt, data): its
+        signer is scored down by the resolver, and the peer that brought it gets a strike. A claim whose
+        providers could not be reached says nothing against the peer: counted, no strike."""
+        self.refusals["claim"] += 1
+        if not reason.startswith(UNREACHABLE) and self.admission.strike(peer, time.monotonic()):
+            log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
 
     async def _on_gossip(self, sender: str, data: bytes) -> None:
         self._record(sender, data)
@@ -279,9 +284,7 @@ def _kind(reason: str) -> str:
 
 
 def _limit_kind(reason: str) -> str:
-    if reason.startswith("limit: peer ignored"):
-        return "ignored"
-    return "limit" if reason.startswith("limit:") else "signer"
+    return "ignored" if reason.startswith("limit: peer ignored") else "limit"
 
 
 def _limits(s: PeerSettings) -> Limits:

@@ -27,6 +27,7 @@ class FakeResolver:
     claims: asyncio.Queue[tuple[str, Announcement]] = field(default_factory=asyncio.Queue)
     lookup: Any = None
     on_published: Any = None
+    on_refused: Any = None
 
     def announcement(self, row: ExecutionRow, providers: list[str]) -> Announcement:
         cids = [parse_cid(c) for c in (row.invocation, row.execution, row.receipt)]
