@@ -114,13 +114,20 @@ class Admission:
         return None
 
     def admit(self, peer: str, signer: str, now: float, bulk: bool = False) -> str | None:
-        """``bulk``: an item of a catch-up, which was admitted as a whole (``catchup``): the per-message
-        buckets do not apply, the bound on new keys does."""
+        """``bulk``: an item of a catch-up or a lookup answer, admitted as a whole: the per-message buckets do not
+        apply, the bound on new keys does."""
+        return (None if bulk else self.admit_peer(peer, now)) or self.admit_signer(peer, signer, now, bulk)
+
+    def admit_peer(self, peer: str, now: float) -> str | None:
+        """The checks that need no decoding: run first, so that a flood costs no decoding past its limit."""
+        if reason := self.ignored(peer, now):
+            return reason
+        return None if self._peer(peer).announces.allow(now) else "limit: too many announcements from this peer"
+
+    def admit_signer(self, peer: str, signer: str, now: float, bulk: bool = False) -> str | None:
         if reason := self.ignored(peer, now):
             return reason
         p = self._peer(peer)
-        if not bulk and not p.announces.allow(now):
-            return "limit: too many announcements from this peer"
         if p.signers.get(signer) is None:
             if not p.new_signers.allow(now):
                 return "limit: too many new signing keys from this peer"

@@ -20,7 +20,7 @@ from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, Ku
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
-from node.model import CID, cid_str, decode, encode, parse_cid
+from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
 from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
@@ -35,6 +35,7 @@ CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
 REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
+CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
@@ -200,21 +201,28 @@ class Network:
             if self.admission.strike(peer, time.monotonic()):
                 log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
 
-    def _record(self, peer: str, data: bytes, bulk: bool = False) -> None:
+    def _record(self, peer: str, data: bytes) -> None:
+        """One gossiped announcement: the peer's limits before any decoding, then the checks, then its signer's."""
         self.received += 1
-        now = time.monotonic()
-        if reason := self.admission.ignored(peer, now):  # not even decoded: an ignored peer costs nothing
-            self._refuse(peer, "ignored", reason, strike=False)
-            return
-        try:
-            an = check_announcement(data)
-        except ClaimRefused as e:
-            self._refuse(peer, _kind(e.message), e.message, strike=True)
-            return
-        if reason := self.admission.admit(peer, an.signer, now, bulk):
+        if reason := self.admission.admit_peer(peer, time.monotonic()):
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
-        if self.resolver.record_claim(peer, an, data):
+        self._admit_checked(peer, data, _check(data), bulk=False)
+
+    def _admit_checked(self, peer: str, data: bytes, checked: Announcement | ClaimRefused, bulk: bool) -> None:
+        """An announcement checked on arrival (``_check``): refused and struck, or within the signer's limits
+        and stored, within the quotas."""
+        now = time.monotonic()
+        if reason := self.admission.ignored(peer, now):  # struck meanwhile (a catch-up's earlier items)
+            self._refuse(peer, "ignored", reason, strike=False)
+            return
+        if isinstance(checked, ClaimRefused):
+            self._refuse(peer, _kind(checked.message), checked.message, strike=True)
+            return
+        if reason := self.admission.admit_signer(peer, checked.signer, now, bulk):
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
+            return
+        if self.resolver.record_claim(peer, checked, data):
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 
@@ -252,11 +260,14 @@ class Network:
             return b""
         if len(items) > CATCHUP_LIMIT:  # read the first ones only, as a sender of ours would have sent
             self._refuse(peer, "limit", f"limit: catch-up of {len(items)} items, over {CATCHUP_LIMIT}", strike=False)
-        for i, data in enumerate(items[:CATCHUP_LIMIT]):
-            if isinstance(data, bytes):
-                self._record(peer, data, bulk=True)
-            if i % 100 == 99:
-                await asyncio.sleep(0)  # let the loop breathe between index writes
+        blobs = [d for d in items[:CATCHUP_LIMIT] if isinstance(d, bytes)]
+        for start in range(0, len(blobs), CHECK_BATCH):
+            batch = blobs[start : start + CHECK_BATCH]
+            # Decoding and signature checks are CPU (~1 ms each, more under load): off the event loop, in batches.
+            checked = await asyncio.to_thread(_check_all, batch)
+            for data, result in zip(batch, checked):
+                self.received += 1
+                self._admit_checked(peer, data, result, bulk=True)
         return b""
 
     def _on_connected(self, peer: str) -> None:
@@ -272,6 +283,17 @@ class Network:
             await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
         except P2PError as e:
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _check(data: bytes) -> Announcement | ClaimRefused:
+    try:
+        return check_announcement(data)
+    except ClaimRefused as e:
+        return e
+
+
+def _check_all(batch: list[bytes]) -> list[Announcement | ClaimRefused]:
+    return [_check(d) for d in batch]
 
 
 def _kind(reason: str) -> str:
