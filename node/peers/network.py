@@ -35,6 +35,7 @@ CATCHUP = "/cairn/catchup/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
 REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
+CATCHUP_MAX_BYTES = 2 * 1024 * 1024  # 1000 announcements take ~0.4 MB
 CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
@@ -247,11 +248,14 @@ class Network:
         return encode([await self._announcement(row)] if row and _ours(row) else [])
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
+        if len(request) > CATCHUP_MAX_BYTES:  # refused before decoding: decoding is the cost a flood would impose
+            self._refuse(peer, "limit", f"limit: catch-up of {len(request)} bytes, over {CATCHUP_MAX_BYTES}", False)
+            return b""
         if reason := self.admission.catchup(peer, time.monotonic()):
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return b""
         try:
-            items = decode(request)
+            items = await asyncio.to_thread(decode, request)  # up to 2 MiB of DAG-CBOR: off the event loop
         except EncodingError as e:
             self._refuse(peer, "malformed", f"unreadable catch-up: {e.message}", strike=True)
             return b""

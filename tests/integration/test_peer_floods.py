@@ -21,7 +21,7 @@ from node.identity import Identity, generate
 from node.ipfs import ManagedKubo
 from node.model import Announcement, cid_for, decode, encode
 from node.peers import CATCHUP, LOOKUP, TOPIC
-from node.peers.network import CATCHUP_LIMIT, LOOKUP_ITEMS
+from node.peers.network import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import inprocess_node
 
@@ -147,11 +147,17 @@ async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_sessio
             await mallory.send_direct(net.host.peer_id, CATCHUP, encode([*forged, b"junk"]), timeout=30)
             assert net.counters()["signature"] == 5
             assert net.counters()["ignored"] == 1  # the 6th item: mallory is ignored from the 5th bad message on
+            # An over-long catch-up is refused before it is decoded (not counted as malformed) and costs alice
+            # none of her catch-ups.
+            await alice.send_direct(net.host.peer_id, CATCHUP, b"\x00" * (CATCHUP_MAX_BYTES + 1), timeout=60)
+            assert net.counters()["limit"] == 1 and net.counters()["malformed"] == 0
             good = generate()
             await mallory.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, 1)]), timeout=30)
             assert good.node_key not in signers_from(node, mallory.peer_id)
-            await alice.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, 2)]), timeout=30)
+            for n in (2, 3):  # two catch-ups: her whole burst, untouched by the refused one
+                await alice.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, n)]), timeout=30)
             assert signers_from(node, alice.peer_id) == {good.node_key}
+            assert node.index.claim_count(peer=alice.peer_id) == 2
             assert len(node.index.refusals()) == 5  # bad messages are logged; what an ignored peer sends is not
         finally:
             await asyncio.gather(mallory.stop(), alice.stop())
@@ -180,6 +186,8 @@ async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, 
         try:
             for h in (mallory, alice):
                 await h.connect(net.host.addrs()[0])
+            both = {mallory.peer_id, alice.peer_id}  # a lookup asks the peers the victim has seen connect
+            await until("both peers connected", lambda: both <= set(net.host.connected_peers()))
             got = await net.lookup(cid_for(b"any invocation"))
             assert len(got[mallory.peer_id]) == 3  # LOOKUP_ITEMS read, of which new_signers_burst keys admitted
             assert len(got[mallory.peer_id]) <= LOOKUP_ITEMS and got[alice.peer_id] == [decode(honest)[0]]
