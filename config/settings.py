@@ -173,6 +173,21 @@ class PeerSettings:
         "still fetched.",
         default=10.0,
     )
+    # Floods and quotas (docs/peers.md "Floods and quotas"; issue 15): what peers may make this node store.
+    announce_rate: float = _doc(
+        "Announcements per second accepted from one peer, and signed by one key (token buckets).", default=2.0
+    )
+    announce_burst: float = _doc("Announcements one peer, or one key, may send at once.", default=50.0)
+    new_signers_burst: float = _doc("Signing keys one peer may bring at once (keys cost nothing to mint).", default=8.0)
+    new_signers_per_hour: float = _doc("Signing keys one peer may bring per hour after that.", default=60.0)
+    max_claims_per_peer: int = _doc(
+        "Claims kept from one peer; the oldest not yet accepted are pruned first.", default=10000
+    )
+    max_claims: int = _doc("Claims kept from all peers together; pruned likewise.", default=100000)
+    bad_messages_before_ignore: int = _doc(
+        "Malformed or badly signed messages from a peer before it is ignored.", default=20
+    )
+    ignore_seconds: float = _doc("Seconds a peer is ignored after that.", default=600.0)
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,8 @@ CREATE TABLE IF NOT EXISTS claims (
     reason       TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (invocation, signer, execution)
 );
+CREATE INDEX IF NOT EXISTS claims_by_peer ON claims (peer, received);
+CREATE INDEX IF NOT EXISTS claims_by_received ON claims (received);
 CREATE TABLE IF NOT EXISTS refusals (
     peer     TEXT NOT NULL,
     reason   TEXT NOT NULL,
@@ -326,10 +328,15 @@ class Index:
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [Divergence(*r) for r in rows]
 
-    def log_refusal(self, peer: str, reason: str) -> None:
-        """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`."""
+    def log_refusal(self, peer: str, reason: str, keep: int = 1000) -> None:
+        """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`,
+        the last ``keep`` only (peers choose how many they send)."""
         with self._lock:
             self._db.execute("INSERT INTO refusals VALUES (?, ?, ?)", (peer, reason, clock.now()))
+            self._db.execute(
+                "DELETE FROM refusals WHERE rowid <= (SELECT rowid FROM refusals ORDER BY rowid DESC LIMIT 1 OFFSET ?)",
+                (keep,),
+            )
 
     def refusals(self, limit: int = 100) -> list[tuple[str, str, float]]:
         with self._lock:
@@ -364,6 +371,27 @@ class Index:
                 ),
             )
         return cur.rowcount == 1
+
+    def claim_count(self, peer: str | None = None, status: str | None = None) -> int:
+        where = [(c, v) for c, v in (("peer", peer), ("status", status)) if v is not None]
+        sql = "SELECT count(*) FROM claims" + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
+        with self._lock:
+            return int(self._db.execute(sql, tuple(v for _, v in where)).fetchone()[0])
+
+    def prune_claims(self, peer: str, per_peer: int, total: int) -> int:
+        """Keep at most ``per_peer`` claims received from ``peer`` and ``total`` in all (docs/peers.md "Floods
+        and quotas"): the excess goes, claims not yet accepted before accepted ones, oldest first. How many went."""
+        order = "ORDER BY status = 'accepted', received LIMIT max(0, (SELECT count(*) FROM claims {w}) - ?)"
+        steps: tuple[tuple[str, tuple[object, ...]], ...] = (
+            ("WHERE peer = ?", (peer, peer, per_peer)),
+            ("", (total,)),
+        )
+        gone = 0
+        with self._lock:
+            for where, args in steps:
+                sql = f"DELETE FROM claims WHERE rowid IN (SELECT rowid FROM claims {where} {order.format(w=where)})"
+                gone += self._db.execute(sql, args).rowcount
+        return gone
 
     def claims(self, invocation: str | None = None, limit: int = 100) -> list[ClaimRow]:
         sql = (

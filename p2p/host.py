@@ -35,7 +35,6 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair  
 from libp2p.custom_types import TProtocol  # noqa: E402
 from libp2p.discovery.events.peerDiscovery import peerDiscovery  # noqa: E402
 from libp2p.host.ping import ID as PING_PROTOCOL_ID  # noqa: E402
-from libp2p.io.msgio import VarIntLengthMsgReadWriter  # noqa: E402
 from libp2p.io.utils import read_exactly  # noqa: E402
 from libp2p.network.config import ConnectionConfig  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
@@ -51,6 +50,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport  # noqa:
 from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID  # noqa: E402
 from libp2p.stream_muxer.yamux.yamux import Yamux  # noqa: E402
 from libp2p.tools.anyio_service import background_trio_service  # noqa: E402
+from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited  # noqa: E402
 
 from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
@@ -69,6 +69,8 @@ DEFAULT_LISTEN = ("/ip4/127.0.0.1/tcp/0",)
 MAX_PUBLISH_BYTES = 1_000_000
 #: Largest request or response frame of the request/response protocols.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+#: Largest inbound gossipsub RPC frame: a longer length prefix resets the stream before its body is read.
+MAX_INBOUND_RPC_BYTES = 1024 * 1024 + 64 * 1024
 
 GossipHandler = Callable[[str, bytes], "Awaitable[None] | None"]
 RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
@@ -127,6 +129,8 @@ class P2PHost:
         self._on_disconnected: list[PeerCallback] = []
         self._addrs: list[str] = []
         self._stopped = False
+        #: Inbound gossip RPC frames refused (malformed, cut short or oversized): each resets that peer's stream.
+        self.inbound_refused = 0
 
         # trio side (set in the thread)
         self._host: Any = None
@@ -211,12 +215,36 @@ class P2PHost:
             # `degree` peers (any network under 7 nodes), 30 s after start.
             adaptive_gossip_enabled=False,
         )
-        pubsub = Pubsub(host, gossipsub, strict_signing=True)
+        pubsub = Pubsub(host, gossipsub, strict_signing=True, max_inbound_rpc_size=MAX_INBOUND_RPC_BYTES)
+        for gossip_protocol in gossipsub.protocols:  # Pubsub registered its own handler: replace it by the guarded one
+            host.set_stream_handler(gossip_protocol, self._guarded_pubsub_handler(pubsub))
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
         host.get_network().register_notifee(_Notifee(self))
         for protocol in self._handlers:
             host.set_stream_handler(TProtocol(protocol), self._stream_handler(protocol))
         return host, pubsub, gossipsub
+
+    def _guarded_pubsub_handler(self, pubsub: Pubsub) -> Callable[[Any], Awaitable[None]]:
+        """py-libp2p's pubsub reader lets a protobuf DecodeError (a malformed RPC frame, such as one cut short)
+        escape into the swarm's nursery, which stops the whole host (NOTES.md; issue 15). Here such a frame
+        ends that peer's pubsub stream only: it is reset, the peer dropped from pubsub and counted."""
+
+        async def handle(stream: Any) -> None:
+            try:
+                await pubsub.stream_handler(stream)
+            except trio.Cancelled:
+                raise
+            except Exception as e:  # noqa: BLE001  any error from one peer's frames must not stop the host
+                self.inbound_refused += 1
+                peer = _stream_peer(stream)
+                log.warning("malformed gossip RPC from %s refused: %s", peer, one_line(e))
+                await _reset_stream(stream)
+                try:
+                    pubsub._handle_dead_peer(stream.muxed_conn.peer_id)
+                except Exception as e2:  # noqa: BLE001  already gone: nothing to clean up
+                    log.debug("pubsub peer cleanup: %s", one_line(e2))
+
+        return handle
 
     async def _serve(self, host: Any) -> None:
         """Listening and ready: subscribe, dial, maintain, until stop() is asked; then close connections."""
@@ -593,9 +621,8 @@ class P2PHost:
         with trio.fail_after(timeout):
             stream = await self._host.new_stream(pid, [TProtocol(protocol)])
             try:
-                rw = VarIntLengthMsgReadWriter(stream, MAX_FRAME_BYTES)
-                await rw.write_msg(data)
-                response = await rw.read_msg()
+                await stream.write(encode_varint_prefixed(data))
+                response = await _read_frame(stream)
             except BaseException:
                 await _reset_stream(stream)
                 raise
@@ -605,12 +632,11 @@ class P2PHost:
     def _stream_handler(self, protocol: str) -> Callable[[Any], Awaitable[None]]:
         async def handle(stream: Any) -> None:
             pid = stream.muxed_conn.peer_id.to_base58()
-            rw = VarIntLengthMsgReadWriter(stream, MAX_FRAME_BYTES)
             try:
                 while True:  # one request per stream from us; more are answered in turn
                     try:
                         with trio.fail_after(self._handler_timeout):
-                            request = await rw.read_msg()
+                            request = await _read_frame(stream)
                     except Exception:  # noqa: BLE001 - EOF (the asker is done), reset, idle
                         break
                     handler = self._handlers.get(protocol)
@@ -621,7 +647,7 @@ class P2PHost:
                         response = await self._bridge.call_asyncio(handler, pid, request)
                     if not isinstance(response, (bytes, bytearray, memoryview)):
                         raise P2PError(f"the {protocol} handler returned {type(response).__name__}, not bytes")
-                    await rw.write_msg(bytes(response))
+                    await stream.write(encode_varint_prefixed(bytes(response)))
                 await _close_stream(stream)
             except trio.Cancelled:
                 await _reset_stream(stream)
@@ -695,6 +721,20 @@ async def _close_stream(stream: Any) -> None:
             await stream.close()
         except Exception as e:  # noqa: BLE001  the peer reset or closed it first: nothing left to close
             log.debug("closing a stream: %s", one_line(e))
+
+
+async def _read_frame(stream: Any) -> bytes:
+    """One uvarint-length-prefixed frame of at most MAX_FRAME_BYTES. Not msgio's VarIntLengthMsgReadWriter: its
+    read_exactly gives up after 101 partial reads, so a frame over ~800 kB (yamux hands data over in pieces)
+    failed as "the peer closed the stream" (issue 15); this reads until the frame is whole or the stream ends."""
+    return await read_varint_prefixed_bytes_limited(stream, MAX_FRAME_BYTES)
+
+
+def _stream_peer(stream: Any) -> str:
+    try:
+        return str(stream.muxed_conn.peer_id.to_base58())
+    except Exception:  # noqa: BLE001  a half-closed stream may have lost its connection: name it unknown
+        return "?"
 
 
 async def _reset_stream(stream: Any) -> None:

@@ -34,6 +34,9 @@ class Metrics:
         self.executions = Gauge("cairn_executions", "Executions in the index", registry=r)
         self.datasets = Gauge("cairn_datasets", "Datasets in the index", registry=r)
         self.divergences = Gauge("cairn_divergences", "Peers' answers that disagree with ours", registry=r)
+        # Inbound peer input refused, by kind (docs/peers.md "Floods and quotas"), and peers' claims stored.
+        self.peer_refused = Gauge("cairn_peer_refused", "Peer messages refused", ["kind"], registry=r)
+        self.peer_claims = Gauge("cairn_peer_claims", "Peers' claims stored", ["status"], registry=r)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -61,4 +64,9 @@ class Metrics:
         self.executions.set(n.index.count("executions"))
         self.datasets.set(n.index.count("datasets"))
         self.divergences.set(n.index.count("divergences"))
+        if n.network is not None:
+            for kind, count in n.network.counters().items():
+                self.peer_refused.labels(kind).set(count)
+            for status in ("pending", "accepted", "refused"):  # refused: failed a check when used (claims.py)
+                self.peer_claims.labels(status).set(n.index.claim_count(status=status))
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

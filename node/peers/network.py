@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import Counter
 from typing import Any
 
 from config import PeerSettings
@@ -18,9 +20,10 @@ from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, Ku
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
-from node.model import CID, cid_str, decode, encode, parse_cid
+from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
+from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
-from node.resolve.claims import MAX_PROVIDERS, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.host import P2PError, P2PHost
 
@@ -29,7 +32,13 @@ log = logging.getLogger("cairn.network")
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
-CATCHUP_LIMIT = 1000
+CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
+# What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
+REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
+CATCHUP_MAX_BYTES = 2 * 1024 * 1024  # 1000 announcements take ~0.4 MB
+CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
+LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
+PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
 def _ours(row: ExecutionRow) -> bool:
@@ -60,8 +69,12 @@ class Network:
         except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.admission = Admission(_limits(settings))
+        self._providers_cache: tuple[float, list[str]] | None = None
         self.received = 0
         self.refused = 0
+        self.refusals: Counter[str] = Counter()  # by kind (docs/peers.md "Floods and quotas"); metrics read it
+        self.pruned = 0
 
     async def start(self) -> None:
         self.host.subscribe(TOPIC, self._on_gossip)
@@ -74,10 +87,12 @@ class Network:
             raise ConfigError(f"p2p host: {e}") from None
         self.resolver.lookup = self.lookup
         self.resolver.on_published = self.announce
+        self.resolver.on_refused = self._on_claim_refused
 
     async def stop(self) -> None:
         self.resolver.lookup = None
         self.resolver.on_published = None
+        self.resolver.on_refused = None
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -91,7 +106,16 @@ class Network:
     # -- outgoing ---------------------------------------------------------------------------------
 
     async def _providers(self) -> list[str]:
-        """Where our Kubo can be reached: what other nodes `swarm connect` to before fetching by CID."""
+        """Where our Kubo can be reached: what other nodes `swarm connect` to before fetching by CID. Reused for
+        ``PROVIDERS_TTL``: a catch-up of 1000 rows, or a burst of lookups, asks Kubo once."""
+        now = time.monotonic()
+        if self._providers_cache is not None and now - self._providers_cache[0] < PROVIDERS_TTL:
+            return self._providers_cache[1]
+        addrs = await self._kubo_providers()
+        self._providers_cache = (now, addrs)
+        return addrs
+
+    async def _kubo_providers(self) -> list[str]:
         try:
             ident = await self.kubo.id(timeout=5.0)
         except KuboError as e:  # announce anyway: peers that already reach our Kubo still fetch
@@ -100,8 +124,9 @@ class Network:
         addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
         return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
 
-    async def _announcement(self, row: ExecutionRow) -> bytes:
-        return self.resolver.announcement(row, await self._providers()).block().data
+    async def _announcement(self, row: ExecutionRow, providers: list[str] | None = None) -> bytes:
+        providers = await self._providers() if providers is None else providers
+        return self.resolver.announcement(row, providers).block().data
 
     async def announce(self, row: ExecutionRow) -> None:
         try:
@@ -120,29 +145,95 @@ class Network:
             return {}
         out: dict[str, list[bytes]] = {}
         for peer, answer in answers.items():
-            if isinstance(answer, Exception):
-                continue
-            try:
-                items = decode(answer)
-            except EncodingError as e:
-                log.warning("unreadable lookup answer", extra={"peer": peer, "error": e.message})
-                continue
-            if isinstance(items, list):
-                out[peer] = [bytes(i) for i in items if isinstance(i, bytes)]
+            if not isinstance(answer, Exception):
+                out[peer] = self._lookup_answer(peer, answer)
         return out
+
+    def _lookup_answer(self, peer: str, answer: bytes) -> list[bytes]:
+        """The announcements of one peer's answer that may be looked at: at most ``LOOKUP_ITEMS`` (a peer can sign
+        for one execution per invocation; more is a flood), none from an ignored peer, within the bound on new
+        keys. The resolver checks and records them (node/resolve/resolver.py)."""
+        now = time.monotonic()
+        if reason := self.admission.ignored(peer, now):
+            self._refuse(peer, "ignored", reason, strike=False)
+            return []
+        try:
+            items = decode(answer)
+        except EncodingError as e:
+            self._refuse(peer, "malformed", f"unreadable lookup answer: {e.message}", strike=True)
+            return []
+        if not isinstance(items, list):
+            self._refuse(peer, "malformed", "lookup answer is not a list of announcements", strike=True)
+            return []
+        if len(items) > LOOKUP_ITEMS:
+            self._refuse(peer, "limit", f"limit: lookup answer of {len(items)} items, over {LOOKUP_ITEMS}", False)
+        kept = []
+        for data in items[:LOOKUP_ITEMS]:
+            if not isinstance(data, bytes):
+                continue
+            try:  # the signer it names, to bound minted keys; the resolver checks the whole announcement
+                signer = check_announcement(data).signer
+            except ClaimRefused:
+                kept.append(data)  # refused, logged and counted by the resolver
+                continue
+            if reason := self.admission.admit(peer, signer, now, bulk=True):
+                self._refuse(peer, _limit_kind(reason), reason, strike=False)
+                continue
+            kept.append(data)
+        self.pruned += self.index.prune_claims(peer, self.settings.max_claims_per_peer, self.settings.max_claims)
+        return kept
 
     # -- incoming ---------------------------------------------------------------------------------
 
+    def counters(self) -> dict[str, int]:
+        """Refused inbound input by kind, including gossip frames the host refused (metrics: cairn_peer_refused)."""
+        return {**{k: self.refusals[k] for k in REFUSAL_KINDS}, "gossip-frame": self.host.inbound_refused}
+
+    def _refuse(self, peer: str, kind: str, reason: str, strike: bool) -> None:
+        """Count a refusal; a bad message (``strike``) is logged and kept, and counts towards ignoring its peer.
+        Refusals for limits are counted only: a flood must not become a flood of log lines and index writes."""
+        self.refused += 1
+        self.refusals[kind] += 1
+        n = self.refusals[kind]
+        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG  # the 1st, 2nd, 4th, 8th… of a kind
+        log.log(level, "announcement refused", extra={"peer": peer, "reason": reason, "count": n})
+        if strike:
+            self.index.log_refusal(peer, reason)
+            if self.admission.strike(peer, time.monotonic()):
+                log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
+
     def _record(self, peer: str, data: bytes) -> None:
+        """One gossiped announcement: the peer's limits before any decoding, then the checks, then its signer's."""
         self.received += 1
-        try:
-            an = check_announcement(data)
-        except ClaimRefused as e:
-            self.refused += 1
-            log.warning("announcement refused", extra={"peer": peer, "reason": e.message})
-            self.index.log_refusal(peer, e.message)
+        if reason := self.admission.admit_peer(peer, time.monotonic()):
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
-        self.resolver.record_claim(peer, an, data)
+        self._admit_checked(peer, data, _check(data), bulk=False)
+
+    def _admit_checked(self, peer: str, data: bytes, checked: Announcement | ClaimRefused, bulk: bool) -> None:
+        """An announcement checked on arrival (``_check``): refused and struck, or within the signer's limits
+        and stored, within the quotas."""
+        now = time.monotonic()
+        if reason := self.admission.ignored(peer, now):  # struck meanwhile (a catch-up's earlier items)
+            self._refuse(peer, "ignored", reason, strike=False)
+            return
+        if isinstance(checked, ClaimRefused):
+            self._refuse(peer, _kind(checked.message), checked.message, strike=True)
+            return
+        if reason := self.admission.admit_signer(peer, checked.signer, now, bulk):
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
+            return
+        if self.resolver.record_claim(peer, checked, data):
+            s = self.settings
+            self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
+
+    def _on_claim_refused(self, peer: str, reason: str) -> None:
+        """A claim from ``peer`` failed a check when used (node/resolve/claims.py: blocks, receipt, data): its
+        signer is scored down by the resolver, and the peer that brought it gets a strike. A claim whose
+        providers could not be reached says nothing against the peer: counted, no strike."""
+        self.refusals["claim"] += 1
+        if not reason.startswith(UNREACHABLE) and self.admission.strike(peer, time.monotonic()):
+            log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
 
     async def _on_gossip(self, sender: str, data: bytes) -> None:
         self._record(sender, data)
@@ -157,14 +248,30 @@ class Network:
         return encode([await self._announcement(row)] if row and _ours(row) else [])
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
-        try:
-            items = decode(request)
-        except EncodingError as e:
-            log.warning("unreadable catch-up", extra={"peer": peer, "error": e.message})
+        if len(request) > CATCHUP_MAX_BYTES:  # refused before decoding: decoding is the cost a flood would impose
+            self._refuse(peer, "limit", f"limit: catch-up of {len(request)} bytes, over {CATCHUP_MAX_BYTES}", False)
             return b""
-        for data in items if isinstance(items, list) else []:
-            if isinstance(data, bytes):
-                self._record(peer, data)
+        if reason := self.admission.catchup(peer, time.monotonic()):
+            self._refuse(peer, _limit_kind(reason), reason, strike=False)
+            return b""
+        try:
+            items = await asyncio.to_thread(decode, request)  # up to 2 MiB of DAG-CBOR: off the event loop
+        except EncodingError as e:
+            self._refuse(peer, "malformed", f"unreadable catch-up: {e.message}", strike=True)
+            return b""
+        if not isinstance(items, list):
+            self._refuse(peer, "malformed", "catch-up is not a list of announcements", strike=True)
+            return b""
+        if len(items) > CATCHUP_LIMIT:  # read the first ones only, as a sender of ours would have sent
+            self._refuse(peer, "limit", f"limit: catch-up of {len(items)} items, over {CATCHUP_LIMIT}", strike=False)
+        blobs = [d for d in items[:CATCHUP_LIMIT] if isinstance(d, bytes)]
+        for start in range(0, len(blobs), CHECK_BATCH):
+            batch = blobs[start : start + CHECK_BATCH]
+            # Decoding and signature checks are CPU (~1 ms each, more under load): off the event loop, in batches.
+            checked = await asyncio.to_thread(_check_all, batch)
+            for data, result in zip(batch, checked):
+                self.received += 1
+                self._admit_checked(peer, data, result, bulk=True)
         return b""
 
     def _on_connected(self, peer: str) -> None:
@@ -174,8 +281,44 @@ class Network:
         rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
         if not rows:
             return
-        items = [await self._announcement(r) for r in rows]
+        providers = await self._providers()  # one Kubo RPC for the whole catch-up
+        items = [await self._announcement(r, providers) for r in rows]
         try:
             await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
         except P2PError as e:
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _check(data: bytes) -> Announcement | ClaimRefused:
+    try:
+        return check_announcement(data)
+    except ClaimRefused as e:
+        return e
+
+
+def _check_all(batch: list[bytes]) -> list[Announcement | ClaimRefused]:
+    return [_check(d) for d in batch]
+
+
+def _kind(reason: str) -> str:
+    """The counter a check_announcement refusal goes to (node/resolve/claims.py words its reasons)."""
+    if reason.startswith("bad signature"):
+        return "signature"
+    if reason.startswith("announcement"):
+        return "providers"
+    return "malformed"
+
+
+def _limit_kind(reason: str) -> str:
+    return "ignored" if reason.startswith("limit: peer ignored") else "limit"
+
+
+def _limits(s: PeerSettings) -> Limits:
+    return Limits(
+        rate=s.announce_rate,
+        burst=s.announce_burst,
+        new_signers_burst=s.new_signers_burst,
+        new_signers_rate=s.new_signers_per_hour / 3600.0,
+        strikes=s.bad_messages_before_ignore,
+        ignore_for=s.ignore_seconds,
+    )

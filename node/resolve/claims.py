@@ -50,6 +50,7 @@ from node.model import (
 
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
 MAX_ADDR_LEN = 256
+UNREACHABLE = "could not fetch what the claim names"  # a refusal that says nothing against the peer that sent it
 CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own deadline (peers.resolve_timeout)
 
 
@@ -236,7 +237,7 @@ async def fetch_and_verify(
     except CairnError as e:
         if isinstance(e, ClaimRefused):
             raise
-        raise ClaimRefused(f"could not fetch what the claim names: {e.message}") from None
+        raise ClaimRefused(f"{UNREACHABLE}: {e.message}") from None
 
     # Keep what we use: the receipt and execution themselves, and the output slices (not the peer's inputs).
     for cid in (an.receipt, rc.execution, output, rc.structure):

@@ -134,6 +134,7 @@ class Resolver:
         self.resolve_timeout = resolve_timeout  # the whole network stage (peers.resolve_timeout)
         self.lookup = lookup  # asks connected peers; set by the node once its p2p host runs
         self.on_published: Callable[[ExecutionRow], Awaitable[None]] | None = None  # gossip, when networked
+        self.on_refused: Callable[[str, str], None] | None = None  # (peer, reason): the network strikes the peer
         self.datasets, self.kubo, self.index, self.worker = datasets, kubo, index, worker
         self.identity = identity
         self.work_dir = work_dir
@@ -381,6 +382,8 @@ class Resolver:
         self.index.set_claim_status(
             cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason, score=score
         )
+        if score and self.on_refused is not None:
+            self.on_refused(claim.peer, reason)
 
     def _accept(self, claim: Claim) -> None:
         an = claim.announcement

@@ -427,9 +427,19 @@ def test_truthful_forged_claim_is_used_and_labelled_unverified(net: dict[str, No
     assert ask(c, sql, trust="self")["trust"] in ("computed", "recomputed-agreed")
 
 
+def _refused_claims(node: NodeProcess) -> float:
+    """``cairn_peer_refused{kind="claim"}`` from the node's /metrics (docs/peers.md "Floods and quotas")."""
+    with urllib.request.urlopen(node.api + "/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(x.split()[-1]) for x in lines if x.startswith('cairn_peer_refused{kind="claim"}'))
+
+
 def test_receipt_not_matching_its_data_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:
-    """Well-signed, right question, right bytecode and inputs, but the logical hash is made up."""
+    """Well-signed, right question, right bytecode and inputs, but the logical hash is made up: refused, and
+    counted as a claim that failed a check (issue 15)."""
+    before = _refused_claims(net["c"])
     _refused_for(net["c"], kubo, 8, "logical hash", logical_hash="f1e20" + "00" * 32)
+    assert _refused_claims(net["c"]) == before + 1
 
 
 def test_structure_that_does_not_match_the_data_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:

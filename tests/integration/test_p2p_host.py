@@ -20,7 +20,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
-from p2p.host import MAX_PUBLISH_BYTES, P2PError, P2PHost, P2PTimeout
+from p2p.host import MAX_FRAME_BYTES, MAX_PUBLISH_BYTES, P2PError, P2PHost, P2PTimeout
 from p2p.ids import peer_id
 
 REPO = Path(__file__).resolve().parents[2]
@@ -460,3 +460,50 @@ def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
     assert "KeyboardInterrupt" in err
     if stop_in_finally:
         assert "STOPPED" in out
+
+
+async def test_frames_up_to_the_limit_arrive_whole(make_host):
+    """msgio's reader gave up after 101 partial reads (a frame over ~800 kB under load failed as "the peer
+    closed the stream"); frames are read until whole, up to MAX_FRAME_BYTES, and refused beyond."""
+    a, b = await make_host(1), await make_host(2)
+
+    async def echo(peer: str, request: bytes) -> bytes:
+        return request
+
+    a.set_handler("/cairn/test-echo/1", echo)
+    await b.connect(a.addrs()[0])
+    big = os.urandom(MAX_FRAME_BYTES)
+    assert await b.request(a.peer_id, "/cairn/test-echo/1", big, timeout=60) == big
+
+
+async def test_malformed_and_oversized_gossip_frames_do_not_stop_the_host(make_host):
+    """A gossipsub RPC that does not parse (cut short, or garbage) raised DecodeError out of py-libp2p's reader
+    and stopped the whole host; now that peer's stream is reset and the frame counted."""
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIPSUB
+    from libp2p.utils.varint import encode_varint_prefixed
+
+    a, b, c = await make_host(1), await make_host(2), await make_host(3)
+    got: list[bytes] = []
+    a.subscribe(TOPIC, lambda s, d: got.append(d))
+    for h in (b, c):
+        h.subscribe(TOPIC, lambda s, d: None)
+        await h.connect(a.addrs()[0])
+
+    async def raw(frame: bytes) -> None:
+        stream = await b._host.new_stream(ID.from_base58(a.peer_id), [GOSSIPSUB])
+        await stream.write(frame)
+
+    await b._bridge.run(raw, encode_varint_prefixed(b"\xff" * 100))
+    await eventually(lambda: a.inbound_refused >= 1, timeout=20, what="the malformed frame counted")
+    await b._bridge.run(raw, encode_varint_prefixed(b"\x0a" * 80_000))  # a field cut short, 80 kB long
+    await eventually(lambda: a.inbound_refused >= 2, timeout=20, what="the cut-short frame counted")
+    await b._bridge.run(raw, b"\xff\xff\xff\xff\x0f")  # a 4 GiB length prefix: refused before any body
+    assert a.running
+    assert await c.ping(a.peer_id, timeout=10) >= 0
+    await c.wait_for_topic_peers(TOPIC, 1, timeout=20)
+    deadline = time.monotonic() + 20
+    while not got:  # the mesh forms on a heartbeat: publish until the first arrives
+        assert time.monotonic() < deadline, "c's gossip never reached a"
+        await c.publish(TOPIC, b"still here")
+        await asyncio.sleep(0.1)
+    assert got[0] == b"still here"

@@ -27,6 +27,7 @@ class FakeResolver:
     claims: asyncio.Queue[tuple[str, Announcement]] = field(default_factory=asyncio.Queue)
     lookup: Any = None
     on_published: Any = None
+    on_refused: Any = None
 
     def announcement(self, row: ExecutionRow, providers: list[str]) -> Announcement:
         cids = [parse_cid(c) for c in (row.invocation, row.execution, row.receipt)]
@@ -48,8 +49,10 @@ class FakeResolver:
 class FakeKubo:
     def __init__(self, up: bool) -> None:
         self.up = up
+        self.id_calls = 0
 
     async def id(self, timeout: float | None = None) -> NodeIdentity:
+        self.id_calls += 1
         if not self.up:
             raise KuboUnreachable("http://127.0.0.1:1")
         return NodeIdentity("12D3KooWKubo", "", ("/ip4/127.0.0.1/tcp/4001",), "kubo", ())
@@ -68,7 +71,8 @@ async def _network(tmp: Path, name: str, kubo_up: bool) -> tuple[Network, FakeRe
     ident = generate()
     resolver = FakeResolver(ident)
     index = Index(tmp / name / "index.sqlite")
-    net = Network(PeerSettings(), ident, resolver, index, FakeKubo(kubo_up), None)  # type: ignore[arg-type]  # fakes
+    kubo = FakeKubo(kubo_up)
+    net = Network(PeerSettings(), ident, resolver, index, kubo, None)  # type: ignore[arg-type]  # fakes
     await net.start()
     return net, resolver, index
 
@@ -107,5 +111,20 @@ async def test_catch_up_lookup_and_refusals(tmp_path: Path) -> None:
         [(who, reason, _)] = a_index.refusals()
         assert who == b.host.peer_id and reason.startswith("not an announcement")
         assert a.refused == 1 and a_resolver.claims.empty()
+    finally:
+        await asyncio.gather(a.stop(), b.stop())
+
+
+async def test_catch_up_asks_kubo_once_not_once_per_row(tmp_path: Path) -> None:
+    """Issue 15: catch-up made one Kubo RPC (`id`, for the providers) per row, up to 1000 per connecting peer."""
+    a, _, a_index = await _network(tmp_path, "a", kubo_up=True)
+    b, b_resolver, _ = await _network(tmp_path, "b", kubo_up=True)
+    try:
+        for i in range(50):
+            a_index.add_execution(_row(f"computed-{i}", "computed"))
+        await b.host.connect(a.host.addrs()[0])
+        got = [await asyncio.wait_for(b_resolver.claims.get(), timeout=30) for _ in range(50)]
+        assert {an.invocation for _, an in got} == {_cid(f"computed-{i}") for i in range(50)}
+        assert a.kubo.id_calls == 1  # type: ignore[attr-defined]  # the FakeKubo counts its calls
     finally:
         await asyncio.gather(a.stop(), b.stop())

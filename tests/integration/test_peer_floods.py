@@ -1,0 +1,203 @@
+"""Peers that lie or flood (issue 15 item 2), against a real in-process node (real Kubo, index, resolver, libp2p
+host) and attackers that are real libp2p hosts: minted keys, catch-up and gossip floods, malformed and oversized
+gossip frames. The node's storage stays within its quotas, its host stays up, and an honest peer still gets
+through."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIPSUB
+from libp2p.utils.varint import encode_varint_prefixed
+
+from node import clock
+from node.core import Node
+from node.identity import Identity, generate
+from node.ipfs import ManagedKubo
+from node.model import Announcement, cid_for, decode, encode
+from node.peers import CATCHUP, LOOKUP, TOPIC
+from node.peers.network import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
+from p2p.host import P2PHost
+from tests.fixtures.inprocess import inprocess_node
+
+QUOTAS = {
+    "peers.enabled": True,
+    "peers.max_claims_per_peer": 25,
+    "peers.max_claims": 40,
+    "peers.announce_burst": 10.0,
+    "peers.announce_rate": 1.0,
+    "peers.new_signers_burst": 3.0,
+    "peers.new_signers_per_hour": 1.0,
+    "peers.bad_messages_before_ignore": 1000,  # this test sends bad frames on purpose and keeps talking after
+}
+
+
+def announcement(ident: Identity, n: int, signed_by: Identity | None = None) -> bytes:
+    """A well-formed an_0 naming ``ident`` as signer; signed by ``signed_by`` (a forgery) if given."""
+    cids = [cid_for(f"{ident.node_key}-{n}-{part}".encode()) for part in ("iv", "ex", "rc")]
+    an = Announcement(*cids, "f1e2", 3, {"name": "spark"}, (), ident.node_key, clock.utc_now_iso())
+    return an.signed((signed_by or ident).sign).block().data
+
+
+async def until(
+    what: str, check: Callable[[], bool], timeout: float = 30.0, poke: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if poke is not None:
+            await poke()
+        await asyncio.sleep(0.1)
+
+
+async def send_raw_gossip_frame(attacker: P2PHost, victim: str, frame: bytes) -> None:
+    """Write ``frame`` on a gossipsub stream as a broken or hostile libp2p implementation could."""
+
+    async def write() -> None:
+        stream = await attacker._host.new_stream(ID.from_base58(victim), [GOSSIPSUB])
+        await stream.write(frame)
+
+    await attacker._bridge.run(write)
+
+
+def signers_from(node: Node, peer: str) -> set[str]:
+    return {c.signer for c in node.index.claims(limit=10**6) if c.peer == peer}
+
+
+async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through(
+    kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    mallory, alice, eve = P2PHost(os.urandom(32)), P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    alice_key = generate()
+    async with inprocess_node(tmp_path / "victim", kubo_session, **QUOTAS) as (node, client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(mallory.start(), alice.start(), eve.start())
+        try:
+            for h in (mallory, alice, eve):
+                h.subscribe(TOPIC, lambda s, d: None)
+                await h.connect(net.host.addrs()[0])
+
+            # Catch-up flood: 2 deliveries of 2 * CATCHUP_LIMIT announcements, each signed by a fresh key.
+            minted = [generate() for _ in range(40)]
+            items = [announcement(minted[i % len(minted)], i) for i in range(2 * CATCHUP_LIMIT)]
+            for _ in range(3):
+                await mallory.send_direct(net.host.peer_id, CATCHUP, encode(items), timeout=60)
+            refused = net.counters()
+            assert refused["limit"] >= 3  # the over-long lists, and the third catch-up
+            assert node.index.claim_count(peer=mallory.peer_id) <= 25 and node.index.claim_count() <= 40
+            assert len(signers_from(node, mallory.peer_id)) <= 4  # burst of 3 keys, at most one more per hour
+            assert net.pruned > 0
+
+            # Gossip flood from more minted keys, one message each.
+            await mallory.wait_for_topic_peers(TOPIC, 1, timeout=30)
+            received = net.received
+            for i in range(60):
+                await mallory.publish(TOPIC, announcement(generate(), 10_000 + i))
+            await until("the gossip flood to arrive", lambda: net.received >= received + 30)
+
+            # Malformed frames: an ~80 kB non-announcement (from eve: mallory is past its rate, so what it sends
+            # now is refused before decoding), a cut-short RPC, an over-long length prefix.
+            assert net.counters()["malformed"] == 0
+            await until(
+                "the 80 kB message refused",
+                lambda: net.counters()["malformed"] >= 1,
+                poke=lambda: eve.publish(TOPIC, b"\x00" * 80_000),
+            )
+            await send_raw_gossip_frame(mallory, net.host.peer_id, encode_varint_prefixed(b"\xff" * 100))
+            await until("the malformed frame refused", lambda: net.counters()["gossip-frame"] >= 1)
+            await send_raw_gossip_frame(mallory, net.host.peer_id, b"\xff\xff\xff\xff\x0f")  # 4 GiB announced
+            assert net.host.running
+
+            # Alice still gets through, by gossip: her claim is stored, under her key, from her peer id.
+            await alice.wait_for_topic_peers(TOPIC, 1, timeout=30)
+            mine = announcement(alice_key, 1)
+            await until(
+                "alice's announcement stored",
+                lambda: alice_key.node_key in signers_from(node, alice.peer_id),
+                poke=lambda: alice.publish(TOPIC, mine),
+            )
+            assert node.index.claim_count() <= 40 and node.index.claim_count(peer=mallory.peer_id) <= 25
+            assert await alice.ping(net.host.peer_id, timeout=10) >= 0
+
+            resp = await client.get("/metrics")
+            text = await resp.text()
+            assert 'cairn_peer_refused{kind="limit"}' in text and 'cairn_peer_refused{kind="gossip-frame"}' in text
+        finally:
+            await asyncio.gather(mallory.stop(), alice.stop(), eve.stop())
+
+
+async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    mallory, alice = P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    settings = {**QUOTAS, "peers.bad_messages_before_ignore": 5}
+    async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(mallory.start(), alice.start())
+        try:
+            for h in (mallory, alice):
+                await h.connect(net.host.addrs()[0])
+            victim_key, forger = generate(), generate()
+            forged = [announcement(victim_key, i, signed_by=forger) for i in range(5)]
+            await mallory.send_direct(net.host.peer_id, CATCHUP, encode([*forged, b"junk"]), timeout=30)
+            assert net.counters()["signature"] == 5
+            assert net.counters()["ignored"] == 1  # the 6th item: mallory is ignored from the 5th bad message on
+            # An over-long catch-up is refused before it is decoded (not counted as malformed) and costs alice
+            # none of her catch-ups.
+            await alice.send_direct(net.host.peer_id, CATCHUP, b"\x00" * (CATCHUP_MAX_BYTES + 1), timeout=60)
+            assert net.counters()["limit"] == 1 and net.counters()["malformed"] == 0
+            good = generate()
+            await mallory.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, 1)]), timeout=30)
+            assert good.node_key not in signers_from(node, mallory.peer_id)
+            for n in (2, 3):  # two catch-ups: her whole burst, untouched by the refused one
+                await alice.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, n)]), timeout=30)
+            assert signers_from(node, alice.peer_id) == {good.node_key}
+            assert node.index.claim_count(peer=alice.peer_id) == 2
+            assert len(node.index.refusals()) == 5  # bad messages are logged; what an ignored peer sends is not
+        finally:
+            await asyncio.gather(mallory.stop(), alice.stop())
+
+
+async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A peer answering a lookup with a flood of announcements from minted keys: at most LOOKUP_ITEMS are read,
+    within the bound on new keys; an unreadable answer is a bad message."""
+    mallory, alice = P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    flood = encode([announcement(generate(), i) for i in range(200)])
+    honest = encode([announcement(generate(), 0)])
+
+    async def mallory_answers(peer: str, request: bytes) -> bytes:
+        return flood
+
+    async def alice_answers(peer: str, request: bytes) -> bytes:
+        return honest
+
+    mallory.set_handler(LOOKUP, mallory_answers)
+    alice.set_handler(LOOKUP, alice_answers)
+    settings = {**QUOTAS, "peers.lookup_timeout": 60.0}  # returns once both answered; the machine may be loaded
+    async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(mallory.start(), alice.start())
+        try:
+            for h in (mallory, alice):
+                await h.connect(net.host.addrs()[0])
+            both = {mallory.peer_id, alice.peer_id}  # a lookup asks the peers the victim has seen connect
+            await until("both peers connected", lambda: both <= set(net.host.connected_peers()))
+            got = await net.lookup(cid_for(b"any invocation"))
+            assert len(got[mallory.peer_id]) == 3  # LOOKUP_ITEMS read, of which new_signers_burst keys admitted
+            assert len(got[mallory.peer_id]) <= LOOKUP_ITEMS and got[alice.peer_id] == [decode(honest)[0]]
+            assert net.counters()["limit"] >= 2  # the over-long answer, and the keys past the bound
+
+            async def garbage(peer: str, request: bytes) -> bytes:
+                return b"\xff not cbor"
+
+            mallory.set_handler(LOOKUP, garbage)
+            got = await net.lookup(cid_for(b"any invocation"))
+            assert got[mallory.peer_id] == [] and net.counters()["malformed"] == 1
+        finally:
+            await asyncio.gather(mallory.stop(), alice.stop())

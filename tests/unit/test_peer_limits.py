@@ -1,0 +1,143 @@
+"""The admission state machines (node/peers/limits.py) and the claim quotas (Index.prune_claims), over generated
+event sequences: bounds hold for any flood, an honest sender within its rate is never refused."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from node.index import ClaimRow, Index
+from node.peers.limits import MAX_TRACKED, Admission, Limits, Lru, TokenBucket
+
+gaps = st.lists(st.floats(min_value=0.0, max_value=5.0, allow_nan=False), min_size=1, max_size=300)
+
+
+def _times(deltas: list[float], start: float = 1000.0) -> list[float]:
+    out, t = [], start
+    for d in deltas:
+        t += d
+        out.append(t)
+    return out
+
+
+@given(gaps, st.floats(0.1, 10.0), st.integers(1, 20))
+def test_a_bucket_never_allows_more_than_burst_plus_rate_times_elapsed(deltas, rate, burst):
+    b = TokenBucket(rate, float(burst))
+    times = _times(deltas)
+    allowed = [t for t in times if b.allow(t)]
+    for i, t in enumerate(allowed):  # any prefix: at most burst + rate * (t - first call)
+        assert i + 1 <= burst + rate * (t - times[0]) + 1e-6
+
+
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), max_size=200), st.floats(0.1, 10.0), st.integers(1, 20))
+def test_a_sender_within_the_rate_is_never_refused(extra, rate, burst):
+    b = TokenBucket(rate, float(burst))
+    t = 0.0
+    for e in extra:
+        t += 1.0 / rate + e  # never faster than the rate
+        assert b.allow(t)
+
+
+@given(st.lists(st.floats(min_value=-100.0, max_value=100.0, allow_nan=False), min_size=1, max_size=100))
+def test_a_clock_stepping_back_gives_no_tokens(times):
+    b = TokenBucket(1.0, 3.0)
+    got = sum(b.allow(t) for t in times)
+    span = max(0.0, max(times) - times[0])
+    assert got <= 3 + span + 1e-6
+
+
+LIM = Limits(rate=1.0, burst=5.0, new_signers_burst=3.0, new_signers_rate=0.1, strikes=4, ignore_for=60.0)
+flood = st.lists(
+    st.tuples(st.floats(0.0, 2.0), st.sampled_from(["mallory", "eve"]), st.integers(0, 10_000), st.booleans()),
+    max_size=300,
+)
+
+
+@settings(max_examples=80)
+@given(flood)
+def test_minted_keys_from_one_peer_are_bounded_and_an_honest_peer_gets_through(events):
+    """Flooders mint keys and send in bursts and catch-ups; alice sends one announcement a second with her key:
+    every one of hers is admitted, and each flooder brings at most burst + rate * elapsed new keys."""
+    adm, t0, t = Admission(LIM), 1000.0, 1000.0
+    next_alice, keys = t0, {"mallory": set(), "eve": set()}
+    for gap, peer, key, bulk in events:
+        t += gap
+        while next_alice <= t:
+            assert adm.admit("alice", "did:key:alice", next_alice) is None
+            next_alice += 1.0
+        if adm.admit(peer, f"did:key:{peer}-{key}", t, bulk) is None:
+            keys[peer].add(key)
+    for peer in keys:
+        assert len(keys[peer]) <= LIM.new_signers_burst + LIM.new_signers_rate * (t - t0) + 1e-6
+
+
+@given(st.integers(1, 30), st.floats(0.0, 200.0))
+def test_strikes_get_a_peer_ignored_for_a_while_then_heard_again(n, later):
+    adm, t = Admission(LIM), 50.0
+    banned = [adm.strike("mallory", t) for _ in range(n)]
+    assert banned.count(True) == n // LIM.strikes  # every `strikes` bad messages, one ban
+    ignored = adm.admit("mallory", "did:key:m", t + later)
+    if n >= LIM.strikes and later < LIM.ignore_for:
+        assert ignored is not None and ignored.startswith("limit: peer ignored")
+    else:
+        assert ignored is None
+    assert adm.admit("alice", "did:key:a", t) is None  # others are not affected
+
+
+def test_tables_are_bounded():
+    adm = Admission(Limits(new_signers_burst=1e9))
+    for i in range(MAX_TRACKED + 500):
+        adm.admit(f"peer-{i}", f"key-{i}", 1.0)
+    assert len(adm.peers) == MAX_TRACKED and len(adm.signers) == MAX_TRACKED
+    lru: Lru[int] = Lru(2)
+    lru.put("a", 1), lru.put("b", 2), lru.get("a"), lru.put("c", 3)
+    assert (lru.get("a"), lru.get("b"), lru.get("c")) == (1, None, 3)  # b was the least recently used
+
+
+def test_catchups_per_peer_are_limited():
+    adm = Admission(LIM)
+    assert [adm.catchup("p", 0.0) for _ in range(3)] == [None, None, "limit: too many catch-ups from this peer"]
+    assert adm.catchup("q", 0.0) is None
+
+
+claims = st.lists(
+    st.tuples(st.sampled_from(["p1", "p2", "p3"]), st.integers(0, 10**6), st.booleans()), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(claims, st.integers(1, 10), st.integers(1, 20))
+def test_claim_quotas_keep_the_newest_and_the_accepted(events, per_peer, total):
+    """Index.prune_claims against a plain Python model of the same rule (quota per peer, then overall; claims
+    not accepted go first, oldest first)."""
+    with tempfile.TemporaryDirectory() as d:
+        index = Index(Path(d) / "index.sqlite")
+        model: list[tuple[str, str, float, bool]] = []  # (peer, invocation, received, accepted)
+        for i, (peer, n, accepted) in enumerate(events):
+            inv = f"iv-{i}-{n}"
+            row = ClaimRow(inv, "did:key:k", "ex", "rc", "h", 1, peer, b"", float(i), "pending", "")
+            assert index.add_claim(row)
+            if accepted:
+                index.set_claim_status(inv, "did:key:k", "ex", "accepted")
+            model.append((peer, inv, float(i), accepted))
+            index.prune_claims(peer, per_peer, total)
+            for scope in ([c for c in model if c[0] == peer], model):
+                excess = len(scope) - (per_peer if scope is not model else total)
+                for c in sorted(scope, key=lambda c: (c[3], c[2]))[: max(0, excess)]:
+                    model.remove(c)
+            assert sorted(c.invocation for c in index.claims(limit=10**6)) == sorted(c[1] for c in model)
+        assert index.claim_count() <= total
+        assert all(index.claim_count(peer=p) <= per_peer for p in ("p1", "p2", "p3"))
+        index.close()
+
+
+def test_the_refusal_log_keeps_the_last_ones():
+    with tempfile.TemporaryDirectory() as d:
+        index = Index(Path(d) / "index.sqlite")
+        for i in range(30):
+            index.log_refusal("p", f"r{i}", keep=10)
+        assert sorted(r for _, r, _ in index.refusals(100)) == sorted(f"r{i}" for i in range(20, 30))
+        index.close()
