@@ -21,6 +21,7 @@ from node.errors import (
     PeersDisabled,
     RenderError,
     SparkStartError,
+    TooLarge,
     one_line,
     peer_failure,
 )
@@ -28,7 +29,18 @@ from node.home import Home
 from node.identity import Identity
 from node.index import Index
 from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
+from node.model import (
+    CID,
+    MAX_BLOCK_BYTES,
+    Block,
+    cid_str,
+    decode,
+    decode_object,
+    encode,
+    holium_data,
+    parse_cid,
+    verify_block,
+)
 from node.model.cid import cid_for
 from node.resolve import Jobs, Resolver, SparkWorker
 
@@ -411,6 +423,8 @@ class Node:
         DAG-CBOR block and pin it. The CID is computed here first; Kubo must agree (DESIGN.md)."""
         decode_object(obj)
         data = encode(obj)
+        if len(data) > MAX_BLOCK_BYTES:  # Kubo refuses it (a 502 before issue 15); bulk data goes to UnixFS
+            raise TooLarge(f"object encodes to {len(data)} bytes, over the {MAX_BLOCK_BYTES}-byte block limit")
         block = Block(cid_for(data, "dag-cbor"), data)
         await self.put_block(block, pin=pin)
         return block.cid
