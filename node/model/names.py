@@ -15,9 +15,10 @@ __all__ = ["MAX_NAME_CHARS", "check_dataset_name", "name_problem"]
 
 MAX_NAME_CHARS = 200  # a name is a label, not a payload
 # Unicode categories refused: controls (Cc: NUL, ESC, line breaks), format characters (Cf: bidi overrides and
-# isolates, zero-width marks), surrogates (Cs), private use (Co), line and paragraph separators (Zl, Zp).
+# isolates, zero-width marks), surrogates (Cs), private use (Co), unassigned (Cn), line and paragraph separators.
 _REFUSED = {"Cc": "a control character", "Cf": "a format (bidi or invisible) character", "Cs": "a lone surrogate"}
 _REFUSED |= {"Co": "a private-use character", "Zl": "a line separator", "Zp": "a paragraph separator"}
+_REFUSED["Cn"] = "an unassigned code point"  # no glyph, and a later Unicode may make it anything
 
 
 def name_problem(name: object) -> str | None:

@@ -128,3 +128,13 @@ async def test_dataset_names_with_control_or_bidi_characters_are_400(inode: InNo
     resp = await client.post("/api/v0/pull", json={"source": "bafkqaaa", "name": name})
     assert "dataset name" in await _error(resp, 400)
     assert await _datasets(client) == before
+
+
+async def test_deeply_nested_jsonl_upload_is_400(inode: InNode) -> None:
+    """Found by the ingest fuzzer: 5,000 nested arrays were a RecursionError (500) after ~7 s in pyarrow."""
+    _, client = inode
+    before = await _keeper(client)
+    deep = b'{"a": 1}\n{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    resp = await client.post("/api/v0/datasets?name=deep&format=jsonl", data=deep)
+    assert "nest more than" in await _error(resp, 400)
+    assert await _datasets(client) == before
