@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("FUZZ_TRACEMALLOC", "1")  # long runs also bound each call's Python allocations
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: the tests package is the source
 
 # Imported by name, not followed by mypy (which checks scripts/, not tests/): the properties live with the test.

@@ -32,7 +32,9 @@ def name_problem(name: object) -> str | None:
     if name != name.strip():
         return "a dataset name does not start or end with whitespace"
     for i, ch in enumerate(name):
-        what = _REFUSED.get(unicodedata.category(ch))
+        category = unicodedata.category(ch)
+        # Spaces other than U+0020 (no-break, ideographic, …) print as a space: "a b" could pass for another name.
+        what = "a space other than U+0020" if category == "Zs" and ch != " " else _REFUSED.get(category)
         if what:
             return f"a dataset name holds no {what.split(' ', 1)[1]}: U+{ord(ch):04X} at position {i + 1}"
     return None
