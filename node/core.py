@@ -21,6 +21,7 @@ from node.errors import (
     PeersDisabled,
     RenderError,
     SparkStartError,
+    TooLarge,
     one_line,
     peer_failure,
 )
@@ -28,7 +29,18 @@ from node.home import Home
 from node.identity import Identity
 from node.index import Index
 from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.model import CID, Block, cid_str, decode, decode_object, encode, holium_data, parse_cid, verify_block
+from node.model import (
+    CID,
+    MAX_BLOCK_BYTES,
+    Block,
+    cid_str,
+    decode,
+    decode_object,
+    encode,
+    holium_data,
+    parse_cid,
+    verify_block,
+)
 from node.model.cid import cid_for
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
@@ -422,6 +434,8 @@ class Node:
         """Validate an IPLD value (Holium/Cairn kinds by their ``typedVersion``), store it as one
         DAG-CBOR block and pin it. The CID is computed here first; Kubo must agree (DESIGN.md)."""
         data = await asyncio.to_thread(_checked_cbor, obj)  # a 4 MB value takes seconds: off the loop (issue 15)
+        if len(data) > MAX_BLOCK_BYTES:  # Kubo refuses it (a 502 before issue 15); bulk data goes to UnixFS
+            raise TooLarge(f"object encodes to {len(data)} bytes, over the {MAX_BLOCK_BYTES}-byte block limit")
         block = Block(cid_for(data, "dag-cbor"), data)
         await self.put_block(block, pin=pin)
         return block.cid

@@ -40,7 +40,7 @@ from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
 from node.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
-from node.model import cid_str, dagjson, parse_cid
+from node.model import INT64_MAX, cid_str, dagjson, parse_cid
 from node.resolve.resolver import ACCEPTS, TRUST_MODES
 
 log = logging.getLogger("cairn.api")
@@ -280,7 +280,7 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
     limit_s = request.query.get("limit")
     try:
         limit = int(limit_s) if limit_s is not None else None
-        if limit is not None and limit < 0:
+        if limit is not None and not 0 <= limit <= INT64_MAX:
             raise ValueError
     except ValueError:
         raise InvalidInput(f"limit must be a non-negative integer, got {limit_s!r}") from None
@@ -301,7 +301,7 @@ async def pull(request: web.Request) -> web.Response:
         source, name = body["source"], body.get("name")
         if not isinstance(source, str) or (name is not None and not isinstance(name, str)):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         raise InvalidInput('body must be JSON {"source": URL or CID, "name": optional local name}') from None
     return web.json_response(await _node(request).pull_dataset(source, name))
 
@@ -314,7 +314,7 @@ async def query(request: web.Request) -> web.Response:
         body = await request.json()
         if not isinstance(body, dict):
             raise TypeError
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep (issue 15)
         raise InvalidInput(
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
@@ -326,8 +326,8 @@ async def query(request: web.Request) -> web.Response:
         raise InvalidInput('"sql" must be a non-empty string')
     if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
         raise InvalidInput('"inputs" must map input names to dataset references (name, id or block CID)')
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise InvalidInput('"limit" must be a non-negative integer')
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= INT64_MAX):
+        raise InvalidInput(f'"limit" must be an integer from 0 to {INT64_MAX}')  # 10**30 overflowed: issue 15
     node = _node(request)
     may_compute = has_token(request) or request.app[LIMITS_KEY].open_compute
     if not may_compute and _looser(trust, node.settings.peers.trust):
@@ -409,7 +409,7 @@ async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
         body = await request.json()
         if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in keys):
             raise TypeError
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         raise InvalidInput(f"body must be a JSON object with string fields {', '.join(keys)}") from None
     return body
 

@@ -35,6 +35,7 @@ from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
+from node.model.names import check_dataset_name
 
 log = logging.getLogger("cairn.datasets")
 
@@ -294,8 +295,10 @@ class Datasets:
     ) -> AddResult:
         if strategy not in ("append", "ledger", "snapshot"):
             raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
-        if not name or "/" in name or name.startswith("did:"):
-            raise InvalidInput(f"invalid dataset name {name!r}")
+        if create:  # a new name must be printable (issue 15); an existing one is looked up as it is
+            check_dataset_name(name)
+        elif not name:
+            raise InvalidInput("give the name of the dataset to append to")
         pk = list(primary_key or [])
         async with self._lock(name):
             row = self.index.dataset(name)

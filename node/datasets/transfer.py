@@ -24,6 +24,7 @@ from node.errors import CairnError, Conflict, InvalidInput, NotFound, PullRefuse
 from node.index import DatasetRow
 from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
+from node.model.names import check_dataset_name, name_problem
 
 
 @dataclass(frozen=True)
@@ -69,14 +70,18 @@ class _HttpSource:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise PullRefused(f"cannot reach {self.base}: {e or type(e).__name__}") from None
         if resp.status != 200:
-            text = (await resp.text())[:200].replace("\n", " ")
+            text = (await resp.text(errors="replace"))[:200].replace("\n", " ")
             resp.release()
             raise PullRefused(f"{self.base}{path} answered {resp.status}: {text}")
         return resp
 
     async def head(self) -> CID:
         resp = await self._get("/refs/head")
-        return parse_cid((await resp.text()).strip())
+        try:  # a foreign answer may be any bytes (issue 15: UnicodeDecodeError was a 500)
+            text = (await resp.read()).decode("ascii").strip()
+            return parse_cid(text)
+        except (UnicodeDecodeError, CairnError):
+            raise PullRefused(f"{self.base}/refs/head did not answer a CID") from None
 
     async def block(self, cid: CID) -> bytes:
         resp = await self._get(f"/blocks/{cid}")
@@ -201,7 +206,8 @@ def _register(
     """Make the pulled head visible under a local name (new dataset, or the existing one moved forward)."""
     if existing is None:
         local = name or default_name or v.info.get("title") or v.dataset_id
-        if local.startswith("did:") or ds.index.dataset(local) is not None:
+        # A name from the source (URL tail, title) that could not be typed here gives way to the id (issue 15).
+        if name_problem(local) or ds.index.dataset(local) is not None:
             local = name or v.dataset_id.removeprefix("did:key:")
         if ds.index.dataset(local) is not None:
             raise InvalidInput(f"a dataset named {local!r} exists here already: pull with --name")
@@ -214,6 +220,8 @@ def _register(
 
 async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0) -> PullResult:
     """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here."""
+    if name is not None:
+        check_dataset_name(name)  # before anything is fetched
     src, default_name = _open_source(ds, source, timeout)
     work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
     try:

@@ -14,7 +14,10 @@ def api_base_url(value: str) -> str:
         return _from_multiaddr(text)
     if "://" not in text:
         text = "http://" + text  # a bare host:port
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as e:  # "[" alone: urlsplit's "Invalid IPv6 URL" (found by tests/unit/test_fuzz_decoders.py)
+        raise ConfigError(f"not a Kubo API address: {value!r} ({e})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"not a Kubo API address: {value!r} (want /ip4/HOST/tcp/PORT or http://HOST:PORT)")
     try:

@@ -18,7 +18,7 @@ from node.model.cid import (
     same_cid,
     verify_block,
 )
-from node.model.codec import INT64_MAX, INT64_MIN, Block, block_of, check_ipld, decode, encode
+from node.model.codec import INT64_MAX, INT64_MIN, MAX_BLOCK_BYTES, Block, block_of, check_ipld, decode, encode
 from node.model.dagjson import dumps, loads
 from node.model.engine import EngineProfile
 from node.model.holium_data import (
@@ -84,6 +84,7 @@ __all__ = [  # noqa: RUF022  grouped by the module each name comes from
     "block_of",
     "check_ipld",
     "INT64_MIN",
+    "MAX_BLOCK_BYTES",
     "INT64_MAX",
     # dag-json
     "loads",

@@ -24,8 +24,21 @@ from node.model.plaincbor import decode_plain, encode_plain
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+# Kubo refuses blocks over 1 MiB ("produced block is over 1MiB", boxo's SoftBlockLimit); DESIGN.md "Object
+# rules" sends bulk data to UnixFS instead. A bigger object is the caller's error, not Kubo's (issue 15).
+MAX_BLOCK_BYTES = 1 << 20
 
-__all__ = ["INT64_MAX", "INT64_MIN", "Block", "block_of", "check_ipld", "decode", "encode", "kind_name"]
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_BLOCK_BYTES",
+    "Block",
+    "block_of",
+    "check_ipld",
+    "decode",
+    "encode",
+    "kind_name",
+]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -48,8 +48,23 @@ def _storable_type(type_: pa.DataType) -> pa.DataType:
     return type_
 
 
+MAX_TYPE_DEPTH = 64  # nested lists/structs/maps per column; 5,000 levels of JSON arrays was a RecursionError
+
+
+def _type_depth(type_: pa.DataType) -> int:
+    """How deeply ``type_`` nests (1 for a flat type), walked without recursion: the input decides the depth."""
+    depth, level = 0, [type_]
+    while level and depth <= MAX_TYPE_DEPTH:
+        depth += 1
+        level = [type_.field(i).type for type_ in level for i in range(type_.num_fields)]
+    return depth
+
+
 def _output_schema(fields: list[pa.Field]) -> pa.Schema:
     """The normalised schema handed out: storable types, canonical slice form."""
+    for f in fields:
+        if _type_depth(f.type) > MAX_TYPE_DEPTH:
+            raise InvalidInput(f"column {_snip(f.name)} nests more than {MAX_TYPE_DEPTH} levels deep: refused")
     return canonical_slice_schema(pa.schema([pa.field(f.name, _storable_type(f.type)) for f in fields]))
 
 

@@ -8,11 +8,12 @@ import json
 import re
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
 from node.datasets.readers.chunking import _Chunker, _first_failure, _json_cut
-from node.datasets.readers.convert import _event_time_supported, _output_schema, _TextFormat
+from node.datasets.readers.convert import MAX_TYPE_DEPTH, _event_time_supported, _output_schema, _TextFormat
 from node.datasets.readers.options import (
     EVENT_TIME_TYPE,
     ReadOptions,
@@ -34,6 +35,38 @@ def _json_rows(data: bytes) -> list[tuple[int, int]]:
             rows.append((pos, end))
         pos = end
     return rows
+
+
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[0x5B, 0x7B]], _STEP[[0x5D, 0x7D]] = 1, -1  # [ { open, ] } close
+_JSON_STRING = re.compile(rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')
+
+
+def _deepest(data: bytes, limit: int) -> tuple[int, int]:
+    """(deepest bracket nesting of any line, that line's 0-based index), strings left out; exact only when over
+    ``limit``. Linear and vectorised: pyarrow's JSON reader is superlinear in nesting (4,000 levels: 6 s; printing
+    the type: minutes), so a deep line is refused before it gets there (found by tests/unit/test_fuzz_decoders.py)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not raw.size:
+        return 0, 0
+    starts = np.concatenate(([0], np.flatnonzero(raw[:-1] == 0x0A) + 1))
+    opens = np.add.reduceat((_STEP[raw] > 0).view(np.uint8), starts, dtype=np.int64)  # per line, an upper bound
+    if int(opens.max()) <= limit:
+        return int(opens.max()), int(np.argmax(opens))
+    bare = np.frombuffer(_JSON_STRING.sub(b'""', data), dtype=np.uint8)  # rare: a line with many brackets
+    return _line_peak(bare, _STEP[bare].astype(np.int64))
+
+
+def _line_peak(text: np.ndarray, step: np.ndarray) -> tuple[int, int]:
+    """Highest running sum of ``step`` within one line of ``text`` (restarting at each newline), and that line."""
+    if not text.size:
+        return 0, 0
+    level = np.cumsum(step)
+    newline = text == 0x0A
+    last_nl = np.maximum.accumulate(np.where(newline, np.arange(text.size), -1))
+    depth = level - np.where(last_nl >= 0, level[np.maximum(last_nl, 0)], 0)
+    peak = int(np.argmax(depth))
+    return int(depth[peak]), int(np.count_nonzero(newline[:peak]))
 
 
 class _JsonFormat(_TextFormat):
@@ -121,6 +154,11 @@ class _JsonFormat(_TextFormat):
         return self._finish(table, data, first_line, self._row_line)
 
     def _parse_table(self, data: bytes, first_line: int, schema: pa.Schema | None) -> pa.Table | None:
+        depth, index = _deepest(data, MAX_TYPE_DEPTH + 1)
+        if depth > MAX_TYPE_DEPTH + 1:  # + 1: the row's own object
+            raise InvalidInput(
+                f"{self.name}: line {first_line + index}: values nest more than {MAX_TYPE_DEPTH} levels deep: refused"
+            )
         try:
             return self._read(data, schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

@@ -1,0 +1,1 @@
+SELECT 1e309 FROM t
