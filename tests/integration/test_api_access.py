@@ -46,7 +46,8 @@ def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def _concrete(path: str) -> str:
-    return path.replace("{cid}", "bafyreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy").replace("{", "x")
+    path = path.replace("{cid}", "bafyreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy")
+    return re.sub(r"\{(\w+)\}", r"x\1", path)
 
 
 def _body(op: dict[str, Any]) -> dict[str, Any]:

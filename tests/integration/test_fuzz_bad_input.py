@@ -6,13 +6,15 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.fixtures.inprocess import InNode
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, inprocess_node
 
 NAMES_REFUSED = ["two\nlines", "esc\x1b[31mred", "nul\x00byte", "rtl\u202etxt.exe", "tab\there", "bidi\u2066x", " pad"]
 
@@ -110,12 +112,16 @@ async def test_random_bytes_uploaded_as_csv_or_jsonl_are_4xx(inode: InNode, seed
     assert not [p for p in os.listdir(inode[0].home.path / "tmp") if p.startswith(("ingest-", "upload-"))]
 
 
-async def test_dag_object_over_the_block_limit_is_413(inode: InNode) -> None:
-    _, client = inode
-    resp = await client.post("/api/v0/dag", json={"s": "x" * (5 << 20)})
-    assert "block limit" in await _error(resp, 413)
-    resp = await client.post("/api/v0/dag", json={"s": "x" * 1000})  # a small one still goes in
-    assert resp.status == 200, await resp.text()
+async def test_dag_object_over_the_block_limit_is_413(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    big = {"s": "x" * (5 << 20)}
+    # Default caps: the JSON body cap (api.max_json_bytes, 1 MiB) refuses it before it is read.
+    async with inprocess_node(tmp_path / "a", kubo_session) as (_, client):
+        assert "api.max_json_bytes" in await _error(await client.post("/api/v0/dag", json=big), 413)
+    # A node that takes larger JSON bodies still refuses a block Kubo would refuse (a 502 before issue 15).
+    async with inprocess_node(tmp_path / "b", kubo_session, **{"api.max_json_bytes": 16 << 20}) as (_, client):
+        assert "block limit" in await _error(await client.post("/api/v0/dag", json=big), 413)
+        resp = await client.post("/api/v0/dag", json={"s": "x" * 1000})  # a small one still goes in
+        assert resp.status == 200, await resp.text()
 
 
 @pytest.mark.parametrize("name", NAMES_REFUSED)
