@@ -26,6 +26,7 @@ import signal
 import socket
 import stat
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -67,6 +68,7 @@ WATCH_EVERY_S = 1.0
 # A sample (WATCH_EVERY_S) in which the JVM used more CPU than this is progress: a computing job uses about a
 # core; an idle JVM's own threads (heartbeats, a GC) use a few ms.
 STALL_CPU_S = 0.1 * WATCH_EVERY_S
+JVM_EXIT_WAIT_S = 5.0  # how long a lost py4j connection waits for the JVM's exit to show
 
 
 class RequestError(Exception):
@@ -220,9 +222,19 @@ class Worker:
         gateway = SparkContext._gateway
         return getattr(gateway, "proc", None) if gateway is not None else None
 
-    def jvm_alive(self) -> bool:
+    def jvm_alive(self, wait: float = 0.0) -> bool:
+        """False once the JVM exited or the watchdog killed it. ``wait``: how long to wait for an exit already
+        under way (a dying JVM closes its sockets before the kernel reports its exit)."""
+        if self.stalled:
+            return False
         proc = self.jvm_proc()
-        return proc is None or proc.poll() is None
+        if proc is None:
+            return True
+        try:
+            proc.wait(timeout=wait) if wait else None
+        except subprocess.TimeoutExpired:
+            return True
+        return proc.poll() is None
 
     # --- jobs ----------------------------------------------------------------------------------
 
@@ -285,7 +297,9 @@ class Worker:
     def _classify(self, job: Job, exc: BaseException) -> dict[str, Any]:
         from pyspark.errors import AnalysisException, PySparkException
 
-        if not self.jvm_alive():  # first: the jobs beside the one that killed the JVM died with it
+        # An error that did not come from Java (py4j's lost connection) may be the JVM dying: wait for its exit,
+        # so the job is answered "died" and not as a runtime error of its own (the race seen in CI, issue 15).
+        if not self.jvm_alive(wait=0.0 if _from_java(exc) else JVM_EXIT_WAIT_S):
             # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
             # one; the worker then exits too, and the node restarts it.
             why = f"made no progress for {self.stall_s:g} s and was killed" if self.stalled else "died (out of memory?)"
@@ -617,6 +631,14 @@ def stop_spark(spark: Any) -> None:
             log.warning("the JVM (pid %d) did not exit; killing it", proc.pid)
             proc.kill()
             proc.wait()
+
+
+def _from_java(exc: BaseException) -> bool:
+    """True when the JVM itself answered with this error (so it is alive); False for py4j's own network errors."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    return isinstance(exc, (Py4JJavaError, PySparkException, InputMismatch, guard.Refused, Cancelled))
 
 
 def _cpu_seconds(pid: int) -> float | None:
