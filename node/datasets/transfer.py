@@ -80,6 +80,16 @@ def _origin(url: Any) -> tuple[str, str, int | None]:
     return (url.scheme, (url.host or "").lower(), url.port)
 
 
+def _redirect_target(url: Any, location: str | None) -> Any:
+    """Where a redirect points, resolved against ``url``; None when it names nowhere usable."""
+    from yarl import URL
+
+    try:
+        return url.join(URL(location)) if location else None
+    except (ValueError, TypeError):  # yarl refuses a malformed Location
+        return None
+
+
 def _why(e: BaseException) -> str:
     """What went wrong reaching a source, without its bytes: aiohttp's response errors quote what the source sent
     (a bad header, a bad status line), so only connection errors keep their (local) text."""
@@ -117,11 +127,12 @@ class _HttpSource:
             resp = await self._request(url)
             if resp.status not in (301, 302, 303, 307, 308):
                 break
-            location = resp.headers.get("Location")
             resp.release()
-            target = url.join(URL(location)) if location else None
+            target = _redirect_target(url, resp.headers.get("Location"))
             if target is None or _origin(target) != _origin(url):
-                raise PullRefused(f"{self.base}{path} redirected to another origin (scheme, host or port): refused")
+                raise PullRefused(
+                    f"{self.base}{path} redirected to another origin (scheme, host or port) or nowhere: refused"
+                )
             url = target
         else:
             raise PullRefused(f"{self.base}{path} redirected more than {_MAX_REDIRECTS} times: refused")

@@ -12,7 +12,7 @@ import io
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +62,11 @@ def _same(got: pd.DataFrame, path: Path) -> None:
 
 
 @pytest.fixture
-async def confined(kubo_session: ManagedKubo, tmp_path: Path) -> AsyncIterator[tuple[InNode, Path]]:
-    """A node whose ``api.ingest_dirs`` is ``tmp_path`` itself, which also holds the node's home: the home must
-    stay out of reach even so."""
-    allowed = tmp_path  # pytest's temporary directories are resolved already
-    async with inprocess_node(allowed / "node", kubo_session, **{"api.ingest_dirs": [str(allowed)]}) as pair:
-        yield pair, allowed
+async def confined(inode: InNode, tmp_path: Path) -> tuple[InNode, Path]:
+    """A node whose ``api.ingest_dirs`` holds ``tmp_path`` (the in-process fixture's default: the system's temporary
+    directory), which also holds the node's home: the home must stay out of reach even so."""
+    assert inode[0].home.path.parent == tmp_path
+    return inode, tmp_path  # pytest's temporary directories are resolved already
 
 
 async def _add_path(client: TestClient[Any, Any], path: str, name: str = "x") -> Any:
