@@ -302,6 +302,43 @@ async def test_a_source_sending_more_than_its_cap_is_cut_off(inode: InNode) -> N
     assert sent[0] < 64 << 20, sent  # it stopped reading long before the flood ended
 
 
+async def test_a_slice_longer_than_its_block_claims_is_cut_off(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A relay in front of a real node pads every slice answer (streamed, no Content-Length): the pull stops
+    reading at the size the AddData block claims, and nothing is kept."""
+    src_data = tmp_path / "cities.csv"
+    src_data.write_bytes(CSV)
+    padded: list[int] = []
+    async with (
+        inprocess_node(tmp_path / "a", kubo_session) as (_, ca),
+        inprocess_node(tmp_path / "b", kubo_session) as (nb, cb),
+    ):
+        resp = await ca.post("/api/v0/datasets", params={"name": "shared", "path": str(src_data)})
+        assert resp.status == 201, await resp.text()
+
+        async def pad(request: web.Request) -> web.StreamResponse:
+            body = await (await ca.get(request.path)).read()
+            out = web.StreamResponse()
+            await out.prepare(request)
+            await out.write(body)
+            if "/data/" in request.path:
+                padded.append(len(body))
+                try:
+                    for _ in range(1000):  # up to 64 MiB more than the slice
+                        await out.write(b"\0" * (64 << 10))
+                except (ConnectionError, RuntimeError):
+                    pass  # the puller hung up
+            return out
+
+        server = await _serve(pad)
+        try:
+            message = await _refused(await _pull(cb, _url(server, "/odf/shared"), name="copy"), 502)
+        finally:
+            await server.close()
+        assert padded and f"sent more than {padded[0]} bytes" in message, message
+        assert await _names(cb) == []
+        assert not list((nb.home.path / "tmp").glob("pull-*"))
+
+
 def _drip(started: asyncio.Event) -> Handler:
     """A source that answers one byte every half second, for ever (each read well within datasets.pull_timeout)."""
 

@@ -1,11 +1,14 @@
-"""Which redirects a pull follows (node/datasets/transfer.py): only within the source's origin, checked against an
-independent oracle (urllib.parse's urljoin and urlsplit, default ports filled in) over generated Locations. The
-hostile servers themselves are in tests/integration/test_confine.py."""
+"""Pull sources (node/datasets/transfer.py): which redirects are followed (only within the source's origin, checked
+against an independent oracle, urllib.parse's urljoin and urlsplit with default ports, over generated Locations),
+and the free-disk check. The hostile servers themselves are in tests/integration/test_confine.py."""
 
 from __future__ import annotations
 
 import urllib.parse
+from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from yarl import URL
@@ -53,3 +56,22 @@ def test_no_or_malformed_location_goes_nowhere() -> None:
     url = URL(BASE)
     assert _redirect_target(url, None) is None
     assert _redirect_target(url, "http://[::1") is None
+
+
+def test_slices_that_would_not_fit_the_disk_are_refused_before_fetching(tmp_path: Path) -> None:
+    """The sizes a chain claims (a source may mint any chain) are checked against the free space first."""
+    import shutil
+    from types import SimpleNamespace
+
+    from node.datasets.chain import SliceRef
+    from node.datasets.transfer import _refuse_overfill
+    from node.errors import PullRefused
+    from node.model import parse_cid
+
+    ds: Any = SimpleNamespace(tmp_dir=tmp_path)  # a small fake: only where the pull would write
+    src: Any = SimpleNamespace(base="http://127.0.0.1:1/odf/x")
+    free = shutil.disk_usage(tmp_path).free
+    cid = parse_cid("bafkqaaa")
+    _refuse_overfill(ds, src, [SliceRef(cid, 1, 1 << 20, "h", 0)])  # fits: no error
+    with pytest.raises(PullRefused, match="bytes are free here"):
+        _refuse_overfill(ds, src, [SliceRef(cid, 1, free // 2 + 1, "h", 0), SliceRef(cid, 1, 1, "h", 0)])
