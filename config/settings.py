@@ -61,6 +61,12 @@ class ApiSettings:
         "on that port.",
         default_factory=list,
     )
+    ingest_dirs: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "Absolute directories whose files a client on this machine may have the node ingest in place "
+        "(`path=`, which `cairn add` uses for its own node); symlinks are resolved first, only regular files, "
+        "never anything under `$CAIRN_HOME`. Empty: `path=` is refused (403) and `cairn add` uploads the file.",
+        default_factory=list,
+    )
     max_jobs: int = _doc("Query jobs (`wait: false`) that may run at once; more are refused (429).", default=16)
     job_keep_seconds: float = _doc("How long a finished query job's answer is kept.", default=600.0)
 
@@ -96,6 +102,11 @@ class DatasetSettings:
         default=1 << 20,
     )
     pull_timeout: float = _doc("Seconds a pull may wait for any one block or slice from a peer.", default=60.0)
+    pull_deadline: float = _doc(
+        "Seconds a whole pull may take (head, chain, every slice); a source that drips its answers is cut off "
+        "then (504). Raise it to pull large datasets over slow links.",
+        default=600.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -381,6 +392,13 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("api.max_json_bytes", s.api.max_json_bytes > 0, "api.max_json_bytes must be positive"),
         ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
         ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
+        (
+            "api.ingest_dirs",
+            all(os.path.isabs(d) for d in s.api.ingest_dirs),
+            f"api.ingest_dirs must hold absolute directories, got {s.api.ingest_dirs!r}",
+        ),
+        ("datasets.pull_timeout", s.datasets.pull_timeout > 0, "datasets.pull_timeout must be positive"),
+        ("datasets.pull_deadline", s.datasets.pull_deadline > 0, "datasets.pull_deadline must be positive"),
         ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
         ("spark.query_timeout", s.spark.query_timeout > 0, "spark.query_timeout must be positive"),
         ("spark.max_result_rows", s.spark.max_result_rows > 0, "spark.max_result_rows must be positive"),

@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from config import Settings
 from node import __version__
-from node.datasets import Datasets, ReadOptions, Version, block_of_dataset, canonical_type, pull, slice_of_dataset
+from node.datasets import (
+    Datasets,
+    Pulls,
+    ReadOptions,
+    Version,
+    block_of_dataset,
+    canonical_type,
+    pull,
+    slice_of_dataset,
+)
 from node.errors import (
     CairnError,
     InvalidInput,
@@ -131,6 +140,8 @@ class Node:
         self.started_at = time.time()
         self.api_url: str | None = None  # set by the HTTP face once it listens
         self._started = started
+        self.pulls = Pulls()
+        started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -552,7 +563,14 @@ class Node:
         return (await self.datasets.resolve(ref))[1]
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
-        r = await pull(self.datasets, source, name=name, timeout=self.settings.datasets.pull_timeout)
+        work = pull(
+            self.datasets,
+            source,
+            name=name,
+            timeout=self.settings.datasets.pull_timeout,
+            deadline=self.settings.datasets.pull_deadline,
+        )
+        r = await self.pulls.run(work)  # ended at once when the node stops (issue 15)
         return {
             "name": r.name,
             "id": r.dataset_id,

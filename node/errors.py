@@ -94,6 +94,11 @@ class Forbidden(CairnError):
     status = 403
 
 
+class PathRefused(Forbidden):
+    """``path=`` naming a file the node may not ingest in place: under ``$CAIRN_HOME``, outside ``api.ingest_dirs``
+    (or none set), or not a regular file. The message never holds the file's contents."""
+
+
 class MisdirectedRequest(CairnError):
     """A ``Host`` header that is not one of the node's names (DNS rebinding): the request is not for this node."""
 
@@ -228,6 +233,18 @@ class PullRefused(CairnError):
     """Something a peer sent in a pull does not check out; the message names the CID that failed."""
 
     status = 502
+
+
+class PullTimeout(PullRefused):
+    """A pull that did not finish within ``datasets.pull_deadline`` (a source that drips its answers)."""
+
+    status = 504
+
+
+class PullCancelled(PullRefused):
+    """A pull ended because the node is stopping; nothing of it was kept."""
+
+    status = 503
 
 
 # -- peers (node/peers/, node/resolve/claims.py; P2PError of p2p/ is mapped to these) ------------

@@ -16,6 +16,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -36,6 +37,7 @@ from node.api.access import (
     host_middleware,
     limits_from,
 )
+from node.api.local_files import open_local
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
@@ -155,9 +157,9 @@ async def _spool(request: web.Request, dest: Path, limit: int) -> int:
     return size
 
 
-def _local_file(request: web.Request, path: str) -> Path:
-    """``path=``: ingest a file the node can read in place, saving a copy of the upload. Only for
-    clients on this machine (loopback): the CLI uses it when it talks to its own node."""
+def _local_file(request: web.Request, node: Node, path: str) -> BinaryIO:
+    """``path=``: ingest a file on the node's machine in place (the CLI does for its own node). Only for clients on
+    this machine (loopback), only under ``api.ingest_dirs``, never under ``$CAIRN_HOME`` (node.api.local_files)."""
     import ipaddress
 
     try:
@@ -166,10 +168,7 @@ def _local_file(request: web.Request, path: str) -> Path:
         loopback = False
     if not loopback:
         raise Unauthorized("path= is only for clients on the node's own machine; upload the file instead")
-    p = Path(path)
-    if not p.is_absolute() or not p.is_file():
-        raise InvalidInput(f"path= must be an absolute path to a readable file, got {path!r}")
-    return p
+    return open_local(path, node.home.path, node.settings.api.ingest_dirs)
 
 
 async def _naming(ingest: Awaitable[dict[str, object]], path: str, label: str) -> dict[str, object]:
@@ -181,11 +180,11 @@ async def _naming(ingest: Awaitable[dict[str, object]], path: str, label: str) -
         raise
 
 
-def _upload_path(request: web.Request, node: Node) -> tuple[Path, bool]:
-    """Where the ingest reads: a local ``path=`` in place (False), else a fresh spool file for the body (True)."""
+def _upload_path(request: web.Request, node: Node) -> Path | BinaryIO:
+    """Where the ingest reads: a local ``path=`` file opened in place, else a fresh spool file (a Path) for the body."""
     local = request.query.get("path")
     if local:
-        return _local_file(request, local), False
+        return _local_file(request, node, local)
     tmp = node.home.path / "tmp"
     tmp.mkdir(exist_ok=True)
     # The reader tells formats by extension: keep the uploaded file's (e.g. ".csv.gz").
@@ -194,7 +193,7 @@ def _upload_path(request: web.Request, node: Node) -> tuple[Path, bool]:
         suffix = ""
     fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
     os.close(fd)
-    return Path(path_s), True
+    return Path(path_s)
 
 
 async def datasets_add(request: web.Request) -> web.StreamResponse:
@@ -206,10 +205,10 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         raise InvalidInput("give exactly one of name= (create a dataset) or to= (append to one)")
     node = _node(request)
     options = _read_options(q)  # refuses bad options before the body is read
-    path, spooled = _upload_path(request, node)
+    path = _upload_path(request, node)
     task: asyncio.Future[dict[str, object]] | None = None
     try:
-        if spooled:
+        if isinstance(path, Path):
             await _spool(request, path, node.settings.api.max_upload_bytes)
         state = {"bytes": 0, "rows": 0}
 
@@ -226,7 +225,7 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             info=_info(q),
             progress=progress,
         )
-        if spooled:  # errors name the file the client sent, not our spool file
+        if isinstance(path, Path):  # errors name the file the client sent, not our spool file
             ingest = _naming(ingest, str(path), Path(q.get("filename", "")).name or "upload")
         # The ingest runs as its own task: a client that goes away does not cut it half-way.
         task = asyncio.ensure_future(ingest)
@@ -234,12 +233,18 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             return web.json_response(await asyncio.shield(task), status=201 if name else 200)
         return await _progress_stream(request, task, state)
     finally:
-        if not spooled:
-            pass
-        elif task is None or task.done():
-            path.unlink(missing_ok=True)
+        if task is None or task.done():
+            _release(path)
         else:
-            task.add_done_callback(lambda _: path.unlink(missing_ok=True))
+            task.add_done_callback(lambda _: _release(path))
+
+
+def _release(source: Path | BinaryIO) -> None:
+    """After the ingest: remove our spool file, or close the ``path=`` file."""
+    if isinstance(source, Path):
+        source.unlink(missing_ok=True)
+    else:
+        source.close()
 
 
 async def _progress_stream(
@@ -516,7 +521,11 @@ _UPLOAD_PARAMS = (
     Param("name", "create a dataset of this name"),
     Param("to", "append to this dataset"),
     Param("filename", "the uploaded file's name (its extension tells the format)"),
-    Param("path", "ingest this absolute path on the node's machine instead of the body (loopback clients only)"),
+    Param(
+        "path",
+        "ingest this absolute path on the node's machine instead of the body (loopback clients only, under "
+        "api.ingest_dirs, never under $CAIRN_HOME)",
+    ),
     Param("format", "csv, jsonl, json, parquet, … (else from the extension)"),
     Param("compression", "gzip, zstd, … (else from the extension)"),
     Param("delimiter", "CSV delimiter"),
@@ -694,4 +703,11 @@ def create_app(node: Node, token: str, max_body: int | None = None) -> web.Appli
     app[OPENAPI_KEY] = openapi.document(ROUTES, limits, __version__)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guard(route))
+    app.on_shutdown.append(_stop_pulls)
     return app
+
+
+async def _stop_pulls(app: web.Application) -> None:
+    """Before the server waits for its requests to end: a pull from a slow source ends now (503), it does not hold
+    the node's shutdown (issue 15)."""
+    await app[NODE_KEY].pulls.stop()

@@ -181,6 +181,20 @@ def _stream_ingest(client: NodeClient, query: str, source: Any, length: int | No
     return out
 
 
+def _add_in_place(client: NodeClient, params: list[tuple[str, str]], path: Path, args: Any) -> dict[str, Any] | None:
+    """Our own node on this machine reads the file in place (``path=``): no copy through HTTP and its disk. None
+    when it may not (403: the file is not under its ``api.ingest_dirs``): then the file is uploaded."""
+    if not client.is_local():
+        return None
+    query = urllib.parse.urlencode([*params, ("path", str(path.resolve())), ("progress", "true")])
+    try:
+        return _stream_ingest(client, query, io.BytesIO(b""), 0, args.json)
+    except RemoteError as e:
+        if e.status == 403:  # PathRefused (docs/api.md "Ingesting a local file")
+            return None
+        raise
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     params = _add_params(args)
     client = NodeClient.for_home(_home(args))
@@ -192,12 +206,16 @@ def cmd_add(args: argparse.Namespace) -> int:
             raise InvalidInput(f"cannot read {args.file}: no such file")
         params.append(("filename", path.name))
         source, length = path.open("rb"), path.stat().st_size
-        if not args.upload and client.is_local():
-            # Our own node on this machine reads the file in place: no copy through HTTP and its disk.
-            params.append(("path", str(path.resolve())))
-            source, length = io.BytesIO(b""), 0
-    params.append(("progress", "true"))
-    out = _stream_ingest(client, urllib.parse.urlencode(params), source, length, args.json)
+    out = _add_in_place(client, params, path, args) if args.file != "-" and not args.upload else None
+    if out is None:
+        query = urllib.parse.urlencode([*params, ("progress", "true")])
+        try:
+            out = _stream_ingest(client, query, source, length, args.json)
+        except RemoteError as e:
+            if e.status != 413 or args.file == "-" or not client.is_local():
+                raise
+            hint = "; or let the node read it in place: add its directory to api.ingest_dirs"
+            raise RemoteError(e.message + hint, e.status) from None
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

@@ -4,7 +4,7 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHash, LogicalHasher, canonical_type
 from node.datasets.readers import ReadOptions, open_input
 from node.datasets.service import AddResult, Datasets
-from node.datasets.transfer import PullResult, block_of_dataset, pull, slice_of_dataset
+from node.datasets.transfer import PullResult, Pulls, block_of_dataset, pull, slice_of_dataset
 
 __all__ = [
     "AddResult",
@@ -12,6 +12,7 @@ __all__ = [
     "LogicalHash",
     "LogicalHasher",
     "PullResult",
+    "Pulls",
     "ReadOptions",
     "SliceRef",
     "Version",

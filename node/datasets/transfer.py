@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,10 +21,29 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
-from node.errors import CairnError, Conflict, InvalidInput, NotFound, PullRefused
+from node.errors import (
+    CairnError,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PullCancelled,
+    PullRefused,
+    PullTimeout,
+    one_line,
+)
 from node.index import DatasetRow
 from node.ipfs import KuboClient
-from node.model import CID, MetadataBlock, Structure, cid_str, decode, decode_object, parse_cid, verify_block
+from node.model import (
+    CID,
+    MAX_BLOCK_BYTES,
+    MetadataBlock,
+    Structure,
+    cid_str,
+    decode,
+    decode_object,
+    parse_cid,
+    verify_block,
+)
 from node.model.names import check_dataset_name, name_problem
 
 
@@ -44,12 +64,49 @@ class _Source(Protocol):
 
     async def head(self) -> CID: ...
     async def block(self, cid: CID) -> bytes: ...
-    async def data(self, cid: CID, dest: Path) -> None: ...
+    async def data(self, cid: CID, dest: Path, limit: int) -> None: ...
     async def close(self) -> None: ...
 
 
+# Caps on what a source may send (issue 15: a source must not fill memory or disk). A head is one CID; a block is
+# at most what our codec writes (node.model.MAX_BLOCK_BYTES); a slice at most the size its AddData block claims.
+_MAX_HEAD_BYTES = 4096
+_MAX_SLICE_BYTES = 4 << 30  # a slice whose block claims no size (0)
+_MAX_CHAIN_BYTES = 256 << 20  # metadata blocks and structures of one pull, held in memory until checked
+_MAX_REDIRECTS = 3
+
+
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    return (url.scheme, (url.host or "").lower(), url.port)
+
+
+def _redirect_target(url: Any, location: str | None) -> Any:
+    """Where a redirect points, resolved against ``url``; None when it names nowhere usable."""
+    from yarl import URL
+
+    try:
+        return url.join(URL(location)) if location else None
+    except (ValueError, TypeError):  # yarl refuses a malformed Location
+        return None
+
+
+def _why(e: BaseException) -> str:
+    """What went wrong reaching a source, without its bytes: aiohttp's response errors quote what the source sent
+    (a bad header, a bad status line), so only connection errors keep their (local) text."""
+    import aiohttp
+
+    if isinstance(e, (aiohttp.ClientConnectorError, ConnectionError)) or type(e) is OSError:
+        return one_line(e, 200)
+    if isinstance(e, TimeoutError):
+        return "no answer within datasets.pull_timeout"
+    return type(e).__name__
+
+
 class _HttpSource:
-    """A peer's ODF Simple Transfer Protocol endpoint: ``{base}/refs/head``, ``/blocks/{cid}``, ``/data/{cid}``."""
+    """A peer's ODF Simple Transfer Protocol endpoint: ``{base}/refs/head``, ``/blocks/{cid}``, ``/data/{cid}``.
+
+    Nothing it sends is echoed in an error (issue 15): messages say what was wrong (status, size, "not a CID").
+    Redirects are followed only within the source's origin (scheme, host, port), at most ``_MAX_REDIRECTS``."""
 
     def __init__(self, base: str, timeout: float) -> None:
         import aiohttp
@@ -63,35 +120,72 @@ class _HttpSource:
         await self._session.close()
 
     async def _get(self, path: str) -> Any:
+        from yarl import URL
+
+        url = URL(self.base + path)
+        for _ in range(_MAX_REDIRECTS + 1):
+            resp = await self._request(url)
+            if resp.status not in (301, 302, 303, 307, 308):
+                break
+            resp.release()
+            target = _redirect_target(url, resp.headers.get("Location"))
+            if target is None or _origin(target) != _origin(url):
+                raise PullRefused(
+                    f"{self.base}{path} redirected to another origin (scheme, host or port) or nowhere: refused"
+                )
+            url = target
+        else:
+            raise PullRefused(f"{self.base}{path} redirected more than {_MAX_REDIRECTS} times: refused")
+        if resp.status != 200:
+            resp.release()
+            raise PullRefused(f"{self.base}{path} answered HTTP {resp.status}")
+        return resp
+
+    async def _request(self, url: Any) -> Any:
         import aiohttp
 
         try:
-            resp = await self._session.get(self.base + path)
+            return await self._session.get(url, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise PullRefused(f"cannot reach {self.base}: {e or type(e).__name__}") from None
-        if resp.status != 200:
-            text = (await resp.text(errors="replace"))[:200].replace("\n", " ")
+            raise PullRefused(f"cannot reach {self.base}: {_why(e)}") from None
+
+    async def _fetch(self, path: str, limit: int, sink: Callable[[bytes], object]) -> None:
+        """Hand the body to ``sink`` chunk by chunk, refused once it passes ``limit`` bytes (or says it will)."""
+        import aiohttp
+
+        resp = await self._get(path)
+        try:
+            if (resp.content_length or 0) > limit:
+                raise PullRefused(f"{self.base}{path} announced {resp.content_length} bytes, over {limit}: refused")
+            size = 0
+            async for chunk in resp.content.iter_chunked(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise PullRefused(f"{self.base}{path} sent more than {limit} bytes: refused")
+                sink(chunk)
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise PullRefused(f"{self.base}{path} broke off: {_why(e)}") from None
+        finally:
             resp.release()
-            raise PullRefused(f"{self.base}{path} answered {resp.status}: {text}")
-        return resp
+
+    async def _read(self, path: str, limit: int) -> bytes:
+        parts: list[bytes] = []
+        await self._fetch(path, limit, parts.append)
+        return b"".join(parts)
 
     async def head(self) -> CID:
-        resp = await self._get("/refs/head")
-        try:  # a foreign answer may be any bytes (issue 15: UnicodeDecodeError was a 500)
-            text = (await resp.read()).decode("ascii").strip()
-            return parse_cid(text)
+        data = await self._read("/refs/head", _MAX_HEAD_BYTES)
+        try:  # a foreign answer may be any bytes (issue 15: UnicodeDecodeError was a 500; never echoed)
+            return parse_cid(data.decode("ascii").strip())
         except (UnicodeDecodeError, CairnError):
-            raise PullRefused(f"{self.base}/refs/head did not answer a CID") from None
+            raise PullRefused(f"{self.base}/refs/head answered {len(data)} bytes that are not a CID") from None
 
     async def block(self, cid: CID) -> bytes:
-        resp = await self._get(f"/blocks/{cid}")
-        return await resp.read()
+        return await self._read(f"/blocks/{cid}", MAX_BLOCK_BYTES)
 
-    async def data(self, cid: CID, dest: Path) -> None:
-        resp = await self._get(f"/data/{cid}")
+    async def data(self, cid: CID, dest: Path, limit: int) -> None:
         with open(dest, "wb") as f:  # noqa: ASYNC230  a local temp file, written in 1 MiB chunks between reads
-            async for chunk in resp.content.iter_chunked(1 << 20):
-                f.write(chunk)
+            await self._fetch(f"/data/{cid}", limit, f.write)
 
 
 class _IpfsSource:
@@ -110,9 +204,13 @@ class _IpfsSource:
     async def block(self, cid: CID) -> bytes:
         return await self.kubo.block_get(cid, timeout=self.timeout)
 
-    async def data(self, cid: CID, dest: Path) -> None:
+    async def data(self, cid: CID, dest: Path, limit: int) -> None:
+        size = 0
         with open(dest, "wb") as f:  # noqa: ASYNC230  a local temp file, written in 1 MiB chunks between reads
             async for chunk in self.kubo.cat(cid, timeout=self.timeout):
+                size += len(chunk)
+                if size > limit:
+                    raise PullRefused(f"slice {cid} through IPFS is larger than the {limit} bytes claimed: refused")
                 f.write(chunk)
 
 
@@ -122,6 +220,7 @@ class _Fetcher:
     def __init__(self, src: _Source) -> None:
         self.src = src
         self.raw: dict[CID, bytes] = {}
+        self.held = 0  # bytes in ``raw``
 
     async def object(self, cid: CID) -> Any:
         data = await self.src.block(cid)
@@ -129,11 +228,14 @@ class _Fetcher:
             verify_block(cid, data)
         except CairnError:
             raise PullRefused(f"block {cid} from {self.src.base} does not match its CID: refused") from None
+        self.held += len(data)
+        if self.held > _MAX_CHAIN_BYTES:
+            raise PullRefused(f"the chain from {self.src.base} holds more than {_MAX_CHAIN_BYTES} bytes: refused")
         self.raw[cid] = data
         try:
             return decode_object(decode(data))
-        except CairnError as e:
-            raise PullRefused(f"block {cid} from {self.src.base} is not a valid object: {e.message}") from None
+        except CairnError as e:  # its kind only: the decoder's message may quote the foreign bytes (issue 15)
+            raise PullRefused(f"block {cid} from {self.src.base} is not a valid object ({type(e).__name__})") from None
 
     async def chain(self, head: CID) -> list[tuple[CID, MetadataBlock]]:
         """The metadata blocks from ``head`` back to the seed, newest first."""
@@ -183,7 +285,7 @@ def _refuse_divergence(existing: DatasetRow | None, head: CID, v: Version) -> No
 async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> int:
     """Fetch one slice into the cache, refusing bytes that do not give its CID, logical hash and row count."""
     part = work / f"{s.cid}.parquet"
-    await src.data(s.cid, part)
+    await src.data(s.cid, part, s.size or _MAX_SLICE_BYTES)
     added = await ds.kubo.add(part, pin=False)  # same UnixFS parameters: same CID or tampered
     if added.cid != s.cid:
         raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give {added.cid}): refused")
@@ -218,37 +320,111 @@ def _register(
     return existing.name
 
 
-async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0) -> PullResult:
-    """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here."""
+@dataclass
+class _Fetched:
+    """Everything a pull fetched and checked, before any of it is stored."""
+
+    head: CID
+    fetcher: _Fetcher
+    blocks: list[tuple[CID, MetadataBlock]]
+    structures: dict[CID, Structure]
+    version: Version
+    existing: DatasetRow | None
+    bytes: int
+
+
+def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> None:
+    """Refuse before fetching slices that, as their blocks claim, would not fit: each is written to the pull's work
+    directory, then added to Kubo (issue 15: a source must not fill the disk)."""
+    need = sum(s.size for s in missing)
+    free = shutil.disk_usage(ds.tmp_dir).free
+    if 2 * need > free:
+        raise PullRefused(f"the slices from {src.base} take {need} bytes; {free} bytes are free here: refused")
+
+
+async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
+    """Fetch the chain, its structures and the slices not cached here, checking every byte against its claims."""
+    head = await src.head()
+    fetcher = _Fetcher(src)
+    blocks = await fetcher.chain(head)
+    structures = await fetcher.structures(blocks)
+    try:
+        v = build_version(head, blocks, structures)
+    except CairnError as e:
+        raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
+    existing = ds.index.dataset_by_id(v.dataset_id)
+    _refuse_divergence(existing, head, v)
+    missing = [s for s in v.slices if not (ds.cache_dir / f"{s.cid}.parquet").exists()]
+    _refuse_overfill(ds, src, missing)
+    total_bytes = 0
+    for s in missing:
+        total_bytes += await _fetch_slice(ds, src, s, work)
+    return _Fetched(head, fetcher, blocks, structures, v, existing, total_bytes)
+
+
+async def pull(
+    ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0, deadline: float = 600.0
+) -> PullResult:
+    """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here.
+    ``timeout`` bounds each read; ``deadline`` the whole fetch (a source that drips its bytes; issue 15)."""
     if name is not None:
         check_dataset_name(name)  # before anything is fetched
     src, default_name = _open_source(ds, source, timeout)
     work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
     try:
-        head = await src.head()
-        fetcher = _Fetcher(src)
-        blocks = await fetcher.chain(head)
-        structures = await fetcher.structures(blocks)
         try:
-            v = build_version(head, blocks, structures)
-        except CairnError as e:
-            raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
-        existing = ds.index.dataset_by_id(v.dataset_id)
-        _refuse_divergence(existing, head, v)
-        total_bytes = 0
-        for s in v.slices:
-            if not (ds.cache_dir / f"{s.cid}.parquet").exists():
-                total_bytes += await _fetch_slice(ds, src, s, work)
+            async with asyncio.timeout(deadline) as within:
+                got = await _fetch_checked(ds, src, work)
+        except TimeoutError:
+            if not within.expired():
+                raise
+            raise PullTimeout(
+                f"the pull from {src.base} did not finish within datasets.pull_deadline ({deadline:g} s): refused"
+            ) from None
         # Everything checked: only now does any of it reach Kubo and the caches.
-        for c, data in fetcher.raw.items():
+        for c, data in got.fetcher.raw.items():
             await ds.kubo.block_put(data, codec=c.codec.name)
-        await ds.kubo.pin_add(head, recursive=True)
-        ds.remember(blocks, structures)
-        local = _register(ds, v, head, existing, name, default_name)
-        return PullResult(local, v.dataset_id, head, len(fetcher.raw), len(v.slices), total_bytes)
+        await ds.kubo.pin_add(got.head, recursive=True)
+        ds.remember(got.blocks, got.structures)
+        local = _register(ds, got.version, got.head, got.existing, name, default_name)
+        v = got.version
+        return PullResult(local, v.dataset_id, got.head, len(got.fetcher.raw), len(v.slices), got.bytes)
     finally:
         await src.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+class Pulls:
+    """The pulls running on a node, so that a stopping node ends them at once instead of waiting for a slow source
+    (issue 15: a slow-drip pull held shutdown). Each pull runs as its own task: cancelling it leaves the request
+    that asked for it to answer 503."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[PullResult]] = set()
+        self.stopping = False
+
+    async def run(self, work: Coroutine[Any, Any, PullResult]) -> PullResult:
+        if self.stopping:
+            work.close()
+            raise PullCancelled("the node is stopping: pull refused")
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            return await task  # a client that leaves cancels this await, and so the pull (the task awaited)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.stopping and task.cancelled() and not (current and current.cancelling()):
+                raise PullCancelled("the node is stopping: pull cancelled, nothing kept") from None
+            raise
+
+    async def stop(self) -> None:
+        """Cancel every running pull and wait for each to clean up (its work directory removed)."""
+        self.stopping = True
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def block_of_dataset(ds: Datasets, ref: str, cid: CID) -> bytes:
