@@ -10,6 +10,7 @@ This module is the bottom layer: it imports nothing of Cairn, so any package may
 
 from __future__ import annotations
 
+import errno
 import re
 
 _SPACES = re.compile(r"\s+")
@@ -117,6 +118,24 @@ class RenderError(CairnError):
     its Parquet is fetched as it is."""
 
     status = 422
+
+
+class InsufficientStorage(CairnError):
+    """The node's disk is full (ENOSPC, EDQUOT) while it writes an upload, an ingest's slices or a pull's: the
+    work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a clear error, not a 500)."""
+
+    status = 507
+
+    def __init__(self, what: str, where: object) -> None:
+        super().__init__(f"no space left on the node's disk for {what} (under {where}): free space and retry")
+
+    @staticmethod
+    def is_disk_full(e: BaseException) -> bool:
+        """``e`` says the disk is full: by errno, or by text (pyarrow's IO errors often carry no errno)."""
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(e)
+        return "No space left on device" in text or "Disk quota exceeded" in text
 
 
 class ConfigError(CairnError):

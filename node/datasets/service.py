@@ -29,7 +29,16 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
-from node.errors import CairnError, Conflict, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
+from node.errors import (
+    CairnError,
+    Conflict,
+    InsufficientStorage,
+    InvalidInput,
+    InvalidObject,
+    NotFound,
+    SchemaChangeRefused,
+    SliceCorrupt,
+)
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
@@ -168,8 +177,10 @@ def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any
 
 
 # Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
-# ingest-*, pull-* (datasets), inputs-*, result-* (queries). Nothing in them is needed after a restart.
-TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-")
+# ingest-*, pull-* (datasets), inputs-*, result-* (queries), and upload-* (an upload's spool file, written by
+# node/api/server.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
+# needed after a restart.
+TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-", "upload-")
 
 
 def sweep_tmp(tmp_dir: Path) -> int:
@@ -312,6 +323,10 @@ class Datasets:
             work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
             try:
                 return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
+            except OSError as e:  # slices are cut on the node's disk: full is a clear 507, and `work` goes
+                if InsufficientStorage.is_disk_full(e):
+                    raise InsufficientStorage("the ingest's slices", self.tmp_dir) from None
+                raise
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 
