@@ -121,21 +121,23 @@ class RenderError(CairnError):
 
 
 class InsufficientStorage(CairnError):
-    """The node's disk is full (ENOSPC, EDQUOT) while it writes an upload, an ingest's slices or a pull's: the
-    work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a clear error, not a 500)."""
+    """A disk is full (ENOSPC, EDQUOT) while the node writes an upload or an ingest's slices, or while Kubo stores
+    them in its repo: the work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a
+    clear error, not a 500 or a 502)."""
 
     status = 507
 
     def __init__(self, what: str, where: object) -> None:
-        super().__init__(f"no space left on the node's disk for {what} (under {where}): free space and retry")
+        super().__init__(f"no space left on disk for {what} ({where}): free space and retry; nothing was changed")
 
     @staticmethod
     def is_disk_full(e: BaseException) -> bool:
-        """``e`` says the disk is full: by errno, or by text (pyarrow's IO errors often carry no errno)."""
+        """``e`` says the disk is full: by errno, or by text (pyarrow's IO errors often carry no errno, and Kubo
+        reports its own full repo as ``… no space left on device`` in an RPC error)."""
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
-        text = str(e)
-        return "No space left on device" in text or "Disk quota exceeded" in text
+        text = str(e).lower()
+        return "no space left on device" in text or "disk quota exceeded" in text
 
 
 class ConfigError(CairnError):

@@ -155,7 +155,7 @@ async def _spool(request: web.Request, dest: Path, limit: int) -> int:
                 f.write(chunk)
     except OSError as e:  # a full disk is the node's state, not a bug: 507, and the caller removes `dest`
         if InsufficientStorage.is_disk_full(e):
-            raise InsufficientStorage("the upload", dest.parent) from None
+            raise InsufficientStorage("the upload", f"under {dest.parent}") from None
         raise
     return size
 

@@ -35,6 +35,7 @@ from node.errors import (
     InsufficientStorage,
     InvalidInput,
     InvalidObject,
+    KuboError,
     NotFound,
     SchemaChangeRefused,
     SliceCorrupt,
@@ -325,7 +326,11 @@ class Datasets:
                 return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
             except OSError as e:  # slices are cut on the node's disk: full is a clear 507, and `work` goes
                 if InsufficientStorage.is_disk_full(e):
-                    raise InsufficientStorage("the ingest's slices", self.tmp_dir) from None
+                    raise InsufficientStorage("the ingest's slices", f"under {self.tmp_dir}") from None
+                raise
+            except KuboError as e:  # Kubo's repo full: the same for the user, whoever's disk it is
+                if InsufficientStorage.is_disk_full(e):
+                    raise InsufficientStorage("the ingest's blocks", "in Kubo's repo") from None
                 raise
             finally:
                 shutil.rmtree(work, ignore_errors=True)

@@ -413,54 +413,55 @@ def compare(answer: dict[str, Any], node: NodeProcess, sql: str, *files: Path, k
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
 
 
+def restart(node: NodeProcess, env: dict[str, str], peer: NodeProcess) -> NodeProcess:
+    """A new node process on the killed one's home, connected to the peer again."""
+    again = NodeProcess(node.home, env=env).start()
+    assert again.cli("connect", peer.get("/api/v0/node")[1]["p2p_addrs"][0]).returncode == 0
+    return again
+
+
 def test_node_killed_mid_ingest_and_mid_publish(tmp_path: Path, kubo_session: ManagedKubo) -> None:
     first = write_csv(tmp_path / "first.csv", SMALL_ROWS, seed=7)
     big = write_csv(tmp_path / "big.csv", BIG_ROWS, seed=8, start=SMALL_ROWS)
     env = {
         "CAIRN_IPFS_API": kubo_session.api_url,  # the session's Kubo: nothing managed outlives the killed node
-        "CAIRN_SPARK_AUTOSTART": "true",
+        "CAIRN_SPARK_AUTOSTART": "false",  # the worker starts on the first miss: two JVM starts in all
         "CAIRN_DATASETS_ROWS_PER_SLICE": str(ROWS_PER_SLICE),
     }
     home, kubo_api = tmp_path / "n1", kubo_session.api_url
-    n1 = NodeProcess(home, env=env).start()
     peer = NodeProcess(tmp_path / "peer").start()  # its own managed Kubo, no Spark: it only listens
+    n1 = restart(NodeProcess(home), env, peer)
     try:
         status, created = upload(n1, first, name="t")
         assert status == 201, created
         old_head = created["head"]
-        status, info = n1.get("/api/v0/node")
-        assert peer.cli("connect", info["p2p_addrs"][0]).returncode == 0
-        status, groups = ask(n1, GROUPS)
-        assert status == 200 and groups["source"] == "computed", groups
-        poll(lambda: groups["execution"] in assert_claims_backed(peer, kubo_api), 60, what="the peer to hear Q1")
-
         # Killed mid-ingest: an upload whose slices are being cut and added to Kubo.
         with ThreadPoolExecutor(1) as pool:
             pool.submit(upload, n1, big, to="t")
             kill_node(n1, first_file(home, "ingest-", "slice-2.parquet"), "the ingest to cut its third slice")
-        n1 = NodeProcess(home, env=env).start()
+        n1 = restart(n1, env, peer)
         assert check_consistent(home, kubo_api) == {"t": old_head}  # the old head, never between
         assert leftovers(home) == []  # the upload and the ingest's slices were swept at start
         status, again = upload(n1, big, to="t")  # the next request works
         assert status == 200 and again["previous"] == old_head and again["rows_added"] == BIG_ROWS, again
-        new_head = again["head"]
-        assert n1.cli("connect", peer.get("/api/v0/node")[1]["p2p_addrs"][0]).returncode == 0
+        status, groups = ask(n1, GROUPS)
+        assert status == 200 and groups["source"] == "computed", groups
+        poll(lambda: groups["execution"] in assert_claims_backed(peer, kubo_api), 60, what="the peer to hear Q1")
 
         # Killed mid-publish: a miss whose many result slices are being written and added.
         with ThreadPoolExecutor(1) as pool:
             pool.submit(ask, n1, ALL_ROWS)
             kill_node(n1, first_file(home, "result-", "out-2.parquet"), "the result's third slice")
         heard = assert_claims_backed(peer, kubo_api)  # nothing half-published reached the peer
-        n1 = NodeProcess(home, env=env).start()
-        assert check_consistent(home, kubo_api) == {"t": new_head}
+        n1 = restart(n1, env, peer)
+        assert check_consistent(home, kubo_api) == {"t": again["head"]}
         assert leftovers(home) == []
         status, rows = ask(n1, ALL_ROWS)  # asked again: the same answer as DuckDB on the same files
         assert status == 200, rows
         compare(rows, n1, ALL_ROWS, first, big, key="id")
-        status, groups2 = ask(n1, GROUPS)
-        assert status == 200, groups2
+        status, groups2 = ask(n1, GROUPS)  # the answer from before the kill is still served, and still right
+        assert status == 200 and groups2["source"] == "local", groups2
         compare(groups2, n1, GROUPS, first, big, key="grp")
-        assert n1.cli("connect", peer.get("/api/v0/node")[1]["p2p_addrs"][0]).returncode == 0
         poll(lambda: rows["execution"] in assert_claims_backed(peer, kubo_api), 60, what="the peer to hear Q2")
         assert set(heard) <= set(assert_claims_backed(peer, kubo_api))
         check_consistent(home, kubo_api)
@@ -468,3 +469,32 @@ def test_node_killed_mid_ingest_and_mid_publish(tmp_path: Path, kubo_session: Ma
         for n in (n1, peer):
             if n.proc is not None and n.proc.poll() is None:
                 n.stop()
+
+
+async def test_full_kubo_repo_during_ingest_is_507_and_kubo_survives(
+    tmp_path: Path, small_disk: Path, kubo_binary: Path
+) -> None:
+    big = write_csv(tmp_path / "big.csv", 400_000, seed=9)  # 5 MB of Parquet
+    first = write_csv(tmp_path / "first.csv", SMALL_ROWS, seed=10)
+    later = write_csv(tmp_path / "later.csv", SMALL_ROWS, seed=11, start=SMALL_ROWS)
+    home = tmp_path / "node"
+    home.mkdir()
+    os.symlink(small_disk, home / "kubo")  # the managed Kubo's repo on the small disk, the node's home elsewhere
+    async with managed_node(home, kubo_binary) as (node, client):
+        status, created = await ingest(client, first, name="d")
+        assert status == 201, created
+        assert node.managed is not None
+        restarts = node.managed.restarts
+        filler = small_disk / "filler"
+        filler.write_bytes(b"\0" * (13 << 20))  # less room than the 5 MB of slices Kubo must store
+        status, body = await ingest(client, big, to="d")
+        assert "Kubo's repo" in assert_one_line_error(status, body, {507})
+        assert leftovers(home) == []  # the slices cut in $CAIRN_HOME/tmp are gone
+        assert node.managed.restarts == restarts and node.managed.alive()  # Kubo itself lived through it
+        assert check_consistent(home, node.kubo.api_url) == {"d": created["head"]}
+        pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))
+        filler.unlink()  # space freed: the next ingest works
+        status, again = await ingest(client, later, to="d")
+        assert status == 200 and again["previous"] == created["head"], again
+        assert check_consistent(home, node.kubo.api_url) == {"d": again["head"]}
+        pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
