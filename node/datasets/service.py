@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -199,6 +200,19 @@ def sweep_tmp(tmp_dir: Path) -> int:
     return swept
 
 
+@contextmanager
+def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
+    """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
+    a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
+    try:
+        yield
+    except (OSError, KuboError) as e:
+        if InsufficientStorage.is_disk_full(e):
+            where = "in Kubo's repo" if isinstance(e, KuboError) else f"under {tmp_dir}"
+            raise InsufficientStorage(what, where) from None
+        raise
+
+
 class Datasets:
     def __init__(
         self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE
@@ -323,15 +337,8 @@ class Datasets:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")
             work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
             try:
-                return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
-            except OSError as e:  # slices are cut on the node's disk: full is a clear 507, and `work` goes
-                if InsufficientStorage.is_disk_full(e):
-                    raise InsufficientStorage("the ingest's slices", f"under {self.tmp_dir}") from None
-                raise
-            except KuboError as e:  # Kubo's repo full: the same for the user, whoever's disk it is
-                if InsufficientStorage.is_disk_full(e):
-                    raise InsufficientStorage("the ingest's blocks", "in Kubo's repo") from None
-                raise
+                with disk_full_is_507("the ingest", self.tmp_dir):
+                    return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 

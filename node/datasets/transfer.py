@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
-from node.datasets.service import Datasets
+from node.datasets.service import Datasets, disk_full_is_507
 from node.datasets.slices import read_slice
 from node.errors import CairnError, Conflict, InvalidInput, NotFound, PullRefused
 from node.index import DatasetRow
@@ -225,30 +225,36 @@ async def pull(ds: Datasets, source: str, *, name: str | None = None, timeout: f
     src, default_name = _open_source(ds, source, timeout)
     work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
     try:
-        head = await src.head()
-        fetcher = _Fetcher(src)
-        blocks = await fetcher.chain(head)
-        structures = await fetcher.structures(blocks)
-        try:
-            v = build_version(head, blocks, structures)
-        except CairnError as e:
-            raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
-        existing = ds.index.dataset_by_id(v.dataset_id)
-        _refuse_divergence(existing, head, v)
-        total_bytes = 0
-        for s in v.slices:
-            if not (ds.cache_dir / f"{s.cid}.parquet").exists():
-                total_bytes += await _fetch_slice(ds, src, s, work)
-        # Everything checked: only now does any of it reach Kubo and the caches.
-        for c, data in fetcher.raw.items():
-            await ds.kubo.block_put(data, codec=c.codec.name)
-        await ds.kubo.pin_add(head, recursive=True)
-        ds.remember(blocks, structures)
-        local = _register(ds, v, head, existing, name, default_name)
-        return PullResult(local, v.dataset_id, head, len(fetcher.raw), len(v.slices), total_bytes)
+        with disk_full_is_507("the pull", ds.tmp_dir):
+            return await _pull(ds, src, default_name, name, work)
     finally:
         await src.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def _pull(ds: Datasets, src: _Source, default_name: str | None, name: str | None, work: Path) -> PullResult:
+    """Fetch and check everything, then store it and make it visible (the work of ``pull``)."""
+    head = await src.head()
+    fetcher = _Fetcher(src)
+    blocks = await fetcher.chain(head)
+    structures = await fetcher.structures(blocks)
+    try:
+        v = build_version(head, blocks, structures)
+    except CairnError as e:
+        raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
+    existing = ds.index.dataset_by_id(v.dataset_id)
+    _refuse_divergence(existing, head, v)
+    total_bytes = 0
+    for s in v.slices:
+        if not (ds.cache_dir / f"{s.cid}.parquet").exists():
+            total_bytes += await _fetch_slice(ds, src, s, work)
+    # Everything checked: only now does any of it reach Kubo and the caches.
+    for c, data in fetcher.raw.items():
+        await ds.kubo.block_put(data, codec=c.codec.name)
+    await ds.kubo.pin_add(head, recursive=True)
+    ds.remember(blocks, structures)
+    local = _register(ds, v, head, existing, name, default_name)
+    return PullResult(local, v.dataset_id, head, len(fetcher.raw), len(v.slices), total_bytes)
 
 
 async def block_of_dataset(ds: Datasets, ref: str, cid: CID) -> bytes:

@@ -498,3 +498,73 @@ async def test_full_kubo_repo_during_ingest_is_507_and_kubo_survives(
         assert status == 200 and again["previous"] == created["head"], again
         assert check_consistent(home, node.kubo.api_url) == {"d": again["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk refuses one more byte."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (64 << 10))
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28  # ENOSPC
+    return filler
+
+
+async def test_full_disk_under_the_index_is_507_and_loses_nothing(
+    tmp_path: Path, small_disk: Path, kubo_session: ManagedKubo
+) -> None:
+    first = write_csv(tmp_path / "first.csv", SMALL_ROWS, seed=12)
+    later = write_csv(tmp_path / "later.csv", SMALL_ROWS, seed=13, start=SMALL_ROWS)
+    home = small_disk / "node"
+    async with inprocess_node(home, kubo_session) as (node, client):
+        status, created = await ingest(client, first, name="d")
+        assert status == 201, created
+        filler = fill(small_disk)
+        # A write that touches only the index (SQLite: "database or disk is full").
+        resp = await client.post("/api/v0/trust", json={"key": node.identity.node_key})
+        assert "the index" in assert_one_line_error(resp.status, await resp.json(), {507})
+        status, body = await ingest(client, later, to="d")
+        assert_one_line_error(status, body, {507})
+        pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))  # reads still work
+        assert leftovers(home) == []
+        assert check_consistent(home, kubo_session.api_url) == {"d": created["head"]}
+        filler.unlink()
+        resp = await client.post("/api/v0/trust", json={"key": node.identity.node_key})
+        assert resp.status == 200, await resp.text()
+        status, again = await ingest(client, later, to="d")
+        assert status == 200 and again["previous"] == created["head"], again
+        assert check_consistent(home, kubo_session.api_url) == {"d": again["head"]}
+        pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
+
+
+async def test_full_disk_during_pull_is_507_and_retry_works(
+    tmp_path: Path, small_disk: Path, kubo_session: ManagedKubo
+) -> None:
+    big = write_csv(tmp_path / "big.csv", 400_000, seed=14)  # 5 MB of Parquet in 2 slices
+    async with (
+        inprocess_node(tmp_path / "source", kubo_session, **{"datasets.rows_per_slice": 200_000}) as (src, src_c),
+        inprocess_node(small_disk / "node", kubo_session) as (node, client),
+    ):
+        status, created = await ingest(src_c, big, name="big")
+        assert status == 201, created
+        home = node.home.path
+        filler = small_disk / "filler"
+        filler.write_bytes(b"\0" * (13 << 20))  # less room than the pulled slices need
+
+        async def pull() -> tuple[int, dict[str, Any]]:
+            resp = await client.post("/api/v0/pull", json={"source": f"{src.api_url}/odf/big", "name": "copy"})
+            return resp.status, await resp.json()
+
+        status, body = await pull()
+        assert_one_line_error(status, body, {507})
+        # The pull's work files are gone (slices it had checked stay in the CID-keyed cache: a retry reuses them).
+        assert leftovers(home) == []
+        assert check_consistent(home, kubo_session.api_url) == {}  # nothing of it became visible
+        filler.unlink()
+        status, body = await pull()
+        assert status == 200 and body["head"] == created["head"], body
+        assert check_consistent(home, kubo_session.api_url) == {"copy": created["head"]}
+        pd.testing.assert_frame_equal(await dataset_frame(client, "copy"), expected(big))
