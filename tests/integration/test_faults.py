@@ -568,3 +568,33 @@ async def test_full_disk_during_pull_is_507_and_retry_works(
         assert status == 200 and body["head"] == created["head"], body
         assert check_consistent(home, kubo_session.api_url) == {"copy": created["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "copy"), expected(big))
+
+
+async def test_full_disk_during_query_publish_is_507_and_hits_still_answer(
+    tmp_path: Path, small_disk: Path, kubo_session: ManagedKubo
+) -> None:
+    big = write_csv(tmp_path / "big.csv", 200_000, seed=15)  # 2.5 MB of Parquet: the result is as large
+    home = small_disk / "node"
+    async with inprocess_node(home, kubo_session) as (_, client):
+        status, created = await ingest(client, big, name="t")
+        assert status == 201, created
+
+        async def ask(sql: str) -> tuple[int, dict[str, Any]]:
+            resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"t": "t"}})
+            return resp.status, await resp.json()
+
+        status, groups = await ask(GROUPS)  # computed while there is room (and the worker warm)
+        assert status == 200 and groups["source"] == "computed", groups
+        filler = fill(small_disk)
+        status, body = await ask(ALL_ROWS)  # a miss: its result slices cannot be written
+        assert_one_line_error(status, body, {507})
+        status, hit = await ask(GROUPS)  # a hit needs no room: it still answers
+        assert status == 200 and hit["execution"] == groups["execution"], hit
+        assert leftovers(home) == []
+        assert check_consistent(home, kubo_session.api_url) == {"t": created["head"]}
+        filler.unlink()
+        status, rows = await ask(ALL_ROWS)
+        assert status == 200 and rows["source"] == "computed", rows
+        got = frame_of(await (await client.get(f"/api/v0/executions/{rows['execution']}/data?format=csv")).read())
+        pd.testing.assert_frame_equal(got, oracle(ALL_ROWS, big).sort_values("id").reset_index(drop=True))
+        check_consistent(home, kubo_session.api_url)
