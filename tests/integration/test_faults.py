@@ -14,6 +14,7 @@ pull's (``tmp/pull-*``) or the result's (``tmp/result-*/out-N``) and kills as so
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -116,11 +117,12 @@ def kill(pid: int) -> None:
 
 
 def _gone(pid: int) -> bool:
+    """No such process, or only its zombie left."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
         return True
-    return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
+    return stat.rsplit(b")", 1)[1].split()[0] == b"Z"
 
 
 def first_file(home: Path, prefix: str, name: str) -> Callable[[], bool]:
@@ -391,7 +393,10 @@ def kill_node(node: NodeProcess, ready: Callable[[], bool], what: str) -> None:
         try:
             poll(lambda: _gone(worker), 30, what="the killed node's worker to end")
         except AssertionError:
-            os.killpg(worker, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # the worker leads its own group (its JVM is in it)
+                os.killpg(worker, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                kill(worker)
 
 
 def _spark_worker_of(pid: int) -> int | None:
