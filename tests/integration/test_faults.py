@@ -43,7 +43,7 @@ from tests.fixtures.nodes import NodeProcess, poll
 
 # Many small slices make an ingest, a pull and a publish last long enough to be caught in flight.
 ROWS_PER_SLICE = 500
-BIG_ROWS = 40_000
+BIG_ROWS = 20_000
 SMALL_ROWS = 300
 
 
