@@ -22,6 +22,7 @@ from node.datasets import (
     pull,
     slice_of_dataset,
 )
+from node.datasets.service import disk_full_is_507
 from node.errors import (
     CairnError,
     InvalidInput,
@@ -282,7 +283,8 @@ class Node:
     ) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
         ``may_compute`` False (an API client without the token): from the index or peers only."""
-        answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
+        with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
+            answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
         self.index.set_output_names(row.execution, list(answer.output_names))

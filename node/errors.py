@@ -10,6 +10,7 @@ This module is the bottom layer: it imports nothing of Cairn, so any package may
 
 from __future__ import annotations
 
+import errno
 import re
 
 _SPACES = re.compile(r"\s+")
@@ -122,6 +123,26 @@ class RenderError(CairnError):
     its Parquet is fetched as it is."""
 
     status = 422
+
+
+class InsufficientStorage(CairnError):
+    """A disk is full (ENOSPC, EDQUOT) while the node writes an upload or an ingest's slices, or while Kubo stores
+    them in its repo: the work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a
+    clear error, not a 500 or a 502)."""
+
+    status = 507
+
+    def __init__(self, what: str, where: object) -> None:
+        super().__init__(f"no space left on disk for {what} ({where}): free space and retry; nothing was changed")
+
+    @staticmethod
+    def is_disk_full(e: BaseException) -> bool:
+        """``e`` says the disk is full: by errno, or by text (pyarrow's IO errors often carry no errno, and Kubo
+        reports its own full repo as ``… no space left on device`` in an RPC error)."""
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(e).lower()
+        return "no space left on device" in text or "disk quota exceeded" in text
 
 
 class ConfigError(CairnError):

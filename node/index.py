@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from node import clock
+from node.errors import InsufficientStorage
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS datasets (
@@ -197,8 +200,20 @@ class Index:
     def close(self) -> None:
         self._db.close()
 
-    def _one(self, sql: str, args: tuple[object, ...]) -> DatasetRow | None:
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One statement at a time; a full disk (SQLITE_FULL) is the caller's clear 507, not a 500 (issue 15).
+        SQLite rolls the failed statement back, so the index stays as it was."""
         with self._lock:
+            try:
+                yield
+            except sqlite3.OperationalError as e:
+                if e.sqlite_errorcode == sqlite3.SQLITE_FULL or InsufficientStorage.is_disk_full(e):
+                    raise InsufficientStorage("the index", f"{self.path}") from None
+                raise
+
+    def _one(self, sql: str, args: tuple[object, ...]) -> DatasetRow | None:
+        with self._locked():
             row = self._db.execute(sql, args).fetchone()
         return DatasetRow(*row) if row else None
 
@@ -213,7 +228,7 @@ class Index:
         )
 
     def datasets(self) -> list[DatasetRow]:
-        with self._lock:
+        with self._locked():
             rows = self._db.execute(
                 "SELECT name, id, head, ipns, key_name, created, updated FROM datasets ORDER BY name"
             ).fetchall()
@@ -221,21 +236,21 @@ class Index:
 
     def create_dataset(self, name: str, dataset_id: str, head: str, ipns: str | None, key_name: str) -> None:
         now = clock.now()
-        with self._lock:
+        with self._locked():
             self._db.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)", (name, dataset_id, head, ipns, key_name, now, now)
             )
 
     def move_head(self, name: str, old: str, new: str) -> bool:
         """Compare-and-set: moves the head only if nobody moved it since ``old`` was read."""
-        with self._lock:
+        with self._locked():
             cur = self._db.execute(
                 "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, clock.now(), name, old)
             )
         return cur.rowcount == 1
 
     def execution(self, invocation: str) -> ExecutionRow | None:
-        with self._lock:
+        with self._locked():
             row = self._db.execute(
                 "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created, "
                 "trust, profile FROM executions WHERE invocation = ?",
@@ -262,7 +277,7 @@ class Index:
     def add_execution(self, e: ExecutionRow) -> None:
         """First writer wins, except that a better-checked answer replaces a looser one (a row computed here
         replaces a peer's unverified row): a stricter request that computed must find its own row."""
-        with self._lock:
+        with self._locked():
             self._db.execute(
                 "INSERT INTO executions (invocation, query, execution, receipt, logical_hash, rows, structure, "
                 "slices, source, created, trust, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -289,7 +304,7 @@ class Index:
             )
 
     def executions(self, limit: int = 1000) -> list[ExecutionRow]:
-        with self._lock:
+        with self._locked():
             rows = self._db.execute(
                 "SELECT invocation FROM executions ORDER BY created DESC LIMIT ?", (limit,)
             ).fetchall()
@@ -297,7 +312,7 @@ class Index:
 
     def add_divergence(self, d: Divergence) -> bool:
         """Record a disagreeing answer once (False if already known); our own answer stays the cached one."""
-        with self._lock:
+        with self._locked():
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -324,14 +339,14 @@ class Index:
             + (" WHERE invocation = ?" if invocation else "")
             + " ORDER BY received DESC LIMIT ?"
         )
-        with self._lock:
+        with self._locked():
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [Divergence(*r) for r in rows]
 
     def log_refusal(self, peer: str, reason: str, keep: int = 1000) -> None:
         """A message too broken to be a claim at all (bad signature, not an an_0): kept for `cairn announcements`,
         the last ``keep`` only (peers choose how many they send)."""
-        with self._lock:
+        with self._locked():
             self._db.execute("INSERT INTO refusals VALUES (?, ?, ?)", (peer, reason, clock.now()))
             self._db.execute(
                 "DELETE FROM refusals WHERE rowid <= (SELECT rowid FROM refusals ORDER BY rowid DESC LIMIT 1 OFFSET ?)",
@@ -339,13 +354,13 @@ class Index:
             )
 
     def refusals(self, limit: int = 100) -> list[tuple[str, str, float]]:
-        with self._lock:
+        with self._locked():
             return self._db.execute(
                 "SELECT peer, reason, received FROM refusals ORDER BY received DESC LIMIT ?", (limit,)
             ).fetchall()
 
     def executions_by_cid(self, execution: str) -> ExecutionRow | None:
-        with self._lock:
+        with self._locked():
             row = self._db.execute("SELECT invocation FROM executions WHERE execution = ?", (execution,)).fetchone()
         return self.execution(row[0]) if row else None
 
@@ -353,7 +368,7 @@ class Index:
 
     def add_claim(self, c: ClaimRow) -> bool:
         """Record a claim as received (a refusal is recorded too, never as usable). False if known."""
-        with self._lock:
+        with self._locked():
             cur = self._db.execute(
                 "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -375,7 +390,7 @@ class Index:
     def claim_count(self, peer: str | None = None, status: str | None = None) -> int:
         where = [(c, v) for c, v in (("peer", peer), ("status", status)) if v is not None]
         sql = "SELECT count(*) FROM claims" + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
-        with self._lock:
+        with self._locked():
             return int(self._db.execute(sql, tuple(v for _, v in where)).fetchone()[0])
 
     def prune_claims(self, peer: str, per_peer: int, total: int) -> int:
@@ -387,7 +402,7 @@ class Index:
             ("", (total,)),
         )
         gone = 0
-        with self._lock:
+        with self._locked():
             for where, args in steps:
                 sql = f"DELETE FROM claims WHERE rowid IN (SELECT rowid FROM claims {where} {order.format(w=where)})"
                 gone += self._db.execute(sql, args).rowcount
@@ -397,7 +412,7 @@ class Index:
         sql = (
             "SELECT * FROM claims" + (" WHERE invocation = ?" if invocation else "") + " ORDER BY received DESC LIMIT ?"
         )
-        with self._lock:
+        with self._locked():
             rows = self._db.execute(sql, ((invocation,) if invocation else ()) + (limit,)).fetchall()
         return [ClaimRow(*r) for r in rows]
 
@@ -406,7 +421,7 @@ class Index:
     ) -> None:
         """``score``: whether this counts for or against the signer (a policy refusal, such as an untrusted
         signer in community mode, says nothing about the claim's truth and does not)."""
-        with self._lock:
+        with self._locked():
             self._db.execute(
                 "UPDATE claims SET status = ?, reason = ? WHERE invocation = ? AND signer = ? AND execution = ?",
                 (status, reason, invocation, signer, execution),
@@ -421,22 +436,22 @@ class Index:
             )
 
     def signer_score(self, key: str) -> tuple[int, int]:
-        with self._lock:
+        with self._locked():
             row = self._db.execute("SELECT accepted, refused FROM signer_scores WHERE key = ?", (key,)).fetchone()
         return (row[0], row[1]) if row else (0, 0)
 
     def trust_add(self, key: str, community: str) -> None:
-        with self._lock:
+        with self._locked():
             self._db.execute("INSERT OR IGNORE INTO trust VALUES (?, ?, ?)", (key, community, clock.now()))
 
     def trust_rm(self, key: str, community: str | None) -> int:
-        with self._lock:
+        with self._locked():
             if community is None:
                 return self._db.execute("DELETE FROM trust WHERE key = ?", (key,)).rowcount
             return self._db.execute("DELETE FROM trust WHERE key = ? AND community = ?", (key, community)).rowcount
 
     def trusted(self, community: str | None = None) -> list[tuple[str, str]]:
-        with self._lock:
+        with self._locked():
             if community is None:
                 return self._db.execute("SELECT key, community FROM trust ORDER BY community, key").fetchall()
             return self._db.execute(
@@ -446,25 +461,25 @@ class Index:
     def count(self, table: str) -> int:
         if table not in ("datasets", "executions", "divergences"):
             raise ValueError(table)
-        with self._lock:
+        with self._locked():
             return int(self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
     def version_facts(self, head: str) -> tuple[str, int] | None:
-        with self._lock:
+        with self._locked():
             row = self._db.execute("SELECT logical_hash, rows FROM version_facts WHERE head = ?", (head,)).fetchone()
         return (row[0], row[1]) if row else None
 
     def set_version_facts(self, head: str, logical_hash: str, rows: int) -> None:
-        with self._lock:
+        with self._locked():
             self._db.execute("INSERT OR REPLACE INTO version_facts VALUES (?, ?, ?)", (head, logical_hash, rows))
 
     def output_names(self, execution: str) -> list[str] | None:
-        with self._lock:
+        with self._locked():
             row = self._db.execute("SELECT names FROM output_names WHERE execution = ?", (execution,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def set_output_names(self, execution: str, names: list[str]) -> None:
         """The column names a user's query gave an execution (computed or fetched from a peer): its
         outputs are positional (_0, _1, …), these are what `/data` shows. The first query to ask wins."""
-        with self._lock:
+        with self._locked():
             self._db.execute("INSERT OR IGNORE INTO output_names VALUES (?, ?)", (execution, json.dumps(names)))

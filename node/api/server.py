@@ -41,7 +41,7 @@ from node.api.local_files import open_local
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
-from node.errors import CairnError, InvalidInput, NotFound, TooLarge, Unauthorized
+from node.errors import CairnError, InsufficientStorage, InvalidInput, NotFound, TooLarge, Unauthorized
 from node.model import INT64_MAX, cid_str, dagjson, parse_cid
 from node.resolve.resolver import ACCEPTS, TRUST_MODES
 
@@ -148,12 +148,17 @@ def _info(q: MultiMapping[str]) -> dict[str, object] | None:
 async def _spool(request: web.Request, dest: Path, limit: int) -> int:
     """Stream the request body to ``dest``, never holding it whole; refuse past ``limit`` bytes."""
     size = 0
-    with open(dest, "wb") as f:  # noqa: ASYNC230  local disk, 1 MiB at a time: brief, cheaper than a thread hop
-        async for chunk in request.content.iter_chunked(1 << 20):
-            size += len(chunk)
-            if size > limit:
-                raise TooLarge(f"upload larger than api.max_upload_bytes ({limit} bytes): refused")
-            f.write(chunk)
+    try:
+        with open(dest, "wb") as f:  # noqa: ASYNC230  local disk, 1 MiB at a time: brief, cheaper than a thread hop
+            async for chunk in request.content.iter_chunked(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"upload larger than api.max_upload_bytes ({limit} bytes): refused")
+                f.write(chunk)
+    except OSError as e:  # a full disk is the node's state, not a bug: 507, and the caller removes `dest`
+        if InsufficientStorage.is_disk_full(e):
+            raise InsufficientStorage("the upload", f"under {dest.parent}") from None
+        raise
     return size
 
 

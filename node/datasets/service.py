@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -29,7 +30,17 @@ from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
-from node.errors import CairnError, Conflict, InvalidInput, InvalidObject, NotFound, SchemaChangeRefused, SliceCorrupt
+from node.errors import (
+    CairnError,
+    Conflict,
+    InsufficientStorage,
+    InvalidInput,
+    InvalidObject,
+    KuboError,
+    NotFound,
+    SchemaChangeRefused,
+    SliceCorrupt,
+)
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
@@ -168,8 +179,10 @@ def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any
 
 
 # Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
-# ingest-*, pull-* (datasets), inputs-*, result-* (queries). Nothing in them is needed after a restart.
-TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-")
+# ingest-*, pull-* (datasets), inputs-*, result-* (queries), and upload-* (an upload's spool file, written by
+# node/api/server.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
+# needed after a restart.
+TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-", "upload-")
 
 
 def sweep_tmp(tmp_dir: Path) -> int:
@@ -185,6 +198,19 @@ def sweep_tmp(tmp_dir: Path) -> int:
     if swept:
         log.info("swept %d leftover work directories from %s", swept, tmp_dir)
     return swept
+
+
+@contextmanager
+def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
+    """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
+    a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
+    try:
+        yield
+    except (OSError, KuboError) as e:
+        if InsufficientStorage.is_disk_full(e):
+            where = "in Kubo's repo" if isinstance(e, KuboError) else f"under {tmp_dir}"
+            raise InsufficientStorage(what, where) from None
+        raise
 
 
 class Datasets:
@@ -311,7 +337,8 @@ class Datasets:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")
             work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
             try:
-                return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
+                with disk_full_is_507("the ingest", self.tmp_dir):
+                    return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
-from node.datasets.service import Datasets
+from node.datasets.service import Datasets, disk_full_is_507
 from node.datasets.slices import read_slice
 from node.errors import (
     CairnError,
@@ -362,6 +362,29 @@ async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
     return _Fetched(head, fetcher, blocks, structures, v, existing, total_bytes)
 
 
+async def _fetch_and_store(
+    ds: Datasets, src: _Source, work: Path, deadline: float, name: str | None, default_name: str | None
+) -> PullResult:
+    """Fetch and check everything within ``deadline``; only then store it and make it visible (the work of pull)."""
+    try:
+        async with asyncio.timeout(deadline) as within:
+            got = await _fetch_checked(ds, src, work)
+    except TimeoutError:
+        if not within.expired():
+            raise
+        raise PullTimeout(
+            f"the pull from {src.base} did not finish within datasets.pull_deadline ({deadline:g} s): refused"
+        ) from None
+    # Everything checked: only now does any of it reach Kubo and the caches.
+    for c, data in got.fetcher.raw.items():
+        await ds.kubo.block_put(data, codec=c.codec.name)
+    await ds.kubo.pin_add(got.head, recursive=True)
+    ds.remember(got.blocks, got.structures)
+    local = _register(ds, got.version, got.head, got.existing, name, default_name)
+    v = got.version
+    return PullResult(local, v.dataset_id, got.head, len(got.fetcher.raw), len(v.slices), got.bytes)
+
+
 async def pull(
     ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0, deadline: float = 600.0
 ) -> PullResult:
@@ -372,23 +395,8 @@ async def pull(
     src, default_name = _open_source(ds, source, timeout)
     work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
     try:
-        try:
-            async with asyncio.timeout(deadline) as within:
-                got = await _fetch_checked(ds, src, work)
-        except TimeoutError:
-            if not within.expired():
-                raise
-            raise PullTimeout(
-                f"the pull from {src.base} did not finish within datasets.pull_deadline ({deadline:g} s): refused"
-            ) from None
-        # Everything checked: only now does any of it reach Kubo and the caches.
-        for c, data in got.fetcher.raw.items():
-            await ds.kubo.block_put(data, codec=c.codec.name)
-        await ds.kubo.pin_add(got.head, recursive=True)
-        ds.remember(got.blocks, got.structures)
-        local = _register(ds, got.version, got.head, got.existing, name, default_name)
-        v = got.version
-        return PullResult(local, v.dataset_id, got.head, len(got.fetcher.raw), len(v.slices), got.bytes)
+        with disk_full_is_507("the pull", ds.tmp_dir):
+            return await _fetch_and_store(ds, src, work, deadline, name, default_name)
     finally:
         await src.close()
         shutil.rmtree(work, ignore_errors=True)
