@@ -24,6 +24,7 @@ from node.datasets.slices import read_slice
 from node.errors import (
     CairnError,
     Conflict,
+    InsufficientStorage,
     InvalidInput,
     NotFound,
     PullCancelled,
@@ -339,7 +340,8 @@ def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> Non
     need = sum(s.size for s in missing)
     free = shutil.disk_usage(ds.tmp_dir).free
     if 2 * need > free:
-        raise PullRefused(f"the slices from {src.base} take {need} bytes; {free} bytes are free here: refused")
+        # Our disk, not the source, is short: 507 as for any full disk (the retry works once space is freed).
+        raise InsufficientStorage(f"the slices from {src.base} ({need} bytes, twice; {free} bytes free)", ds.tmp_dir)
 
 
 async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:

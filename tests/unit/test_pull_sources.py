@@ -65,7 +65,7 @@ def test_slices_that_would_not_fit_the_disk_are_refused_before_fetching(tmp_path
 
     from node.datasets.chain import SliceRef
     from node.datasets.transfer import _refuse_overfill
-    from node.errors import PullRefused
+    from node.errors import InsufficientStorage
     from node.model import parse_cid
 
     ds: Any = SimpleNamespace(tmp_dir=tmp_path)  # a small fake: only where the pull would write
@@ -73,5 +73,5 @@ def test_slices_that_would_not_fit_the_disk_are_refused_before_fetching(tmp_path
     free = shutil.disk_usage(tmp_path).free
     cid = parse_cid("bafkqaaa")
     _refuse_overfill(ds, src, [SliceRef(cid, 1, 1 << 20, "h", 0)])  # fits: no error
-    with pytest.raises(PullRefused, match="bytes are free here"):
+    with pytest.raises(InsufficientStorage, match="bytes free"):
         _refuse_overfill(ds, src, [SliceRef(cid, 1, free // 2 + 1, "h", 0), SliceRef(cid, 1, 1, "h", 0)])
