@@ -8,8 +8,11 @@ computed on Spark, a job and a DAG object, so the success answers of routes that
   requests, valid and invalid (derandomized: the same requests every run, ``EXAMPLES`` per operation and phase):
   no 5xx, every status documented, every body matching its schema, every content type declared; with the token,
   schemathesis's ``ignored_auth`` also resends without it and with a wrong one where the document needs it.
-- ``test_success_answers_match_the_document``: each read route asked for a seeded object answers 2xx with a body
-  matching its documented schema (random ids reach the 4xx answers only).
+- ``test_success_answers_match_the_document`` / ``test_write_answers_match_the_document``: each read route asked
+  for a seeded object, and each write route sent a valid body, answers 2xx with a body matching its documented
+  schema (random ids reach the 4xx answers only); the result rows are compared with pandas on the source CSV.
+- ``test_values_outside_the_document_are_refused`` / ``test_nulls_the_cli_sends_are_documented``: what the
+  fuzzing found (request values the node and its document disagreed on), each failing on the code before.
 - ``test_every_documented_write_route_refuses_a_missing_or_wrong_token``: the write routes are those the DOCUMENT
   marks (a ``security`` requirement with no empty alternative), so a new route cannot skip the check; each refuses
   a missing, a wrong and a non-Bearer token with 401 whatever valid body is generated for it, storing nothing.
