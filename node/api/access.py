@@ -56,6 +56,8 @@ class Route:
     produces: tuple[str, ...] = ("application/json",)  # the success answer's content types
     ok: int = 200
     errors: tuple[int, ...] = field(default=(400, 404))  # statuses the handler itself may answer
+    # The JSON success answers, status -> JSON Schema (node.api.shapes); empty: ``ok`` with an undescribed body
+    returns: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.access not in ACCESS or self.body not in (None, JSON, UPLOAD):

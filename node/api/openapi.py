@@ -7,11 +7,18 @@ errors included ({"error": {"type", "message"}}).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-from node.api.access import JSON, OPEN, TOKEN, TOKEN_TO_COMPUTE, UPLOAD, Limits, Route
+from config import ApiSettings
+from node.api.access import JSON, OPEN, TOKEN, TOKEN_TO_COMPUTE, UPLOAD, Limits, Route, limits_from
+
+# The document of a node with the default settings, committed for readers and tools that have no node running;
+# tests/integration/test_api_contract.py fails when it is stale, scripts/openapi_doc.py rewrites it.
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -72,11 +79,30 @@ def _body(route: Route, limits: Limits) -> dict[str, Any] | None:
     return None
 
 
+# Bodies that are not JSON: text is a string, anything else bytes.
+_TEXT_TYPES = ("text/plain", "text/csv", "text/event-stream", "application/x-ndjson")
+
+
+# A server-sent event as clients parse it: its name and its data, one JSON value (node/api/server.py job_events).
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string", "contentMediaType": "application/json"}},
+}
+
+
+def _content(route: Route, schema: dict[str, Any]) -> dict[str, Any]:
+    def one(ct: str) -> dict[str, Any]:
+        if ct == "application/json":
+            return schema
+        if ct == "text/event-stream":
+            return _SSE_EVENT
+        return {"type": "string"} if ct in _TEXT_TYPES else {"type": "string", "format": "binary"}
+
+    return {ct: {"schema": one(ct)} for ct in route.produces}
+
+
 def _responses(route: Route) -> dict[str, Any]:
-    content = {
-        ct: {"schema": {"type": "object"} if ct == "application/json" else {"type": "string", "format": "binary"}}
-        for ct in route.produces
-    }
     codes = set(route.errors) | {421}
     if route.access != OPEN:
         codes |= {401}
@@ -87,8 +113,12 @@ def _responses(route: Route) -> dict[str, Any]:
     if route.body == JSON:
         codes |= {415}
     ref = "#/components/responses/Error"
-    out: dict[str, Any] = {str(route.ok): {"description": "success", "content": content}}
-    for code in sorted(codes):
+    returns = route.returns or {route.ok: {}}
+    out: dict[str, Any] = {
+        str(status): {"description": "success" if status < 300 else "answered", "content": _content(route, schema)}
+        for status, schema in sorted(returns.items())
+    }
+    for code in sorted(codes - set(returns)):
         out[str(code)] = {"$ref": ref, "description": _ERROR_TEXT.get(code, "error")}
     # The node's own fault, or Kubo / Spark / a peer failing: the same one-line error.
     out["5XX"] = {"$ref": ref, "description": "the node, its Kubo, its Spark worker or a peer failed"}
@@ -144,3 +174,13 @@ def document(routes: Iterable[Route], limits: Limits, version: str) -> dict[str,
             },
         },
     }
+
+
+def default_document(routes: Iterable[Route], version: str) -> dict[str, Any]:
+    """The document a node with the default ``api.*`` settings serves (its caps are in the descriptions)."""
+    return document(routes, limits_from(ApiSettings(), token=""), version)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The committed file's text: stable key order as generated, two-space indents, UTF-8."""
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

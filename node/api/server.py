@@ -23,6 +23,7 @@ from multidict import MultiMapping
 
 from node import __version__, values
 from node.api import export, openapi
+from node.api import shapes as S
 from node.api.access import (
     JSON,
     LIMITS_KEY,
@@ -92,8 +93,11 @@ async def node_info(request: web.Request) -> web.Response:
 
 
 async def dag_put(request: web.Request) -> web.Response:
+    pin = request.query.get("pin", "true")
+    if pin not in ("true", "false"):  # anything else pinned silently before issue 15 item 3
+        raise InvalidInput(f"pin must be true or false, got {pin[:40]!r}")
     obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop (issue 15)
-    cid = await _node(request).dag_put(obj, pin=request.query.get("pin", "true") != "false")
+    cid = await _node(request).dag_put(obj, pin=pin == "true")
     return web.json_response({"cid": cid_str(cid)})
 
 
@@ -330,8 +334,11 @@ async def query(request: web.Request) -> web.Response:
         ) from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
     trust = body.get("trust")
-    if trust is not None and not isinstance(trust, str):
-        raise InvalidInput('"trust" must be one of self, community, verify, any')
+    # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
+    if trust is not None and trust not in TRUST_MODES:
+        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}')
+    if not isinstance(wait, bool):
+        raise InvalidInput('"wait" must be true or false')
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidInput('"sql" must be a non-empty string')
     if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
@@ -549,13 +556,13 @@ _UPLOAD_PARAMS = (
 )
 QUERY_BODY = {
     "type": "object",
-    "required": ["sql", "inputs"],
+    "required": ["sql"],  # "inputs" defaults to {} (a query over no dataset is then refused: 400)
     "properties": {
-        "sql": {"type": "string", "minLength": 1},
+        "sql": {"type": "string", "pattern": r"\S"},  # not blank
         "inputs": {"type": "object", "additionalProperties": _STR},
-        "limit": {"type": "integer", "minimum": 0},
+        "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
         "wait": {"type": "boolean"},
-        "trust": {"type": "string", "enum": list(TRUST_MODES)},
+        "trust": {"enum": [*TRUST_MODES, None]},  # null: the node's own mode (peers.trust), as when absent
     },
 }
 
@@ -569,12 +576,46 @@ def _strings(*required: str, optional: tuple[str, ...] = ()) -> dict[str, object
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/healthz", healthz, OPEN, "liveness: Kubo and Spark states", errors=(503,)),
+    Route(
+        "GET",
+        "/healthz",
+        healthz,
+        OPEN,
+        "liveness: Kubo and Spark states",
+        errors=(),
+        returns={200: S.HEALTH, 503: S.HEALTH},
+    ),
     Route("GET", "/metrics", metrics_get, OPEN, "Prometheus metrics", produces=("text/plain",), errors=()),
-    Route("GET", "/api/v0/openapi.json", openapi_get, OPEN, "this document", errors=()),
-    Route("GET", "/api/v0/node", node_info, OPEN, "the node's identity, addresses and state", errors=()),
-    Route("POST", "/api/v0/dag", dag_put, TOKEN, "store a DAG-JSON object", JSON, {}, (Param("pin", "pin it"),)),
-    Route("GET", "/api/v0/dag/{cid}", dag_get, OPEN, "an IPLD object", produces=("application/json",)),
+    Route("GET", "/api/v0/openapi.json", openapi_get, OPEN, "this document", errors=(), returns={200: S.OPENAPI}),
+    Route(
+        "GET",
+        "/api/v0/node",
+        node_info,
+        OPEN,
+        "the node's identity, addresses and state",
+        errors=(),
+        returns={200: S.NODE_INFO},
+    ),
+    Route(
+        "POST",
+        "/api/v0/dag",
+        dag_put,
+        TOKEN,
+        "store a DAG-JSON object",
+        JSON,
+        {"description": "any DAG-JSON value"},
+        (Param("pin", "pin it (default true)", enum=("true", "false")),),
+        returns={200: S.CID_ANSWER},
+    ),
+    Route(
+        "GET",
+        "/api/v0/dag/{cid}",
+        dag_get,
+        OPEN,
+        "an IPLD object (DAG-JSON), or a raw block's bytes",
+        produces=("application/json", "application/octet-stream"),
+        returns={200: S.ANY},
+    ),
     Route(
         "POST",
         "/api/v0/holium/import",
@@ -583,22 +624,24 @@ ROUTES: tuple[Route, ...] = (
         "import a Holium data tree",
         UPLOAD,
         params=(Param("format", "the body's format", enum=("json", "csv", "cbor", "bin")),),
+        returns={200: S.HOLIUM_IMPORTED},
     ),
     Route(
         "POST",
         "/api/v0/datasets",
         datasets_add,
         TOKEN,
-        "upload and ingest a file",
+        "upload and ingest a file (201 for name=, 200 for to=)",
         UPLOAD,
         params=_UPLOAD_PARAMS,
         produces=("application/json", "application/x-ndjson"),
         ok=201,
         errors=(400, 404, 409),
+        returns={200: S.INGESTED, 201: S.INGESTED},
     ),
-    Route("GET", "/api/v0/datasets", datasets_list, OPEN, "the datasets", errors=()),
-    Route("GET", "/api/v0/datasets/{ref}", dataset_get, OPEN, "one dataset"),
-    Route("GET", "/api/v0/datasets/{ref}/log", dataset_log, OPEN, "a dataset's blocks"),
+    Route("GET", "/api/v0/datasets", datasets_list, OPEN, "the datasets", errors=(), returns={200: S.DATASETS}),
+    Route("GET", "/api/v0/datasets/{ref}", dataset_get, OPEN, "one dataset", returns={200: S.DATASET}),
+    Route("GET", "/api/v0/datasets/{ref}/log", dataset_log, OPEN, "a dataset's blocks", returns={200: S.DATASET_LOG}),
     Route(
         "GET",
         "/api/v0/datasets/{ref}/data",
@@ -619,18 +662,20 @@ ROUTES: tuple[Route, ...] = (
         "pull a dataset from a URL or CID",
         JSON,
         _strings("source", optional=("name",)),
+        returns={200: S.PULLED},
     ),
     Route(
         "POST",
         "/api/v0/query",
         query,
         TOKEN_TO_COMPUTE,
-        "answer a SQL query (the token is needed to compute a miss or to ask with a looser trust)",
+        "answer a SQL query (the token is needed to compute a miss or to ask with a looser trust); 202 for wait: false",
         JSON,
         QUERY_BODY,
         errors=(400, 404, 409, 422, 429),
+        returns={200: S.QUERY_ANSWER, 202: S.JOB_STARTED},
     ),
-    Route("GET", "/api/v0/peers", peers_list, OPEN, "connected peers", errors=()),
+    Route("GET", "/api/v0/peers", peers_list, OPEN, "connected peers", errors=(409,), returns={200: S.PEERS}),
     Route(
         "POST",
         "/api/v0/peers/connect",
@@ -640,9 +685,19 @@ ROUTES: tuple[Route, ...] = (
         JSON,
         _strings("addr"),
         errors=(400, 409),
+        returns={200: S.CONNECTED},
     ),
-    Route("GET", "/api/v0/trust", trust_list, OPEN, "trusted signers", errors=()),
-    Route("POST", "/api/v0/trust", trust_add, TOKEN, "trust a signer", JSON, _strings("key", optional=("community",))),
+    Route("GET", "/api/v0/trust", trust_list, OPEN, "trusted signers", errors=(), returns={200: S.TRUSTED}),
+    Route(
+        "POST",
+        "/api/v0/trust",
+        trust_add,
+        TOKEN,
+        "trust a signer",
+        JSON,
+        _strings("key", optional=("community",)),
+        returns={200: S.TRUSTED},
+    ),
     Route(
         "DELETE",
         "/api/v0/trust",
@@ -651,12 +706,36 @@ ROUTES: tuple[Route, ...] = (
         "stop trusting a signer",
         JSON,
         _strings("key", optional=("community",)),
+        returns={200: S.REMOVED},
     ),
-    Route("GET", "/api/v0/announcements", announcements, OPEN, "announcements received", errors=()),
-    Route("GET", "/api/v0/jobs/{id}", job_get, OPEN, "a query job"),
+    Route(
+        "GET",
+        "/api/v0/announcements",
+        announcements,
+        OPEN,
+        "announcements received",
+        errors=(),
+        returns={200: S.ANNOUNCEMENTS},
+    ),
+    Route("GET", "/api/v0/jobs/{id}", job_get, OPEN, "a query job", returns={200: S.JOB}),
     Route("GET", "/api/v0/jobs/{id}/events", job_events, OPEN, "a query job's events", produces=("text/event-stream",)),
-    Route("DELETE", "/api/v0/jobs/{id}", job_cancel, TOKEN, "cancel a query job and its Spark job", errors=(404,)),
-    Route("GET", "/api/v0/executions/{cid}", execution_get, OPEN, "an execution and its receipt"),
+    Route(
+        "DELETE",
+        "/api/v0/jobs/{id}",
+        job_cancel,
+        TOKEN,
+        "cancel a query job and its Spark job",
+        errors=(404,),
+        returns={200: S.JOB},
+    ),
+    Route(
+        "GET",
+        "/api/v0/executions/{cid}",
+        execution_get,
+        OPEN,
+        "an execution and its receipt",
+        returns={200: S.EXECUTION},
+    ),
     Route(
         "GET",
         "/api/v0/executions/{cid}/data",
@@ -690,6 +769,7 @@ ROUTES: tuple[Route, ...] = (
             "application/vnd.ipld.raw",
             "application/vnd.ipld.car",
         ),
+        returns={200: S.ANY},
     ),
 )
 

@@ -1,0 +1,196 @@
+"""The JSON answers of the API routes, as JSON Schema (2020-12, OpenAPI 3.1): declared next to the route table.
+
+Each route of ``node.api.server.ROUTES`` names its success answers here (``Route.returns``: status → schema);
+``node.api.openapi`` puts them in the document, and schemathesis checks every answer of a running node against
+them (tests/integration/test_api_contract.py). Objects list the fields a client may rely on, with their types;
+they stay open (``additionalProperties``) so a field can be added without breaking clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Schema = dict[str, Any]
+
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+BOOL: Schema = {"type": "boolean"}
+ANY: Schema = {}  # any JSON value (a DAG object, a result cell)
+CID: Schema = {"type": "string", "description": "a CID, base32 (CIDv1) or base58 (CIDv0)"}
+
+
+def maybe(schema: Schema) -> Schema:
+    """``schema`` or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
+    """An object with these fields (``optional`` ones may be absent)."""
+    return {"type": "object", "required": list(required), "properties": {**required, **(optional or {})}}
+
+
+HEALTH = obj(
+    {"ok": BOOL, "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR})},
+)
+NODE_INFO = obj(
+    {
+        "version": STR,
+        "home": STR,
+        "api": maybe(STR),
+        "peer_id": STR,
+        "node_key": STR,
+        "p2p_addrs": array(STR),
+        "uptime_s": NUM,
+        "spark": obj({"state": STR, "master": STR, "pid": maybe(INT), "jobs": INT, "restarts": INT}),
+        "kubo": obj(
+            {"managed": BOOL, "state": STR, "api": STR},
+            {"restarts": INT, "pid": maybe(INT), "version": STR, "peer_id": STR, "swarm": array(STR), "error": STR},
+        ),
+    }
+)
+CID_ANSWER = obj({"cid": CID})
+HOLIUM_IMPORTED = obj({"cid": CID, "blocks": INT})
+_SLICE = obj({"cid": CID, "rows": INT, "size": INT, "logicalHash": STR}, {"offset": INT})
+INGESTED = obj(
+    {
+        "name": STR,
+        "id": STR,
+        "head": CID,
+        "previous": maybe(CID),
+        "rows_read": INT,
+        "rows_added": INT,
+        "schema_changed": BOOL,
+        "slices": array(_SLICE),
+        "elapsed_ms": NUM,
+    }
+)
+DATASETS = obj(
+    {
+        "datasets": array(
+            obj({"name": STR, "id": STR, "head": CID, "rows": INT, "slices": INT, "owned": BOOL, "updated": NUM})
+        )
+    }
+)
+DATASET = obj(
+    {
+        "name": maybe(STR),
+        "id": STR,
+        "head": CID,
+        "ipns": maybe(STR),
+        "seq": INT,
+        "rows": INT,
+        "logicalHash": STR,
+        "structure": maybe(CID),
+        "abstractStructure": maybe(CID),
+        "schema": array(array(STR)),
+        "merge": ANY,
+        "info": ANY,
+        "slices": array(_SLICE),
+    }
+)
+DATASET_LOG = obj({"blocks": array(obj({"cid": CID, "seq": INT, "time": ANY, "event": ANY}))})
+PULLED = obj({"name": STR, "id": STR, "head": CID, "blocks": INT, "slices": INT, "bytes": INT})
+QUERY_ANSWER = obj(
+    {
+        "query": CID,
+        "invocation": CID,
+        "execution": CID,
+        "receipt": CID,
+        "source": {"type": "string", "enum": ["computed", "local", "peer"]},
+        "elapsed_ms": NUM,
+        "logicalHash": STR,
+        "row_count": INT,
+        "schema": array(array(STR)),
+        "columns": array(STR),
+        "rows": array(array(ANY)),
+        "truncated": BOOL,
+        "inputs": ANY,
+        "slices": array(CID),
+        "peer": maybe(STR),
+        "trust": STR,
+        "verified": BOOL,
+        "profile": maybe(CID),
+    }
+)
+JOB_STARTED = obj({"job": STR, "events": STR})
+_JOB_ERROR = obj({"type": STR, "message": STR, "status": INT})
+JOB = obj(
+    {
+        "id": STR,
+        "state": {"type": "string", "enum": ["running", "done", "failed"]},
+        "result": maybe(QUERY_ANSWER),
+        "error": maybe(_JOB_ERROR),
+    }
+)
+EXECUTION = obj(
+    {
+        "execution": CID,
+        "invocation": CID,
+        "query": CID,
+        "receipt": CID,
+        "logicalHash": STR,
+        "rows": INT,
+        "structure": CID,
+        "slices": array(CID),
+        "source": STR,
+        "trust": STR,
+        "signer": STR,
+        "time": STR,
+        "engine": {"type": "object", "additionalProperties": STR},
+        "timings": {"type": "object", "additionalProperties": NUM},
+        "versions": array(CID),
+        "profile": maybe(CID),
+        "divergences": array(
+            obj(
+                {
+                    "signer": STR,
+                    "peer": maybe(STR),
+                    "execution": CID,
+                    "receipt": CID,
+                    "profile": maybe(CID),
+                    "logicalHash": STR,
+                    "rows": INT,
+                    "received": NUM,
+                }
+            )
+        ),
+    }
+)
+PEERS = obj(
+    {
+        "peers": array(
+            obj({"peer_id": STR, "addrs": array(STR), "connected": BOOL, "last_seen": maybe(NUM), "source": STR})
+        )
+    }
+)
+CONNECTED = obj({"peer": STR})
+TRUSTED = obj({"trusted": array(obj({"key": STR, "community": STR}))})
+REMOVED = obj({"removed": INT})
+ANNOUNCEMENTS = obj(
+    {
+        "claims": array(
+            obj(
+                {
+                    "invocation": CID,
+                    "signer": STR,
+                    "peer": maybe(STR),
+                    "execution": CID,
+                    "receipt": CID,
+                    "rows": INT,
+                    "logicalHash": STR,
+                    "received": NUM,
+                    "status": STR,
+                    "reason": maybe(STR),
+                    "signer_score": obj({"accepted": INT, "refused": INT}),
+                }
+            )
+        ),
+        "refused_messages": array(obj({"peer": maybe(STR), "reason": STR, "received": NUM})),
+    }
+)
+OPENAPI = obj({"openapi": STR, "info": obj({"title": STR, "version": STR}), "paths": {"type": "object"}})
