@@ -19,7 +19,7 @@ differ. Errors are counted apart from refusals: ``non_2xx`` by status (429 exclu
 ``refused_429``. The functions here are shared with tests/integration/test_load.py (the bounded form).
 
     .venv/bin/python scripts/bench/load.py [--clients 200] [--seconds 60] [--miss-clients 20] [--miss-seconds 60]
-        [--rows 50000] [--cross-rows 20000] [--settle 10] [--keep]
+        [--rows 50000] [--cross-rows 30000] [--settle 10] [--keep]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -396,7 +396,7 @@ class BenchNode:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},  # the node's defaults, not ours
             "CAIRN_HOME": str(home),
             "IPFS_TELEMETRY": "off",
             "CAIRN_SPARK_AUTOSTART": "true",
@@ -513,22 +513,45 @@ class Run:
         self.resources[label] = snapshot(self.pids)
         self.spark_jobs[label] = int((info.get("spark") or {}).get("jobs") or 0)
 
+    async def phase(self, name: str, seconds: float, load: Awaitable[Tally]) -> Tally:
+        """Run ``load`` (``seconds`` long), with a snapshot halfway through (``during_NAME``: while the clients'
+        connections are open) and one after it (``after_NAME``)."""
+        task = asyncio.ensure_future(load)
+        await asyncio.wait([task], timeout=seconds / 2)
+        if not task.done():
+            await self.mark(f"during_{name}")
+        tally = await task
+        await self.mark(f"after_{name}")
+        return tally
 
-async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:  # long: the bench's script, step by step
+    def costs(self, before: str, after: str, answers: int) -> dict[str, Any]:
+        """The worker's job count change, and each process's CPU per answer (ms) between two snapshots."""
+        a, b = self.resources[before], self.resources[after]
+        cpu = {
+            r: b[r]["cpu_s"] - a[r]["cpu_s"] for r in self.pids if a.get(r) and b.get(r) and a[r]["pid"] == b[r]["pid"]
+        }
+        per = {r: round(c * 1000 / answers, 2) for r, c in cpu.items()} if answers else {}
+        per["bench_clients"] = round((b["bench_cpu_s"] - a["bench_cpu_s"]) * 1000 / answers, 2) if answers else None
+        return {"spark_jobs_during": self.spark_jobs[after] - self.spark_jobs[before], "cpu_ms_per_answer": per}
+
+
+async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:
+    """The bench's load, step by step: hits, misses, /healthz idle and during a long job, settle."""
     constants = hit_constants(args.hit_statements)
     warm = await warm_hits(run.base, run.token, run.oracle, constants)
     if warm.errors or warm.wrong:
         raise RuntimeError(f"the memoized statements failed: {warm.report()}")
     await run.mark("start")
     say(f"hits: {args.clients} clients for {args.seconds} s…")
-    hits = await drive(run.base, args.clients, args.seconds, hit_queries(run.oracle, constants))
-    await run.mark("after_hits")
+    hits = await run.phase(
+        "hits", args.seconds, drive(run.base, args.clients, args.seconds, hit_queries(run.oracle, constants))
+    )
     say(f"misses: {args.miss_clients} clients for {args.miss_seconds} s…")
     asked: list[int] = []
-    misses = await drive(
-        run.base, args.miss_clients, args.miss_seconds, miss_queries(run.oracle, miss_constants(), asked), run.token
+    fresh = miss_queries(run.oracle, miss_constants(), asked)
+    misses = await run.phase(
+        "misses", args.miss_seconds, drive(run.base, args.miss_clients, args.miss_seconds, fresh, run.token)
     )
-    await run.mark("after_misses")
     say(f"/healthz idle for {args.idle_seconds} s, then during a CROSS JOIN of {args.cross_rows}² pairs…")
     idle = await healthz_idle(run.base, args.idle_seconds)
     long_job = await healthz_during_job(run.base, run.token, run.oracle, args.cross_rows, V_MOD)
@@ -536,20 +559,12 @@ async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:  # long:
     say(f"settling {args.settle} s…")
     await asyncio.sleep(args.settle)
     await run.mark("after_settle")
-    jobs = run.spark_jobs
+    sql = CROSS_SQL.format(n=args.cross_rows, c=V_MOD)
     return {
-        "hits": {**hits.report(), "spark_jobs_during": jobs["after_hits"] - jobs["start"]},
-        "misses": {
-            **misses.report(),
-            "asked": len(asked),
-            "spark_jobs_during": jobs["after_misses"] - jobs["after_hits"],
-        },
+        "hits": {**hits.report(), **run.costs("start", "after_hits", len(hits.latencies_ms))},
+        "misses": {**misses.report(), "asked": len(asked), **run.costs("after_hits", "after_misses", len(asked))},
         "healthz": healthz_report(idle, long_job["healthz"]),
-        "long_job": {
-            "pairs": long_job["pairs"],
-            "sql": CROSS_SQL.format(n=args.cross_rows, c=V_MOD),
-            **long_job["job"],
-        },
+        "long_job": {"pairs": long_job["pairs"], "sql": sql, **long_job["job"]},
         "resources": run.resources,
         "resource_deltas": {
             "start_to_after_misses": deltas(run.resources["start"], run.resources["after_misses"]),
@@ -566,7 +581,7 @@ def _parse_args() -> argparse.Namespace:
     p.add_argument("--miss-seconds", type=float, default=None, help="length of the miss phase (default: --seconds)")
     p.add_argument("--hit-statements", type=int, default=8, help="distinct memoized statements")
     p.add_argument("--rows", type=int, default=50_000, help="rows of the dataset")
-    p.add_argument("--cross-rows", type=int, default=20_000, help="rows of each side of the long CROSS JOIN")
+    p.add_argument("--cross-rows", type=int, default=30_000, help="rows of each side of the long CROSS JOIN")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="/healthz baseline on the idle node")
     p.add_argument("--settle", type=float, default=10.0, help="seconds idle before the last RSS/fd reading")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (node home, logs)")
