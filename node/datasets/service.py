@@ -205,8 +205,8 @@ class Datasets:
         self._locks: dict[str, asyncio.Lock] = {}
         self._blocks: dict[CID, MetadataBlock] = {}  # immutable: a cache never goes stale
         self._structures: dict[CID, Structure] = {}
-        # Versions built from a head (a head names its whole chain, so a version never changes). Rebuilding one
-        # re-verifies every block's signature: most of a memoized hit's CPU under load (scripts/bench/load.py).
+        # Versions built from a head (a head names its whole chain, so a version never changes). Every query,
+        # hits included, resolved its inputs by rebuilding them: every block's signature checked again.
         self._versions: OrderedDict[CID, Version] = OrderedDict()
 
     # -- objects ------------------------------------------------------------------------------

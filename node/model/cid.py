@@ -97,8 +97,8 @@ def parse_cid(text: str | bytes | CID) -> CID:
     return _decode_text(text)
 
 
-# multiformats spends ~0.5 ms decoding or printing one CID (pure-Python base32, type checks on every call); a
-# memoized hit handles about ten, so under load (scripts/bench/load.py) that was most of a hit's CPU. CIDs are
+# multiformats spends ~0.15 ms of CPU decoding, printing or building one CID (pure-Python base32, type checks on
+# every call), and a memoized hit handles about ten of the same CIDs each time (scripts/bench/load.py). CIDs are
 # immutable values: remember the last few thousand texts both ways (bounded, so hostile input cannot grow it).
 _MEMO_CIDS = 8192
 
