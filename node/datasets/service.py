@@ -14,6 +14,7 @@ import queue
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from node.model.names import check_dataset_name
 log = logging.getLogger("cairn.datasets")
 
 DEFAULT_ROWS_PER_SLICE = 1 << 20
+_MEMO_VERSIONS = 256  # versions kept built (see DatasetService.version)
 Progress = Callable[[int, int], None]  # (bytes read, rows read)
 
 
@@ -229,6 +231,9 @@ class Datasets:
         self._locks: dict[str, asyncio.Lock] = {}
         self._blocks: dict[CID, MetadataBlock] = {}  # immutable: a cache never goes stale
         self._structures: dict[CID, Structure] = {}
+        # Versions built from a head (a head names its whole chain, so a version never changes). Every query,
+        # hits included, resolved its inputs by rebuilding them: every block's signature checked again.
+        self._versions: OrderedDict[CID, Version] = OrderedDict()
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -262,6 +267,16 @@ class Datasets:
         self._structures.update(structures)
 
     async def version(self, head: CID, timeout: float | None = None) -> Version:
+        """The checked version whose head is ``head`` (remembered: the last ``_MEMO_VERSIONS`` built)."""
+        v = self._versions.get(head)
+        if v is None:
+            v = self._versions[head] = await self._build_version(head, timeout)
+            while len(self._versions) > _MEMO_VERSIONS:
+                self._versions.popitem(last=False)
+        self._versions.move_to_end(head)
+        return v
+
+    async def _build_version(self, head: CID, timeout: float | None) -> Version:
         blocks: list[tuple[CID, MetadataBlock]] = []
         cid: CID | None = head
         while cid is not None:

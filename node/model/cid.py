@@ -8,6 +8,7 @@ the one CID type used everywhere.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import blake3
@@ -69,7 +70,12 @@ def cid_for(data: bytes, codec: str | int = "dag-cbor", hashfun: str = "blake3")
 
 def blake3_cid(digest: bytes, codec: str | int = "raw") -> CID:
     """The CIDv1 of a BLAKE3-256 ``digest`` computed elsewhere (e.g. while streaming a file)."""
-    return CID("base32", 1, codec_code(codec), multihash.wrap(digest, "blake3"))
+    return _blake3_cid(bytes(digest), codec_code(codec))
+
+
+@functools.lru_cache(maxsize=8192)  # a hit builds the same question objects again: see _MEMO_CIDS below
+def _blake3_cid(digest: bytes, code: int) -> CID:
+    return CID("base32", 1, code, multihash.wrap(digest, "blake3"))
 
 
 def parse_cid(text: str | bytes | CID) -> CID:
@@ -88,12 +94,21 @@ def parse_cid(text: str | bytes | CID) -> CID:
         raise InvalidCID('invalid CID "": empty string')
     if text != text.strip():
         raise InvalidCID(f"invalid CID {quote(text)}: surrounding whitespace")
+    return _decode_text(text)
+
+
+# multiformats spends ~0.15 ms of CPU decoding, printing or building one CID (pure-Python base32, type checks on
+# every call), and a memoized hit handles about ten of the same CIDs each time (scripts/bench/load.py). CIDs are
+# immutable values: remember the last few thousand texts both ways (bounded, so hostile input cannot grow it).
+_MEMO_CIDS = 8192
+
+
+@functools.lru_cache(maxsize=_MEMO_CIDS)
+def _decode_text(text: str) -> CID:
     try:
-        cid = CID.decode(text)
+        return CID.decode(text)
     except Exception as exc:  # noqa: BLE001  multiformats raises many unrelated types (KeyError, ValueError, …)
-        reason = _reason(exc)
-        raise InvalidCID(f"invalid CID {quote(text)}: {reason}") from None
-    return cid
+        raise InvalidCID(f"invalid CID {quote(text)}: {_reason(exc)}") from None
 
 
 def _decode_binary(raw: bytes) -> CID:
@@ -116,7 +131,11 @@ def cid_str(cid: CID | str, *, keep_v0: bool = False) -> str:
     ``keep_v0``: print a v0 CID as its ``Qm…`` self, e.g. as an argument to Kubo, so that what
     Kubo echoes back (pins, keys) is the CID it was given.
     """
-    c = parse_cid(cid)
+    return _text_of(parse_cid(cid), keep_v0)
+
+
+@functools.lru_cache(maxsize=_MEMO_CIDS)
+def _text_of(c: CID, keep_v0: bool) -> str:
     if c.version == 0:
         if keep_v0:
             return str(c)
