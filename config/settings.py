@@ -140,6 +140,9 @@ class SparkSettings:
         default=1 << 40,
     )
     max_concurrent_jobs: int = _doc("Spark jobs the worker runs at the same time (more wait their turn).", default=2)
+    max_queued_jobs: int = _doc(
+        "Spark jobs that may wait for a free slot beyond those running; more are refused at once (429).", default=64
+    )
     stall_timeout: float = _doc(
         "Seconds the Spark JVM may use no CPU while a job runs before the worker kills it and is restarted "
         "(the job fails with 503). 0: never.",
@@ -405,6 +408,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("spark.max_result_bytes", s.spark.max_result_bytes > 0, "spark.max_result_bytes must be positive"),
         ("spark.max_plan_bytes", s.spark.max_plan_bytes >= 0, "spark.max_plan_bytes must be 0 or more"),
         ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
+        ("spark.max_queued_jobs", s.spark.max_queued_jobs >= 0, "spark.max_queued_jobs must not be negative"),
         ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)

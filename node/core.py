@@ -643,6 +643,7 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
         log_path=home.logs / "spark.log",
         start_timeout=sp.start_timeout,
         max_jobs=sp.max_concurrent_jobs,
+        max_queued=sp.max_queued_jobs,
         stall_timeout=sp.stall_timeout,
         limits={"rows": sp.max_result_rows, "bytes": sp.max_result_bytes, "plan_bytes": sp.max_plan_bytes},
     )

@@ -401,6 +401,16 @@ class SparkError(CairnError):
         self.sqlstate = sqlstate
 
 
+class SparkQueueFull(SparkError):
+    """``spark.max_queued_jobs`` queries already wait for a free Spark slot: this one is refused at once instead of
+    joining an unbounded queue (issue 15: each waiting miss holds a connection and memory)."""
+
+    status = 429
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="busy")
+
+
 class SparkRefused(SparkError):
     """The worker's guard refused the plan (spark_worker/guard.py): the query's fault, not the engine's."""
 

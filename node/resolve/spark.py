@@ -26,7 +26,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -34,7 +34,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from node.errors import SparkError, SparkRefused, SparkStartError, SparkTimeout, SparkWorkerDied, one_line
+from node.errors import (
+    SparkError,
+    SparkQueueFull,
+    SparkRefused,
+    SparkStartError,
+    SparkTimeout,
+    SparkWorkerDied,
+    one_line,
+)
 from spark_worker.protocol import (
     PREFIX,
     ProtocolError,
@@ -107,6 +115,7 @@ class SparkWorker:
         stop_timeout: float = 15.0,
         warmup: bool = True,
         max_jobs: int = 2,
+        max_queued: int = 64,
         limits: Mapping[str, int] = _NO_LIMITS,
         stall_timeout: float = 0.0,
     ) -> None:
@@ -114,7 +123,7 @@ class SparkWorker:
         ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
         budgets sent with every run (``rows``, ``bytes``, ``plan_bytes``; spark_worker/budget.py);
         ``stall_timeout``: the worker kills (and so restarts) a JVM that uses no CPU this long while a job
-        runs (0: never).
+        runs (0: never). ``max_queued``: calls that may wait for a slot; more are refused (SparkQueueFull).
 
         Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
         directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
@@ -131,6 +140,8 @@ class SparkWorker:
         self.stop_timeout = stop_timeout
         self.warmup = warmup
         self.max_jobs = max_jobs
+        self.max_queued = max_queued
+        self.waiting = 0  # calls waiting for a slot
         self.stall_timeout = stall_timeout
         self.limits = dict(limits)
         self.restarts = 0
@@ -160,6 +171,25 @@ class SparkWorker:
         if self._slots is None:  # made lazily: bound to the loop of the first call
             self._slots = asyncio.Semaphore(self.max_jobs)
         return self._slots
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the ``max_jobs`` slots; at most ``max_queued`` callers wait for one, more are refused at once."""
+        slots = self._get_slots()
+        if slots.locked() and self.waiting >= self.max_queued:
+            raise SparkQueueFull(
+                f"{self.waiting} queries already wait for one of the {self.max_jobs} Spark slots "
+                f"(spark.max_queued_jobs {self.max_queued}): try again when one ends"
+            )
+        self.waiting += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            slots.release()
 
     def _get_restart_lock(self) -> asyncio.Lock:
         if self._restart_lock is None:
@@ -472,7 +502,7 @@ class SparkWorker:
         request = _run_request(job, statement, inputs)
         if self.limits:
             request["limits"] = self.limits
-        async with self._get_slots():
+        async with self._slot():
             proc = await self._ensure_running()
             sent = False
 

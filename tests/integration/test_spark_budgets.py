@@ -27,7 +27,7 @@ import pytest
 import pytest_asyncio
 
 from config import SparkSettings
-from node.errors import SparkError, SparkRefused, SparkWorkerDied
+from node.errors import SparkError, SparkQueueFull, SparkRefused, SparkWorkerDied
 from node.ipfs import ManagedKubo
 from node.resolve.spark import SparkWorker
 from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, query
@@ -163,6 +163,36 @@ async def test_a_long_job_does_not_hold_a_short_one(unlimited: SparkWorker, data
     assert got.keys() == expected.keys()
     for key, (s, n) in got.items():
         assert n == expected[key][1] and s == pytest.approx(expected[key][0], rel=1e-12)
+
+
+async def test_callers_beyond_the_queue_bound_are_refused_at_once(unlimited: SparkWorker, data: Path) -> None:
+    """With both slots busy and ``max_queued`` callers waiting, one more is refused (429) without waiting; before
+    the bound every caller joined an unbounded queue (found by scripts/bench/load.py)."""
+    longs = [
+        asyncio.create_task(unlimited.run(LONG, long_inputs(data), job_id=f"busy-{i}", timeout=600)) for i in range(2)
+    ]
+    queued: asyncio.Task[object] | None = None
+    unlimited.max_queued = 1
+    try:
+        deadline = time.monotonic() + 120
+        while len((await unlimited.stats())["running_jobs"]) < 2:
+            assert time.monotonic() < deadline and not any(t.done() for t in longs), "the long jobs did not start"
+            await asyncio.sleep(0.1)
+        queued = asyncio.create_task(unlimited.run(SUMS, kv(data), timeout=600))
+        while unlimited.waiting < 1:
+            assert time.monotonic() < deadline and not queued.done(), "the second caller did not queue"
+            await asyncio.sleep(0.05)
+        with pytest.raises(SparkQueueFull) as err:
+            await unlimited.run(SUMS, kv(data), timeout=600)
+        assert err.value.status == 429 and "spark.max_queued_jobs" in err.value.message
+        assert not queued.done() and unlimited.waiting == 1  # the one within the bound still waits its turn
+    finally:
+        unlimited.max_queued = 64
+        for t in [*longs, *([queued] if queued else [])]:
+            t.cancel()
+        await asyncio.gather(*longs, *([queued] if queued else []), return_exceptions=True)
+    assert unlimited.waiting == 0
+    await _when_up(unlimited, data)
 
 
 async def test_out_of_memory_restarts_the_worker(unlimited: SparkWorker, data: Path) -> None:
