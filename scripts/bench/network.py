@@ -1240,11 +1240,11 @@ class CacheWatcher(threading.Thread):
             time.sleep(0.005)
 
 
-async def _repin_result(kubo_api: str, kubo_auth: str | None, execution: str) -> float:
+async def _repin_result(kubo_api: str, home: Path, execution: str) -> float:
     """B's recursive pin of the result's output list (what fetch_and_verify does last), redone on B's Kubo
     now that every block is local: pin rm, then pin add, timed (ms). B's Kubo re-hashes what it reads
     (``Datastore.HashOnRead``)."""
-    from node.ipfs import KuboClient
+    from node.ipfs import KuboClient, home_kubo_auth
     from node.model import (
         Execution,
         RecursiveDataEnvelope,
@@ -1253,7 +1253,7 @@ async def _repin_result(kubo_api: str, kubo_auth: str | None, execution: str) ->
         parse_cid,
     )
 
-    kubo = KuboClient(kubo_api, timeout=600.0, auth=kubo_auth)
+    kubo = KuboClient(kubo_api, timeout=600.0, auth=home_kubo_auth(home))  # B's managed Kubo wants its secret
     try:
         ex_cid = parse_cid(execution)
         ex = decode_object(decode(await kubo.block_get(ex_cid, offline=True), ex_cid.codec.code))
@@ -1441,10 +1441,7 @@ def part_fetch(
     wait_quiet("fetch_kubo_3")
     with Phase("fetch_plain_kubo_3_after_cairn", phases):
         kubo3 = plain("plain-kubo-3")
-    from node.ipfs import home_kubo_auth
-
-    b_kubo = (b.info()["kubo"]["api"], home_kubo_auth(b.home))
-    repin_ms = asyncio.run(_repin_result(*b_kubo, ans["execution"]))  # before the reads
+    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], b.home, ans["execution"]))  # before the reads
     alone = _verify_alone(b, slices, ans["logicalHash"], repin_ms)
     named, used, kubo_s = _kubo_runs(kubo_before, kubo3)
     kubo_mbps = total / MB / kubo_s
