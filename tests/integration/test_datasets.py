@@ -289,9 +289,9 @@ async def test_pull_by_cid_over_ipfs(nodes: Any, tmp_path: Path) -> None:
     head = (await info(a, "by-cid"))["head"]
     ka, kb = (await a.get("/api/v0/node"))[1]["kubo"], (await b.get("/api/v0/node"))[1]["kubo"]
 
-    from node.ipfs import KuboClient, home_kubo_auth
+    from node.ipfs import KuboClient
 
-    async with KuboClient(kb["api"], auth=home_kubo_auth(b.home)) as kubo:  # B's managed Kubo wants its secret
+    async with KuboClient(kb["api"], auth=b.node.settings.ipfs.api_auth) as kubo:  # B's Kubo wants its secret
         await kubo.swarm_connect(ka["swarm"][0])
     r = await b.cli("pull", head, "--name", "fetched-by-cid", "--json")
     assert r.returncode == 0, r.stderr.decode()
