@@ -78,6 +78,12 @@ class IpfsSettings:
         "Empty: the node runs its own Kubo with its repo under `$CAIRN_HOME/kubo`.",
         default="",
     )
+    api_auth: str = _doc(
+        "External Kubo only: the secret its `API.Authorizations` expects, in Kubo's `AuthSecret` form "
+        "(`bearer:TOKEN`, `basic:USER:PASSWORD` or `basic:BASE64`), sent on every RPC call. Empty: none. "
+        "The managed Kubo always has one, made by the node (`$CAIRN_HOME/kubo.secret`).",
+        default="",
+    )
     binary: str = _doc(
         "Path of the Kubo binary for the managed Kubo. Empty: the one `make run` built (cache), "
         "else `ipfs` on PATH if it is v0.42.0.",
@@ -410,5 +416,17 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
         ("spark.max_queued_jobs", s.spark.max_queued_jobs >= 0, "spark.max_queued_jobs must not be negative"),
         ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
+        (
+            "ipfs.api_auth",
+            not s.ipfs.api_auth or (bool(s.ipfs.api) and _auth_secret_ok(s.ipfs.api_auth)),
+            "ipfs.api_auth needs ipfs.api (the managed Kubo makes its own secret) and must be bearer:TOKEN, "
+            "basic:USER:PASSWORD or basic:BASE64",  # never echo the secret itself
+        ),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)
+
+
+def _auth_secret_ok(secret: str) -> bool:
+    """Kubo's ``AuthSecret`` forms (Kubo config/api.go ConvertAuthSecret): ``bearer:…``, ``basic:…``, a bare token."""
+    kind, sep, value = secret.partition(":")
+    return bool(value) and kind in ("bearer", "basic") if sep else bool(secret.strip())

@@ -38,7 +38,7 @@ from node.errors import (
 from node.home import Home
 from node.identity import Identity
 from node.index import Index
-from node.ipfs import KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.ipfs import HOME_SECRET, KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
 from node.model import (
     CID,
     MAX_BLOCK_BYTES,
@@ -612,7 +612,7 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
     ipfs = settings.ipfs
     managed: ManagedKubo | None = None
     if ipfs.api:
-        url = api_url_from_address(ipfs.api)
+        kubo = KuboClient(api_url_from_address(ipfs.api), timeout=ipfs.timeout, auth=ipfs.api_auth or None)
     else:
         managed = ManagedKubo(
             home.kubo_repo,
@@ -624,13 +624,14 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
             log_path=home.logs / "kubo.log",
             # Re-hash every block read from the blockstore: what we serve is checked against its CID.
             config={"Datastore.HashOnRead": True},
+            secret_path=home.path / HOME_SECRET,  # its RPC API's secret (issue 15), 0600 like api.token
         )
         stack.push_async_callback(managed.stop)
-        url = await managed.start()
-    kubo = KuboClient(url, timeout=ipfs.timeout)
+        await managed.start()
+        kubo = managed.client(timeout=ipfs.timeout)
     stack.push_async_callback(kubo.close)
     if managed is None:
-        await kubo.version()  # fail now, clearly, if the external Kubo is unreachable
+        await kubo.version()  # fail now, clearly, if the external Kubo is unreachable or refuses our secret
     return kubo, managed
 
 

@@ -6,6 +6,7 @@
     node.key         ed25519 identity, PEM, mode 0600
     api.token        bearer token for write endpoints, mode 0600
     kubo/            the managed Kubo's repo
+    kubo.secret      the managed Kubo's RPC API secret, mode 0600 (node/ipfs/managed.py)
     logs/            kubo.log
     node.json        written while the node runs: pid and API address (how other commands find it)
 """

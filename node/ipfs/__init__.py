@@ -12,9 +12,10 @@ from node.ipfs.client import (
     NodeIdentity,
     PeerInfo,
 )
-from node.ipfs.managed import KUBO_VERSION, ExitInfo, ManagedKubo, find_kubo_binary
+from node.ipfs.managed import HOME_SECRET, KUBO_VERSION, ExitInfo, ManagedKubo, find_kubo_binary, home_kubo_auth
 
 __all__ = [
+    "HOME_SECRET",
     "KUBO_VERSION",
     "AddResult",
     "BlockStat",
@@ -31,5 +32,6 @@ __all__ = [
     "api_base_url",
     "api_url_from_address",
     "find_kubo_binary",
+    "home_kubo_auth",
     "read_car",
 ]

@@ -10,12 +10,16 @@ Facts this relies on (shared/NOTES.md, re-measured on Kubo 0.42.0):
   one computed here;
 - fetching a CID nobody has blocks forever while online, so every call carries Kubo's ``timeout=``;
 - once a streamed answer has started (``200 OK``), Kubo reports failures only in an HTTP trailer that
-  aiohttp drops: ``cat`` checks the byte count against ``X-Content-Length``, ``dag export`` checks the CAR.
+  aiohttp drops: ``cat`` checks the byte count against ``X-Content-Length``, ``dag export`` checks the CAR;
+- with ``API.Authorizations`` set, a call without the exact ``Authorization`` header of one of its secrets is a
+  plain-text 403 on every path (``version`` too; a known secret always gets ``version``): the client sends its
+  secret on every call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
@@ -29,6 +33,7 @@ import blake3
 from multiformats import CID
 
 from node.errors import (
+    ConfigError,
     InvalidInput,
     KuboCIDMismatch,
     KuboError,
@@ -124,9 +129,27 @@ def _param(value: Any) -> str:
     return str(value)
 
 
+def auth_header(secret: str) -> str:
+    """The ``Authorization`` header for a Kubo ``API.Authorizations`` secret, in Kubo's own ``AuthSecret`` format
+    (``bearer:TOKEN``, ``basic:USER:PASS``, ``basic:BASE64``, or a bare token meaning bearer), converted as Kubo's
+    ``config.ConvertAuthSecret`` does, since Kubo compares the whole header with that string."""
+    kind, sep, value = secret.partition(":")
+    if not sep:
+        return f"Bearer {secret}"
+    if kind == "bearer" and value:
+        return f"Bearer {value}"
+    if kind == "basic" and value:
+        return "Basic " + (base64.b64encode(value.encode()).decode() if ":" in value else value)
+    raise ConfigError("a Kubo API secret must be bearer:TOKEN, basic:USER:PASSWORD or basic:BASE64")
+
+
 def classify(path: str, message: str, code: int | None, http_status: int, timeout: float | None) -> KuboError:
     """Kubo's error answer -> the typed exception."""
     lower = message.lower()
+    if http_status == 403 and "access denied" in lower:
+        # API.Authorizations refused the secret (or its absence); the one-line text says what to check.
+        why = "Kubo refused the call (HTTP 403): its API secret is missing or wrong (API.Authorizations; ipfs.api_auth)"
+        return KuboRPCError(path, why, code, http_status)
     if "context deadline exceeded" in lower:
         return KuboTimeout(path, timeout, message)
     if http_status == 404 and code is None:
@@ -146,8 +169,11 @@ class KuboClient:
         timeout: float = 30.0,
         stream_timeout: float = 600.0,
         connect_timeout: float = 5.0,
+        auth: str | None = None,
     ) -> None:
+        """``auth``: the Kubo ``API.Authorizations`` secret to send on every call (see ``auth_header``)."""
         self._api_url = api_base_url(api_url)
+        self._headers = {"Authorization": auth_header(auth)} if auth else {}
         self.timeout = timeout  # default for calls answered in one piece
         self.stream_timeout = stream_timeout  # default for add / cat / dag export / dag import
         self.connect_timeout = connect_timeout
@@ -180,7 +206,9 @@ class KuboClient:
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # trust_env=False: never send a loopback API call through an HTTP proxy from the environment.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64), trust_env=False)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64), trust_env=False, headers=self._headers
+            )
         return self._session
 
     @asynccontextmanager

@@ -2,20 +2,33 @@
 
 The process is a plain ``subprocess.Popen`` polled from asyncio, not an asyncio subprocess, so a
 ManagedKubo is bound to no event loop (a test session can start it in one loop and use it from others).
+
+Issue 15 hardening:
+- The daemon ends with its node: it is forked with ``PR_SET_PDEATHSIG = SIGTERM``, which the kernel sends when
+  the *thread* that forked it ends, so ``start`` (and the supervisor's restarts) fork from the event loop's
+  thread, never from a pool thread. A daemon that outlived a node anyway (an older node, a signal lost in a
+  race) is found at the next start by its PID file or its ``IPFS_PATH`` (``/proc/PID/environ``) and stopped;
+  any other process holding the repo's lock is named and refused.
+- Its RPC API needs a secret: ``API.Authorizations`` grants ``/api/v0`` to one bearer token, made once and kept
+  with mode 0600 beside the repo (``<repo>.secret``, i.e. ``$CAIRN_HOME/kubo.secret``); ``client()`` sends it.
+  Any other local process gets 403 on every path, ``/api/v0/version`` included (measured on Kubo 0.42).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
 import inspect
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -26,11 +39,15 @@ import aiohttp
 
 from node.errors import ConfigError, KuboError, KuboStartError
 from node.ipfs.addr import api_base_url
+from node.ipfs.client import KuboClient, auth_header
 
 log = logging.getLogger(__name__)
 
 KUBO_VERSION = "0.42.0"
 PID_FILE = "cairn-daemon.pid"  # ours, inside the repo: lets a restarted node find a daemon it orphaned
+AUTH_USER = "cairn"  # the node's entry in the daemon's API.Authorizations
+HOME_SECRET = "kubo.secret"  # in $CAIRN_HOME: the node's managed Kubo's RPC secret (0600, like api.token)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 State = Literal["up", "down", "restarting"]
 OnChange = Callable[[State], Awaitable[None] | None]
@@ -104,6 +121,102 @@ def _is_our_daemon(pid: int, binary: Path) -> bool:
     )
 
 
+def _daemons_of(repo: Path, binary: Path) -> set[int]:
+    """Running Kubo daemons whose ``IPFS_PATH`` is ``repo``: this repo's, so ours to stop (the environment a
+    process was started with is in /proc/PID/environ, readable for our own user's processes only)."""
+    want = os.path.realpath(repo)
+    names = {b"ipfs", os.fsencode(binary.name)}
+    found: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            if len(argv) < 2 or argv[1] != b"daemon" or os.path.basename(argv[0]) not in names:
+                continue
+            env = Path(entry.path, "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        paths = [e[len(b"IPFS_PATH=") :] for e in env if e.startswith(b"IPFS_PATH=")]
+        if paths and os.path.realpath(os.fsdecode(paths[-1])) == want and _running(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def _lock_holder(lock: Path) -> int | None:
+    """The PID holding a POSIX lock on ``lock``, from /proc/locks (``… POSIX ADVISORY WRITE PID MAJ:MIN:INODE …``)."""
+    try:
+        inode = lock.stat().st_ino
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "POSIX" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return None
+
+
+def _describe(pid: int) -> str:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({' '.join(os.fsdecode(a) for a in argv if a)[:120]})"
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking the kernel to SIGTERM the child when the forking thread ends (SIGKILL of the node
+    included); None where prctl is missing. Resolved here, before the fork, so the child only makes one call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as e:
+        log.warning("prctl unavailable (%s): a managed Kubo may outlive a killed node until its next start", e)
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the node died before prctl: no signal will come, so do not start
+            os._exit(1)
+
+    return preexec
+
+
+def _load_secret(path: Path) -> str:
+    """The RPC secret, made on first use with mode 0600 (like api.token); a file others could read is tightened."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)  # never replaces a secret another process made meanwhile
+        except FileExistsError:
+            pass  # theirs wins; read below
+        finally:
+            tmp.unlink()
+    if path.stat().st_mode & 0o077:
+        log.warning("the Kubo API secret %s was readable by others; setting mode 0600", path)
+        os.chmod(path, 0o600)
+    secret = path.read_text().strip()
+    if not secret or any(c.isspace() or c == ":" for c in secret):
+        raise KuboStartError(f"the Kubo API secret file {path} is empty or malformed: delete it to make a new one")
+    return secret
+
+
+def home_kubo_auth(home: Path) -> str | None:
+    """The RPC secret (``bearer:…``, for ``KuboClient(auth=…)``) of the managed Kubo of the node home ``home``,
+    or None if it has none yet: how scripts and tests reach a node's own Kubo."""
+    try:
+        return f"bearer:{(Path(home) / HOME_SECRET).read_text().strip()}"
+    except FileNotFoundError:
+        return None
+
+
 def _tcp_port(multiaddr: str) -> int | None:
     parts = multiaddr.split("/")
     return int(parts[parts.index("tcp") + 1]) if "tcp" in parts else None
@@ -123,10 +236,14 @@ class ManagedKubo:
         config: Mapping[str, Any] | None = None,
         start_timeout: float = 30.0,
         stop_timeout: float = 10.0,
+        secret_path: Path | None = None,
     ) -> None:
-        """``config``: extra Kubo settings by dotted key, e.g. ``{"Pubsub.Enabled": True}``."""
+        """``config``: extra Kubo settings by dotted key, e.g. ``{"Pubsub.Enabled": True}``. ``secret_path``: the
+        file holding the RPC API's secret (default ``<repo>.secret`` beside the repo)."""
         self.repo = Path(repo)
         self.binary = Path(binary)
+        self.secret_path = Path(secret_path) if secret_path else self.repo.with_name(self.repo.name + ".secret")
+        self._secret: str | None = None
         self.ports = {"api": api_port, "gateway": gateway_port, "swarm": swarm_port}
         self.bootstrap = list(bootstrap or [])
         self.log_path = Path(log_path) if log_path else self.repo.with_name(self.repo.name + ".log")
@@ -150,6 +267,17 @@ class ManagedKubo:
         if self._api_url is None:
             raise KuboError("the managed Kubo is not started")
         return self._api_url
+
+    @property
+    def auth(self) -> str:
+        """The RPC API's secret in Kubo's ``AuthSecret`` form (``bearer:…``), what ``KuboClient(auth=…)`` takes."""
+        if self._secret is None:
+            raise KuboError("the managed Kubo is not started")
+        return f"bearer:{self._secret}"
+
+    def client(self, **kwargs: Any) -> KuboClient:
+        """A client of this daemon's RPC API that sends its secret (``kwargs``: KuboClient's timeouts)."""
+        return KuboClient(self.api_url, auth=self.auth, **kwargs)
 
     @property
     def gateway_url(self) -> str | None:
@@ -187,22 +315,25 @@ class ManagedKubo:
 
     async def _launch(self) -> None:
         # Opened and forked on the loop on purpose: both take milliseconds, and in a thread a cancellation
-        # (the node stopping during a restart) could lose the Popen handle and orphan the daemon.
+        # (the node stopping during a restart) could lose the Popen handle and orphan the daemon; and
+        # PR_SET_PDEATHSIG would fire when that pool thread exits, killing a healthy daemon.
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as logf:  # noqa: ASYNC230  see above
             self._log_offset = logf.tell()
             # Own session: a Ctrl-C meant for the node does not hit Kubo; the node stops it in order.
-            self._proc = subprocess.Popen(  # noqa: ASYNC220  see above
+            proc = self._proc = subprocess.Popen(  # noqa: ASYNC220  see above
                 [str(self.binary), "daemon", "--enable-gc=false"],
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # The kernel SIGTERMs Kubo when this (the loop's) thread ends, e.g. on kill -9 of the node.
+                preexec_fn=_die_with_parent(),  # one prctl call in the child, resolved before the fork
             )
-        (self.repo / PID_FILE).write_text(str(self._proc.pid))
+        (self.repo / PID_FILE).write_text(str(proc.pid))
         try:
-            await self._wait_ready()
+            await self._wait_ready(proc)
         except BaseException:
             await self._terminate()
             raise
@@ -228,21 +359,34 @@ class ManagedKubo:
             if out.returncode != 0:
                 raise KuboStartError(f"`ipfs init` failed in {self.repo}: {(out.stderr or out.stdout).strip()}")
         self._clear_stale()
+        self._secret = _load_secret(self.secret_path)
         self._write_config(ports)
 
     def _clear_stale(self) -> None:
         """Remove what a dead daemon left (api file, repo.lock); stop a daemon a crashed node orphaned."""
         if _repo_locked(self.repo):
-            pid = self._recorded_pid()
-            if pid is None or not _is_our_daemon(pid, self.binary):
-                raise KuboStartError(
-                    f"the Kubo repo {self.repo} is in use by another process; stop it or pick another repo"
-                )
-            log.warning("stopping Kubo pid %s left running by an earlier node", pid)
-            _kill_and_wait(pid, self.stop_timeout)
+            self._stop_orphans()
         for name in ("api", "gateway", "repo.lock", PID_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self.repo / name).unlink()
+
+    def _stop_orphans(self) -> None:
+        """Stop the daemons an earlier node left on this repo: named by our PID file, or started with
+        ``IPFS_PATH`` = this repo. Any other lock holder is not ours to kill: refuse, naming it."""
+        orphans = _daemons_of(self.repo, self.binary)
+        recorded = self._recorded_pid()
+        if recorded is not None and _is_our_daemon(recorded, self.binary):
+            orphans.add(recorded)
+        for pid in sorted(orphans):
+            log.warning("stopping Kubo pid %s left running on %s by an earlier node", pid, self.repo)
+            _kill_and_wait(pid, self.stop_timeout)
+        if _repo_locked(self.repo):
+            holder = _lock_holder(self.repo / "repo.lock")
+            who = _describe(holder) if holder is not None else "another process"
+            raise KuboStartError(
+                f"the Kubo repo {self.repo} is locked by {who}, which is not a Kubo of this repo: "
+                "stop it or pick another repo"
+            )
 
     def _recorded_pid(self) -> int | None:
         try:
@@ -259,6 +403,10 @@ class ManagedKubo:
         addrs["Gateway"] = f"/ip4/127.0.0.1/tcp/{ports['gateway']}"
         addrs["Swarm"] = [f"/ip4/127.0.0.1/tcp/{ports['swarm']}"]
         cfg["Bootstrap"] = list(self.bootstrap)
+        # Replaced on every start: only the node's secret opens the RPC API (the whole of /api/v0).
+        cfg.setdefault("API", {})["Authorizations"] = {
+            AUTH_USER: {"AuthSecret": f"bearer:{self._secret}", "AllowedPaths": ["/api/v0"]}
+        }
         for dotted, value in self.config.items():
             node = cfg
             *parents, leaf = dotted.split(".")
@@ -270,16 +418,16 @@ class ManagedKubo:
         os.chmod(tmp, 0o600)  # the config holds the node's private key
         os.replace(tmp, path)
 
-    async def _wait_ready(self) -> None:
+    async def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         """Poll (no fixed sleeps) until the API answers ``id``; fail fast if the process exits."""
-        assert self._proc is not None
         deadline = time.monotonic() + self.start_timeout
         timeout = aiohttp.ClientTimeout(total=2.0)
-        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+        headers = {"Authorization": auth_header(self.auth)}
+        async with aiohttp.ClientSession(timeout=timeout, trust_env=False, headers=headers) as http:
             while True:
-                if self._proc.poll() is not None:
+                if proc.poll() is not None:
                     raise KuboStartError(
-                        f"Kubo exited with code {self._proc.returncode} while starting "
+                        f"Kubo exited with code {proc.returncode} while starting "
                         f"(repo {self.repo}); its log:\n{self.log_tail()}"
                     )
                 if time.monotonic() > deadline:

@@ -546,7 +546,7 @@ def events_split(
 
 # long: one timed sequence of laps (each lap is the time since the previous one), as the node runs it
 async def _probe_fetch(
-    kubo_api: str, a_swarm: list[str], answer: dict[str, Any], work: Path, batched: bool = False
+    kubo_api: str, kubo_auth: str | None, a_swarm: list[str], answer: dict[str, Any], work: Path, batched: bool = False
 ) -> dict[str, float]:
     """Each step of a peer hit after the lookup, done alone against B's (idle) Kubo, for a result B does not
     hold: what node/resolve/claims.py fetch_and_verify + resolver._miss do, in the same order.
@@ -584,7 +584,7 @@ async def _probe_fetch(
         assert isinstance(o, kind)
         return o
 
-    kubo = KuboClient(kubo_api, timeout=60.0)
+    kubo = KuboClient(kubo_api, timeout=60.0, auth=kubo_auth)
     try:
         t = time.perf_counter()
         for addr in a_swarm:
@@ -686,7 +686,7 @@ async def _probe_fetch(
     return out
 
 
-async def _probe_direct(a_api: str, kubo_api: str, answer: dict[str, Any]) -> dict[str, float]:
+async def _probe_direct(a_api: str, kubo_api: str, kubo_auth: str | None, answer: dict[str, Any]) -> dict[str, float]:
     """What the claim's objects and a small result cost when they come over a request/response channel
     instead of bitswap: the receipt, execution, output envelope, output list, structure and the (one-block)
     result slice read from A's node (``GET /ipfs/{cid}``, ``Accept: application/vnd.ipld.raw``, one
@@ -703,7 +703,7 @@ async def _probe_direct(a_api: str, kubo_api: str, answer: dict[str, Any]) -> di
     )
 
     api = Api(a_api)
-    kubo = KuboClient(kubo_api, timeout=60.0)
+    kubo = KuboClient(kubo_api, timeout=60.0, auth=kubo_auth)
     out = {"http_get": 0.0, "block_put": 0.0}
 
     async def get(cid: Any) -> bytes:
@@ -835,7 +835,9 @@ def _peer_hit_probes(
     """Each step alone, against B's idle Kubo: as the node does it, batched, and over A's HTTP API, in turn."""
     say(f"{n} probes of the fetch/verify/record steps on B's Kubo…")
     a_swarm = a.info()["kubo"].get("swarm") or []
-    b_kubo = b.info()["kubo"]["api"]
+    from node.ipfs import home_kubo_auth
+
+    b_kubo, b_auth = b.info()["kubo"]["api"], home_kubo_auth(b.home)  # B's managed Kubo wants its RPC secret
     probes: list[dict[str, float]] = []
     batched: list[dict[str, float]] = []
     direct: list[dict[str, float]] = []
@@ -844,10 +846,10 @@ def _peer_hit_probes(
             _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
             time.sleep(0.3)
             if i % 3 == 2:
-                direct.append(asyncio.run(_probe_direct(a.api_url, b_kubo, ans)))
+                direct.append(asyncio.run(_probe_direct(a.api_url, b_kubo, b_auth, ans)))
             else:
                 (batched if i % 3 else probes).append(
-                    asyncio.run(_probe_fetch(b_kubo, a_swarm, ans, work, bool(i % 3)))
+                    asyncio.run(_probe_fetch(b_kubo, b_auth, a_swarm, ans, work, bool(i % 3)))
                 )
     return {
         "from": "each step alone against B's idle Kubo, result not held by B",
@@ -1238,11 +1240,11 @@ class CacheWatcher(threading.Thread):
             time.sleep(0.005)
 
 
-async def _repin_result(kubo_api: str, execution: str) -> float:
+async def _repin_result(kubo_api: str, home: Path, execution: str) -> float:
     """B's recursive pin of the result's output list (what fetch_and_verify does last), redone on B's Kubo
     now that every block is local: pin rm, then pin add, timed (ms). B's Kubo re-hashes what it reads
     (``Datastore.HashOnRead``)."""
-    from node.ipfs import KuboClient
+    from node.ipfs import KuboClient, home_kubo_auth
     from node.model import (
         Execution,
         RecursiveDataEnvelope,
@@ -1251,7 +1253,7 @@ async def _repin_result(kubo_api: str, execution: str) -> float:
         parse_cid,
     )
 
-    kubo = KuboClient(kubo_api, timeout=600.0)
+    kubo = KuboClient(kubo_api, timeout=600.0, auth=home_kubo_auth(home))  # B's managed Kubo wants its secret
     try:
         ex_cid = parse_cid(execution)
         ex = decode_object(decode(await kubo.block_get(ex_cid, offline=True), ex_cid.codec.code))
@@ -1439,7 +1441,7 @@ def part_fetch(
     wait_quiet("fetch_kubo_3")
     with Phase("fetch_plain_kubo_3_after_cairn", phases):
         kubo3 = plain("plain-kubo-3")
-    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], ans["execution"]))  # before the reads
+    repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], b.home, ans["execution"]))  # before the reads
     alone = _verify_alone(b, slices, ans["logicalHash"], repin_ms)
     named, used, kubo_s = _kubo_runs(kubo_before, kubo3)
     kubo_mbps = total / MB / kubo_s

@@ -502,12 +502,14 @@ def _ms_since(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-async def _kubo_probes(kubo_api: str, slice_cids: list[str], work: Path, result: pa.Table) -> dict[str, Any]:
+async def _kubo_probes(
+    kubo_api: str, kubo_auth: str | None, slice_cids: list[str], work: Path, result: pa.Table
+) -> dict[str, Any]:
     """Each step of a miss's publish, alone, against the node's own Kubo (idle)."""
     from node.ipfs import KuboClient
 
     out: dict[str, Any] = {}
-    kubo = KuboClient(kubo_api, timeout=60.0)
+    kubo = KuboClient(kubo_api, timeout=60.0, auth=kubo_auth)
     try:
         out.update(await _probe_result_write(kubo, work, result))
         blocks, timings = await _probe_block_puts(kubo)
@@ -663,7 +665,10 @@ def probes(
         json.dumps({"rows": [list(r.values()) for r in read_slice(result_file).slice(0, 100).to_pylist()]})
 
     out["answer_rows_from_result_parquet_ms"] = timed(answer_rows, 50)
-    out.update(asyncio.run(_kubo_probes(node.kubo_api or "", slice_cids, work, result)))
+    from node.ipfs import home_kubo_auth
+
+    auth = home_kubo_auth(node.home)  # the node's managed Kubo wants its RPC secret
+    out.update(asyncio.run(_kubo_probes(node.kubo_api or "", auth, slice_cids, work, result)))
     return out
 
 

@@ -291,7 +291,7 @@ async def test_pull_by_cid_over_ipfs(nodes: Any, tmp_path: Path) -> None:
 
     from node.ipfs import KuboClient
 
-    async with KuboClient(kb["api"]) as kubo:
+    async with KuboClient(kb["api"], auth=b.node.settings.ipfs.api_auth) as kubo:  # B's Kubo wants its secret
         await kubo.swarm_connect(ka["swarm"][0])
     r = await b.cli("pull", head, "--name", "fetched-by-cid", "--json")
     assert r.returncode == 0, r.stderr.decode()

@@ -7,13 +7,15 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from node.errors import KuboStartError
+from node.errors import KuboRPCError, KuboStartError
 from node.ipfs import KuboClient, ManagedKubo
 
 pytestmark = pytest.mark.kubo
@@ -47,7 +49,7 @@ async def test_start_stop(kubo_binary: Path, tmp_path: Path) -> None:
         cfg = json.loads((tmp_path / "repo" / "config").read_text())
         assert cfg["Bootstrap"] == [] and cfg["Discovery"]["MDNS"]["Enabled"] is False
         assert await node.start() == url  # already running: nothing to do
-        async with KuboClient(url) as client:
+        async with node.client() as client:
             assert (await client.id()).id == node.peer_id
     finally:
         pid = node.pid
@@ -61,13 +63,13 @@ async def test_restart_keeps_identity_and_blocks(kubo_binary: Path, tmp_path: Pa
     node = ManagedKubo(tmp_path / "repo", kubo_binary, config={"Pubsub.Enabled": True})
     await node.start()
     peer = node.peer_id
-    async with KuboClient(node.api_url) as client:
+    async with node.client() as client:
         cid = await client.block_put(b"kept across restarts", pin=True)
     await node.stop()
     await node.start()
     try:
         assert node.peer_id == peer
-        async with KuboClient(node.api_url) as client:
+        async with node.client() as client:
             assert await client.block_get(cid, offline=True) == b"kept across restarts"
         cfg = json.loads((tmp_path / "repo" / "config").read_text())
         assert cfg["Pubsub"]["Enabled"] is True
@@ -81,7 +83,7 @@ async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
     async def on_change(state: str) -> None:  # async listeners are awaited
         states.append(state)
 
-    async with KuboClient(kubo.api_url) as client:
+    async with kubo.client() as client:
         cid = await client.block_put(os.urandom(32), pin=True)
     old_pid, old_url = kubo.pid, kubo.api_url
     assert old_pid is not None
@@ -93,7 +95,7 @@ async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
         assert kubo.last_exit is not None and kubo.last_exit.returncode == -signal.SIGKILL
         assert kubo.pid != old_pid
         assert kubo.api_url == old_url  # ports of the previous run are reused when free
-        async with KuboClient(kubo.api_url) as client:
+        async with kubo.client() as client:
             assert (await client.id()).id == kubo.peer_id
             assert await client.pin_ls(cid) == {cid: "recursive"}
     finally:
@@ -140,7 +142,7 @@ async def test_stale_api_file_and_lock_after_sigkill(kubo_binary: Path, tmp_path
     try:
         url = await fresh.start()
         assert url != f"http://127.0.0.1:{dead_port}"
-        async with KuboClient(url) as client:
+        async with fresh.client() as client:
             assert (await client.id()).id == node.peer_id
     finally:
         await fresh.stop()
@@ -162,17 +164,45 @@ async def test_orphaned_daemon_of_an_earlier_node_is_replaced(kubo_binary: Path,
         await crashed.stop()
 
 
-async def test_repo_used_by_a_foreign_daemon_is_refused(kubo_binary: Path, tmp_path: Path) -> None:
+async def test_orphan_found_by_its_ipfs_path_is_replaced(kubo_binary: Path, tmp_path: Path) -> None:
+    """Without our PID file (a node killed between fork and writing it), /proc/PID/environ's IPFS_PATH says
+    the daemon holding the lock is this repo's: it is stopped, not refused (fails on the old code)."""
     repo = tmp_path / "repo"
     first = ManagedKubo(repo, kubo_binary)
     await first.start()
+    orphan = first.pid
+    assert orphan is not None
+    successor = ManagedKubo(repo, kubo_binary)
     try:
-        (repo / "cairn-daemon.pid").unlink()  # now nothing says it is ours
-        with pytest.raises(KuboStartError, match="in use by another process"):
-            await ManagedKubo(repo, kubo_binary).start()
-        assert first.alive()
+        (repo / "cairn-daemon.pid").unlink()
+        await successor.start()
+        assert not process_running(orphan) and successor.alive() and successor.peer_id == first.peer_id
     finally:
+        await successor.stop()
         await first.stop()
+
+
+async def test_repo_locked_by_a_foreign_process_is_refused(kubo_binary: Path, tmp_path: Path) -> None:
+    """A lock holder that is not a Kubo of this repo is named and left alone."""
+    repo = tmp_path / "repo"
+    node = ManagedKubo(repo, kubo_binary)
+    await node.start()
+    await node.stop()
+    hold = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+        "fcntl.lockf(fd, fcntl.LOCK_EX); print(1, flush=True); time.sleep(120)"
+    )
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", hold, str(repo / "repo.lock"), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and await holder.stdout.readline() == b"1\n"  # it holds the lock now
+        with pytest.raises(KuboStartError, match=f"locked by pid {holder.pid} .*not a Kubo of this repo") as info:
+            await ManagedKubo(repo, kubo_binary).start()
+        assert "\n" not in str(info.value) and holder.returncode is None
+    finally:
+        holder.kill()
+        await holder.wait()
 
 
 async def test_start_failure_reports_log_tail(kubo_binary: Path, tmp_path: Path) -> None:
@@ -194,7 +224,7 @@ async def test_two_managed_daemons_connect(
 ) -> None:
     # bootstrap list = the first daemon: the second dials it on start.
     second = await kubo_factory(bootstrap=[kubo.swarm_addrs[0]])
-    async with KuboClient(second.api_url) as client:
+    async with second.client() as client:
 
         async def connected() -> bool:
             return kubo.peer_id in [p.id for p in await client.swarm_peers()]
@@ -256,8 +286,122 @@ async def test_restart_moves_when_its_old_port_is_taken(kubo: ManagedKubo) -> No
             task = asyncio.create_task(kubo.supervise(poll_interval=0.02, backoff=0.02))
             await until(lambda: kubo.restarts == 1 and kubo.alive(), what="restart on a new port")
             assert kubo.api_url != old_url  # port 0 configured: Kubo picked another one
-            async with KuboClient(kubo.api_url) as client:
+            async with kubo.client() as client:
                 assert (await client.id()).id == kubo.peer_id
     finally:
         if task is not None:
             task.cancel()
+
+
+# -- issue 15: the RPC API needs the node's secret -------------------------------------------------------------
+
+
+async def post_status(url: str, authorization: str | None = None) -> int:
+    """What a plain local process gets from a bare POST (no client of ours)."""
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    async with aiohttp.ClientSession(trust_env=False) as http, http.post(url, headers=headers) as resp:
+        return resp.status
+
+
+async def test_rpc_api_refuses_a_process_without_the_secret(kubo: ManagedKubo) -> None:
+    """Any local process could pin, add, read the config (with the node's key) or shut Kubo down: on the old
+    code these answered 200. Now every path is 403 without the secret or with a wrong one."""
+    secret = kubo.secret_path.read_text().strip()
+    assert kubo.secret_path.stat().st_mode & 0o777 == 0o600 and len(secret) >= 32
+    for path in ("id", "version", "config/show", "pin/ls", "add", "shutdown"):
+        assert await post_status(f"{kubo.api_url}/api/v0/{path}") == 403, path
+        assert await post_status(f"{kubo.api_url}/api/v0/{path}", "Bearer not-the-secret") == 403, path
+    assert await post_status(f"{kubo.api_url}/api/v0/id", f"Bearer {secret}") == 200
+    assert kubo.alive()  # the refused shutdown did nothing
+    assert kubo.gateway_url is not None and await post_status(f"{kubo.gateway_url}/api/v0/id") == 404  # no RPC there
+    async with KuboClient(kubo.api_url) as anonymous:
+        with pytest.raises(KuboRPCError, match="API secret is missing or wrong") as info:
+            await anonymous.id()
+    assert info.value.http_status == 403 and info.value.status == 502 and "\n" not in info.value.message
+
+
+async def test_secret_is_kept_tightened_and_the_only_one(kubo_binary: Path, tmp_path: Path) -> None:
+    """The secret survives restarts (a file, 0600); an entry someone added to the repo's config while the
+    daemon was down is dropped at the next start, and a secret file made readable is set back to 0600."""
+    node = ManagedKubo(tmp_path / "repo", kubo_binary)
+    await node.start()
+    first = node.auth
+    await node.stop()
+    cfg_path = tmp_path / "repo" / "config"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["API"]["Authorizations"]["intruder"] = {"AuthSecret": "bearer:let-me-in", "AllowedPaths": ["/api/v0"]}
+    cfg_path.write_text(json.dumps(cfg))
+    node.secret_path.chmod(0o644)
+    await node.start()
+    try:
+        assert node.auth == first and node.secret_path.stat().st_mode & 0o777 == 0o600
+        assert await post_status(f"{node.api_url}/api/v0/id", "Bearer let-me-in") == 403
+        async with node.client() as client:
+            assert (await client.id()).id == node.peer_id
+    finally:
+        await node.stop()
+
+
+async def test_client_sends_each_kind_of_kubo_secret(kubo_factory: Callable[..., Awaitable[ManagedKubo]]) -> None:
+    """An external Kubo's secret in each of Kubo's AuthSecret forms (ipfs.api_auth) opens what it allows."""
+    scopes = {
+        "alice": {"AuthSecret": "basic:alice:pa55", "AllowedPaths": ["/api/v0/id"]},
+        "bob": {"AuthSecret": "bearer:bob-token", "AllowedPaths": ["/api/v0"]},
+    }
+    daemon = await kubo_factory(config={f"API.Authorizations.{k}": v for k, v in scopes.items()})
+    for auth in ("basic:alice:pa55", "basic:YWxpY2U6cGE1NQ==", "bearer:bob-token", "bob-token"):
+        async with KuboClient(daemon.api_url, auth=auth) as client:
+            assert (await client.id()).id == daemon.peer_id, auth
+    async with KuboClient(daemon.api_url, auth="basic:alice:pa55") as alice:
+        with pytest.raises(KuboRPCError) as info:
+            await alice.pin_ls()  # outside alice's AllowedPaths
+    assert info.value.http_status == 403
+
+
+# -- issue 15: the daemon ends with the process that started it --------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]  # the starter imports this worktree's node package
+STARTER = """
+import asyncio, sys
+from pathlib import Path
+from node.ipfs import ManagedKubo
+
+async def main() -> None:
+    kubo = ManagedKubo(Path(sys.argv[1]), Path(sys.argv[2]))
+    await kubo.start()
+    print(kubo.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_daemon_ends_when_its_starter_is_sigkilled(
+    kubo_binary: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PR_SET_PDEATHSIG: kill -9 of the process that started Kubo (no clean stop runs) ends Kubo too; on the
+    old code it lived on, holding the repo. A new ManagedKubo then starts on the repo without stopping anyone."""
+    starter = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        STARTER,
+        str(tmp_path / "repo"),
+        str(kubo_binary),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert starter.stdout is not None
+    line = await asyncio.wait_for(starter.stdout.readline(), 60)
+    daemon = int(line)
+    assert process_running(daemon)
+    starter.kill()
+    await starter.wait()
+    await until(lambda: not process_running(daemon), deadline=30, what="Kubo to end after its starter's SIGKILL")
+    successor = ManagedKubo(tmp_path / "repo", kubo_binary)
+    try:
+        await successor.start()
+        async with successor.client() as client:
+            assert (await client.id()).id == successor.peer_id
+        assert "left running" not in caplog.text  # nothing was left for the start-time backstop
+    finally:
+        await successor.stop()

@@ -128,10 +128,9 @@ def test_untrusted_signer_is_refused_under_community(net: dict[str, NodeProcess]
 def test_plain_kubo_fetches_the_result_by_cid(net: dict[str, NodeProcess], kubo: Any) -> None:
     a = net["a"]
     result = ask(a)
-    from node.ipfs import KuboClient
 
     async def go() -> bytes:
-        async with KuboClient(kubo.api_url) as k:
+        async with kubo.client() as k:
             await k.swarm_connect(status(a)["kubo"]["swarm"][0])
             return b"".join([c async for c in k.cat(result["slices"][0], timeout=30)])
 
@@ -302,7 +301,6 @@ def _forge_claim(
     from node.datasets import LogicalHasher
     from node.datasets.slices import write_parquet_slice
     from node.identity import generate
-    from node.ipfs import KuboClient
     from node.model import (
         Announcement,
         Execution,
@@ -321,7 +319,7 @@ def _forge_claim(
     schema = {"sales": [tuple(c) for c in ds["schema"]]}
 
     async def go() -> bytes:
-        async with KuboClient(kubo.api_url) as k:
+        async with kubo.client() as k:
 
             async def put(blk: Any) -> Any:
                 await k.block_put(blk.data, codec=blk.cid.codec.name, pin=True)

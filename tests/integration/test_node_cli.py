@@ -116,7 +116,7 @@ def test_unreachable_external_kubo_is_a_one_line_error(tmp_path: Path, free_port
 
 
 def test_node_on_external_kubo(tmp_path: Path, kubo) -> None:  # type: ignore[no-untyped-def]
-    n = NodeProcess(tmp_path / "ext").start("--ipfs-api", kubo.api_url)
+    n = NodeProcess(tmp_path / "ext").start("--ipfs-api", kubo.api_url, env={"CAIRN_IPFS_API_AUTH": kubo.auth})
     try:
         _, info = n.get("/api/v0/node")
         assert info["kubo"]["managed"] is False and info["kubo"]["api"] == kubo.api_url.rstrip("/")

@@ -41,7 +41,7 @@ def _gone(pid: int) -> bool:
 
 
 async def test_open_builds_every_part_and_close_stops_them(kubo_session: ManagedKubo, tmp_path: Path) -> None:
-    node = await Node.open(node_settings(tmp_path / "n", kubo_session.api_url))
+    node = await Node.open(node_settings(tmp_path / "n", kubo_session))
     try:
         info = await node.info()
         assert info["peer_id"] == node.identity.peer_id and info["kubo"]["state"] == "up"

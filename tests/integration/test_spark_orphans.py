@@ -87,10 +87,10 @@ async def _wait_gone(pids: list[int], timeout: float) -> None:
 
 @pytest.mark.asyncio
 async def test_worker_and_jvm_end_when_the_node_is_killed_mid_query(kubo_session: ManagedKubo, tmp_path: Path) -> None:
-    # The session's Kubo, not a managed one: a managed Kubo outlives a SIGKILLed node (issue 15, next step).
+    # The session's Kubo, to spare a start (a managed one ends with a SIGKILLed node too: test_kubo_node.py).
     env = {"CAIRN_SPARK_AUTOSTART": "true", "CAIRN_PEERS_ENABLED": "false", "CAIRN_SPARK_MAX_PLAN_BYTES": "0"}
     node = NodeProcess(tmp_path / "home", env=env)
-    node.start("--ipfs-api", kubo_session.api_url, timeout=120)
+    node.start("--ipfs-api", kubo_session.api_url, timeout=120, env={"CAIRN_IPFS_API_AUTH": kubo_session.auth})
     assert node.proc is not None
     worker: int | None = None
     try:
