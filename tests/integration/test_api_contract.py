@@ -64,7 +64,7 @@ COUNTS: Counter[str] = Counter()  # requests sent, by test and status class
 class ServedNode:
     """A real ``Node`` served by aiohttp on 127.0.0.1:<free port> from an event loop in its own thread."""
 
-    def __init__(self, home: Path, kubo_api: str) -> None:
+    def __init__(self, home: Path, kubo_api: ManagedKubo) -> None:
         self.home, self.kubo_api = home, kubo_api
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -151,7 +151,7 @@ def _seed(node: ServedNode) -> None:
 
 @pytest.fixture(scope="module")
 def served(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedNode]:
-    with ServedNode(tmp_path_factory.mktemp("contract") / "node", kubo_session.api_url) as node:
+    with ServedNode(tmp_path_factory.mktemp("contract") / "node", kubo_session) as node:
         _seed(node)
         yield node
     if REPORT:

@@ -379,7 +379,13 @@ async def test_a_stopping_node_ends_a_slow_pull_at_once(tmp_path: Path, kubo_ses
     started = asyncio.Event()
     server = await _serve(_drip(started))
     proc = NodeProcess(tmp_path / "node")
-    proc.start(env={"CAIRN_IPFS_API": kubo_session.api_url, "CAIRN_PEERS_ENABLED": "false"})
+    proc.start(
+        env={
+            "CAIRN_IPFS_API": kubo_session.api_url,
+            "CAIRN_IPFS_API_AUTH": kubo_session.auth,
+            "CAIRN_PEERS_ENABLED": "false",
+        }
+    )
     token = (proc.home / "api.token").read_text().strip()
     try:
         async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:

@@ -38,6 +38,7 @@ import pytest
 from node.api import create_app
 from node.core import Node
 from node.ipfs import ManagedKubo
+from node.ipfs.client import auth_header
 from tests.fixtures.inprocess import InNode, inprocess_node, node_settings, wait_for
 from tests.fixtures.nodes import NodeProcess, poll
 
@@ -65,10 +66,12 @@ def write_csv(path: Path, rows: int, seed: int, start: int = 0) -> Path:
 # -- Kubo and index checks ---------------------------------------------------------------------------------
 
 
-def kubo_rpc(api: str, path: str, **params: str) -> tuple[int, Any]:
-    """One Kubo RPC call (always POST): its status and decoded JSON (None if the body is not JSON)."""
-    url = f"{api}/api/v0/{path}?{urllib.parse.urlencode(params)}"
-    req = urllib.request.Request(url, data=b"", method="POST")
+def kubo_rpc(kubo: ManagedKubo | None, path: str, **params: str) -> tuple[int, Any]:
+    """One Kubo RPC call (always POST, with the daemon's RPC secret): its status and decoded JSON (None if the body
+    is not JSON)."""
+    assert kubo is not None, "a node on a managed Kubo"
+    url = f"{kubo.api_url}/api/v0/{path}?{urllib.parse.urlencode(params)}"
+    req = urllib.request.Request(url, data=b"", method="POST", headers={"Authorization": auth_header(kubo.auth)})
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             status, body = r.status, r.read()
@@ -80,13 +83,13 @@ def kubo_rpc(api: str, path: str, **params: str) -> tuple[int, Any]:
         return status, None
 
 
-def pinned(api: str, cid: str, kind: str = "all") -> bool:
+def pinned(api: ManagedKubo | None, cid: str, kind: str = "all") -> bool:
     """``cid`` is pinned in the Kubo at ``api`` (``kind``: recursive, or all = also indirectly)."""
     status, body = kubo_rpc(api, "pin/ls", arg=cid, type=kind)
     return status == 200 and isinstance(body, dict) and bool(body.get("Keys"))
 
 
-def check_consistent(home: Path, kubo_api: str) -> dict[str, str]:
+def check_consistent(home: Path, kubo_api: ManagedKubo | None) -> dict[str, str]:
     """The node's index is sound and names nothing Kubo lacks: ``PRAGMA integrity_check`` is ok, every dataset
     head is pinned recursively (so its chain and slices are all present), every execution's receipt, execution
     and slices are pinned. Reads the index as another process would (read-only). Returns the heads by name."""
@@ -214,13 +217,13 @@ async def test_kubo_killed_mid_ingest_keeps_old_head_and_retry_works(tmp_path: P
         status, body = await task
         assert_one_line_error(status, body, {502, 503})
         await kubo_up_again(node, restarts)
-        heads = check_consistent(home, node.kubo.api_url)
+        heads = check_consistent(home, node.managed)
         assert heads == {"d": old_head}  # the old head: the failed ingest moved nothing
         assert leftovers(home) == []  # its work directory went with it
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))
         status, again = await ingest(client, big, to="d")  # the retry works on the restarted Kubo
         assert status == 200 and again["previous"] == old_head and again["rows_added"] == BIG_ROWS, again
-        assert check_consistent(home, node.kubo.api_url) == {"d": again["head"]}
+        assert check_consistent(home, node.managed) == {"d": again["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, big))
 
 
@@ -254,11 +257,11 @@ async def test_kubo_killed_mid_pull_leaves_nothing_and_retry_works(
         status, body = await task
         assert_one_line_error(status, body, {502, 503})
         await kubo_up_again(node, restarts)
-        assert check_consistent(home, node.kubo.api_url) == {}  # nothing of the pull became visible
+        assert check_consistent(home, node.managed) == {}  # nothing of the pull became visible
         assert leftovers(home) == []
         status, body = await pull()
         assert status == 200 and body["head"] == created["head"], body
-        assert check_consistent(home, node.kubo.api_url) == {"copy": created["head"]}
+        assert check_consistent(home, node.managed) == {"copy": created["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "copy"), expected(big))
 
 
@@ -311,12 +314,12 @@ async def test_full_disk_during_upload_and_ingest_is_507_and_frees_space(
         status, body = await ingest(client, big, to="d")
         assert_one_line_error(status, body, {507})
         assert leftovers(home) == [] and used(small_disk) <= baseline + (64 << 10)
-        assert check_consistent(home, kubo_session.api_url) == {"d": created["head"]}
+        assert check_consistent(home, kubo_session) == {"d": created["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))
         filler.unlink()  # space freed: a smaller ingest works
         status, again = await ingest(client, later, to="d")
         assert status == 200 and again["previous"] == created["head"], again
-        assert check_consistent(home, kubo_session.api_url) == {"d": again["head"]}
+        assert check_consistent(home, kubo_session) == {"d": again["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
 
 
@@ -370,7 +373,7 @@ def claims_seen(peer: NodeProcess) -> list[dict[str, Any]]:
     return list(body["claims"])
 
 
-def assert_claims_backed(peer: NodeProcess, kubo_api: str) -> list[str]:
+def assert_claims_backed(peer: NodeProcess, kubo_api: ManagedKubo) -> list[str]:
     """Every execution the peer heard of is whole on the announcing node's Kubo: nothing half-published was
     announced. Returns the executions heard of."""
     claims = claims_seen(peer)
@@ -430,10 +433,11 @@ def test_node_killed_mid_ingest_and_mid_publish(tmp_path: Path, kubo_session: Ma
     big = write_csv(tmp_path / "big.csv", BIG_ROWS, seed=8, start=SMALL_ROWS)
     env = {
         "CAIRN_IPFS_API": kubo_session.api_url,  # the session's Kubo: nothing managed outlives the killed node
+        "CAIRN_IPFS_API_AUTH": kubo_session.auth,
         "CAIRN_SPARK_AUTOSTART": "false",  # the worker starts on the first miss: two JVM starts in all
         "CAIRN_DATASETS_ROWS_PER_SLICE": str(ROWS_PER_SLICE),
     }
-    home, kubo_api = tmp_path / "n1", kubo_session.api_url
+    home, kubo_api = tmp_path / "n1", kubo_session
     peer = NodeProcess(tmp_path / "peer").start()  # its own managed Kubo, no Spark: it only listens
     n1 = restart(NodeProcess(home), env, peer)
     try:
@@ -496,12 +500,12 @@ async def test_full_kubo_repo_during_ingest_is_507_and_kubo_survives(
         assert "Kubo's repo" in assert_one_line_error(status, body, {507})
         assert leftovers(home) == []  # the slices cut in $CAIRN_HOME/tmp are gone
         assert node.managed.restarts == restarts and node.managed.alive()  # Kubo itself lived through it
-        assert check_consistent(home, node.kubo.api_url) == {"d": created["head"]}
+        assert check_consistent(home, node.managed) == {"d": created["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))
         filler.unlink()  # space freed: the next ingest works
         status, again = await ingest(client, later, to="d")
         assert status == 200 and again["previous"] == created["head"], again
-        assert check_consistent(home, node.kubo.api_url) == {"d": again["head"]}
+        assert check_consistent(home, node.managed) == {"d": again["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
 
 
@@ -535,13 +539,13 @@ async def test_full_disk_under_the_index_is_507_and_loses_nothing(
         assert_one_line_error(status, body, {507})
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first))  # reads still work
         assert leftovers(home) == []
-        assert check_consistent(home, kubo_session.api_url) == {"d": created["head"]}
+        assert check_consistent(home, kubo_session) == {"d": created["head"]}
         filler.unlink()
         resp = await client.post("/api/v0/trust", json={"key": node.identity.node_key})
         assert resp.status == 200, await resp.text()
         status, again = await ingest(client, later, to="d")
         assert status == 200 and again["previous"] == created["head"], again
-        assert check_consistent(home, kubo_session.api_url) == {"d": again["head"]}
+        assert check_consistent(home, kubo_session) == {"d": again["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "d"), expected(first, later))
 
 
@@ -567,11 +571,11 @@ async def test_full_disk_during_pull_is_507_and_retry_works(
         assert_one_line_error(status, body, {507})
         # The pull's work files are gone (slices it had checked stay in the CID-keyed cache: a retry reuses them).
         assert leftovers(home) == []
-        assert check_consistent(home, kubo_session.api_url) == {}  # nothing of it became visible
+        assert check_consistent(home, kubo_session) == {}  # nothing of it became visible
         filler.unlink()
         status, body = await pull()
         assert status == 200 and body["head"] == created["head"], body
-        assert check_consistent(home, kubo_session.api_url) == {"copy": created["head"]}
+        assert check_consistent(home, kubo_session) == {"copy": created["head"]}
         pd.testing.assert_frame_equal(await dataset_frame(client, "copy"), expected(big))
 
 
@@ -596,10 +600,10 @@ async def test_full_disk_during_query_publish_is_507_and_hits_still_answer(
         status, hit = await ask(GROUPS)  # a hit needs no room: it still answers
         assert status == 200 and hit["execution"] == groups["execution"], hit
         assert leftovers(home) == []
-        assert check_consistent(home, kubo_session.api_url) == {"t": created["head"]}
+        assert check_consistent(home, kubo_session) == {"t": created["head"]}
         filler.unlink()
         status, rows = await ask(ALL_ROWS)
         assert status == 200 and rows["source"] == "computed", rows
         got = frame_of(await (await client.get(f"/api/v0/executions/{rows['execution']}/data?format=csv")).read())
         pd.testing.assert_frame_equal(got, oracle(ALL_ROWS, big).sort_values("id").reset_index(drop=True))
-        check_consistent(home, kubo_session.api_url)
+        check_consistent(home, kubo_session)
