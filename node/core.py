@@ -54,6 +54,7 @@ from node.model import (
 from node.model.cid import cid_for
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
+from node.types import TypeChecks
 
 if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
@@ -605,6 +606,24 @@ class Node:
         """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
         Kubo) and bitswap checks every block it fetches."""
         return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout)
+
+    # -- Transform.Storage types (node.types; docs/provenance.md "Types") -----------------------
+
+    def _types(self) -> TypeChecks:
+        return TypeChecks(self.kubo, self.datasets, self.settings.ipfs.timeout)
+
+    async def type_check(self, ref: str, type_ref: str) -> dict[str, Any]:
+        """Is the data ``ref`` names (a dataset name or id, or a block CID) a term of the type ``type_ref``?"""
+        return await self._types().check(ref, type_ref)
+
+    async def asset_check(self, cid: str) -> dict[str, Any]:
+        """Is the asset ``cid`` valid (Algorithm 4)?"""
+        return await self._types().asset(cid)
+
+    async def type_put(self, obj: Any) -> dict[str, Any]:
+        """Check a Type, Asset, Function or series type, then store and pin it like ``dag_put``."""
+        kind = await self._types().kind_of(obj)
+        return {"cid": cid_str(await self.dag_put(obj)), "kind": kind}
 
 
 async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:

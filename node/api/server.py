@@ -523,6 +523,30 @@ async def openapi_get(request: web.Request) -> web.Response:
     return web.json_response(request.app[OPENAPI_KEY])
 
 
+# -- Transform.Storage types (docs/provenance.md "Types") ----------------------------------------------------
+
+
+def _param(request: web.Request, name: str) -> str:
+    value = request.query.get(name, "")
+    if not value.strip():
+        raise InvalidInput(f"missing query parameter {name}=")
+    return value
+
+
+async def type_check(request: web.Request) -> web.Response:
+    node = _node(request)
+    return _json(await node.type_check(_param(request, "ref"), _param(request, "type")))
+
+
+async def asset_check(request: web.Request) -> web.Response:
+    return _json(await _node(request).asset_check(_param(request, "cid")))
+
+
+async def type_put(request: web.Request) -> web.Response:
+    obj = await asyncio.to_thread(dagjson.loads, await request.read())
+    return _json(await _node(request).type_put(obj))
+
+
 # -- the route table: each route once (issue 15 item 1); docs/api.md ----------------------------------------
 
 _STR = {"type": "string"}
@@ -770,6 +794,35 @@ ROUTES: tuple[Route, ...] = (
             "application/vnd.ipld.car",
         ),
         returns={200: S.ANY},
+    ),
+    # Transform.Storage types: a check answers 200 whether the data is a term or not (result, code)
+    Route(
+        "GET",
+        "/api/v0/types/check",
+        type_check,
+        OPEN,
+        "is the data REF names a term of a Transform.Storage type (Algorithm 3)",
+        params=(Param("ref", "dataset name, id or block CID"), Param("type", "the type's CID")),
+        returns={200: S.TYPE_CHECKED},
+    ),
+    Route(
+        "GET",
+        "/api/v0/types/asset",
+        asset_check,
+        OPEN,
+        "is a Transform.Storage asset valid (Algorithm 4)",
+        params=(Param("cid", "the asset's CID"),),
+        returns={200: S.ASSET_CHECKED},
+    ),
+    Route(
+        "POST",
+        "/api/v0/types",
+        type_put,
+        TOKEN,
+        "check and store a Transform.Storage Type, Asset, Function or series type (DAG-JSON)",
+        JSON,
+        {"description": "a Type, Asset or Function map, or an array of types (DAG-JSON)"},
+        returns={200: S.TYPE_STORED},
     ),
 )
 

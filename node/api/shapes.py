@@ -194,3 +194,9 @@ ANNOUNCEMENTS = obj(
     }
 )
 OPENAPI = obj({"openapi": STR, "info": obj({"title": STR, "version": STR}), "paths": {"type": "object"}})
+
+# Transform.Storage types (docs/provenance.md "Types"): the spec's {result, code, protocol, protocol_version}
+_VERDICT = {"result": BOOL, "code": maybe(STR), "protocol": STR, "protocol_version": STR}
+TYPE_CHECKED = obj({**_VERDICT, "type": CID, "data": CID})
+ASSET_CHECKED = obj({**_VERDICT, "asset": CID})
+TYPE_STORED = obj({"cid": CID, "kind": {"enum": ["Type", "Asset", "Function", "series type"]}})

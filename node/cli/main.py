@@ -417,6 +417,36 @@ def cmd_announcements(args: argparse.Namespace) -> int:
 
 # -- parser ---------------------------------------------------------------------------------
 
+# -- Transform.Storage types (docs/provenance.md "Types") ---------------------------------------------------
+
+
+def _print_verdict(answer: dict[str, Any], as_json: bool) -> int:
+    """true, or false and the spec's code; exit 0 for true, 1 for false."""
+    if as_json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print("true" if answer["result"] else f"false: {answer['code']}")
+    return 0 if answer["result"] else 1
+
+
+def cmd_type_check(args: argparse.Namespace) -> int:
+    query = urllib.parse.urlencode({"ref": args.ref, "type": cid_str(parse_cid(args.type))})
+    return _print_verdict(NodeClient.for_home(_home(args)).get_json(f"/api/v0/types/check?{query}"), args.json)
+
+
+def cmd_type_asset(args: argparse.Namespace) -> int:
+    query = urllib.parse.urlencode({"cid": cid_str(parse_cid(args.cid))})
+    return _print_verdict(NodeClient.for_home(_home(args)).get_json(f"/api/v0/types/asset?{query}"), args.json)
+
+
+def cmd_type_put(args: argparse.Namespace) -> int:
+    body = _read_input(args.file)
+    dagjson.loads(body)  # refuse bad input before reaching for the node
+    out = NodeClient.for_home(_home(args)).post_json("/api/v0/types", body)
+    print(json.dumps(out) if args.json else out["cid"])
+    return 0
+
+
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 
@@ -559,6 +589,20 @@ def _add_peer_commands(sub: Subparsers) -> None:
     sp.add_argument("--json", action="store_true")
 
 
+def _add_type_commands(sub: Subparsers) -> None:
+    types = _group(sub, "type", "Transform.Storage types, assets and functions")
+    sp = _command(types, "check", cmd_type_check, "is the data REF names a term of the type? (exit 0 yes, 1 no)")
+    sp.add_argument("ref", help="a dataset name, a dataset id (did:key) or a block CID")
+    sp.add_argument("type", metavar="TYPE_CID", help="the CID of a Type (or of a series of types)")
+    sp.add_argument("--json", action="store_true", help="print the answer as JSON")
+    sp = _command(types, "asset", cmd_type_asset, "is the asset valid: is its payload a term of its template?")
+    sp.add_argument("cid", metavar="ASSET_CID")
+    sp.add_argument("--json", action="store_true", help="print the answer as JSON")
+    sp = _command(types, "put", cmd_type_put, "check and store a Type, Asset or Function (DAG-JSON); print its CID")
+    sp.add_argument("file", nargs="?", help="DAG-JSON file (default: stdin)")
+    sp.add_argument("--json", action="store_true", help="print the CID and the kind as JSON")
+
+
 # The subcommands, in the order `cairn --help` lists them.
 _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_node_commands,
@@ -567,6 +611,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_read_commands,
     _add_query_command,
     _add_peer_commands,
+    _add_type_commands,
 )
 
 

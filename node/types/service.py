@@ -1,0 +1,139 @@
+"""Type checks on a node: the IO-free Algorithms 1–4 (node.model.typecheck) given the node's Kubo and datasets.
+
+* ``load``: a CID → its decoded block, from Kubo (checked against its CID; fetched from peers by bitswap when it
+  is not local, within ``ipfs.timeout``).
+* ``structure_of``: the Arrow structure of a dataset version. A data blob that is an ``mb_0`` block is a version;
+  its CID is recomputed from its bytes (DAG-CBOR is canonical) and its chain folded by ``Datasets.version``.
+* what a face may pass: ``check(ref, type)`` (REF as elsewhere: a dataset name, a dataset id or any block CID),
+  ``asset(cid)`` (Algorithm 4), ``kind_of(obj)`` (what ``put`` may store).
+
+Bad input is an error with its 4xx (not a CID, not a type, a ``type_checking`` the table lacks, a missing field);
+a well-formed question whose answer is no is a result (``result`` false and the spec's ``code``), not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from multiformats import CID
+
+from node.datasets import Datasets
+from node.errors import CairnError, InvalidInput, InvalidObject
+from node.ipfs import KuboClient
+from node.model import cid_str, decode, encode, parse_cid
+from node.model.cid import cid_for
+from node.model.functions import BUILTINS, builtin_output
+from node.model.structure import Structure
+from node.model.typecheck import (
+    TYPE_CHECKING,
+    TypeContext,
+    is_simple_type_normal_form,
+    is_term,
+    is_valid_asset,
+    normalize_type,
+    unknown_type_checking,
+)
+from node.model.types import Function, Type, object_kind, parse_object
+
+EXTERNAL_EXECUTIONS = ("WASM", "IPDR")  # Table 4's externally defined functions
+
+
+class TypeChecks:
+    def __init__(self, kubo: KuboClient, datasets: Datasets, timeout: float) -> None:
+        self.kubo, self.datasets, self.timeout = kubo, datasets, timeout
+
+    def context(self) -> TypeContext:
+        """A fresh budget (node.model.typecheck.Limits) for one algorithm call."""
+        return TypeContext(load=self.load, structure_of=self.structure_of)
+
+    async def load(self, cid: CID) -> Any:
+        data = await self.kubo.block_get(cid, timeout=self.timeout)
+        if cid.codec.name in ("dag-cbor", "cbor"):
+            return await asyncio.to_thread(decode, data, cid.codec.code)
+        return data  # a raw or UnixFS block: the blob itself
+
+    async def structure_of(self, data: Any) -> Structure | None:
+        if not (isinstance(data, dict) and data.get("typedVersion") == "mb_0"):
+            return None
+        try:
+            version = await self.datasets.version(cid_for(encode(data), "dag-cbor"), timeout=self.timeout)
+        except CairnError:  # a block whose chain does not check: not a version, so no structure
+            return None
+        return version.structure
+
+    async def check(self, ref: str, type_ref: str) -> dict[str, Any]:
+        """Algorithm 3 on the data ``ref`` names and the normal form of the type ``type_ref`` (a CID)."""
+        type_cid = parse_cid(type_ref)
+        normal = await self.normal_form(type_cid)
+        data_cid, data = await self._data(ref)
+        verdict = await is_term(normal, data, self.context())
+        return {**verdict.to_json(), "type": cid_str(type_cid), "data": cid_str(data_cid)}
+
+    async def normal_form(self, type_cid: CID) -> Any:
+        """The type's normal form (Algorithm 2), or InvalidInput saying why it is not a type this node checks."""
+        top = await self.load(type_cid)  # absent: Kubo's 404 (or its timeout), before any algorithm runs
+        normal = await normalize_type(top, self.context())
+        if not normal.success:
+            raise InvalidInput(f"{cid_str(type_cid)} is not a Transform.Storage type: {self._why(top, normal.code)}")
+        for simple in normal.result if isinstance(normal.result, list) else [normal.result]:
+            checking = simple.get("type_checking") if isinstance(simple, dict) else None
+            if isinstance(simple, dict) and checking not in TYPE_CHECKING:
+                raise InvalidInput(unknown_type_checking(checking))
+        return normal.result
+
+    @staticmethod
+    def _why(top: Any, code: str | None) -> str:
+        """The spec's code, and for a map the field Table 1 misses (Algorithm 2 only says "T is not a type")."""
+        if not isinstance(top, dict):
+            return str(code)
+        simple = is_simple_type_normal_form(top)
+        try:
+            Type.from_ipld(top)
+        except InvalidObject as e:
+            return f"{simple.code} ({e.message})"
+        return str(simple.code or code)
+
+    async def _data(self, ref: str) -> tuple[CID, Any]:
+        """REF → (its block CID, its decoded block): a dataset's name or id is its head (a version)."""
+        try:
+            cid = parse_cid(ref)
+        except CairnError:
+            cid = (await self.datasets.resolve(ref))[1].head  # NotFound (404) for an unknown name or id
+        return cid, await self.load(cid)
+
+    async def asset(self, cid_text: str) -> dict[str, Any]:
+        """Algorithm 4 on the asset a CID names."""
+        cid = parse_cid(cid_text)
+        await self.load(cid)  # absent: 404 here, rather than the spec's "Could not expand CID"
+        verdict = await is_valid_asset(cid, self.context())
+        return {**verdict.to_json(), "asset": cid_str(cid)}
+
+    async def kind_of(self, obj: Any) -> str:
+        """What a stored object is ("Type", "Asset", "Function" or "series type"), or InvalidInput/InvalidObject
+        naming what is wrong: a Type's ``type_checking`` must be in the table, a Function's ``execution`` in
+        Table 4, a built-in's ``out`` what its ``in`` gives, a series type's elements must normalize."""
+        if isinstance(obj, list):
+            normal = await normalize_type(obj, self.context())
+            if not normal.success:
+                raise InvalidInput(f"not a series type: {normal.code}")
+            return "series type"
+        parsed = parse_object(obj)
+        if isinstance(parsed, Type) and parsed.type_checking not in TYPE_CHECKING:
+            raise InvalidInput(unknown_type_checking(parsed.type_checking))
+        if isinstance(parsed, Function):
+            await self._check_function(parsed)
+        return object_kind(obj)
+
+    async def _check_function(self, f: Function) -> None:
+        if f.execution not in (*BUILTINS, *EXTERNAL_EXECUTIONS):
+            known = ", ".join((*BUILTINS, *EXTERNAL_EXECUTIONS))
+            raise InvalidInput(f"execution {f.execution[:40]!r} is not in the execution table (Table 4: {known})")
+        if f.execution in BUILTINS and f.execution != "pipeline":
+            ins = await normalize_type(f.input, self.context())
+            outs = await normalize_type(f.output, self.context())
+            if not (ins.success and outs.success):
+                raise InvalidInput(f"Function in/out is not a type: {ins.code or outs.code}")
+            derived = await normalize_type(builtin_output(f.execution, ins.result, f.fn), self.context())
+            if derived.result != outs.result:
+                raise InvalidInput(f"built-in {f.execution!r}: out is not the type its in gives (Table 4)")
