@@ -138,6 +138,7 @@ def _seed(node: ServedNode) -> None:
     assert r.status_code == 202, r.text
     r2 = post.post(f"{node.url}/api/v0/dag", json={"a": [1, "x", {"b": None}]})
     assert r2.status_code == 200, r2.text
+    types = _seed_types(post, node.url, r2.json()["cid"])
     node.seeded = {
         "ref": "cities",
         "dataset": "cities",
@@ -146,7 +147,24 @@ def _seed(node: ServedNode) -> None:
         "execution": answer["execution"],
         "job": r.json()["job"],
         "dag": r2.json()["cid"],
+        **types,
     }
+
+
+def _ts(**fields: Any) -> dict[str, Any]:
+    """A Transform.Storage object's common fields (docs/provenance.md "Types")."""
+    return {"creator": None, "protocol_name": "transform.storage", "protocol_version": "2.0.0", **fields}
+
+
+def _seed_types(post: requests.Session, url: str, dag: str) -> dict[str, str]:
+    """A JSON Schema type the seeded DAG object is a term of, and an asset saying so."""
+    schema = post.post(f"{url}/api/v0/dag", json={"type": "object", "required": ["a"]}).json()["cid"]
+    r = post.post(f"{url}/api/v0/types", json=_ts(cid={"/": schema}, type_checking="json-schema"))
+    assert r.status_code == 200, r.text
+    type_cid = r.json()["cid"]
+    r = post.post(f"{url}/api/v0/types", json=_ts(payload={"/": dag}, template={"/": type_cid}))
+    assert r.status_code == 200, r.text
+    return {"type": type_cid, "asset": r.json()["cid"]}
 
 
 @pytest.fixture(scope="module")
@@ -256,6 +274,8 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/odf/{dataset}/data/{cid}", {"dataset": s["dataset"], "cid": s["slice"]}, {}),
         ("/ipfs/{cid}", {"cid": s["dag"]}, {}),
         ("/ipfs/{cid}", {"cid": s["slice"]}, {}),
+        ("/api/v0/types/check", {}, {"ref": s["dag"], "type": s["type"]}),
+        ("/api/v0/types/asset", {}, {"cid": s["asset"]}),
     ]
 
 
@@ -309,6 +329,12 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
             200,
         ),
         ("DELETE", "/api/v0/jobs/{id}", {"path_parameters": {"id": s["job"]}}, 200),
+        (
+            "POST",
+            "/api/v0/types",
+            {"body": _ts(cid=None, type_checking="json-schema"), "media_type": "application/json"},
+            200,
+        ),
     ]
     for method, path, parts, status in writes:
         response = _call(served, method, path, **parts)

@@ -564,3 +564,36 @@ def test_a_series_of_terms_is_a_term_of_the_series(pairs: list[tuple[Any, Any]])
     assert run(is_term(t, d, ctx())).result is True
     asset_v = run(is_valid_asset(asset([put(x) for x in d], put(t)), ctx()))
     assert (asset_v.result, asset_v.code) == (True, None)  # a series asset: each payload CID retrieved once
+
+
+KEYS = st.sampled_from(["cid", "type_checking", "creator", "protocol_name", "protocol_version", "payload", "template"])
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 5),
+    st.sampled_from(["transform.storage", "2.0.0", "json-schema", "arrow-schema", "x"]),
+    st.binary(max_size=3),
+    st.sampled_from([MISSING, put(OBJ_T), put([OBJ_T, True]), put({"x": 1}), put(CITIES.to_ipld())]),
+)
+IPLD = st.recursive(
+    LEAVES | SIMPLE,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=7),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(IPLD, IPLD)
+def test_any_value_gets_an_answer_never_an_exception(t: Any, d: Any) -> None:
+    """Whatever a peer or a user sends as a type, data or asset: a result and, when false, a code."""
+    answers = [
+        is_simple_type_normal_form(t),
+        run(is_term(t, d, ctx())),
+        run(is_valid_asset(t, ctx())),
+        run(is_valid_asset({**Asset().to_ipld(), "payload": d, "template": t}, ctx())),
+    ]
+    for v in answers:
+        assert v.protocol == "transform.storage" and v.protocol_version == "2.0.0"
+        assert v.result is True or (v.result is False and isinstance(v.code, str) and v.code)
+    n = run(normalize_type(t, ctx()))
+    assert n.success is (n.code is None)
