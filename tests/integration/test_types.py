@@ -9,6 +9,7 @@ API and the real `cairn` process (no Spark: nothing here queries).
   the positional (abstract structure) type.
 - ``test_bad_input_is_a_clear_4xx``: not a CID, an unknown dataset, a CID that is no type, an unknown
   ``type_checking``, a missing field: one-line 4xx answers (API) and exit 1 with ``error:`` (CLI), no paths.
+- ``test_functions_are_checked_before_they_are_stored``: Table 4 on the node (``POST /api/v0/types``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from node.model import cid_str, dagjson, parse_cid
+from node.model.functions import builtin
 from node.model.types import Type
 from tests.fixtures.inprocess import InNode, add_csv, cli
 
@@ -180,3 +182,26 @@ async def test_bad_input_is_a_clear_4xx(inode: InNode) -> None:
     assert (rc, out) == (1, b"") and err.decode().startswith("error: type_checking 'xml-schema' is not in the")
     rc, _, err = await cli(node, "type", "check", "cities", "nope")
     assert rc == 1 and err.decode().startswith("error: invalid CID")
+
+
+async def test_functions_are_checked_before_they_are_stored(inode: InNode) -> None:
+    """Table 4 on the node: a built-in's out must be what its in gives; an unknown execution is refused."""
+    node, client = inode
+    schema = await node.dag_put({"type": "object"})
+    a = Type(type_checking="json-schema", schema=schema, name="A").to_ipld()
+    b = Type(type_checking="json-schema", schema=schema, name="B").to_ipld()
+    a_cid, b_cid = [parse_cid((await _put(client, t))[1]["cid"]) for t in (a, b)]
+    braid = builtin("braid", [a_cid, b_cid]).to_ipld()
+    status, body = await _put(client, braid)
+    assert (status, body["kind"]) == (200, "Function")
+    assert dagjson.loads(dagjson.dumps(await node.dag_get(parse_cid(body["cid"])))) == braid
+    for obj, message in (
+        ({**braid, "out": [a_cid, b_cid]}, "built-in 'braid': out is not the type its in gives (Table 4)"),
+        ({**braid, "in": [a_cid]}, "built-in 'braid' takes a series of height 2; the input has height 1"),
+        ({**braid, "execution": "python"}, "execution 'python' is not in the execution table (Table 4: identity,"),
+        ({**braid, "in": "A"}, "Function in/out is not a type: T is not a type"),
+    ):
+        status, body = await _put(client, obj)
+        assert (status, body["error"]["message"].startswith(message)) == (400, True), body
+    wasm = {**braid, "execution": "WASM", "fn": schema, "out": [b_cid]}  # external: its declared types are kept
+    assert (await _put(client, wasm))[0] == 200

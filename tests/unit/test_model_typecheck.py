@@ -16,7 +16,7 @@ the injected loader (no IO). The map of branches to tests:
 | 2 normalizeType | 3 | isSimpleTypeNormalForm version not supported | test_a2_line3_simple_version_unsupported |
 | 2 | 5 | already simple normal: unchanged | test_a2_line5_simple_unchanged |
 | 2 | 5 (reading) | the null type normalizes to itself | test_a2_null_type_unchanged |
-| 2 | 9–10 | a CID expanded, then normalized | test_a2_line10_cid_expanded |
+| 2 | 9–10 | a CID expanded, then normalized | test_a2_line10_cid_expanded, test_a2_line10_with_a_plain_loader |
 | 2 | 12 | no IPFS node / CID not retrievable | test_a2_line12_cannot_expand |
 | 2 | 18–19 | an element fails: its result returned | test_a2_line19_element_failure |
 | 2 | 21–22 | an element normalizes to an array: concatenated | test_a2_line22_arrays_concatenated |
@@ -198,6 +198,18 @@ def test_a2_line10_cid_expanded() -> None:
     assert (n.result, n.success) == (CITIES_T, True)
     n = run(normalize_type(put(put(OBJ_T)), ctx()))  # a CID of a CID: expanded until a type
     assert n.result == OBJ_T
+
+
+def test_a2_line10_with_a_plain_loader() -> None:
+    """The loader may be synchronous (a dict's lookup); its CairnError is "Could not expand CID" too."""
+
+    def load(cid: Any) -> Any:
+        if cid not in BLOCKS:
+            raise NotFound("absent")
+        return BLOCKS[cid]
+
+    assert run(normalize_type([put(CITIES_T)], TypeContext(load=load))).result == [CITIES_T]
+    assert run(normalize_type(MISSING, TypeContext(load=load))).code == "Could not expand CID"
 
 
 def test_a2_line12_cannot_expand() -> None:
