@@ -57,6 +57,7 @@ NORMALIZE_SUPPORTS: tuple[str, ...] = ("2.0.0",)  # isSimpleTypeNormalForm versi
 ASSET_SUPPORTS: tuple[str, ...] = ("2.0.0",)  # normalizeType versions
 
 LIMIT = "type expansion limit: "
+NO_STRUCTURE = "D has no Arrow structure (not a dataset version, a signed query receipt or an st_0 structure)"
 
 Loader = Callable[[CID], Awaitable[Any] | Any]  # a CID → its decoded block; async or plain
 StructureOf = Callable[[Any], Awaitable[Structure | None]]
@@ -430,7 +431,7 @@ async def _compare_structures(t: dict[str, Any], d: Any, ctx: TypeContext, by_na
         return False, e.code
     got = await ctx.structure(d)
     if got is None:
-        return False, "D has no Arrow structure (it is neither a dataset version nor an st_0 structure)"
+        return False, NO_STRUCTURE
     if len(got.schema) != len(want.schema):
         return False, f"structure mismatch: D has {len(got.schema)} columns, T has {len(want.schema)}"
     for i, (g, w) in enumerate(zip(got.schema, want.schema, strict=True)):

@@ -2,8 +2,9 @@
 
 * ``load``: a CID → its decoded block, from Kubo (checked against its CID; fetched from peers by bitswap when it
   is not local, within ``ipfs.timeout``).
-* ``structure_of``: the Arrow structure of a dataset version. A data blob that is an ``mb_0`` block is a version;
-  its CID is recomputed from its bytes (DAG-CBOR is canonical) and its chain folded by ``Datasets.version``.
+* ``structure_of``: the Arrow structure of a dataset version or a query result. A data blob that is an ``mb_0``
+  block is a version: its CID is recomputed from its bytes (DAG-CBOR is canonical) and its chain folded by
+  ``Datasets.version``. An ``rc_0`` receipt names its result's structure (its signature is checked first).
 * what a face may pass: ``check(ref, type)`` (REF as elsewhere: a dataset name, a dataset id or any block CID),
   ``asset(cid)`` (Algorithm 4), ``kind_of(obj)`` (what ``put`` may store).
 
@@ -20,8 +21,9 @@ from multiformats import CID
 
 from node.datasets import Datasets
 from node.errors import CairnError, InvalidInput, InvalidObject
+from node.identity import public_key_from_did
 from node.ipfs import KuboClient
-from node.model import cid_str, decode, encode, parse_cid
+from node.model import Receipt, cid_str, decode, encode, parse_cid
 from node.model.cid import cid_for
 from node.model.functions import BUILTINS, builtin_output
 from node.model.structure import Structure
@@ -54,13 +56,20 @@ class TypeChecks:
         return data  # a raw or UnixFS block: the blob itself
 
     async def structure_of(self, data: Any) -> Structure | None:
-        if not (isinstance(data, dict) and data.get("typedVersion") == "mb_0"):
-            return None
+        """A dataset version's structure (its head ``mb_0`` block), or a query result's (the ``structure`` its
+        ``rc_0`` receipt names, the receipt's signature checked: it is the signer's claim)."""
+        kind = data.get("typedVersion") if isinstance(data, dict) else None
         try:
-            version = await self.datasets.version(cid_for(encode(data), "dag-cbor"), timeout=self.timeout)
-        except CairnError:  # a block whose chain does not check: not a version, so no structure
+            if kind == "mb_0":
+                version = await self.datasets.version(cid_for(encode(data), "dag-cbor"), timeout=self.timeout)
+                return version.structure
+            if kind == "rc_0":
+                receipt = Receipt.from_ipld(data)
+                receipt.verify(public_key_from_did(receipt.signer))
+                return Structure.from_ipld(await self.load(receipt.structure))
+        except CairnError:  # a chain or a receipt that does not check: no structure to compare
             return None
-        return version.structure
+        return None
 
     async def check(self, ref: str, type_ref: str) -> dict[str, Any]:
         """Algorithm 3 on the data ``ref`` names and the normal form of the type ``type_ref`` (a CID)."""

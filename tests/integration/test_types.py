@@ -10,19 +10,22 @@ API and the real `cairn` process (no Spark: nothing here queries).
 - ``test_bad_input_is_a_clear_4xx``: not a CID, an unknown dataset, a CID that is no type, an unknown
   ``type_checking``, a missing field: one-line 4xx answers (API) and exit 1 with ``error:`` (CLI), no paths.
 - ``test_functions_are_checked_before_they_are_stored``: Table 4 on the node (``POST /api/v0/types``).
+- ``test_a_query_result_is_checked_through_its_receipt``: REF a receipt: its result's structure, if it is signed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from node.model import cid_str, dagjson, parse_cid
+from node.model import Receipt, Structure, cid_str, dagjson, parse_cid
 from node.model.functions import builtin
+from node.model.typecheck import NO_STRUCTURE
 from node.model.types import Type
 from tests.fixtures.inprocess import InNode, add_csv, cli
 
@@ -205,3 +208,25 @@ async def test_functions_are_checked_before_they_are_stored(inode: InNode) -> No
         assert (status, body["error"]["message"].startswith(message)) == (400, True), body
     wasm = {**braid, "execution": "WASM", "fn": schema, "out": [b_cid]}  # external: its declared types are kept
     assert (await _put(client, wasm))[0] == 200
+
+
+async def test_a_query_result_is_checked_through_its_receipt(inode: InNode) -> None:
+    """An ``rc_0`` receipt names its result's structure: `type check RECEIPT TYPE` compares that one, once the
+    receipt's signature checks (the receipt is built here, signed by the node's key: no Spark needed)."""
+    node, client = inode
+    result = Structure("parquet", (("city", "utf8"), ("pop", "int64")))
+    structure = await node.dag_put(result.to_ipld())
+    receipt = Receipt(
+        structure, structure, node.identity.node_key, "2026-01-01T00:00:00Z", {"name": "spark"}, "ab", 2, structure,
+        (), {},
+    ).signed(node.identity.sign)  # fmt: skip
+    good = cid_str(await node.dag_put(receipt.to_ipld()))
+    forged = cid_str(await node.dag_put(replace(receipt, rows=3).to_ipld()))  # the signature no longer checks
+    named = (await _put(client, Type(type_checking="arrow-schema", schema=structure).to_ipld()))[1]["cid"]
+    positional = Type(type_checking="arrow-schema-positional", schema=await node.dag_put(result.abstract().to_ipld()))
+    positional_cid = (await _put(client, positional.to_ipld()))[1]["cid"]
+    for type_cid in (named, positional_cid):
+        assert (await _check(client, good, type_cid))[1]["result"] is True
+    status, body = await _check(client, forged, named)
+    assert (status, body["result"]) == (200, False)
+    assert body["code"] == NO_STRUCTURE

@@ -67,7 +67,14 @@ from node.errors import NotFound
 from node.model import block_of
 from node.model import typecheck as tc
 from node.model.structure import Structure
-from node.model.typecheck import TypeContext, is_simple_type_normal_form, is_term, is_valid_asset, normalize_type
+from node.model.typecheck import (
+    NO_STRUCTURE,
+    TypeContext,
+    is_simple_type_normal_form,
+    is_term,
+    is_valid_asset,
+    normalize_type,
+)
 from node.model.types import Asset, Type
 
 R = TypeVar("R")
@@ -476,7 +483,7 @@ def test_arrow_schema_asks_structure_of_for_other_data() -> None:
     context = TypeContext(load=_load, structure_of=structure_of)
     assert run(is_term(CITIES_T, {"typedVersion": "mb_0"}, context)).result is True
     v = run(is_term(CITIES_T, {"x": 1}, context))
-    assert v.code == "D has no Arrow structure (it is neither a dataset version nor an st_0 structure)"
+    assert v.code == NO_STRUCTURE
     assert seen == [{"typedVersion": "mb_0"}, {"x": 1}]
     assert run(is_term(CITIES_T, {"typedVersion": "st_0", "content": 1}, ctx())).result is False
 
