@@ -32,6 +32,7 @@ from node.errors import (
     RenderError,
     SparkStartError,
     TooLarge,
+    TypeMismatch,
     one_line,
     peer_failure,
 )
@@ -281,9 +282,12 @@ class Node:
         trust: str | None = None,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         may_compute: bool = True,
+        type_ref: str | None = None,
     ) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
-        ``may_compute`` False (an API client without the token): from the index or peers only."""
+        ``may_compute`` False (an API client without the token): from the index or peers only. ``type_ref``: the
+        CID of the type the result must be a term of (checked before anything runs, and on the result)."""
+        declared = await self._types().normal_form(parse_cid(type_ref)) if type_ref is not None else None
         with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
             answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
         row = answer.execution
@@ -298,7 +302,8 @@ class Node:
                 f"GET /api/v0/executions/{row.execution}/data?format=parquet)"
             ) from None
         schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, arrow_schema)]
-        return {
+        typed = await self._declared_type(declared, type_ref, schema, row.execution) if type_ref is not None else {}
+        return typed | {
             "query": cid_str(answer.query),
             "invocation": cid_str(answer.invocation),
             "execution": row.execution,
@@ -327,9 +332,12 @@ class Node:
         limit: int | None = None,
         trust: str | None = None,
         may_compute: bool = True,
+        type_ref: str | None = None,
     ) -> dict[str, Any]:
         job = self.jobs.start(
-            lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute)
+            lambda emit: self.query(
+                sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute, type_ref=type_ref
+            )
         )
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
 
@@ -619,6 +627,18 @@ class Node:
     async def asset_check(self, cid: str) -> dict[str, Any]:
         """Is the asset ``cid`` valid (Algorithm 4)?"""
         return await self._types().asset(cid)
+
+    async def _declared_type(
+        self, normal: Any, type_ref: str, schema: list[list[str]], execution: str
+    ) -> dict[str, Any]:
+        """The query's declared type checked on its result's structure: ``{"type": verdict}``, or TypeMismatch."""
+        verdict = await self._types().check_result(normal, type_ref, schema)
+        if not verdict["result"]:
+            raise TypeMismatch(
+                f"the result is not a term of the declared type {verdict['type']}: {verdict['code']} "
+                f"(execution {execution} is recorded: GET /api/v0/executions/{execution})"
+            )
+        return {"type": verdict}
 
     async def type_put(self, obj: Any) -> dict[str, Any]:
         """Check a Type, Asset, Function or series type, then store and pin it like ``dag_put``."""

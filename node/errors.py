@@ -125,6 +125,30 @@ class RenderError(CairnError):
     status = 422
 
 
+class TypeCheckStop(InvalidInput):
+    """Inside node.model.typecheck only: an algorithm stops with a code (a CID it cannot expand, a schema it cannot
+    read); the public functions answer it as ``result`` false with that code, so it never reaches a face."""
+
+    @property
+    def code(self) -> str:
+        return self.message
+
+
+class BlockNotRetrieved(TypeCheckStop):
+    """A CID the type checks could not expand: no loader (no IPFS node), or the block is absent or unusable."""
+
+
+class TypeExpansionLimit(TypeCheckStop):
+    """A type, asset or schema expands past node.model.typecheck.Limits (blocks, array elements, nesting)."""
+
+
+class TypeMismatch(CairnError):
+    """A query's result is not a term of the type the query declared (docs/provenance.md "Types"). The execution
+    is recorded all the same."""
+
+    status = 422
+
+
 class InsufficientStorage(CairnError):
     """A disk is full (ENOSPC, EDQUOT) while the node writes an upload or an ingest's slices, or while Kubo stores
     them in its repo: the work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a

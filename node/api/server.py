@@ -16,7 +16,7 @@ import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -333,7 +333,9 @@ async def query(request: web.Request) -> web.Response:
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
-    trust = body.get("trust")
+    trust, type_ref = body.get("trust"), body.get("type")
+    if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
+        type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
     # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
     if trust is not None and trust not in TRUST_MODES:
         raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}')
@@ -352,8 +354,13 @@ async def query(request: web.Request) -> web.Response:
             f"trust {trust!r} is looser than this node's {node.settings.peers.trust!r}: it needs the node's API token"
         )
     if wait is False:
-        return _json(node.start_query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute), status=202)
-    return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute))
+        job = node.start_query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref)
+        return _json(job, status=202)
+    return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref))
+
+
+def _not_a_type_cid() -> NoReturn:
+    raise InvalidInput('"type" must be the CID of a Transform.Storage type, as a string')
 
 
 def _looser(asked: str | None, own: str) -> bool:
@@ -587,6 +594,7 @@ QUERY_BODY = {
         "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
         "wait": {"type": "boolean"},
         "trust": {"enum": [*TRUST_MODES, None]},  # null: the node's own mode (peers.trust), as when absent
+        "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
     },
 }
 

@@ -313,6 +313,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     if to_stdout and fmt == "parquet" and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: not written to a terminal; use -o FILE or redirect stdout")
     body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
+    if args.type is not None:  # the type the result must be a term of (docs/provenance.md "Types")
+        body["type"] = cid_str(parse_cid(args.type))
     client = NodeClient.for_home(_home(args))
     out = client.post_json("/api/v0/query", json.dumps(body).encode())
     if whole:  # the whole result, straight from its slices, under the names this query gives its columns
@@ -563,6 +565,7 @@ def _add_query_command(sub: Subparsers) -> None:
         choices=["self", "community", "verify", "any"],
         help="how to use peers' results (default: peers.trust)",
     )
+    sp.add_argument("--type", metavar="TYPE_CID", help="the result must be a term of this Transform.Storage type")
 
 
 def _add_peer_commands(sub: Subparsers) -> None:

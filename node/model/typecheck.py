@@ -36,7 +36,7 @@ from typing import Any
 
 from multiformats import CID
 
-from node.errors import CairnError
+from node.errors import BlockNotRetrieved, CairnError, TypeCheckStop, TypeExpansionLimit
 from node.model.cid import cid_str
 from node.model.structure import Structure
 from node.model.types import (
@@ -99,18 +99,6 @@ class Limits:
     depth: int = 64  # arrays and CIDs nested inside each other
 
 
-class ExpansionLimit(Exception):
-    """Raised inside an algorithm when a bound is passed; the public functions turn it into a code."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-class NotRetrieved(Exception):
-    """The CID could not be expanded: no loader, or the loader failed (absent, timed out, bad block)."""
-
-
 @dataclass
 class TypeContext:
     """What the algorithms may reach: ``load`` (None: no IPFS node), the structure of a data blob for the Arrow
@@ -125,27 +113,27 @@ class TypeContext:
 
     async def fetch(self, cid: CID) -> Any:
         if self.load is None:
-            raise NotRetrieved
+            raise BlockNotRetrieved("no IPFS node")
         self.blocks += 1
         if self.blocks > self.limits.blocks:
-            raise ExpansionLimit(f"{LIMIT}more than {self.limits.blocks} blocks")
+            raise TypeExpansionLimit(f"{LIMIT}more than {self.limits.blocks} blocks")
         try:
             value = self.load(cid)
             return await value if inspect.isawaitable(value) else value
         except CairnError:
-            raise NotRetrieved from None
+            raise BlockNotRetrieved(f"could not expand {cid}") from None
 
     def count(self, n: int) -> None:
         self.elements += n
         if self.elements > self.limits.elements:
-            raise ExpansionLimit(f"{LIMIT}more than {self.limits.elements} array elements")
+            raise TypeExpansionLimit(f"{LIMIT}more than {self.limits.elements} array elements")
 
     def deeper(self) -> TypeContext:
         """Enter one level of nesting (the caller calls ``shallower`` after)."""
         self.depth += 1
         if self.depth > self.limits.depth:
             self.depth -= 1
-            raise ExpansionLimit(f"{LIMIT}nested deeper than {self.limits.depth}")
+            raise TypeExpansionLimit(f"{LIMIT}nested deeper than {self.limits.depth}")
         return self
 
     def shallower(self) -> None:
@@ -204,7 +192,7 @@ async def normalize_type(t: Any, ctx: TypeContext | None = None) -> Normalized:
     ctx = ctx if ctx is not None else TypeContext()
     try:
         return await _normalize(t, ctx)
-    except ExpansionLimit as e:
+    except TypeExpansionLimit as e:
         return Normalized(None, False, e.code)
 
 
@@ -221,7 +209,7 @@ async def _normalize(t: Any, ctx: TypeContext) -> Normalized:
     if isinstance(t, CID):  # line 7
         try:
             expanded = await ctx.fetch(t)  # line 9
-        except NotRetrieved:
+        except BlockNotRetrieved:
             return Normalized(None, False, "Could not expand CID")  # line 12
         ctx.deeper()
         try:
@@ -259,7 +247,7 @@ async def is_term(t: Any, d: Any, ctx: TypeContext | None = None) -> Verdict:
     ctx = ctx if ctx is not None else TypeContext()
     try:
         return await _is_term(t, d, ctx)
-    except ExpansionLimit as e:
+    except TypeExpansionLimit as e:
         return Verdict(False, e.code, IS_TERM_VERSION)
 
 
@@ -309,7 +297,7 @@ async def is_valid_asset(a: Any, ctx: TypeContext | None = None) -> Verdict:
     ctx = ctx if ctx is not None else TypeContext()
     try:
         return await _is_valid_asset(a, ctx)
-    except ExpansionLimit as e:
+    except TypeExpansionLimit as e:
         return Verdict(False, e.code, IS_VALID_ASSET_VERSION)
 
 
@@ -318,7 +306,7 @@ async def _is_valid_asset(a: Any, ctx: TypeContext) -> Verdict:
     if isinstance(a, CID):  # line 2
         try:
             expanded = await ctx.fetch(a)  # line 4
-        except NotRetrieved:
+        except BlockNotRetrieved:
             return Verdict(False, "Could not expand CID", v)  # line 7
         ctx.deeper()
         try:
@@ -341,7 +329,7 @@ async def _is_valid_asset(a: Any, ctx: TypeContext) -> Verdict:
         return Verdict(False, template.code, v)
     try:
         d = await _asset_data(a["payload"], template.result, ctx)  # lines 26–48
-    except _PayloadNotRetrieved as e:
+    except TypeCheckStop as e:
         return Verdict(False, e.code, v)
     term = await _is_term(template.result, d, ctx)  # line 50
     return Verdict(term.result, term.code, v)  # line 51
@@ -361,19 +349,13 @@ def _asset_fields_problem(a: dict[str, Any]) -> str | None:
     return None
 
 
-class _PayloadNotRetrieved(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
 async def _asset_data(payload: Any, t: Any, ctx: TypeContext) -> Any:
     """Lines 26–48: the data D the payload names, its CIDs retrieved once, never recursively (§3.3)."""
     if isinstance(payload, CID):  # line 27
         try:
             return await ctx.fetch(payload)  # line 29
-        except NotRetrieved:
-            raise _PayloadNotRetrieved("Could not expand A.payload CID") from None  # line 31
+        except BlockNotRetrieved:
+            raise TypeCheckStop("Could not expand A.payload CID") from None  # line 31
     if isinstance(payload, list) and isinstance(t, list):  # line 33
         ctx.count(len(payload))
         d: list[Any] = []  # line 34
@@ -381,8 +363,8 @@ async def _asset_data(payload: Any, t: Any, ctx: TypeContext) -> Any:
             if isinstance(item, CID):  # line 36
                 try:
                     d.append(await ctx.fetch(item))  # line 38
-                except NotRetrieved:
-                    raise _PayloadNotRetrieved(f"Could not expand A.payload[{i}] CID") from None  # line 40
+                except BlockNotRetrieved:
+                    raise TypeCheckStop(f"Could not expand A.payload[{i}] CID") from None  # line 40
             else:
                 d.append(item)  # line 43
         return d
@@ -395,13 +377,13 @@ FCheck = Callable[[dict[str, Any], Any, TypeContext], Awaitable[tuple[bool, str 
 
 
 async def _schema_of(t: dict[str, Any], ctx: TypeContext, what: str) -> Any:
-    """The value ``T.cid`` names, or the code saying why there is none (as ``_PayloadNotRetrieved``)."""
+    """The value ``T.cid`` names, or the code saying why there is none (as ``TypeCheckStop``)."""
     if not isinstance(t.get("cid"), CID):
-        raise _PayloadNotRetrieved(f"T.cid is not the CID of {what}")
+        raise TypeCheckStop(f"T.cid is not the CID of {what}")
     try:
         return await ctx.fetch(t["cid"])
-    except NotRetrieved:
-        raise _PayloadNotRetrieved("Could not expand T.cid") from None
+    except BlockNotRetrieved:
+        raise TypeCheckStop("Could not expand T.cid") from None
 
 
 async def _wanted_structure(t: dict[str, Any], ctx: TypeContext) -> Structure:
@@ -409,7 +391,7 @@ async def _wanted_structure(t: dict[str, Any], ctx: TypeContext) -> Structure:
     try:
         return Structure.from_ipld(value)
     except CairnError:
-        raise _PayloadNotRetrieved("T.cid is not an st_0 structure") from None
+        raise TypeCheckStop("T.cid is not an st_0 structure") from None
 
 
 async def check_arrow_schema(t: dict[str, Any], d: Any, ctx: TypeContext) -> tuple[bool, str | None]:
@@ -427,7 +409,7 @@ async def check_arrow_schema_positional(t: dict[str, Any], d: Any, ctx: TypeCont
 async def _compare_structures(t: dict[str, Any], d: Any, ctx: TypeContext, by_name: bool) -> tuple[bool, str | None]:
     try:
         want = await _wanted_structure(t, ctx)
-    except _PayloadNotRetrieved as e:
+    except TypeCheckStop as e:
         return False, e.code
     got = await ctx.structure(d)
     if got is None:
@@ -462,7 +444,7 @@ async def check_json_schema(t: dict[str, Any], d: Any, ctx: TypeContext) -> tupl
 
     try:
         schema = as_json(await _schema_of(t, ctx, "a JSON Schema document"))
-    except _PayloadNotRetrieved as e:
+    except TypeCheckStop as e:
         return False, e.code
     try:
         validator = jsonschema_rs.validator_for(schema, retriever=_no_remote_refs)

@@ -79,6 +79,15 @@ class TypeChecks:
         verdict = await is_term(normal, data, self.context())
         return {**verdict.to_json(), "type": cid_str(type_cid), "data": cid_str(data_cid)}
 
+    async def check_result(self, normal: Any, type_ref: str, schema: list[list[str]]) -> dict[str, Any]:
+        """Algorithm 3 on a query result: D is its structure, with the column names the query gives them (or
+        ``col_N`` when two columns share a name, which a structure cannot hold)."""
+        columns = tuple((str(n), str(t)) for n, t in schema)
+        if len({n for n, _ in columns}) != len(columns):
+            columns = tuple((f"col_{i}", t) for i, (_, t) in enumerate(columns))
+        verdict = await is_term(normal, Structure("parquet", columns).to_ipld(), self.context())
+        return {**verdict.to_json(), "type": cid_str(parse_cid(type_ref))}
+
     async def normal_form(self, type_cid: CID) -> Any:
         """The type's normal form (Algorithm 2), or InvalidInput saying why it is not a type this node checks."""
         top = await self.load(type_cid)  # absent: Kubo's 404 (or its timeout), before any algorithm runs

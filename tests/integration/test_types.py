@@ -70,10 +70,11 @@ class Shell:
 
 
 def _doc_commands() -> set[str]:
-    """`cairn X Y` (the command words) of every ``$ cairn …`` line in docs/provenance.md "Types"."""
+    """`cairn X Y` (the command words) of every ``$ cairn …`` line in docs/provenance.md "Types", "Walk-through"
+    (the query commands of its next part run in test_types_query.py)."""
     text = (ROOT / "docs" / "provenance.md").read_text()
-    section = re.search(r"^## Types\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert section, "docs/provenance.md has no '## Types' section"
+    section = re.search(r"^## Types\n.*?^### Walk-through\n(.*?)(?=^##|\Z)", text, re.M | re.S)
+    assert section, "docs/provenance.md has no '## Types', '### Walk-through' section"
     words = re.findall(r"^\$ cairn ([a-z]+)(?: ([a-z]+))?", section.group(1), re.M)
     return {f"{a} {b}".strip() if a in ("type", "dag") else a for a, b in words}
 
