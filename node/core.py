@@ -33,7 +33,6 @@ from node.errors import (
     SparkStartError,
     TooLarge,
     one_line,
-    peer_failure,
 )
 from node.home import Home
 from node.identity import Identity
@@ -254,6 +253,7 @@ class Node:
             "jobs": self.worker.jobs_sent,
             "restarts": self.worker.restarts,
         }
+        p2p_addrs = self.network.host.addrs() if self.network else []
         return {
             "version": __version__,
             "home": str(self.home.path),
@@ -261,7 +261,9 @@ class Node:
             "api": self.api_url,
             "peer_id": self.identity.peer_id,
             "node_key": self.identity.node_key,
-            "p2p_addrs": self.network.host.addrs() if self.network else [],
+            "p2p_addrs": p2p_addrs,
+            # Two hosts, two address lists, easily confused (issue 16): which one `cairn connect` takes.
+            "addresses": {"cairn_connect": p2p_addrs, "kubo_swarm": kubo.get("swarm", [])},
             "kubo": kubo,
             "uptime_s": round(time.time() - self.started_at, 3),
         }
@@ -316,6 +318,7 @@ class Node:
             "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
             "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
+            "hints": list(answer.hints),  # what the asker could do to reuse peers' answers (issue 16)
         }
 
     def start_query(
@@ -394,13 +397,8 @@ class Node:
         return self._network().host.peers()
 
     async def connect(self, addr: str) -> dict[str, Any]:
-        from p2p.host import P2PError
-
-        try:
-            peer = await self._network().host.connect(addr)
-        except P2PError as e:  # the message already names the address and the reason
-            raise peer_failure(e) from None
-        return {"peer": peer}
+        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
+        return {"peer": await self._network().connect(addr)}
 
     def trust_add(self, key: str, community: str) -> None:
         from node.identity import public_key_from_did

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from config import PeerSettings
-from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError
+from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError, NotCairnPeer, peer_failure
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -25,7 +25,7 @@ from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
 from node.resolve.resolver import VERIFIED_LABELS
-from p2p.host import P2PError, P2PHost
+from p2p.host import P2PError, P2PHost, P2PTimeout
 
 log = logging.getLogger("cairn.network")
 
@@ -38,6 +38,8 @@ REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "cla
 CATCHUP_MAX_BYTES = 2 * 1024 * 1024  # 1000 announcements take ~0.4 MB
 CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
+CATCHUP_TIMEOUT = 10.0  # seconds for the peer to check and store a catch-up (1000 items: ~10 s under load)
+PROBE_TIMEOUT = 5.0  # seconds `connect` waits for the new peer to answer an empty lookup
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
@@ -133,6 +135,24 @@ class Network:
             await self.host.publish(TOPIC, await self._announcement(row))
         except P2PError as e:
             log.warning("announcement not sent", extra={"invocation": row.invocation, "error": str(e)})
+
+    async def connect(self, addr: str) -> str:
+        """Dial a peer and keep it only if it speaks Cairn's lookup protocol (issue 16: a Kubo swarm address
+        "connected", was kept in peers.json and failed at every start). The probe is an empty lookup, which
+        every Cairn node answers with an empty list."""
+        try:
+            peer = await self.host.connect(addr)
+            await self.host.request(peer, LOOKUP, b"", timeout=PROBE_TIMEOUT)
+        except P2PError as e:
+            peer = addr.rsplit("/p2p/", 1)[-1]
+            if _not_cairn(e):
+                await self.host.forget(peer)
+                raise NotCairnPeer(
+                    f"{addr} is a libp2p peer that does not speak Cairn's protocols (a Kubo swarm address?): "
+                    "not kept; use the `connect` address of the other node's `cairn status`"
+                ) from None
+            raise peer_failure(e) from None
+        return peer
 
     async def lookup(self, invocation: CID) -> dict[str, list[bytes]]:
         """Ask every connected peer at once; what arrived by the deadline."""
@@ -277,6 +297,14 @@ class Network:
     def _on_connected(self, peer: str) -> None:
         self._spawn(self._catch_up(peer))
 
+    async def _send_catch_up(self, peer: str, data: bytes) -> None:
+        """One catch-up, tried twice: a stream opened while a peer reconnects may land on its old connection,
+        which is closing and never answers (issue 16: "no answer within 10 s" at reconnects)."""
+        try:
+            await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
+        except P2PTimeout:
+            await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
+
     async def _catch_up(self, peer: str) -> None:
         rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
         if not rows:
@@ -284,9 +312,18 @@ class Network:
         providers = await self._providers()  # one Kubo RPC for the whole catch-up
         items = [await self._announcement(r, providers) for r in rows]
         try:
-            await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
+            await self._send_catch_up(peer, encode(items))
         except P2PError as e:
+            if _not_cairn(e):  # remembered from before connect checked it, or dialled us: not a Cairn node
+                log.info("peer does not speak Cairn's protocols: forgotten", extra={"peer": peer})
+                await self.host.forget(peer)
+                return
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _not_cairn(e: P2PError) -> bool:
+    """The peer answered, but not in Cairn's protocols (p2p words it so: docs/p2p.md)."""
+    return "does not speak that protocol" in str(e)
 
 
 def _check(data: bytes) -> Announcement | ClaimRefused:
