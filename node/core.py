@@ -27,7 +27,9 @@ from node.errors import (
     CairnError,
     InvalidInput,
     KuboError,
+    KuboNotFound,
     NotFound,
+    PeerError,
     PeersDisabled,
     RenderError,
     SparkStartError,
@@ -53,6 +55,7 @@ from node.model import (
 from node.model.cid import cid_for
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
+from node.resolve.claims import connect_providers
 
 if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
@@ -563,6 +566,8 @@ class Node:
         return (await self.datasets.resolve(ref))[1]
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
+        if not source.startswith(("http://", "https://")):
+            await self._reach_holders(parse_cid(source))
         work = pull(
             self.datasets,
             source,
@@ -580,7 +585,36 @@ class Node:
             "bytes": r.bytes,
         }
 
+    async def holds(self, cid: CID) -> bool:
+        """Whether this node's Kubo has the block, asked offline: never fetched from the network."""
+        try:
+            await self.kubo.block_stat(cid, timeout=5.0, offline=True)
+        except KuboNotFound:
+            return False
+        return True
+
+    async def _reach_holders(self, cid: CID) -> None:
+        """Before fetching ``cid`` by IPFS: connect our Kubo to the Kubo of a connected peer that holds it (issue
+        16: the two swarms were never connected, and our Kubo waited 60 s for blocks nobody would send)."""
+        if await self.holds(cid):
+            return
+        hint = "connect to a node that has it (`cairn connect ADDR`), or pull from its URL (http://HOST:PORT/odf/NAME)"
+        peers = self.network.host.connected_peers() if self.network else []
+        if self.network is None or not peers:
+            raise NotFound(f"{cid_str(cid)} is not on this node and no peer is connected: {hint}")
+        holders = await self.network.holders(cid)
+        if not holders:
+            raise NotFound(f"none of the {len(peers)} connected peers has {cid_str(cid)}: {hint}")
+        if not await connect_providers(self.kubo, [a for addrs in holders.values() for a in addrs]):
+            raise PeerError(f"the Kubo of the peers that have {cid_str(cid)} ({', '.join(holders)}) cannot be reached")
+
     # -- transfer protocol and gateway --------------------------------------------------------
+
+    async def gateway_held(self, cid: CID) -> None:
+        """The gateway serves what this node holds, at once (issue 16: an absent CID blocked 30 s while Kubo
+        searched a network it is not connected to); 404 otherwise, as Kubo's gateway with Gateway.NoFetch."""
+        if not await self.holds(cid):
+            raise NotFound(f"this node does not hold {cid_str(cid)}: fetch it first (`cairn pull CID`, or a query)")
 
     async def odf_head(self, dataset: str) -> CID:
         return (await self.datasets.resolve(dataset))[1].head
@@ -593,16 +627,16 @@ class Node:
 
     async def raw_block(self, cid: CID) -> bytes:
         """One block from Kubo, checked against its CID (the client re-hashes it)."""
-        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout)
+        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout, offline=True)
 
     def car_export(self, cid: CID) -> AsyncIterator[bytes]:
         """The DAG under ``cid`` as a CAR stream; every block is hash-checked as it passes."""
-        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True)
+        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True, offline=True)
 
     def cat(self, cid: CID) -> AsyncIterator[bytes]:
         """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
         Kubo) and bitswap checks every block it fetches."""
-        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout)
+        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout, offline=True)
 
 
 async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:

@@ -489,6 +489,7 @@ async def odf_data(request: web.Request) -> web.StreamResponse:
 async def gateway(request: web.Request) -> web.StreamResponse:
     cid = parse_cid(request.match_info["cid"])
     node = _node(request)
+    await node.gateway_held(cid)  # local only: an absent CID is a prompt 404, not a network search
     accept = request.headers.get("Accept", "")
     if "application/vnd.ipld.raw" in accept:
         return web.Response(

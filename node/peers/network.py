@@ -5,6 +5,8 @@ Protocols (docs/p2p.md):
 - ``/cairn/lookup/1.0.0``: request = the binary invocation CID, answer = DAG-CBOR list of ``an_0`` blocks;
 - ``/cairn/catchup/1.0.0``: sent to a peer when it connects: DAG-CBOR list of ``an_0`` blocks for results
   we already held, since gossip never replays old messages.
+- ``/cairn/have/1.0.0``: request = a binary CID; answer = DAG-CBOR list of our Kubo's multiaddrs if our Kubo
+  holds that block, else an empty list: how a pull by CID finds whose Kubo to connect to (issue 16).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from node.ipfs import KuboClient
 from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
 from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
-from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.host import P2PError, P2PHost, P2PTimeout
 
@@ -32,6 +34,7 @@ log = logging.getLogger("cairn.network")
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
+HAVE = "/cairn/have/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
 REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
@@ -82,6 +85,7 @@ class Network:
         self.host.subscribe(TOPIC, self._on_gossip)
         self.host.set_handler(LOOKUP, self._on_lookup)
         self.host.set_handler(CATCHUP, self._on_catchup)
+        self.host.set_handler(HAVE, self._on_have)
         self.host.on_peer_connected(self._on_connected)
         try:
             await self.host.start()
@@ -167,6 +171,27 @@ class Network:
         for peer, answer in answers.items():
             if not isinstance(answer, Exception):
                 out[peer] = self._lookup_answer(peer, answer)
+        return out
+
+    async def holders(self, cid: CID) -> dict[str, list[str]]:
+        """The connected peers whose Kubo holds ``cid``, with their Kubo's addresses (``/cairn/have``), by
+        ``peers.lookup_timeout``: whom to `swarm connect` before asking our Kubo for the blocks."""
+        if not self.host.connected_peers():
+            return {}
+        try:
+            answers = await self.host.ask_all(HAVE, bytes(cid), self.settings.lookup_timeout)
+        except P2PError as e:  # best effort, as a lookup: the caller says nobody had it
+            log.warning("have lookup failed", extra={"cid": cid_str(cid), "error": str(e)})
+            return {}
+        out: dict[str, list[str]] = {}
+        for peer, answer in answers.items():
+            try:
+                items = decode(answer) if isinstance(answer, bytes) else []
+            except EncodingError:
+                continue
+            addrs = [a for a in items if provider_ok(a)][:MAX_PROVIDERS] if isinstance(items, list) else []
+            if addrs:
+                out[peer] = addrs
         return out
 
     def _lookup_answer(self, peer: str, answer: bytes) -> list[bytes]:
@@ -266,6 +291,15 @@ class Network:
             return encode([])
         row = self.index.execution(cid_str(invocation))
         return encode([await self._announcement(row)] if row and _ours(row) else [])
+
+    async def _on_have(self, peer: str, request: bytes) -> bytes:
+        """Our Kubo's addresses if it holds the block (checked offline: never fetched for a peer), else []."""
+        try:
+            cid = parse_cid(request)
+            await self.kubo.block_stat(cid, timeout=5.0, offline=True)
+        except (InvalidCID, KuboError):  # unreadable, or not held here: the same empty answer
+            return encode([])
+        return encode(await self._providers())
 
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
         if len(request) > CATCHUP_MAX_BYTES:  # refused before decoding: decoding is the cost a flood would impose
