@@ -660,7 +660,7 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/pull",
         pull,
         TOKEN,
-        "pull a dataset from a URL or CID",
+        "pull a dataset from a URL or CID (by CID: from the connected peers that hold it, 404 when none does)",
         JSON,
         _strings("source", optional=("name",)),
         returns={200: S.PULLED},
@@ -682,7 +682,7 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/peers/connect",
         peers_connect,
         TOKEN,
-        "connect to a peer",
+        "connect to a peer: kept only if it speaks Cairn's protocols (a Kubo swarm address is refused, 400)",
         JSON,
         _strings("addr"),
         errors=(400, 409),
@@ -763,7 +763,8 @@ ROUTES: tuple[Route, ...] = (
         "/ipfs/{cid}",
         gateway,
         OPEN,
-        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car)",
+        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car), of what this node holds: 404 at "
+        "once otherwise",
         produces=(
             "application/octet-stream",
             "application/json",
