@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
 log = logging.getLogger("cairn.node")
+IPFS_PROBE = 5.0  # seconds a pull by CID that no peer holds gives our Kubo's swarm to find its first block
 
 _HOLIUM_IMPORTERS = {
     "json": holium_data.import_json,
@@ -595,18 +596,28 @@ class Node:
 
     async def _reach_holders(self, cid: CID) -> None:
         """Before fetching ``cid`` by IPFS: connect our Kubo to the Kubo of a connected peer that holds it (issue
-        16: the two swarms were never connected, and our Kubo waited 60 s for blocks nobody would send)."""
+        16: the two swarms were never connected, and our Kubo waited 60 s for blocks nobody would send). When no
+        peer holds it, our Kubo's own swarm is given ``IPFS_PROBE`` seconds for the first block; then a 404."""
         if await self.holds(cid):
             return
-        hint = "connect to a node that has it (`cairn connect ADDR`), or pull from its URL (http://HOST:PORT/odf/NAME)"
         peers = self.network.host.connected_peers() if self.network else []
-        if self.network is None or not peers:
-            raise NotFound(f"{cid_str(cid)} is not on this node and no peer is connected: {hint}")
-        holders = await self.network.holders(cid)
-        if not holders:
-            raise NotFound(f"none of the {len(peers)} connected peers has {cid_str(cid)}: {hint}")
-        if not await connect_providers(self.kubo, [a for addrs in holders.values() for a in addrs]):
-            raise PeerError(f"the Kubo of the peers that have {cid_str(cid)} ({', '.join(holders)}) cannot be reached")
+        if self.network is not None and peers:
+            holders = await self.network.holders(cid)
+            if holders:
+                if await connect_providers(self.kubo, [a for addrs in holders.values() for a in addrs]):
+                    return
+                raise PeerError(f"the Kubo of the peers that have {cid_str(cid)} ({', '.join(holders)}) is unreachable")
+        if await self.kubo.swarm_peers(timeout=5.0):  # IPFS peers of our Kubo's own (an external Kubo, by hand)
+            try:
+                await self.kubo.block_get(cid, timeout=IPFS_PROBE)
+                return
+            except KuboError:
+                pass
+        who = f"none of the {len(peers)} connected peers has" if peers else "no peer is connected to fetch"
+        raise NotFound(
+            f"{who} {cid_str(cid)}: connect to a node that has it (`cairn connect ADDR`), "
+            "or pull from its URL (http://HOST:PORT/odf/NAME)"
+        )
 
     # -- transfer protocol and gateway --------------------------------------------------------
 
