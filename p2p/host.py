@@ -319,11 +319,14 @@ class P2PHost:
 
         await self._bridge.run(close)
 
-    async def forget(self, peer_id: str) -> None:
-        """Disconnect a peer and drop it from the peer table (``peers.json``): it is not re-dialled at the
-        next start. For a peer that is not what we wanted (a plain Kubo node, say)."""
+    async def forget(self, peer_id: str, *, disconnect: bool = True) -> None:
+        """Drop a peer from the peer table (``peers.json``): it is not re-dialled at the next start, nor listed
+        or asked; and disconnect it unless ``disconnect`` is False (a peer that dialled us may stay: it can
+        still gossip). For a peer that is not what we wanted (a plain Kubo node, say)."""
         self._table.forget(peer_id)
         self._table.save()
+        if not disconnect:
+            return
         try:
             await self.disconnect(peer_id)
         except Exception as e:  # noqa: BLE001  already gone: nothing left to close

@@ -349,8 +349,10 @@ class Network:
             await self._send_catch_up(peer, encode(items))
         except P2PError as e:
             if _not_cairn(e):  # remembered from before connect checked it, or dialled us: not a Cairn node
-                log.info("peer does not speak Cairn's protocols: forgotten", extra={"peer": peer})
-                await self.host.forget(peer)
+                # Not remembered (so not re-dialled and warned about at every start), but not cut off either:
+                # a bare libp2p host may still gossip to us, and the gossip checks judge what it sends.
+                log.info("peer does not speak Cairn's protocols: not remembered", extra={"peer": peer})
+                await self.host.forget(peer, disconnect=False)
                 return
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
 
