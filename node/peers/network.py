@@ -341,12 +341,13 @@ class Network:
 
     async def _catch_up(self, peer: str) -> None:
         rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
-        if not rows:
-            return
-        providers = await self._providers()  # one Kubo RPC for the whole catch-up
-        items = [await self._announcement(r, providers) for r in rows]
         try:
-            await self._send_catch_up(peer, encode(items))
+            if rows:
+                providers = await self._providers()  # one Kubo RPC for the whole catch-up
+                items = [await self._announcement(r, providers) for r in rows]
+                await self._send_catch_up(peer, encode(items))
+            else:  # nothing to send: still find out whether the peer is a Cairn node at all (an empty lookup)
+                await self.host.request(peer, LOOKUP, b"", timeout=PROBE_TIMEOUT)
         except P2PError as e:
             if _not_cairn(e):  # remembered from before connect checked it, or dialled us: not a Cairn node
                 # Not remembered (so not re-dialled and warned about at every start), but not cut off either:

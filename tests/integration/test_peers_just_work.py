@@ -201,7 +201,7 @@ async def test_node_forgets_a_remembered_peer_that_is_not_cairn(kubo_session: Ma
     kubo_id = kubo_addr.rsplit("/p2p/", 1)[1]
     home = tmp_path / "n"
     async with inprocess_node(home, kubo_session, **PEERS) as (node, _):
-        node.index.add_execution(fake_row(cid_str(cid_for(b"iv-k")), 3))  # something to catch up with
+        pass  # a node with nothing to catch up with still checks a new peer (an empty lookup)
     entry = {"addrs": [kubo_addr.rsplit("/p2p/", 1)[0]], "last_seen": time.time(), "source": "dialed"}
     (home / "peers.json").write_text(json.dumps({"version": 1, "peers": {kubo_id: entry}}))
     async with inprocess_node(home, kubo_session, **PEERS) as (node, _):
