@@ -88,7 +88,7 @@ class Outcome:
     source: str
     trust: str  # one of TRUST_LABELS: how this answer was checked
     peer: dict[str, Any] | None = None
-    hints: tuple[str, ...] = ()  # what the asker could do to use what peers have (untrusted signers)
+    hints: tuple[str, ...] = ()  # what peers had that could not be used, and what the asker could do
 
 
 @dataclass
@@ -251,10 +251,10 @@ class Resolver:
         (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
         if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
             raise Unauthorized(_NEEDS_TOKEN)
-        untrusted: list[str] = []  # signers whose claims community mode may not use: said in the answer
-        found = await self._from_peers(cq, iv_block, versions, mode, emit, untrusted) if mode != "self" else None
+        hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
+        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if mode != "self" else None
         if found is None and not may_compute:
-            raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in _hints(untrusted))}")
+            raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
         if found is not None:
             claim, got = found
             peer = {
@@ -281,7 +281,7 @@ class Resolver:
             stored = self.index.execution(row.invocation) or row
             return Outcome(stored, "peer", stored.trust, peer)
         row = await self._compute(cq, objects, iv_block, versions, emit)
-        return Outcome(row, "computed", "computed", hints=_hints(untrusted))
+        return Outcome(row, "computed", "computed", hints=tuple(hints))
 
     async def _from_peers(
         self,
@@ -290,7 +290,7 @@ class Resolver:
         versions: list[Version],
         mode: str,
         emit: Event,
-        untrusted: list[str] | None = None,
+        hints: list[str] | None = None,
     ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
@@ -307,8 +307,8 @@ class Resolver:
                 for claim in await self._claims(iv_block.cid, emit):
                     if mode == "community" and not self._trusted(claim.signer):
                         self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
-                        if untrusted is not None and claim.signer not in untrusted:
-                            untrusted.append(claim.signer)
+                        if hints is not None and _untrusted(claim.signer) not in hints:
+                            hints.append(_untrusted(claim.signer))
                             emit("untrusted-claim", {"peer": claim.peer, "signer": claim.signer})
                         continue
                     emit("fetching", {"peer": claim.peer, "signer": claim.signer})
@@ -324,6 +324,11 @@ class Resolver:
                 extra={"invocation": cid_str(iv_block.cid), "timeout": self.resolve_timeout},
             )
             emit("peers-deadline", {"timeout": self.resolve_timeout})
+            if hints is not None:
+                hints.append(
+                    f"a peer claims this answer, but its data did not arrive within peers.resolve_timeout "
+                    f"({self.resolve_timeout:g} s): computed here; is the peer's Kubo reachable from this one?"
+                )
         return None
 
     async def _claims(self, invocation: CID, emit: Event) -> list[Claim]:
@@ -664,12 +669,9 @@ def _same(a: CID, b: CID) -> bool:
     return bytes(a) == bytes(b)
 
 
-def _hints(untrusted: list[str]) -> tuple[str, ...]:
-    """What to do about claims the trust mode did not allow (issue 16: the node recomputed silently)."""
-    return tuple(
-        f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
-        for key in untrusted
-    )
+def _untrusted(key: str) -> str:
+    """What to do about a claim the trust mode did not allow (issue 16: the node recomputed silently)."""
+    return f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
 
 
 def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID]) -> list[Block]:
