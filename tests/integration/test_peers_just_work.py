@@ -42,16 +42,17 @@ async def kubo_swarm_addr(kubo: ManagedKubo) -> str:
 
 async def test_status_shows_the_address_to_share(kubo_session: ManagedKubo, tmp_path: Path) -> None:
     async with inprocess_node(tmp_path / "n", kubo_session, **PEERS) as (node, _):
+        assert node.network is not None
         rc, out, err = await cli(node, "status")
         assert rc == 0, err
-        addr = node.network.host.addrs()[0] if node.network else ""
+        addr = node.network.host.addrs()[0]
         text = out.decode()
         assert f"connect    {addr}" in text, text  # the libp2p address, on a line saying what it is for
         swarm = [line for line in text.splitlines() if line.strip().startswith("swarm")]
         assert swarm and all("not for `cairn connect`" in line for line in swarm), text
         rc, out, err = await cli(node, "status", "--json")
         info = json.loads(out)
-        assert info["addresses"]["cairn_connect"] == info["p2p_addrs"] == node.network.host.addrs()  # type: ignore[union-attr]
+        assert info["addresses"]["cairn_connect"] == info["p2p_addrs"] == node.network.host.addrs()
         assert info["addresses"]["kubo_swarm"] == info["kubo"]["swarm"] and info["kubo"]["swarm"]
 
 
