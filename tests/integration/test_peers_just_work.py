@@ -123,6 +123,8 @@ async def test_pull_by_cid_connects_the_holders_kubo(kubo_binary: Path, tmp_path
         assert pulled["head"] == head and pulled["slices"] == 1 and pulled["blocks"] >= 3  # every one checked
         got = await (await b_client.get("/api/v0/datasets/sales/data", params={"format": "csv"})).read()
         assert got.decode().splitlines()[1:] == SALES.decode().splitlines()[1:]
+        a_kubo = (await a.kubo.id()).id
+        assert a_kubo in {p.id for p in await b.kubo.swarm_peers()}  # how: B's Kubo was connected to A's
 
         absent = cid_str(block_of(os.urandom(32), "cbor").cid)  # nobody has it: said at once, with a hint
         async with asyncio.timeout(15):
