@@ -27,14 +27,15 @@ from node.errors import (
     CairnError,
     InvalidInput,
     KuboError,
+    KuboNotFound,
     NotFound,
+    PeerError,
     PeersDisabled,
     RenderError,
     SparkStartError,
     TooLarge,
     TypeMismatch,
     one_line,
-    peer_failure,
 )
 from node.home import Home
 from node.identity import Identity
@@ -55,12 +56,14 @@ from node.model import (
 from node.model.cid import cid_for
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
+from node.resolve.claims import connect_providers
 from node.types import TypeChecks
 
 if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
 log = logging.getLogger("cairn.node")
+IPFS_PROBE = 5.0  # seconds a pull by CID that no peer holds gives our Kubo's swarm to find its first block
 
 _HOLIUM_IMPORTERS = {
     "json": holium_data.import_json,
@@ -256,6 +259,7 @@ class Node:
             "jobs": self.worker.jobs_sent,
             "restarts": self.worker.restarts,
         }
+        p2p_addrs = self.network.host.addrs() if self.network else []
         return {
             "version": __version__,
             "home": str(self.home.path),
@@ -263,7 +267,9 @@ class Node:
             "api": self.api_url,
             "peer_id": self.identity.peer_id,
             "node_key": self.identity.node_key,
-            "p2p_addrs": self.network.host.addrs() if self.network else [],
+            "p2p_addrs": p2p_addrs,
+            # Two hosts, two address lists, easily confused (issue 16): which one `cairn connect` takes.
+            "addresses": {"cairn_connect": p2p_addrs, "kubo_swarm": kubo.get("swarm", [])},
             "kubo": kubo,
             "uptime_s": round(time.time() - self.started_at, 3),
         }
@@ -322,6 +328,7 @@ class Node:
             "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
             "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
+            "hints": list(answer.hints),  # what the asker could do to reuse peers' answers (issue 16)
         }
 
     def start_query(
@@ -403,13 +410,8 @@ class Node:
         return self._network().host.peers()
 
     async def connect(self, addr: str) -> dict[str, Any]:
-        from p2p.host import P2PError
-
-        try:
-            peer = await self._network().host.connect(addr)
-        except P2PError as e:  # the message already names the address and the reason
-            raise peer_failure(e) from None
-        return {"peer": peer}
+        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
+        return {"peer": await self._network().connect(addr)}
 
     def trust_add(self, key: str, community: str) -> None:
         from node.identity import public_key_from_did
@@ -574,6 +576,8 @@ class Node:
         return (await self.datasets.resolve(ref))[1]
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
+        if not source.startswith(("http://", "https://")):
+            await self._reach_holders(parse_cid(source))
         work = pull(
             self.datasets,
             source,
@@ -591,7 +595,46 @@ class Node:
             "bytes": r.bytes,
         }
 
+    async def holds(self, cid: CID) -> bool:
+        """Whether this node's Kubo has the block, asked offline: never fetched from the network."""
+        try:
+            await self.kubo.block_stat(cid, timeout=5.0, offline=True)
+        except KuboNotFound:
+            return False
+        return True
+
+    async def _reach_holders(self, cid: CID) -> None:
+        """Before fetching ``cid`` by IPFS: connect our Kubo to the Kubo of a connected peer that holds it (issue
+        16: the two swarms were never connected, and our Kubo waited 60 s for blocks nobody would send). When no
+        peer holds it, our Kubo's own swarm is given ``IPFS_PROBE`` seconds for the first block; then a 404."""
+        if await self.holds(cid):
+            return
+        peers = self.network.host.connected_peers() if self.network else []
+        if self.network is not None and peers:
+            holders = await self.network.holders(cid)
+            if holders:
+                if await connect_providers(self.kubo, [a for addrs in holders.values() for a in addrs]):
+                    return
+                raise PeerError(f"the Kubo of the peers that have {cid_str(cid)} ({', '.join(holders)}) is unreachable")
+        if await self.kubo.swarm_peers(timeout=5.0):  # IPFS peers of our Kubo's own (an external Kubo, by hand)
+            try:
+                await self.kubo.block_get(cid, timeout=IPFS_PROBE)
+                return
+            except KuboError:
+                pass
+        who = f"none of the {len(peers)} connected peers has" if peers else "no peer is connected to fetch"
+        raise NotFound(
+            f"{who} {cid_str(cid)}: connect to a node that has it (`cairn connect ADDR`), "
+            "or pull from its URL (http://HOST:PORT/odf/NAME)"
+        )
+
     # -- transfer protocol and gateway --------------------------------------------------------
+
+    async def gateway_held(self, cid: CID) -> None:
+        """The gateway serves what this node holds, at once (issue 16: an absent CID blocked 30 s while Kubo
+        searched a network it is not connected to); 404 otherwise, as Kubo's gateway with Gateway.NoFetch."""
+        if not await self.holds(cid):
+            raise NotFound(f"this node does not hold {cid_str(cid)}: fetch it first (`cairn pull CID`, or a query)")
 
     async def odf_head(self, dataset: str) -> CID:
         return (await self.datasets.resolve(dataset))[1].head
@@ -604,16 +647,16 @@ class Node:
 
     async def raw_block(self, cid: CID) -> bytes:
         """One block from Kubo, checked against its CID (the client re-hashes it)."""
-        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout)
+        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout, offline=True)
 
     def car_export(self, cid: CID) -> AsyncIterator[bytes]:
         """The DAG under ``cid`` as a CAR stream; every block is hash-checked as it passes."""
-        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True)
+        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True, offline=True)
 
     def cat(self, cid: CID) -> AsyncIterator[bytes]:
         """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
         Kubo) and bitswap checks every block it fetches."""
-        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout)
+        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout, offline=True)
 
     # -- Transform.Storage types (node.types; docs/provenance.md "Types") -----------------------
 

@@ -307,6 +307,10 @@ class PeerTimeout(PeerError):
     status = 504
 
 
+class NotCairnPeer(InvalidInput):
+    """An address whose libp2p peer does not speak Cairn's protocols (often a Kubo swarm address): not kept."""
+
+
 def peer_failure(e: Exception) -> CairnError:
     """A failure of the p2p layer (p2p's ``P2PError``) as a node error, where node code calls p2p: a timeout is
     :class:`PeerTimeout`, the caller's bad address or peer id (``P2PBadInput``, a ``ValueError``) is

@@ -282,9 +282,9 @@ class P2PHost:
         return self._table.connected()
 
     def on_peer_connected(self, callback: PeerCallback) -> None:
-        """Call ``callback(peer_id)`` on the asyncio loop when a peer goes from no connection
-        to one. Gossipsub does not replay old messages: use this to send a new peer what it
-        missed (:meth:`send_direct`)."""
+        """Call ``callback(peer_id)`` on the asyncio loop when a new connection to a peer opens
+        (from none, or beside an old one that has not closed yet: the peer restarted). Gossipsub
+        does not replay old messages: use this to send a new peer what it missed (:meth:`send_direct`)."""
         self._on_connected.append(callback)
 
     def on_peer_disconnected(self, callback: PeerCallback) -> None:
@@ -319,6 +319,19 @@ class P2PHost:
 
         await self._bridge.run(close)
 
+    async def forget(self, peer_id: str, *, disconnect: bool = True) -> None:
+        """Drop a peer from the peer table (``peers.json``): it is not re-dialled at the next start, nor listed
+        or asked; and disconnect it unless ``disconnect`` is False (a peer that dialled us may stay: it can
+        still gossip). For a peer that is not what we wanted (a plain Kubo node, say)."""
+        self._table.forget(peer_id)
+        self._table.save()
+        if not disconnect:
+            return
+        try:
+            await self.disconnect(peer_id)
+        except Exception as e:  # noqa: BLE001  already gone: nothing left to close
+            log.debug("disconnecting %s: %s", peer_id, one_line(e))
+
     async def ping(self, peer_id: str, timeout: float = 10.0) -> float:
         """Round trip to a peer over ``/ipfs/ping/1.0.0``, in milliseconds."""
         pid = _parse_peer_id(peer_id)
@@ -343,12 +356,31 @@ class P2PHost:
     # ---------------------------------------------------------------- trio side
 
     async def _dial(self, info: PeerInfo, timeout: float) -> None:
-        # A deliberate dial tries again instead of reading the swarm's cached failure (a peer whose
-        # addresses all failed is refused for 60 s). Public Swarm API in libp2p 0.8.1; a test
-        # (test_p2p_host: a redial is not answered from the cache) fails if it changes.
-        self._host.get_network().unblock_peer(info.peer_id)
+        """Dial the given addresses, one at a time, until one connects.
+
+        libp2p's swarm dials only the *first* TCP address its peerstore holds for a peer, so a peer
+        remembered at an old port (its port 0 gave it a new one at restart) could never be reached at the
+        new address `connect` was given: it kept dialling the old one (issue 16). So the peerstore holds
+        only the address being tried. A deliberate dial also tries again instead of reading the swarm's
+        cached failure (a peer whose addresses all failed is refused for 60 s). Public Swarm and
+        peerstore API in libp2p 0.8.1; tests in test_p2p_host fail if either changes."""
+        network, store = self._host.get_network(), self._host.get_peerstore()
+        failure: BaseException | None = None
         with trio.fail_after(timeout):
-            await self._host.connect(info)
+            for addr in info.addrs or []:
+                network.unblock_peer(info.peer_id)
+                if not network.get_connections(info.peer_id):
+                    store.clear_addrs(info.peer_id)
+                try:
+                    await self._host.connect(PeerInfo(info.peer_id, [addr]))
+                    return
+                except trio.Cancelled:
+                    raise
+                except Exception as e:  # noqa: BLE001  try the next address; the last failure is reported
+                    failure = e
+        if failure is not None:
+            raise failure
+        raise P2PError(f"no address to dial {info.peer_id.to_base58()}")
 
     async def _dial_quietly(self, info: PeerInfo, why: str) -> None:
         try:
@@ -407,8 +439,14 @@ class P2PHost:
             source="inbound" if inbound else "dialed",
             inbound_from=_remote_addr(conn) if (up and inbound) else None,
         )
-        if flipped:
-            for cb in self._on_connected if live else self._on_disconnected:
+        # Every new connection counts as a (re)connection, not only a flip of the table: a peer that restarts
+        # at once dials us before we saw its old connection close, so the table never flips and the peer
+        # was never caught up (issue 16; test_network_catchup). Duplicates (simultaneous dials) are harmless.
+        if (flipped and live) or up:
+            for cb in self._on_connected:
+                self._bridge.to_loop(self._spawn_callback, cb, pid)
+        elif flipped:
+            for cb in self._on_disconnected:
                 self._bridge.to_loop(self._spawn_callback, cb, pid)
 
     def _start_mdns_dialer(self) -> None:

@@ -46,6 +46,7 @@ class PeerTable:
         self._forget_after = forget_after
         self._lock = threading.Lock()
         self._peers: dict[str, dict[str, Any]] = {}
+        self._forgotten: set[str] = set()  # dropped on purpose: their disconnection must not bring them back
         self.dirty = False
 
     # ------------------------------------------------------------------ persistence
@@ -124,6 +125,7 @@ class PeerTable:
         if pid == self._self:
             return
         with self._lock:
+            self._forgotten.discard(pid)
             p = self._entry(pid, source)
             for a in map(strip_p2p, addrs):
                 if a in p["addrs"]:
@@ -151,6 +153,9 @@ class PeerTable:
         if pid == self._self:
             return False
         with self._lock:
+            if pid in self._forgotten and not connected:
+                return False
+            self._forgotten.discard(pid)
             p = self._entry(pid, source)
             flipped = p["connected"] != connected
             p["connected"] = connected
@@ -159,6 +164,13 @@ class PeerTable:
                 p["ephemeral"].add(strip_p2p(inbound_from))
             self.dirty = True
             return flipped
+
+    def forget(self, pid: str) -> None:
+        """Drop a peer (not re-dialled, not saved), e.g. one that turned out not to be a Cairn node."""
+        with self._lock:
+            self._peers.pop(pid, None)
+            self._forgotten.add(pid)
+            self.dirty = True
 
     def touch(self, pid: str) -> None:
         with self._lock:

@@ -496,6 +496,7 @@ async def odf_data(request: web.Request) -> web.StreamResponse:
 async def gateway(request: web.Request) -> web.StreamResponse:
     cid = parse_cid(request.match_info["cid"])
     node = _node(request)
+    await node.gateway_held(cid)  # local only: an absent CID is a prompt 404, not a network search
     accept = request.headers.get("Accept", "")
     if "application/vnd.ipld.raw" in accept:
         return web.Response(
@@ -691,7 +692,7 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/pull",
         pull,
         TOKEN,
-        "pull a dataset from a URL or CID",
+        "pull a dataset from a URL or CID (by CID: from the connected peers that hold it, 404 when none does)",
         JSON,
         _strings("source", optional=("name",)),
         returns={200: S.PULLED},
@@ -713,7 +714,7 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/peers/connect",
         peers_connect,
         TOKEN,
-        "connect to a peer",
+        "connect to a peer: kept only if it speaks Cairn's protocols (a Kubo swarm address is refused, 400)",
         JSON,
         _strings("addr"),
         errors=(400, 409),
@@ -794,7 +795,8 @@ ROUTES: tuple[Route, ...] = (
         "/ipfs/{cid}",
         gateway,
         OPEN,
-        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car)",
+        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car), of what this node holds: 404 at "
+        "once otherwise",
         produces=(
             "application/octet-stream",
             "application/json",

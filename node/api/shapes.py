@@ -45,6 +45,7 @@ NODE_INFO = obj(
         "peer_id": STR,
         "node_key": STR,
         "p2p_addrs": array(STR),
+        "addresses": obj({"cairn_connect": array(STR), "kubo_swarm": array(STR)}),
         "uptime_s": NUM,
         "spark": obj({"state": STR, "master": STR, "pid": maybe(INT), "jobs": INT, "restarts": INT}),
         "kubo": obj(
@@ -115,6 +116,7 @@ QUERY_ANSWER = obj(
         "trust": STR,
         "verified": BOOL,
         "profile": maybe(CID),
+        "hints": array(STR),
     }
 )
 JOB_STARTED = obj({"job": STR, "events": STR})

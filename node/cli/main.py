@@ -87,12 +87,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"running    {info['api']}")
     print(f"peer id    {info['peer_id']}")
     print(f"node key   {info['node_key']}")
+    # The address to share comes first and says so; Kubo's swarm is labelled as Kubo's (issue 16).
+    for addr in info.get("p2p_addrs", []):
+        print(f"connect    {addr}  (share this: other nodes run `cairn connect` with it)")
+    if not info.get("p2p_addrs"):
+        print("connect    - (peers.enabled = false: no p2p host)")
     print(
         f"kubo       {kubo.get('version', '?')} {kubo.get('state')} at {kubo.get('api')}"
         f" ({'managed' if kubo.get('managed') else 'external'})"
     )
     for addr in kubo.get("swarm", []):
-        print(f"  swarm    {addr}")
+        print(f"  swarm    {addr}  (Kubo's, for IPFS peers: not for `cairn connect`)")
     return 0
 
 
@@ -334,6 +339,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"from peer   {p['peer']} signed by {p['signer']}, trust mode {p['mode']}: {label}", file=sys.stderr)
     else:
         print(f"trust       {label}", file=sys.stderr)
+    for hint in out.get("hints", []):  # e.g. a peer had it, signed by a key not trusted here (issue 16)
+        print(f"hint        {hint}", file=sys.stderr)
     print(f"query       {out['query']}", file=sys.stderr)
     print(f"invocation  {out['invocation']}", file=sys.stderr)
     print(f"execution   {out['execution']}", file=sys.stderr)

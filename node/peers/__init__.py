@@ -3,6 +3,6 @@
 ``node.peers.network.Network`` ties the libp2p host (``p2p``) to the resolver and the index.
 """
 
-from node.peers.network import CATCHUP, LOOKUP, TOPIC, Network
+from node.peers.network import CATCHUP, HAVE, LOOKUP, TOPIC, Network
 
-__all__ = ["CATCHUP", "LOOKUP", "TOPIC", "Network"]
+__all__ = ["CATCHUP", "HAVE", "LOOKUP", "TOPIC", "Network"]

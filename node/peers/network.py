@@ -5,6 +5,8 @@ Protocols (docs/p2p.md):
 - ``/cairn/lookup/1.0.0``: request = the binary invocation CID, answer = DAG-CBOR list of ``an_0`` blocks;
 - ``/cairn/catchup/1.0.0``: sent to a peer when it connects: DAG-CBOR list of ``an_0`` blocks for results
   we already held, since gossip never replays old messages.
+- ``/cairn/have/1.0.0``: request = a binary CID; answer = DAG-CBOR list of our Kubo's multiaddrs if our Kubo
+  holds that block, else an empty list: how a pull by CID finds whose Kubo to connect to (issue 16).
 """
 
 from __future__ import annotations
@@ -16,28 +18,31 @@ from collections import Counter
 from typing import Any
 
 from config import PeerSettings
-from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError
+from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError, NotCairnPeer, peer_failure
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
 from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
-from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement
+from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
-from p2p.host import P2PError, P2PHost
+from p2p.host import P2PError, P2PHost, P2PTimeout
 
 log = logging.getLogger("cairn.network")
 
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 CATCHUP = "/cairn/catchup/1.0.0"
+HAVE = "/cairn/have/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
 REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
 CATCHUP_MAX_BYTES = 2 * 1024 * 1024  # 1000 announcements take ~0.4 MB
 CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
+CATCHUP_TIMEOUT = 10.0  # seconds for the peer to check and store a catch-up (1000 items: ~10 s under load)
+PROBE_TIMEOUT = 5.0  # seconds `connect` waits for the new peer to answer an empty lookup
 PROVIDERS_TTL = 30.0  # seconds our Kubo's addresses are reused: one `id` RPC per catch-up burst, not one per row
 
 
@@ -80,6 +85,7 @@ class Network:
         self.host.subscribe(TOPIC, self._on_gossip)
         self.host.set_handler(LOOKUP, self._on_lookup)
         self.host.set_handler(CATCHUP, self._on_catchup)
+        self.host.set_handler(HAVE, self._on_have)
         self.host.on_peer_connected(self._on_connected)
         try:
             await self.host.start()
@@ -134,6 +140,24 @@ class Network:
         except P2PError as e:
             log.warning("announcement not sent", extra={"invocation": row.invocation, "error": str(e)})
 
+    async def connect(self, addr: str) -> str:
+        """Dial a peer and keep it only if it speaks Cairn's lookup protocol (issue 16: a Kubo swarm address
+        "connected", was kept in peers.json and failed at every start). The probe is an empty lookup, which
+        every Cairn node answers with an empty list."""
+        try:
+            peer = await self.host.connect(addr)
+            await self.host.request(peer, LOOKUP, b"", timeout=PROBE_TIMEOUT)
+        except P2PError as e:
+            peer = addr.rsplit("/p2p/", 1)[-1]
+            if _not_cairn(e):
+                await self.host.forget(peer)
+                raise NotCairnPeer(
+                    f"{addr} is a libp2p peer that does not speak Cairn's protocols (a Kubo swarm address?): "
+                    "not kept; use the `connect` address of the other node's `cairn status`"
+                ) from None
+            raise peer_failure(e) from None
+        return peer
+
     async def lookup(self, invocation: CID) -> dict[str, list[bytes]]:
         """Ask every connected peer at once; what arrived by the deadline."""
         if not self.host.connected_peers():
@@ -147,6 +171,27 @@ class Network:
         for peer, answer in answers.items():
             if not isinstance(answer, Exception):
                 out[peer] = self._lookup_answer(peer, answer)
+        return out
+
+    async def holders(self, cid: CID) -> dict[str, list[str]]:
+        """The connected peers whose Kubo holds ``cid``, with their Kubo's addresses (``/cairn/have``), by
+        ``peers.lookup_timeout``: whom to `swarm connect` before asking our Kubo for the blocks."""
+        if not self.host.connected_peers():
+            return {}
+        try:
+            answers = await self.host.ask_all(HAVE, bytes(cid), self.settings.lookup_timeout)
+        except P2PError as e:  # best effort, as a lookup: the caller says nobody had it
+            log.warning("have lookup failed", extra={"cid": cid_str(cid), "error": str(e)})
+            return {}
+        out: dict[str, list[str]] = {}
+        for peer, answer in answers.items():
+            try:
+                items = decode(answer) if isinstance(answer, bytes) else []
+            except EncodingError:
+                continue
+            addrs = [a for a in items if provider_ok(a)][:MAX_PROVIDERS] if isinstance(items, list) else []
+            if addrs:
+                out[peer] = addrs
         return out
 
     def _lookup_answer(self, peer: str, answer: bytes) -> list[bytes]:
@@ -247,6 +292,15 @@ class Network:
         row = self.index.execution(cid_str(invocation))
         return encode([await self._announcement(row)] if row and _ours(row) else [])
 
+    async def _on_have(self, peer: str, request: bytes) -> bytes:
+        """Our Kubo's addresses if it holds the block (checked offline: never fetched for a peer), else []."""
+        try:
+            cid = parse_cid(request)
+            await self.kubo.block_stat(cid, timeout=5.0, offline=True)
+        except (InvalidCID, KuboError):  # unreadable, or not held here: the same empty answer
+            return encode([])
+        return encode(await self._providers())
+
     async def _on_catchup(self, peer: str, request: bytes) -> bytes:
         if len(request) > CATCHUP_MAX_BYTES:  # refused before decoding: decoding is the cost a flood would impose
             self._refuse(peer, "limit", f"limit: catch-up of {len(request)} bytes, over {CATCHUP_MAX_BYTES}", False)
@@ -277,16 +331,36 @@ class Network:
     def _on_connected(self, peer: str) -> None:
         self._spawn(self._catch_up(peer))
 
+    async def _send_catch_up(self, peer: str, data: bytes) -> None:
+        """One catch-up, tried twice: a stream opened while a peer reconnects may land on its old connection,
+        which is closing and never answers (issue 16: "no answer within 10 s" at reconnects)."""
+        try:
+            await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
+        except P2PTimeout:
+            await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
+
     async def _catch_up(self, peer: str) -> None:
         rows = [r for r in self.index.executions(limit=CATCHUP_LIMIT) if _ours(r)]
-        if not rows:
-            return
-        providers = await self._providers()  # one Kubo RPC for the whole catch-up
-        items = [await self._announcement(r, providers) for r in rows]
         try:
-            await self.host.send_direct(peer, CATCHUP, encode(items), timeout=10.0)
+            if rows:
+                providers = await self._providers()  # one Kubo RPC for the whole catch-up
+                items = [await self._announcement(r, providers) for r in rows]
+                await self._send_catch_up(peer, encode(items))
+            else:  # nothing to send: still find out whether the peer is a Cairn node at all (an empty lookup)
+                await self.host.request(peer, LOOKUP, b"", timeout=PROBE_TIMEOUT)
         except P2PError as e:
+            if _not_cairn(e):  # remembered from before connect checked it, or dialled us: not a Cairn node
+                # Not remembered (so not re-dialled and warned about at every start), but not cut off either:
+                # a bare libp2p host may still gossip to us, and the gossip checks judge what it sends.
+                log.info("peer does not speak Cairn's protocols: not remembered", extra={"peer": peer})
+                await self.host.forget(peer, disconnect=False)
+                return
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _not_cairn(e: P2PError) -> bool:
+    """The peer answered, but not in Cairn's protocols (p2p words it so: docs/p2p.md)."""
+    return "does not speak that protocol" in str(e)
 
 
 def _check(data: bytes) -> Announcement | ClaimRefused:

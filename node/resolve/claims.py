@@ -126,20 +126,27 @@ async def _links(kubo: KuboClient, cid: CID, timeout: float, what: str) -> list[
     return items
 
 
-async def _connect(kubo: KuboClient, providers: tuple[str, ...]) -> None:
-    """Reach the claimant's Kubo (bitswap does the rest): all providers at once, the first that answers wins."""
+def provider_ok(addr: object) -> bool:
+    """A provider address as peers may send it: a ``/…/p2p/<peer id>`` multiaddr of bounded length."""
+    return _provider_ok(addr)
+
+
+async def connect_providers(kubo: KuboClient, providers: tuple[str, ...] | list[str]) -> bool:
+    """Reach a peer's Kubo before asking ours for blocks (bitswap does the rest): all providers at once, the
+    first that answers wins. False when none could be reached."""
     tasks = [asyncio.ensure_future(kubo.swarm_connect(a, timeout=CONNECT_TIMEOUT)) for a in providers]
     try:
         for done in asyncio.as_completed(tasks):
             try:
                 await done
-                return
+                return True
             except CairnError:
                 continue
     finally:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+    return False
 
 
 def structure_of(schema: pa.Schema) -> Structure:
@@ -227,7 +234,9 @@ async def fetch_and_verify(
     """Check everything the claim states (module docstring); ``progress`` is called after each output slice."""
     if not _same(an.invocation, want.cid):
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
-    await _connect(kubo, an.providers)
+    # Unreachable providers are not refused here: the claim is given up at peers.resolve_timeout and stays
+    # pending (docs/peers.md "Scores and deadline"), since an unreachable peer says nothing of its claim.
+    await connect_providers(kubo, an.providers)
     try:
         rc = await _verified_receipt(kubo, an, timeout)
         output = await _verified_execution(kubo, datasets, rc, want, timeout)

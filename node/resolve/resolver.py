@@ -88,6 +88,7 @@ class Outcome:
     source: str
     trust: str  # one of TRUST_LABELS: how this answer was checked
     peer: dict[str, Any] | None = None
+    hints: tuple[str, ...] = ()  # what peers had that could not be used, and what the asker could do
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Answer:
     versions: dict[str, str] = field(default_factory=dict)  # alias → dataset version used
     peer: dict[str, Any] | None = None  # for source "peer": which peer, which signer, which mode
     trust: str = "computed"  # one of TRUST_LABELS
+    hints: tuple[str, ...] = ()  # e.g. a peer has this answer but its signer is not trusted (issue 16)
 
     @property
     def verified(self) -> bool:
@@ -219,6 +221,7 @@ class Resolver:
             {a: cid_str(v.head) for a, v in zip(cq.inputs, versions)},
             outcome.peer,
             outcome.trust,
+            outcome.hints,
         )
 
     async def _wait_flight(self, flight: asyncio.Future[Outcome]) -> Outcome:
@@ -248,9 +251,10 @@ class Resolver:
         (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
         if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
             raise Unauthorized(_NEEDS_TOKEN)
-        found = await self._from_peers(cq, iv_block, versions, mode, emit) if mode != "self" else None
+        hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
+        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if mode != "self" else None
         if found is None and not may_compute:
-            raise Unauthorized(_NEEDS_TOKEN)
+            raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
         if found is not None:
             claim, got = found
             peer = {
@@ -276,10 +280,17 @@ class Resolver:
             await self._provide([got.receipt.execution, claim.announcement.receipt])
             stored = self.index.execution(row.invocation) or row
             return Outcome(stored, "peer", stored.trust, peer)
-        return Outcome(await self._compute(cq, objects, iv_block, versions, emit), "computed", "computed")
+        row = await self._compute(cq, objects, iv_block, versions, emit)
+        return Outcome(row, "computed", "computed", hints=tuple(hints))
 
     async def _from_peers(
-        self, cq: CanonicalQuery, iv_block: Block, versions: list[Version], mode: str, emit: Event
+        self,
+        cq: CanonicalQuery,
+        iv_block: Block,
+        versions: list[Version],
+        mode: str,
+        emit: Event,
+        hints: list[str] | None = None,
     ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
@@ -296,6 +307,9 @@ class Resolver:
                 for claim in await self._claims(iv_block.cid, emit):
                     if mode == "community" and not self._trusted(claim.signer):
                         self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
+                        if hints is not None and _untrusted(claim.signer) not in hints:
+                            hints.append(_untrusted(claim.signer))
+                            emit("untrusted-claim", {"peer": claim.peer, "signer": claim.signer})
                         continue
                     emit("fetching", {"peer": claim.peer, "signer": claim.signer})
                     try:
@@ -310,6 +324,11 @@ class Resolver:
                 extra={"invocation": cid_str(iv_block.cid), "timeout": self.resolve_timeout},
             )
             emit("peers-deadline", {"timeout": self.resolve_timeout})
+            if hints is not None:
+                hints.append(
+                    f"a peer claims this answer, but its data did not arrive within peers.resolve_timeout "
+                    f"({self.resolve_timeout:g} s): computed here; is the peer's Kubo reachable from this one?"
+                )
         return None
 
     async def _claims(self, invocation: CID, emit: Event) -> list[Claim]:
@@ -648,6 +667,11 @@ class Resolver:
 
 def _same(a: CID, b: CID) -> bool:
     return bytes(a) == bytes(b)
+
+
+def _untrusted(key: str) -> str:
+    """What to do about a claim the trust mode did not allow (issue 16: the node recomputed silently)."""
+    return f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
 
 
 def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID]) -> list[Block]:

@@ -520,6 +520,7 @@ def test_unreachable_claim_is_abandoned_at_the_deadline(net: dict[str, NodeProce
     _gossip(c, block_of(forged).data)
     answer = _ask_any(c, sql)
     assert answer["source"] == "computed" and answer["rows"] == [[_oracle_count(6).column(0)[0].as_py()]]
+    assert any("did not arrive within peers.resolve_timeout (8 s)" in h for h in answer["hints"]), answer  # said
     claims = [x for x in c.get("/api/v0/announcements")[1]["claims"] if x["invocation"] == target]
     assert [x["status"] for x in claims] == ["pending"], claims  # abandoned at the deadline, not judged
 

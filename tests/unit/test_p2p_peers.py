@@ -92,3 +92,18 @@ def test_old_bad_and_foreign_entries_are_dropped(tmp_path, caplog):
     t3 = PeerTable(ME, path)
     t3.load()
     assert t3.snapshot() == [] and "ignoring unreadable peerstore" in caplog.text
+
+
+def test_a_forgotten_peer_is_not_saved_and_its_disconnection_does_not_bring_it_back(tmp_path):
+    """issue 16: a peer that is not a Cairn node is forgotten; the disconnect that follows must not re-add it."""
+    path = tmp_path / "peers.json"
+    t = PeerTable(ME, path)
+    t.remember(A, ["/ip4/127.0.0.1/tcp/4001"], "dialed")
+    t.set_connected(A, True, source="dialed")
+    t.forget(A)
+    assert not t.set_connected(A, False, source="dialed")
+    assert t.snapshot() == [] and t.dial_targets() == [] and t.connected() == []
+    t.save()
+    assert json.loads(path.read_text())["peers"] == {}
+    t.remember(A, ["/ip4/127.0.0.1/tcp/4002"], "dialed")  # a deliberate connect later keeps it again
+    assert [p["peer_id"] for p in t.snapshot()] == [A]
