@@ -27,7 +27,7 @@ from sqlglot.optimizer.scope import Scope, build_scope, walk_in_scope
 from sqlglot.tokens import TokenType
 
 from node.errors import QueryRefused
-from node.query import allowlist, clock, environment
+from node.query import allowlist, clock, environment, equivalences
 from node.query.checks import MAX_SQL_CHARS, check_statement
 from node.query.dialect import DIALECT
 from node.query.inputs import Context, Input, declare
@@ -46,7 +46,7 @@ __all__ = [
     "canonicalize_declared",
 ]
 
-FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
+FORM_REVISION = 3  # 2: float tie-breakers in completed orders (issue 12 item 1); 3: equivalences (issue 16)
 
 
 def _rules_digest() -> str:
@@ -135,6 +135,7 @@ class _Canonicalizer:
     def run(self) -> CanonicalQuery:
         root = check_statement(self.ctx)
         prepare(self.ctx, root)
+        equivalences.expand_between(root)
         root = qualify_statement(self.ctx, root)
         return self._rewrite(root)
 
@@ -340,6 +341,7 @@ class _Canonicalizer:
         """Spelling, order completion, the last check, and the statement's text."""
         rename_lambdas(root)
         normalize_spelling(root)
+        equivalences.apply(root)  # before order completion, so that its keys match outputs written alike
 
         # Order: complete every ORDER BY and every order-sensitive window to a total order.
         input_column = {  # id(column node) -> (input index, position), for columns read straight from an input
@@ -353,6 +355,7 @@ class _Canonicalizer:
         )
 
         normalize_identifiers(root)
+        equivalences.apply(root)  # again on the final text (quoting), which the operand order reads
         post_check(root)
         try:
             statement = root.sql(dialect=DIALECT, comments=False)
