@@ -26,7 +26,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import Scope, build_scope, walk_in_scope
 from sqlglot.tokens import TokenType
 
-from node.errors import QueryRefused
+from node.errors import QueryRefused, did_you_mean
 from node.query import allowlist, clock, environment, equivalences
 from node.query.checks import MAX_SQL_CHARS, check_statement
 from node.query.dialect import DIALECT
@@ -236,7 +236,10 @@ class _Canonicalizer:
                     try:
                         position = self.ctx.declared[info].keys.index(node.name.lower())
                     except ValueError:
-                        raise QueryRefused("unknown-column", "no such column in the input", sql_of(node)) from None
+                        hint = did_you_mean(node.name, self.ctx.declared[info].names)
+                        raise QueryRefused(
+                            "unknown-column", f"no such column in the input{hint}", sql_of(node)
+                        ) from None
                 else:
                     query = source.expression if isinstance(source, Scope) else None
                     names = list(query.named_selects) if isinstance(query, exp.Query) else []
@@ -403,7 +406,8 @@ class _Canonicalizer:
             projections = []
         matches = [k for k, p in enumerate(projections) if p.alias_or_name == column.name]
         if not matches:
-            raise QueryRefused("unknown-column", "no input, CTE or output in scope has this column", column.name)
+            hint = did_you_mean(column.name, [p.alias_or_name for p in projections])
+            raise QueryRefused("unknown-column", f"no input, CTE or output in scope has this column{hint}", column.name)
         inner = {sql_of(p.this if isinstance(p, exp.Alias) else p) for k, p in enumerate(projections) if k in matches}
         if len(inner) > 1:  # two different outputs share the name
             raise QueryRefused("ambiguous-column", "several outputs have this name", column.name)
