@@ -6,6 +6,8 @@ tests/integration/test_query_equivalences.py runs these same pairs on a real Spa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,8 +154,10 @@ def test_the_canonical_spellings():
             "SELECT a.col_0 AS _0 FROM a WHERE NOT (a.col_1 >= 1 AND a.col_1 <= 2)"
         ),
     }
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "queries.md").read_text()
     for sql, statement in cases.items():
         assert canonicalize(sql, ONE).statement == statement
+        assert f"| `{sql}` | `{statement}` |" in docs
 
 
 def test_display_names_keep_the_users_spelling():
