@@ -51,11 +51,17 @@ def _count_rows(root: exp.Expr) -> None:
 
 
 def _literal_kind(node: exp.Expr) -> str | None:
-    """``number``, ``string``, ``boolean`` or ``null`` for a plain literal; ``None`` for anything else."""
+    """The Spark type family of a plain literal: ``integer`` (INT, BIGINT or DECIMAL(p,0): all widen alike),
+    ``decimal<scale>``, ``double``, ``string``, ``boolean`` or ``null``; ``None`` for anything else."""
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        return "number"
+        return _literal_kind(node.this)
     if isinstance(node, exp.Literal):
-        return "string" if node.is_string else "number"
+        text = str(node.this).lower()
+        if node.is_string:
+            return "string"
+        if "e" in text:
+            return "double"
+        return f"decimal{len(text.partition('.')[2])}" if "." in text else "integer"
     if isinstance(node, exp.Boolean):
         return "boolean"
     if isinstance(node, exp.Null):
@@ -68,7 +74,8 @@ def _sort_in_lists(root: exp.Expr) -> None:
 
     Spark evaluates ``IN`` member by member and stops at a match, so a member that can fail at run time (a
     column cast under ANSI, a division) must keep its place; literals are folded before anything runs. Mixed
-    kinds (``IN (1, 'a')``) are left as written: their common type is not worth proving order-free.
+    kinds (``IN (1, 'a')``, ``IN (1, 2.5)``) are left as written: Spark widens the members' types pairwise, and
+    decimal precision capped at 38 could make that order-dependent.
     """
     for node in list(root.find_all(exp.In)):
         members = node.expressions

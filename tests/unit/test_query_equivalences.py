@@ -58,6 +58,7 @@ SAME = [
         "SELECT k FROM t WHERE s IN (NULL, 'a', 'b', 'a')",
         ONE,
     ),
+    ("in list decimals", "SELECT k FROM t WHERE x IN (2.5, -1.5, 2.5)", "SELECT k FROM t WHERE x IN (-1.5, 2.5)", ONE),
     ("not in list order", "SELECT k FROM t WHERE k NOT IN (5, 4)", "SELECT k FROM t WHERE NOT k IN (4, 5)", ONE),
     ("between", "SELECT k FROM t WHERE x BETWEEN 1 AND 2", "SELECT k FROM t WHERE x >= 1 AND x <= 2", ONE),
     ("between mirrored", "SELECT k FROM t WHERE x BETWEEN 1 AND 2", "SELECT k FROM t WHERE 1 <= x AND 2 >= x", ONE),
@@ -106,6 +107,12 @@ DIFFERENT = [
     ("in list member", "SELECT k FROM t WHERE k IN (2, 1)", "SELECT k FROM t WHERE k IN (1, 2, 3)", ONE),
     ("in list null", "SELECT k FROM t WHERE k IN (2, 1)", "SELECT k FROM t WHERE k IN (1, NULL, 2)", ONE),
     ("in list literal type", "SELECT k FROM t WHERE k IN (1, 2)", "SELECT k FROM t WHERE k IN (2, 1.0)", ONE),
+    (
+        "in list of mixed types keeps its order",
+        "SELECT k FROM t WHERE x IN (2.5, 1)",
+        "SELECT k FROM t WHERE x IN (1, 2.5)",
+        ONE,
+    ),
     ("not in", "SELECT k FROM t WHERE k IN (2, 1)", "SELECT k FROM t WHERE k NOT IN (1, 2)", ONE),
     # A member that can fail at run time keeps its place (Spark stops at the first match).
     ("in list with a column", "SELECT k FROM t WHERE k IN (x, 1)", "SELECT k FROM t WHERE k IN (1, x)", ONE),
@@ -174,8 +181,10 @@ def test_subquery_operands_keep_their_order():
 
 # --- properties ----------------------------------------------------------------------------------------------
 
-LITERALS = {
-    "number": st.integers(-50, 50).map(str) | st.sampled_from(["1.5", "0.25", "1e3", "2.50"]),
+LITERALS = {  # one Spark type family per list (mixed families keep their order)
+    "integer": st.integers(-50, 3_000_000_000).map(str),
+    "decimal": st.integers(-999, 999).map(lambda n: f"{n / 100:.2f}"),
+    "double": st.floats(-1e6, 1e6, allow_nan=False).map(lambda v: f"{v:e}"),
     "string": st.text("abcAB é'", max_size=3).map(lambda v: "'" + v.replace("'", "''") + "'"),
 }
 
@@ -183,7 +192,7 @@ LITERALS = {
 @st.composite
 def in_list(draw):
     """A literal IN list of one kind (maybe with NULL), and a shuffled copy of it with duplicates."""
-    column, kind = draw(st.sampled_from([("k", "number"), ("x", "number"), ("s", "string")]))
+    column, kind = draw(st.sampled_from([("k", "integer"), ("x", "decimal"), ("x", "double"), ("s", "string")]))
     members = draw(st.lists(LITERALS[kind], min_size=1, max_size=8))
     if draw(st.booleans()):
         members.append("NULL")
