@@ -360,7 +360,8 @@ class Datasets:
             if create and row is not None:
                 raise InvalidInput(f"dataset {name!r} already exists: append with --to {name}")
             if not create and row is None:
-                raise NotFound(f"no dataset named {name!r}: create it with --name {name}")
+                hint = self.suggest(name)
+                raise NotFound(f"no dataset named {name!r}{hint}: create it with --name {name}")
             old = await self.version(parse_cid(row.head)) if row else None
             if old is not None and old.merge["strategy"] != strategy and old.rows:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")

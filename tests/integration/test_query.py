@@ -301,7 +301,12 @@ async def test_cli_query_without_input_and_did_you_mean(nodes: Any, csv_dir: Pat
     rc, stdout, err = await cli(a[0], "query", SQL, "--json")
     assert rc == 0, err.decode()
     assert json.loads(stdout)["rows"] == duck(csv_dir, SQL)
-    for command in (["log", "salse"], ["get", "salse", "-o", str(csv_dir / "x.csv")], ["query", "SELECT 1 FROM sale"]):
+    for command in (
+        ["log", "salse"],
+        ["get", "salse", "-o", str(csv_dir / "x.csv")],
+        ["add", str(csv_dir / "sales.csv"), "--to", "salse"],
+        ["query", "SELECT 1 FROM sale"],
+    ):
         rc, _, err = await cli(a[0], *command)
         assert rc != 0 and "did you mean 'sales'" in err.decode(), (command, err.decode())
 
