@@ -5,7 +5,8 @@ alike, written one way so that they share a query CID.
   Expanded before qualification (``expand_between``), so a copied ``x`` is named like the user's own spelling.
 - ``COUNT(<non-null literal>)`` is ``COUNT(*)``: both count every row.
 - ``IN`` lists of literals of one kind are sorted and their duplicates dropped.
-- ``=``, ``<>``, ``<=>`` have their operands in canonical order; ``<``/``>``/``<=``/``>=`` are mirrored to it.
+- ``=``, ``<>``, ``<=>``, ``IS DISTINCT FROM`` have their operands in canonical order; ``<``/``>``/``<=``/``>=``
+  are mirrored to it.
 - A parenthesized ``AND`` under ``AND``/``OR`` and an ``OR`` under ``OR`` lose their parentheses (associativity
   and precedence: the text reads back as the same tree).
 
@@ -21,7 +22,7 @@ from node.query.dialect import DIALECT, SparkAggCall
 
 #: Operators whose operands may be swapped as they are (Spark's coercion of a binary comparison does not depend
 #: on the operands' order: tests/integration/test_query_equivalences.py checks every pair of types on Spark).
-SYMMETRIC: tuple[type[exp.Expr], ...] = (exp.EQ, exp.NEQ, exp.NullSafeEQ)
+SYMMETRIC: tuple[type[exp.Expr], ...] = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
 #: Operators swapped with their mirror: ``b > a`` is ``a < b``.
 MIRRORED: dict[type[exp.Expr], type[exp.Expr]] = {exp.LT: exp.GT, exp.GT: exp.LT, exp.LTE: exp.GTE, exp.GTE: exp.LTE}
 

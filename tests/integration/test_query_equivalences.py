@@ -99,7 +99,7 @@ MATRIX = {
 LITERALS = ["1", "2.5", "1.5E0", "'1'", "'a'", "DATE '2020-01-01'", "TRUE", "NULL", "CAST(2 AS BIGINT)"]
 OPERANDS = [c for c, _ in MATRIX_COLUMNS] + LITERALS
 PAIRS = list(itertools.combinations(OPERANDS, 2))
-OPS = ["=", "<>", "<=>", "<", "<=", ">", ">="]
+OPS = ["=", "<>", "<=>", "IS DISTINCT FROM", "<", "<=", ">", ">="]
 MIRROR = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
 SEEN: dict[str, set[tuple[str, str]]] = {"ran": set(), "failed alike": set()}
 

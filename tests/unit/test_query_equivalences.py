@@ -38,6 +38,12 @@ SAME = [
     ("eq operands", "SELECT k FROM t WHERE k = 2", "SELECT k FROM t WHERE 2 = k", ONE),
     ("neq operands", "SELECT k FROM t WHERE s <> 'a'", "SELECT k FROM t WHERE 'a' != s", ONE),
     ("null-safe eq operands", "SELECT k FROM t WHERE k <=> 2", "SELECT k FROM t WHERE 2 <=> k", ONE),
+    (
+        "is distinct from operands",
+        "SELECT k FROM t WHERE k IS DISTINCT FROM 2",
+        "SELECT k FROM t WHERE 2 IS DISTINCT FROM k",
+        ONE,
+    ),
     ("eq columns", "SELECT k FROM t WHERE x = k", "SELECT k FROM t WHERE k = x", ONE),
     ("join condition operands", "SELECT t.k FROM t JOIN u ON t.k = u.k", "SELECT t.k FROM t JOIN u ON u.k = t.k", TWO),
     ("mirrored lt", "SELECT k FROM t WHERE x < 3", "SELECT k FROM t WHERE 3 > x", ONE),
