@@ -233,13 +233,7 @@ class _Canonicalizer:
                 occurrence, source = found
                 kind, info = self.occ_kind[id(occurrence)]
                 if kind == "input":
-                    try:
-                        position = self.ctx.declared[info].keys.index(node.name.lower())
-                    except ValueError:
-                        hint = did_you_mean(node.name, self.ctx.declared[info].names)
-                        raise QueryRefused(
-                            "unknown-column", f"no such column in the input{hint}", sql_of(node)
-                        ) from None
+                    position = self._input_position(info, node)
                 else:
                     query = source.expression if isinstance(source, Scope) else None
                     names = list(query.named_selects) if isinstance(query, exp.Query) else []
@@ -249,6 +243,14 @@ class _Canonicalizer:
                         raise QueryRefused(rule, "cannot resolve this reference to a single column", sql_of(node))
                     position = matches[0]
                 self.col_plan.append((node, occurrence, position))
+
+    def _input_position(self, i: int, column: exp.Column) -> int:
+        """The position of ``column`` in the i-th declared input's structure."""
+        try:
+            return self.ctx.declared[i].keys.index(column.name.lower())
+        except ValueError:
+            hint = did_you_mean(column.name, self.ctx.declared[i].names)
+            raise QueryRefused("unknown-column", f"no such column in the input{hint}", sql_of(column)) from None
 
     def _check_types(self, root: exp.Expr) -> None:
         """The rules that need the input columns' types: clock-value and float-format."""
