@@ -191,8 +191,10 @@ class Resolver:
                     sql, {a: list(_structure(v).schema) for a, v in versions.items()}
                 )
             except QueryRefused as e:
-                name = e.fragment
-                if e.rule != "unknown-table" or not name or name.lower() in {a.lower() for a in versions}:
+                name = e.fragment  # the table's name; the whole statement when sqlglot's resolver refused it
+                if e.rule != "unknown-table" or name in ("", QueryRefused("", "", sql).fragment):
+                    raise
+                if name.lower() in {a.lower() for a in versions}:
                     raise
                 if len(versions) >= MAX_IMPLICIT_INPUTS:
                     raise InvalidInput(f"a query reads at most {MAX_IMPLICIT_INPUTS} datasets") from None
