@@ -10,8 +10,10 @@ This module is the bottom layer: it imports nothing of Cairn, so any package may
 
 from __future__ import annotations
 
+import difflib
 import errno
 import re
+from collections.abc import Iterable
 
 _SPACES = re.compile(r"\s+")
 
@@ -46,6 +48,18 @@ def quote(text: object, limit: int = 80) -> str:
         else:
             out.append(ch.encode("unicode_escape").decode("ascii"))
     return '"' + "".join(out) + '"'
+
+
+def did_you_mean(word: str, choices: Iterable[str], limit: int = 3) -> str:
+    """``" (did you mean 'amount'?)"`` when some of ``choices`` are close to ``word`` (difflib, case-insensitive),
+    else ``""``: appended to an error that names an unknown column, table or dataset."""
+    by_key: dict[str, str] = {}
+    for choice in choices:
+        by_key.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(word.lower(), list(by_key), n=limit, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(by_key[c]) for c in close)}?)"
 
 
 # -- the base and the generic classes ----------------------------------------------------------------

@@ -588,7 +588,7 @@ _UPLOAD_PARAMS = (
 )
 QUERY_BODY = {
     "type": "object",
-    "required": ["sql"],  # "inputs" defaults to {} (a query over no dataset is then refused: 400)
+    "required": ["sql"],  # "inputs" defaults to {}: tables not declared are datasets of their names
     "properties": {
         "sql": {"type": "string", "pattern": r"\S"},  # not blank
         "inputs": {"type": "object", "additionalProperties": _STR},

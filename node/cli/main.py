@@ -558,7 +558,13 @@ def _add_query_command(sub: Subparsers) -> None:
     help = "answer a SQL query over datasets: from the index, or computed on Spark and published"
     sp = _command(sub, "query", cmd_query, help)
     sp.add_argument("sql")
-    sp.add_argument("--input", "-i", action="append", metavar="NAME=DATASET", help="a table the SQL reads (repeatable)")
+    sp.add_argument(
+        "--input",
+        "-i",
+        action="append",
+        metavar="NAME=DATASET",
+        help="a table the SQL reads (repeatable); a table named like a dataset needs none",
+    )
     sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
     sp.add_argument(

@@ -41,6 +41,7 @@ from node.errors import (
     NotFound,
     SchemaChangeRefused,
     SliceCorrupt,
+    did_you_mean,
 )
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
@@ -301,9 +302,22 @@ class Datasets:
         try:
             cid = parse_cid(ref)
         except CairnError:
-            raise NotFound(f"no dataset named {ref!r} (and it is not a block CID)") from None
+            raise NotFound(f"no dataset named {ref!r} on this node{self.suggest(ref)}") from None
         v = await self.version(cid, timeout=30.0)
         return self.index.dataset_by_id(v.dataset_id), v
+
+    def find_table(self, name: str) -> DatasetRow | None:
+        """The dataset a query's table ``name`` names when no ``--input`` declares it. Spark's table names are
+        case-insensitive: ``FROM Orders`` finds ``orders`` when no other name differs from it only in case."""
+        row = self.index.dataset(name)
+        if row is None:
+            same = [r for r in self.index.datasets() if r.name.lower() == name.lower()]
+            row = same[0] if len(same) == 1 else None
+        return row
+
+    def suggest(self, name: str) -> str:
+        """`` (did you mean 'orders'?)`` when a dataset of this node has a name close to ``name``, else ``""``."""
+        return did_you_mean(name, (row.name for row in self.index.datasets()))
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -346,7 +360,8 @@ class Datasets:
             if create and row is not None:
                 raise InvalidInput(f"dataset {name!r} already exists: append with --to {name}")
             if not create and row is None:
-                raise NotFound(f"no dataset named {name!r}: create it with --name {name}")
+                hint = self.suggest(name)
+                raise NotFound(f"no dataset named {name!r}{hint}: create it with --name {name}")
             old = await self.version(parse_cid(row.head)) if row else None
             if old is not None and old.merge["strategy"] != strategy and old.rows:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")

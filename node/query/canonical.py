@@ -26,8 +26,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import Scope, build_scope, walk_in_scope
 from sqlglot.tokens import TokenType
 
-from node.errors import QueryRefused
-from node.query import allowlist, clock, environment
+from node.errors import QueryRefused, did_you_mean
+from node.query import allowlist, clock, environment, equivalences
 from node.query.checks import MAX_SQL_CHARS, check_statement
 from node.query.dialect import DIALECT
 from node.query.inputs import Context, Input, declare
@@ -46,7 +46,7 @@ __all__ = [
     "canonicalize_declared",
 ]
 
-FORM_REVISION = 2  # 2: float tie-breakers in completed orders (issue 12 item 1)
+FORM_REVISION = 3  # 2: float tie-breakers in completed orders (issue 12 item 1); 3: equivalences (issue 16)
 
 
 def _rules_digest() -> str:
@@ -135,6 +135,7 @@ class _Canonicalizer:
     def run(self) -> CanonicalQuery:
         root = check_statement(self.ctx)
         prepare(self.ctx, root)
+        equivalences.expand_between(root)
         root = qualify_statement(self.ctx, root)
         return self._rewrite(root)
 
@@ -232,10 +233,7 @@ class _Canonicalizer:
                 occurrence, source = found
                 kind, info = self.occ_kind[id(occurrence)]
                 if kind == "input":
-                    try:
-                        position = self.ctx.declared[info].keys.index(node.name.lower())
-                    except ValueError:
-                        raise QueryRefused("unknown-column", "no such column in the input", sql_of(node)) from None
+                    position = self._input_position(info, node)
                 else:
                     query = source.expression if isinstance(source, Scope) else None
                     names = list(query.named_selects) if isinstance(query, exp.Query) else []
@@ -245,6 +243,14 @@ class _Canonicalizer:
                         raise QueryRefused(rule, "cannot resolve this reference to a single column", sql_of(node))
                     position = matches[0]
                 self.col_plan.append((node, occurrence, position))
+
+    def _input_position(self, i: int, column: exp.Column) -> int:
+        """The position of ``column`` in the i-th declared input's structure."""
+        try:
+            return self.ctx.declared[i].keys.index(column.name.lower())
+        except ValueError:
+            hint = did_you_mean(column.name, self.ctx.declared[i].names)
+            raise QueryRefused("unknown-column", f"no such column in the input{hint}", sql_of(column)) from None
 
     def _check_types(self, root: exp.Expr) -> None:
         """The rules that need the input columns' types: clock-value and float-format."""
@@ -340,6 +346,7 @@ class _Canonicalizer:
         """Spelling, order completion, the last check, and the statement's text."""
         rename_lambdas(root)
         normalize_spelling(root)
+        equivalences.apply(root)  # before order completion, so that its keys match outputs written alike
 
         # Order: complete every ORDER BY and every order-sensitive window to a total order.
         input_column = {  # id(column node) -> (input index, position), for columns read straight from an input
@@ -353,6 +360,7 @@ class _Canonicalizer:
         )
 
         normalize_identifiers(root)
+        equivalences.apply(root)  # again on the final text (quoting), which the operand order reads
         post_check(root)
         try:
             statement = root.sql(dialect=DIALECT, comments=False)
@@ -400,7 +408,8 @@ class _Canonicalizer:
             projections = []
         matches = [k for k, p in enumerate(projections) if p.alias_or_name == column.name]
         if not matches:
-            raise QueryRefused("unknown-column", "no input, CTE or output in scope has this column", column.name)
+            hint = did_you_mean(column.name, [p.alias_or_name for p in projections])
+            raise QueryRefused("unknown-column", f"no input, CTE or output in scope has this column{hint}", column.name)
         inner = {sql_of(p.this if isinstance(p, exp.Alias) else p) for k, p in enumerate(projections) if k in matches}
         if len(inner) > 1:  # two different outputs share the name
             raise QueryRefused("ambiguous-column", "several outputs have this name", column.name)

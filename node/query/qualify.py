@@ -4,13 +4,14 @@ what it would lose (display names, the case of struct field names)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.schema import MappingSchema
 
-from node.errors import QueryRefused
+from node.errors import QueryRefused, did_you_mean
 from node.query.dialect import DIALECT
 from node.query.inputs import Context, sqlglot_type
 from node.query.printing import sql_of, to_ident
@@ -52,6 +53,8 @@ def qualify_statement(ctx: Context, root: exp.Expr) -> exp.Expr:
     mapping: dict[str, object] = {  # MappingSchema's own parameter type (dict is invariant)
         f"__in{i}": {name: sqlglot_type(t) for name, t in zip(d.keys, d.types)} for i, d in enumerate(ctx.declared)
     }
+    # Names a misspelled column may have meant, gathered before qualify rewrites the tree (did-you-mean).
+    known = [name for d in ctx.declared for name in d.names] + [a.alias for a in root.find_all(exp.Alias) if a.alias]
     try:
         root = qualify(
             root,
@@ -62,7 +65,7 @@ def qualify_statement(ctx: Context, root: exp.Expr) -> exp.Expr:
             validate_qualify_columns=True,
         )
     except OptimizeError as e:
-        refuse_unresolved(ctx, str(e))
+        refuse_unresolved(ctx, str(e), known)
     except SqlglotError as e:
         raise QueryRefused("unsupported-construct", f"cannot resolve the statement ({e})", ctx.sql) from None
     except RecursionError:
@@ -78,16 +81,17 @@ def qualify_statement(ctx: Context, root: exp.Expr) -> exp.Expr:
     return root
 
 
-def refuse_unresolved(ctx: Context, message: str) -> None:
-    m = re.search(r"Column '([^']*)' could not be resolved", message)
+def refuse_unresolved(ctx: Context, message: str, known: Sequence[str] = ()) -> None:
+    m = re.search(r"Column '([^']*)' could not be resolved", message) or re.search(r"Unknown column: ([^\n]+)", message)
     if m:
-        name = m.group(1).lower()
+        name = m.group(1).strip().lower()
         holders = [d.alias for d in ctx.declared if name in d.keys]
         if len(holders) > 1:
             raise QueryRefused(
                 "ambiguous-column", f"column is in several inputs ({', '.join(holders)}): qualify it", m.group(1)
             )
-        raise QueryRefused("unknown-column", "no input or CTE in scope has this column", m.group(1))
+        hint = did_you_mean(m.group(1).strip(), known)
+        raise QueryRefused("unknown-column", f"no input or CTE in scope has this column{hint}", m.group(1).strip())
     first_line = message.splitlines()[0] if message else "cannot resolve the statement"
     if "table" in first_line.lower():
         raise QueryRefused("unknown-table", first_line, ctx.sql)

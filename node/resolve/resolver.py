@@ -24,7 +24,15 @@ import pyarrow as pa
 from node import clock, values
 from node.datasets import Datasets, LogicalHasher, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
-from node.errors import CairnError, ClaimRefused, InvalidCID, InvalidInput, InvalidObject, Unauthorized
+from node.errors import (
+    CairnError,
+    ClaimRefused,
+    InvalidCID,
+    InvalidInput,
+    InvalidObject,
+    QueryRefused,
+    Unauthorized,
+)
 from node.identity import Identity
 from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -54,6 +62,7 @@ from node.resolve.spark import SparkWorker
 log = logging.getLogger("cairn.resolve")
 
 ENGINE_HANDLE = "cairn.spark-sql"  # the ex_0 handle: the engine entry point that ran the bytecode
+MAX_IMPLICIT_INPUTS = 32  # tables a statement may read by dataset name without --input (one canonicalization each)
 Event = Callable[[str, dict[str, Any]], None]
 
 
@@ -154,15 +163,15 @@ class Resolver:
     async def prepare(
         self, sql: str, inputs: Mapping[str, str]
     ) -> tuple[CanonicalQuery, list[Block], Invocation, list[Version]]:
-        """Resolve input refs to versions (now, once), canonicalize, and build qy_0 and iv_0."""
-        if not inputs:
-            raise InvalidInput("a query needs at least one input (--input NAME=DATASET)")
+        """Resolve input refs to versions (now, once), canonicalize, and build qy_0 and iv_0. A table the statement
+        reads that is neither an input nor a CTE is the dataset of that name (implicit inputs, issue 16 item 5):
+        the invocation is the one ``--input NAME=NAME`` gives."""
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
-            versions[alias] = (await self.datasets.resolve(ref))[1]
-            if versions[alias].structure is None:  # no schema yet; a known schema with 0 rows is a table
-                raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
-        cq = await self.canonicalizer.canonicalize(sql, {a: list(_structure(v).schema) for a, v in versions.items()})
+            versions[alias] = _with_schema(alias, ref, (await self.datasets.resolve(ref))[1])
+        cq = await self._canonicalize(sql, versions)
+        if not versions:  # a statement that reads no table (SELECT 1): nothing to answer from
+            raise InvalidInput("a query reads at least one dataset: FROM a dataset's name, or --input NAME=DATASET")
         ordered = [versions[a] for a in cq.inputs]
         abstract = [block_of(_structure(v).abstract()) for v in ordered]
         qy = Query(cq.syntax, cq.dialect, cq.canonicalizer, cq.statement, tuple(b.cid for b in abstract))
@@ -173,6 +182,35 @@ class Resolver:
             idents.append(InputIdentity(ab.cid, logical, rows))
         iv = Invocation(qy_block.cid, tuple(idents))
         return cq, [*abstract, qy_block], iv, ordered
+
+    async def _canonicalize(self, sql: str, versions: dict[str, Version]) -> CanonicalQuery:
+        """Canonicalize over ``versions``; a table the canonicalizer finds undeclared (``unknown-table``) is looked
+        up as a dataset name, added to ``versions`` and the statement canonicalized again (each round is one
+        remembered sandbox call; at most ``MAX_IMPLICIT_INPUTS`` rounds)."""
+        for _ in range(MAX_IMPLICIT_INPUTS + 1):
+            try:
+                return await self.canonicalizer.canonicalize(
+                    sql, {a: list(_structure(v).schema) for a, v in versions.items()}
+                )
+            except QueryRefused as e:
+                name = e.fragment  # the table's name; the whole statement when sqlglot's resolver refused it
+                if e.rule != "unknown-table" or name in ("", QueryRefused("", "", sql).fragment):
+                    raise
+                if name.lower() in {a.lower() for a in versions}:
+                    raise
+                if len(versions) >= MAX_IMPLICIT_INPUTS:
+                    raise InvalidInput(f"a query reads at most {MAX_IMPLICIT_INPUTS} datasets") from None
+                versions[name] = await self._implicit_input(name)
+        raise CairnError("unreachable: the last round returns or raises")  # for mypy's flow analysis
+
+    async def _implicit_input(self, name: str) -> Version:
+        """The version of the dataset named like the table, as ``--input NAME=NAME`` resolves it."""
+        row = self.datasets.find_table(name)
+        if row is None:
+            hint = self.datasets.suggest(name)
+            why = f"not a declared input, a CTE of the statement, nor a dataset of this node{hint}"
+            raise QueryRefused("unknown-table", why, name) from None
+        return _with_schema(name, row.name, await self.datasets.version(parse_cid(row.head)))
 
     # -- answering -----------------------------------------------------------------------------
 
@@ -703,6 +741,12 @@ def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> p
         return canonical_order(table)
     except (pa.ArrowException, TypeError) as e:  # a result type with no canonical order: say so, not a 500
         raise InvalidInput(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None
+
+
+def _with_schema(alias: str, ref: str, v: Version) -> Version:
+    if v.structure is None:  # no schema yet; a known schema with 0 rows is a table
+        raise InvalidInput(f"input {alias!r} ({ref}) has no schema yet: add rows before querying it")
+    return v
 
 
 def _structure(v: Version) -> Structure:

@@ -223,3 +223,117 @@ async def test_worker_killed_mid_query_is_a_clear_error_then_recovers(nodes: Any
     assert view["state"] == "failed" and "worker" in view["error"]["message"].lower(), view
     sql = "SELECT MIN(amount) AS m FROM sales"
     assert (await ask(a[1], sql))["rows"] == duck(csv_dir, sql)
+
+
+# --- issue 16: implicit inputs, canonical equivalences, did-you-mean ------------------------------------------
+
+
+async def ask_implicit(client: Any, sql: str, **inputs: str) -> dict[str, Any]:
+    """A query that must succeed, declaring only ``inputs`` (none: every table by its dataset's name)."""
+    status, out = await query(client, {"sql": sql, **({"inputs": inputs} if inputs else {})})
+    assert status == 200, out
+    return out
+
+
+JOIN = (
+    "SELECT s.product, SUM(s.amount * p.price) AS revenue FROM sales s JOIN prices p "
+    "ON s.product = p.product GROUP BY s.product ORDER BY s.product"
+)
+
+
+async def test_a_table_named_like_a_dataset_needs_no_input(nodes: Any) -> None:
+    a, _ = nodes
+    explicit = await ask(a[1], SQL)  # --input sales=sales
+    jobs = spark_jobs(a)
+    for sql in (SQL, SQL.replace("FROM sales", "FROM SALES")):  # Spark's table names are case-insensitive
+        implicit = await ask_implicit(a[1], sql)
+        assert (implicit["query"], implicit["invocation"]) == (explicit["query"], explicit["invocation"])
+        assert implicit["source"] == "local"
+        assert list(implicit["inputs"].values()) == list(explicit["inputs"].values())  # keyed as the SQL names it
+    assert spark_jobs(a) == jobs
+
+
+async def test_explicit_and_implicit_inputs_mix(nodes: Any, csv_dir: Path) -> None:
+    a, _ = nodes
+    both = await ask(a[1], JOIN, sales="sales", prices="prices")
+    mixed = await ask_implicit(a[1], JOIN, sales="sales")  # prices by name
+    none = await ask_implicit(a[1], JOIN)
+    assert both["invocation"] == mixed["invocation"] == none["invocation"]
+    assert mixed["inputs"] == none["inputs"] == both["inputs"] and mixed["rows"] == duck(csv_dir, JOIN)
+    # An explicit input wins over the dataset of the same name.
+    renamed = await ask_implicit(a[1], "SELECT COUNT(*) AS n FROM sales", sales="renamed")
+    assert renamed["inputs"]["sales"] != both["inputs"]["sales"]
+
+
+async def test_a_cte_is_never_taken_for_a_dataset(nodes: Any) -> None:
+    a, _ = nodes
+    sql = (
+        "WITH prices AS (SELECT product, amount FROM sales) "
+        "SELECT product, SUM(amount) AS n FROM prices GROUP BY product"
+    )
+    out = await ask_implicit(a[1], sql)
+    assert list(out["inputs"]) == ["sales"]
+
+
+@pytest.mark.parametrize(
+    "inputs,sql,status,needles",
+    [
+        ({}, "SELECT region FROM sale", 400, ["unknown-table", "sale", "did you mean 'sales'"]),
+        ({}, "SELECT regoin FROM sales", 400, ["unknown-column", "regoin", "did you mean 'region'"]),
+        ({}, "SELECT s.amont FROM sales s", 400, ["unknown-column", "amont", "did you mean 'amount'"]),
+        ({"sales": "salse"}, "SELECT region FROM sales", 404, ["no dataset named 'salse'", "did you mean 'sales'"]),
+        ({}, "SELECT 1 AS one", 400, ["reads at least one dataset"]),
+    ],
+)
+async def test_unknown_names_say_what_was_meant(
+    nodes: Any, inputs: dict[str, str], sql: str, status: int, needles: list[str]
+) -> None:
+    a, _ = nodes
+    jobs = spark_jobs(a)
+    got, out = await query(a[1], {"sql": sql, "inputs": inputs})
+    assert got == status, out
+    assert all(n in out["error"]["message"] for n in needles), out
+    assert spark_jobs(a) == jobs
+
+
+async def test_cli_query_without_input_and_did_you_mean(nodes: Any, csv_dir: Path) -> None:
+    a, _ = nodes
+    rc, stdout, err = await cli(a[0], "query", SQL, "--json")
+    assert rc == 0, err.decode()
+    assert json.loads(stdout)["rows"] == duck(csv_dir, SQL)
+    for command in (
+        ["log", "salse"],
+        ["get", "salse", "-o", str(csv_dir / "x.csv")],
+        ["add", str(csv_dir / "sales.csv"), "--to", "salse"],
+        ["query", "SELECT 1 FROM sale"],
+    ):
+        rc, _, err = await cli(a[0], *command)
+        assert rc != 0 and "did you mean 'sales'" in err.decode(), (command, err.decode())
+
+
+EQUIVALENT = [
+    (
+        "SELECT region, COUNT(*) AS n FROM sales GROUP BY region ORDER BY region",
+        "SELECT region, count(1) AS n FROM sales GROUP BY region ORDER BY region",
+    ),
+    (
+        "SELECT product, amount FROM sales WHERE amount BETWEEN 3 AND 10",
+        "SELECT product, amount FROM sales WHERE 3 <= amount AND amount <= 10",
+    ),
+    (
+        "SELECT product, amount FROM sales WHERE region IN ('north', 'east')",
+        "SELECT product, amount FROM sales WHERE region IN ('east', 'north', 'east')",
+    ),
+    (JOIN, JOIN.replace("ON s.product = p.product", "ON p.product = s.product")),
+]
+
+
+@pytest.mark.parametrize("first,second", EQUIVALENT, ids=["count", "between", "in", "join"])
+async def test_an_equivalent_spelling_is_a_local_hit(nodes: Any, csv_dir: Path, first: str, second: str) -> None:
+    a, _ = nodes
+    one = await ask_implicit(a[1], first)
+    jobs = spark_jobs(a)
+    two = await ask_implicit(a[1], second)
+    assert (two["query"], two["invocation"], two["execution"]) == (one["query"], one["invocation"], one["execution"])
+    assert two["source"] == "local" and spark_jobs(a) == jobs  # no Spark job
+    assert sorted(two["rows"]) == sorted(duck(csv_dir, second))

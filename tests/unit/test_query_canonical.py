@@ -629,7 +629,7 @@ def test_qri_example():
 def test_inputs_are_named_in_order_of_first_appearance():
     q = canonicalize("SELECT u.name FROM u JOIN t ON t.k = u.k", TWO)
     assert q.inputs == ("u", "t")
-    assert q.statement == "SELECT a.col_2 AS _0 FROM a JOIN b ON b.col_0 = a.col_0"
+    assert q.statement == "SELECT a.col_2 AS _0 FROM a JOIN b ON a.col_0 = b.col_0"  # operands in canonical order
     q = canonicalize("WITH c AS (SELECT k FROM u) SELECT t.k FROM t JOIN c ON t.k = c.k", TWO)
     assert q.inputs == ("u", "t")
 
@@ -1146,7 +1146,7 @@ DOC_EXAMPLES = [
     (
         "SELECT name FROM stations WHERE id IN (SELECT 1 FROM precip WHERE precip.lat = stations.lat)",
         {**PRECIP, **STATIONS},
-        "SELECT a.col_1 AS _0 FROM a WHERE a.col_0 IN (SELECT 1 AS _0 FROM b WHERE b.col_1 = a.col_2)",
+        "SELECT a.col_1 AS _0 FROM a WHERE a.col_0 IN (SELECT 1 AS _0 FROM b WHERE a.col_2 = b.col_1)",
     ),
 ]
 
