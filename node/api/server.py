@@ -581,7 +581,7 @@ ROUTES: tuple[Route, ...] = (
         "/healthz",
         healthz,
         OPEN,
-        "liveness: Kubo and Spark states",
+        "liveness (ok: the node and Kubo serve) and readiness (ready: Spark and p2p can take a miss)",
         errors=(),
         returns={200: S.HEALTH, 503: S.HEALTH},
     ),
