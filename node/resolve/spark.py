@@ -250,7 +250,7 @@ class SparkWorker:
 
     async def _launch(self) -> None:
         if len(os.fsencode(self.socket_path)) > 107:
-            raise SparkStartError(f"socket path too long for a Unix socket (max 107 bytes): {self.socket_path}")
+            raise SparkStartError(f"the worker's socket path is {len(os.fsencode(self.socket_path))} bytes, over 107")
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
                 os.unlink(self.socket_path)  # stale; the old worker is gone (we reaped it or never had it)
@@ -333,7 +333,14 @@ class SparkWorker:
             if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln
         ]
         tail = " | ".join(kept[-lines:])
-        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path})"
+        # Answered to API clients: the node's own directories are named, never shown (issue 16).
+        for folder, shown in (
+            (self.scratch, "<scratch>"),
+            (self.log_path.parent, "<logs>"),
+            (self.socket_path.parent, "<home>"),
+        ):
+            tail = tail.replace(str(folder), shown)
+        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path.name} in the node's logs)"
 
     async def stop(self) -> None:
         """SIGTERM the worker (by pid), SIGKILL its process group after ``stop_timeout``; idempotent."""
@@ -524,7 +531,11 @@ class SparkWorker:
                 raise await self._connection_lost(proc, job, sent, e) from None
             if header.get("kind") == "died":
                 raise await self._jvm_died(proc, header)
-            table = _answer_table(header, payload, job)
+            try:
+                table = _answer_table(header, payload, job)
+            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown (issue 16)
+                e.args = (_hide_paths(e.message, inputs), *e.args[1:])
+                raise
             return RunResult(
                 table=table,
                 elapsed_ms=float(header.get("elapsed_ms", 0.0)),
@@ -558,6 +569,15 @@ class SparkWorker:
             f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
             kind="worker",
         )
+
+
+def _hide_paths(message: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> str:
+    """``message`` with the folders of the input slices (and their file: URLs) replaced by ``<slices>``."""
+    folders = {os.path.dirname(os.path.abspath(p)) for paths, _ in inputs.values() for p in paths}
+    for folder in sorted(folders, key=len, reverse=True):
+        message = message.replace("file://" + folder, "<slices>").replace("file:" + folder, "<slices>")
+        message = message.replace(folder, "<slices>")
+    return message
 
 
 def _run_request(job: str, statement: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> dict[str, Any]:

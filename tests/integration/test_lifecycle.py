@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import sqlite3
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,9 @@ def test_a_second_sigint_cancels_a_long_query_and_the_node_is_gone_within_5_s(tm
         assert node.get(f"/api/v0/jobs/{job}")[1]["state"] == "running"
 
         node.proc.send_signal(signal.SIGINT)
-        poll(lambda: node.proc is not None and node.proc.poll() is not None, 5, what="the node to exit")  # the 5 s
+        poll(
+            lambda: node.proc is not None and node.proc.poll() is not None, 5, what="the node to exit"
+        )  # the 5 s
         assert node.proc.returncode == 0, _log(node)
     finally:
         node.stop()
