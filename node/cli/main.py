@@ -190,11 +190,15 @@ def _add_params(args: argparse.Namespace) -> list[tuple[str, str]]:
     return params
 
 
-def _stream_ingest(client: NodeClient, query: str, source: Any, length: int | None, quiet: bool) -> dict[str, Any]:
-    """POST the source and follow the node's progress lines to its result (or its error)."""
+def _stream_ingest(
+    client: NodeClient, query: str, source: Any, length: int | None, quiet: bool, in_place: int | None = None
+) -> dict[str, Any]:
+    """POST the source and follow the node's progress lines to its result (or its error). ``in_place``: the size
+    of the file the node reads itself (nothing is sent; the ingest bar's total)."""
     from node.cli.progress import upload_progress
 
-    with upload_progress(source, length, quiet=quiet) as (body, on_progress):
+    shown = length if in_place is None else in_place
+    with upload_progress(source, shown, quiet=quiet, upload=in_place is None) as (body, on_progress):
         with client.open("POST", f"/api/v0/datasets?{query}", body, "application/octet-stream", length) as resp:
             out = None
             for line in resp:
@@ -217,7 +221,7 @@ def _add_in_place(client: NodeClient, params: list[tuple[str, str]], path: Path,
         return None
     query = urllib.parse.urlencode([*params, ("path", str(path.resolve())), ("progress", "true")])
     try:
-        return _stream_ingest(client, query, io.BytesIO(b""), 0, args.json)
+        return _stream_ingest(client, query, io.BytesIO(b""), 0, args.json, in_place=path.stat().st_size)
     except RemoteError as e:
         if e.status == 403:  # PathRefused (docs/api.md "Ingesting a local file")
             return None
@@ -345,7 +349,10 @@ def cmd_query(args: argparse.Namespace) -> int:
         raise InvalidInput("Parquet is binary: not written to a terminal; use -o FILE or redirect stdout")
     body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
     client = NodeClient.for_home(_home(args))
-    out = client.post_json("/api/v0/query", json.dumps(body).encode())
+    from node.cli.progress import follow_query
+
+    # Live stages on a terminal only: piped, nothing is printed but the answer.
+    out = follow_query(client, body, show=sys.stderr.isatty() and sys.stdout.isatty())
     if whole:  # the whole result, straight from its slices, under the names this query gives its columns
         params = urllib.parse.urlencode([("format", fmt)] + [("name", n) for n in out["columns"]])
         _download(client, f"/api/v0/executions/{out['execution']}/data?{params}", "-" if to_stdout else args.output)
