@@ -104,12 +104,22 @@ class Stages:
             self.bar.stop()
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if self.bar is not None and kind == "spark" and self.current is not None:  # Spark's own progress
+            self.bar.update(self.current, description=f"{STAGES['computing']}: {spark_progress(data)}")
+            return
         text = STAGES.get(kind)
         if self.bar is None or text is None:
             return
         if self.current is not None:
             self.bar.update(self.current, total=1, completed=1)
         self.current = self.bar.add_task(text.format_map(collections.defaultdict(str, data)), total=None)
+
+
+def spark_progress(p: dict[str, Any]) -> str:
+    """``stage 1/2, tasks 5/8 (2 running)`` from a ``spark`` event (node.resolve.spark)."""
+    running = f" ({p.get('tasks_running', 0)} running)" if p.get("tasks_running") else ""
+    stages = f"stage {min(p.get('stages_done', 0) + 1, p.get('stages', 0))}/{p.get('stages', 0)}"
+    return f"{stages}, tasks {p.get('tasks_done', 0)}/{p.get('tasks', 0)}{running}"
 
 
 def server_sent_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:

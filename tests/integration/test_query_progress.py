@@ -10,6 +10,7 @@ Each fails on the code before issue 16 (no stages; Ctrl-C exited silently; the i
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import re
@@ -80,7 +81,23 @@ async def test_query_on_a_terminal_shows_its_live_stages(node: InNode) -> None:
     assert rc == 0, out
     for stage in ("resolving the query and its inputs", "looking it up in the index", "computing on Spark"):
         assert stage in out, out
+    assert re.search(r"computing on Spark: stage \d+/\d+, tasks \d+/\d+", out), out  # Spark's own progress
     assert f"{MID_ROWS * (MID_ROWS - 1) // 2}" in out and "computed in" in out  # then the answer, as before
+
+
+async def test_a_job_s_events_carry_spark_stages_and_tasks(node: InNode) -> None:
+    _, client = node
+    sql = "SELECT count(*) AS n FROM mid a JOIN mid b ON a.x < b.x + 1"
+    resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"mid": "mid"}, "wait": False})
+    started = await resp.json()
+    assert resp.status == 202, started
+    text = await (await client.get(started["events"])).text()
+    events = [(b.split("\n")[0].removeprefix("event: "), b) for b in text.split("\n\n") if b.strip()]
+    kinds = [k for k, _ in events]
+    assert kinds.index("computing") < kinds.index("spark") < kinds.index("publishing"), kinds
+    sparks = [json.loads(b.split("\ndata: ")[1]) for k, b in events if k == "spark"]
+    last = sparks[-1]
+    assert last["stages"] >= 1 and last["tasks"] >= 1 and 0 <= last["tasks_done"] <= last["tasks"], sparks
 
 
 async def test_query_piped_prints_nothing_but_the_answer(node: InNode) -> None:
