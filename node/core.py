@@ -383,6 +383,8 @@ class Node:
         trust: str | None = None,
         may_compute: bool = True,
     ) -> dict[str, Any]:
+        if self.stopping:  # refused now (503), not as a job that fails at once
+            raise NodeStopping("the node is stopping: it takes no new query")
         job = self.jobs.start(
             lambda emit: self.query(sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute)
         )

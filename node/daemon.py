@@ -51,6 +51,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     running = home.read_runtime()
     if running is not None:
         raise ConfigError(f"a node already runs for {settings.home} (pid {running['pid']}, {running.get('api')})")
+    if (starting := home.read_pid()) is not None and starting != os.getpid():
+        raise ConfigError(f"a node is starting for {settings.home} (pid {starting})")
     home.write_pid()  # from the first moment: `cairn node stop` can stop a node that is still starting
     signals = Signals(asyncio.get_running_loop())
     runner: web.AppRunner | None = None

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sqlite3
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,11 @@ def test_a_second_sigint_cancels_a_long_query_and_the_node_is_gone_within_5_s(tm
         poll(lambda: said in _log(node), 10, what="the node to say what it waits for")
         assert node.proc.poll() is None  # it drains: the query runs on
         assert node.get(f"/api/v0/jobs/{job}")[1]["state"] == "running"
+        status, health = node.get("/healthz")
+        assert status == 200 and health["stopping"] is True and health["ready"] is False, health
+        with pytest.raises(urllib.error.HTTPError) as refused:  # no new query while it stops
+            _post(node, "/api/v0/query", body, "application/json")
+        assert refused.value.code == 503 and "the node is stopping" in refused.value.read().decode()
 
         node.proc.send_signal(signal.SIGINT)
         poll(
