@@ -265,7 +265,8 @@ class Node:
         ok = kubo["state"] == "up"
         # ok: the node and its Kubo serve (what the HTTP status says); ready: a miss would be computed at once.
         ready = ok and spark["ready"] and p2p["ready"] and not self.stopping
-        return {"ok": ok, "ready": ready, "stopping": self.stopping, "kubo": kubo, "spark": spark, "p2p": p2p}
+        health = {"ok": ok, "ready": ready, "stopping": self.stopping, "queries": self.running_queries()}
+        return {**health, "kubo": kubo, "spark": spark, "p2p": p2p}
 
     async def info(self) -> dict[str, Any]:
         kubo: dict[str, Any] = {

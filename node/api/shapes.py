@@ -40,6 +40,7 @@ HEALTH = obj(
         "ok": BOOL,  # the node and its Kubo serve: 200, else 503
         "ready": BOOL,  # and a miss would be computed at once: Spark up, p2p up (or disabled), not stopping
         "stopping": BOOL,
+        "queries": INT,  # queries running now (what a stopping node waits for)
         "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR}),
         "spark": _READINESS,
         "p2p": _READINESS,

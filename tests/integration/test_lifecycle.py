@@ -11,6 +11,7 @@ Each fails on the code before issue 16 (the second signal was ignored while quer
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -30,6 +31,9 @@ from tests.fixtures.nodes import NodeProcess, poll, run_cli
 LONG_ROWS = 200_000
 # A non-equi self join of 200 k rows: minutes on 2 cores (the plan budget is off so that it runs at all).
 LONG = "SELECT count(*) AS n FROM big a JOIN big b ON a.x < b.x"
+
+
+JSON = "application/json"
 
 
 def _post(node: NodeProcess, path: str, body: bytes, content_type: str) -> Any:
@@ -57,14 +61,18 @@ def test_a_second_sigint_cancels_a_long_query_and_the_node_is_gone_within_5_s(tm
         csv = b"x\n" + b"".join(b"%d\n" % i for i in range(LONG_ROWS))
         _post(node, "/api/v0/datasets?name=big&filename=big.csv", csv, "application/octet-stream")
         body = json.dumps({"sql": LONG, "inputs": {"big": "big"}, "wait": False}).encode()
-        job = _post(node, "/api/v0/query", body, "application/json")["job"]
+        job = _post(node, "/api/v0/query", body, JSON)["job"]
+        wait_body = json.dumps({"sql": LONG, "inputs": {"big": "big"}}).encode()
+        # The same question asked and waited for over HTTP: a second query on the same (single-flight) Spark job.
+        waiting = concurrent.futures.ThreadPoolExecutor(1).submit(_post, node, "/api/v0/query", wait_body, JSON)
         info = poll(lambda: (i := node.get("/api/v0/node")[1])["spark"]["jobs"] >= 1 and i, 180, 0.1, what="Spark job")
+        poll(lambda: node.get("/healthz")[1]["queries"] == 2, 30, 0.1, what="both queries to run")
         worker = info["spark"]["pid"]
 
         node.proc.send_signal(signal.SIGINT)
-        said = "waiting for 1 running query; press Ctrl-C again to cancel them"
+        said = "waiting for 2 running queries; press Ctrl-C again to cancel them"
         poll(lambda: said in _log(node), 10, what="the node to say what it waits for")
-        assert node.proc.poll() is None  # it drains: the query runs on
+        assert node.proc.poll() is None  # it drains: the queries run on
         assert node.get(f"/api/v0/jobs/{job}")[1]["state"] == "running"
         status, health = node.get("/healthz")
         assert status == 200 and health["stopping"] is True and health["ready"] is False, health
@@ -73,13 +81,14 @@ def test_a_second_sigint_cancels_a_long_query_and_the_node_is_gone_within_5_s(tm
         assert refused.value.code == 503 and "the node is stopping" in refused.value.read().decode()
 
         node.proc.send_signal(signal.SIGINT)
-        poll(
-            lambda: node.proc is not None and node.proc.poll() is not None, 5, what="the node to exit"
-        )  # the issue's 5 s
+        exited = lambda: node.proc is not None and node.proc.poll() is not None  # noqa: E731
+        poll(exited, 5, what="the node to exit")  # the issue's 5 s
         assert node.proc.returncode == 0, _log(node)
+        with pytest.raises(OSError):  # the waiting client's connection ends without an answer
+            waiting.result(30)
     finally:
         node.stop()
-    assert "cancelling 1 running query" in _log(node)
+    assert "cancelling 2 running queries" in _log(node)
     spark_log = (node.home / "logs" / "spark.log").read_text(errors="replace")
     assert "client went away, cancelling" in spark_log  # the worker cancelled the job's Spark job group
     assert group_members(worker) == []  # no JVM left computing
