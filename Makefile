@@ -1,4 +1,5 @@
-# `make run`: set up what is missing, then run a node with its embedded defaults.
+# `make run`: set up what is missing, say how to put `cairn` on PATH, then run a node with its embedded defaults.
+# `make shim`: opt-in, install a `cairn` shim into ~/.local/bin (SHIM_DIR=… elsewhere) that runs this checkout's.
 # `make test`: the same set-up, then the format check, the linter and the type checker, then the whole test suite.
 # `make lint`: those three tools only. `make lock`: re-resolve both locks with pip-tools (existing pins are kept).
 PYTHON   ?= python3
@@ -8,10 +9,22 @@ STAMP    := $(VENV)/.installed
 PIP_LOCK := requirements-pip.lock
 COMPILE  := $(VENV)/bin/pip-compile --quiet --generate-hashes --no-emit-index-url --no-emit-find-links
 
-.PHONY: run test lint setup lock kubo java faketime clean
+SHIM_DIR ?= $(HOME)/.local/bin
+CAIRN    := $(abspath $(VENV))/bin/cairn
+
+.PHONY: run shim test lint setup lock kubo java faketime clean
 
 run: setup
+	@command -v cairn >/dev/null 2>&1 || echo "cairn is not on PATH: run 'make shim' (a cairn shim in $(SHIM_DIR)), or alias cairn=$(CAIRN)"
 	$(VENV)/bin/cairn node start
+
+# A two-line script, not a link: it runs this checkout's venv whatever the caller's Python.
+shim: setup
+	@mkdir -p $(SHIM_DIR)
+	@printf '#!/bin/sh\nexec "%s" "$$@"\n' "$(CAIRN)" > $(SHIM_DIR)/cairn
+	@chmod 755 $(SHIM_DIR)/cairn
+	@echo "installed $(SHIM_DIR)/cairn -> $(CAIRN)"
+	@case ":$$PATH:" in *":$(SHIM_DIR):"*) ;; *) echo "$(SHIM_DIR) is not on PATH: add it, e.g. export PATH=\"$(SHIM_DIR):\$$PATH\"";; esac
 
 test: lint
 	$(PY) -m pytest -q

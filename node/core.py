@@ -28,6 +28,7 @@ from node.errors import (
     InvalidInput,
     KuboError,
     KuboNotFound,
+    NodeStopping,
     NotFound,
     PeerError,
     PeersDisabled,
@@ -148,6 +149,9 @@ class Node:
         self._started = started
         self.pulls = Pulls()
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
+        self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
+        self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
+        self._queries_changed = asyncio.Event()
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -216,8 +220,31 @@ class Node:
             self.kubo.api_url = self.managed.api_url  # a restarted Kubo may listen on a new port
         log.warning("managed kubo is %s", state, extra={"kubo_state": state})
 
-    async def close(self) -> None:
-        """Stop what ``open`` started (peers, jobs, worker, index, Kubo client, managed Kubo), last first."""
+    def running_queries(self) -> int:
+        return len(self._queries)
+
+    async def queries_done(self) -> None:
+        """Return once no query runs (new ones are refused once ``stopping`` is set)."""
+        while self._queries:
+            self._queries_changed.clear()
+            await self._queries_changed.wait()
+
+    async def cancel_queries(self, timeout: float = 3.0) -> int:
+        """Cancel every running query (closing its Spark connection cancels its Spark job group; a result is
+        recorded in the index in one step after it is stored and pinned, so nothing is left half-published)."""
+        tasks = list(self._queries)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return len(tasks)
+
+    async def close(self, hurry: bool = False) -> None:
+        """Stop what ``open`` started (peers, jobs, worker, index, Kubo client, managed Kubo), last first.
+        ``hurry`` (a second signal): the Spark worker gets 1 s to exit before its process group is killed (its
+        jobs are already cancelled; it holds nothing that must be saved)."""
+        if hurry:
+            self.worker.stop_timeout = min(self.worker.stop_timeout, 1.0)
         await self._started.aclose()
         self.kubo_state = "down"
         log.info("node stopped")
@@ -234,7 +261,17 @@ class Node:
             except KuboError as e:
                 kubo["state"] = "down"
                 kubo["error"] = e.message
-        return {"ok": kubo["state"] == "up", "kubo": kubo}
+        spark_state = self.spark_state()
+        spark = {"state": spark_state, "ready": spark_state == "up"}  # up: the worker answered, it takes a job now
+        p2p: dict[str, Any] = {"state": "disabled", "ready": True}  # no p2p host: nothing to wait for
+        if self.network is not None:
+            up = self.network.host.running
+            p2p = {"state": "up" if up else "down", "ready": up}
+        ok = kubo["state"] == "up"
+        # ok: the node and its Kubo serve (what the HTTP status says); ready: a miss would be computed at once.
+        ready = ok and spark["ready"] and p2p["ready"] and not self.stopping
+        health = {"ok": ok, "ready": ready, "stopping": self.stopping, "queries": self.running_queries()}
+        return {**health, "kubo": kubo, "spark": spark, "p2p": p2p}
 
     async def info(self) -> dict[str, Any]:
         kubo: dict[str, Any] = {
@@ -293,6 +330,27 @@ class Node:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
         ``may_compute`` False (an API client without the token): from the index or peers only. ``type_ref``: the
         CID of the type the result must be a term of (checked before anything runs, and on the result)."""
+        if self.stopping:
+            raise NodeStopping("the node is stopping: it takes no new query")
+        task = asyncio.current_task()
+        assert task is not None  # always called from a task: the HTTP handler's or a job's
+        self._queries.add(task)
+        try:
+            return await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref)
+        finally:
+            self._queries.discard(task)
+            self._queries_changed.set()
+
+    async def _query(
+        self,
+        sql: str,
+        inputs: dict[str, str],
+        limit: int | None,
+        trust: str | None,
+        on_event: Callable[[str, dict[str, Any]], None] | None,
+        may_compute: bool,
+        type_ref: str | None,
+    ) -> dict[str, Any]:
         declared = await self._types().normal_form(parse_cid(type_ref)) if type_ref is not None else None
         with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
             answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
@@ -341,6 +399,8 @@ class Node:
         may_compute: bool = True,
         type_ref: str | None = None,
     ) -> dict[str, Any]:
+        if self.stopping:  # refused now (503), not as a job that fails at once
+            raise NodeStopping("the node is stopping: it takes no new query")
         job = self.jobs.start(
             lambda emit: self.query(
                 sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute, type_ref=type_ref

@@ -1,4 +1,7 @@
-"""`cairn node start`: run a node in the foreground until SIGINT/SIGTERM."""
+"""`cairn node start`: run a node until SIGINT/SIGTERM.
+
+The first signal stops taking queries and lets the running ones finish, saying so; a second one cancels them
+(their Spark job groups with them) and stops at once (issue 16)."""
 
 from __future__ import annotations
 
@@ -21,46 +24,102 @@ from node.home import Home
 log = logging.getLogger("cairn.daemon")
 
 
+def _say(message: str) -> None:
+    """To the terminal (or the --detach log) and the log: a user who pressed Ctrl-C must see why it waits."""
+    print(message, flush=True)
+    log.info(message)
+
+
+class Signals:
+    """SIGINT/SIGTERM: the first sets ``stop``, the second ``hurry``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.stop, self.hurry = loop, asyncio.Event(), asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+
+    def _on_signal(self) -> None:
+        (self.hurry if self.stop.is_set() else self.stop).set()
+
+    def close(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.loop.remove_signal_handler(sig)
+
+
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
-    running = Home(settings.home).read_runtime()
+    home = Home(settings.home)
+    running = home.read_runtime()
     if running is not None:
         raise ConfigError(f"a node already runs for {settings.home} (pid {running['pid']}, {running.get('api')})")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    if (starting := home.read_pid()) is not None and starting != os.getpid():
+        raise ConfigError(f"a node is starting for {settings.home} (pid {starting})")
+    home.write_pid()  # from the first moment: `cairn node stop` can stop a node that is still starting
+    signals = Signals(asyncio.get_running_loop())
     runner: web.AppRunner | None = None
-    node = await Node.open(settings)
     try:
-        app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
-        # A client that disconnects cancels its request, and so its query (issue 15; as aiohttp's TestServer does).
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, settings.api.host, settings.api.port)
-        try:
-            await site.start()
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise ConfigError(
-                    f"api.port {settings.api.port} on {settings.api.host} is in use: "
-                    "set another with --api-port, CAIRN_API_PORT or api.port (0 picks a free one)"
-                ) from None
-            raise
-        host, port = runner.addresses[0][:2]
-        node.api_url = f"http://{host}:{port}"
-        node.home.write_runtime(
-            {"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()}
-        )
-        log.info("http api listening", extra={"api": node.api_url})
-        print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)
+        node = await Node.open(settings)
+    except BaseException:
+        home.clear_pid(os.getpid())
+        signals.close()
+        raise
+    try:
+        runner = await _listen(node, settings)
         if ready is not None:
             ready.set()
-        await stop.wait()
-        log.info("stopping on signal")
+        await signals.stop.wait()
+        await _drain(node, signals)
     finally:
         node.home.clear_runtime(os.getpid())
         if runner is not None:
+            if signals.hurry.is_set():
+                runner._shutdown_timeout = 1.0  # queries are cancelled: do not wait for their sockets
             await runner.cleanup()
-        await node.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        await node.close(hurry=signals.hurry.is_set())
+        home.clear_pid(os.getpid())
+        signals.close()
+
+
+async def _listen(node: Node, settings: Settings) -> web.AppRunner:
+    app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
+    # A client that disconnects cancels its request, and so its query (issue 15; as aiohttp's TestServer does).
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.api.host, settings.api.port)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        if e.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"api.port {settings.api.port} on {settings.api.host} is in use: "
+                "set another with --api-port, CAIRN_API_PORT or api.port (0 picks a free one)"
+            ) from None
+        raise
+    host, port = runner.addresses[0][:2]
+    node.api_url = f"http://{host}:{port}"
+    node.home.write_runtime({"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()})
+    log.info("http api listening", extra={"api": node.api_url})
+    print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)
+    return runner
+
+
+async def _drain(node: Node, signals: Signals) -> None:
+    """After the first signal: refuse new queries, wait for the running ones, or cancel them on a second signal."""
+    node.stopping = True
+    n = node.running_queries()
+    if not n:
+        _say("stopping")
+        return
+    _say(f"stopping: waiting for {_queries(n)}; press Ctrl-C again to cancel them")
+    done = asyncio.ensure_future(node.queries_done())
+    hurry = asyncio.ensure_future(signals.hurry.wait())
+    await asyncio.wait([done, hurry], return_when=asyncio.FIRST_COMPLETED)
+    done.cancel()
+    hurry.cancel()
+    if signals.hurry.is_set() and node.running_queries():
+        _say(f"cancelling {_queries(node.running_queries())} and their Spark jobs")
+        await node.cancel_queries()
+
+
+def _queries(n: int) -> str:
+    return f"{n} running {'query' if n == 1 else 'queries'}"

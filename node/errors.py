@@ -195,6 +195,10 @@ class NodeNotRunning(CairnError):
     status = 503
 
 
+class NodeStopping(NodeNotRunning):
+    """The node is stopping (a signal or `cairn node stop`): it finishes what runs and starts nothing new."""
+
+
 class Conflict(CairnError):
     """The thing changed under the request (a dataset's head moved during an ingest or pull); nothing was changed."""
 

@@ -7,12 +7,14 @@
     api.token        bearer token for write endpoints, mode 0600
     kubo/            the managed Kubo's repo
     kubo.secret      the managed Kubo's RPC API secret, mode 0600 (node/ipfs/managed.py)
-    logs/            kubo.log
+    logs/            kubo.log, spark.log, node.log (the node's own log when started with --detach)
     node.json        written while the node runs: pid and API address (how other commands find it)
+    node.pid         the running node's pid, from its first moment to its last (what `cairn node stop` signals)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
@@ -65,6 +67,14 @@ class Home:
     def runtime_file(self) -> Path:
         return self.path / "node.json"
 
+    @property
+    def pid_file(self) -> Path:
+        return self.path / "node.pid"
+
+    @property
+    def node_log(self) -> Path:
+        return self.logs / "node.log"
+
     def exists(self) -> bool:
         return self.key.exists() and self.token_file.exists()
 
@@ -115,6 +125,37 @@ class Home:
                 self.runtime_file.unlink()
         except (FileNotFoundError, json.JSONDecodeError):
             pass
+
+    def write_pid(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, self.pid_file)
+
+    def read_pid(self) -> int | None:
+        """The pid of the live node of this home (its PID file, else ``node.json``), or None."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            info = self.read_runtime()
+            pid = int(info["pid"]) if info else 0
+        return pid if _pid_alive(pid) and _is_node(pid) else None
+
+    def clear_pid(self, pid: int) -> None:
+        try:
+            if int(self.pid_file.read_text().strip()) == pid:
+                self.pid_file.unlink()
+        except (FileNotFoundError, ValueError):
+            pass
+
+
+def _is_node(pid: int) -> bool:
+    """Whether ``pid`` runs `… node start` (a PID file left by a killed node may name a reused pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the file
+    return any(a == b"node" and b == b"start" for a, b in itertools.pairwise(argv))
 
 
 def _pid_alive(pid: int) -> bool:

@@ -209,7 +209,7 @@ class Index:
                 yield
             except sqlite3.OperationalError as e:
                 if e.sqlite_errorcode == sqlite3.SQLITE_FULL or InsufficientStorage.is_disk_full(e):
-                    raise InsufficientStorage("the index", f"{self.path}") from None
+                    raise InsufficientStorage("the index", f"$CAIRN_HOME/{self.path.name}") from None
                 raise
 
     def _one(self, sql: str, args: tuple[object, ...]) -> DatasetRow | None:

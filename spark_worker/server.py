@@ -440,6 +440,8 @@ class Worker:
                         )
                     elif op == "stats":
                         self._send(conn, self.stats())
+                    elif op == "progress":
+                        self._send(conn, self.progress(req.get("job")))
                     elif op == "run":
                         if not self._run(conn, req):
                             return
@@ -466,6 +468,34 @@ class Worker:
             "uptime_s": round(time.time() - self.started, 3),
             "pid": os.getpid(),
             "jvm_pid": getattr(self.jvm_proc(), "pid", None),
+        }
+
+    def progress(self, job_id: object) -> dict[str, Any]:
+        """Spark's stages and tasks so far for a running job (its job group), from the status tracker: what a
+        client shows while it waits (issue 16)."""
+        with self.lock:
+            running = isinstance(job_id, str) and job_id in self.running
+        if not running:
+            return {"ok": True, "job": job_id, "running": False}
+        try:
+            tracker = self.sc.statusTracker()
+            stages = []
+            for spark_job in tracker.getJobIdsForGroup(job_id):
+                info = tracker.getJobInfo(spark_job)
+                for stage in info.stageIds if info is not None else []:
+                    if (st := tracker.getStageInfo(stage)) is not None:
+                        stages.append(st)
+        except Exception as e:  # noqa: BLE001  progress is best effort: the job itself is not affected
+            return _error(f"no progress for job {job_id}: {one_line(str(e), first=True)}", "request")
+        return {
+            "ok": True,
+            "job": job_id,
+            "running": True,
+            "stages": len(stages),
+            "stages_done": sum(1 for s in stages if s.numTasks and s.numCompletedTasks >= s.numTasks),
+            "tasks": sum(s.numTasks for s in stages),
+            "tasks_done": sum(s.numCompletedTasks for s in stages),
+            "tasks_running": sum(s.numActiveTasks for s in stages),
         }
 
     def _run(self, conn: socket.socket, req: dict[str, Any]) -> bool:

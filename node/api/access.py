@@ -28,6 +28,7 @@ ACCESS = (OPEN, TOKEN, TOKEN_TO_COMPUTE)
 
 JSON = "json"  # application/json only, capped at api.max_json_bytes
 UPLOAD = "upload"  # any bytes, capped at api.max_upload_bytes (refused on Content-Length before reading)
+FILE_UPLOAD = "file-upload"  # as UPLOAD, or a multipart/form-data body whose file part is taken (curl -F)
 SAFE_METHODS = ("GET", "HEAD")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
@@ -50,7 +51,7 @@ class Route:
     handler: Handler
     access: str  # one of ACCESS
     summary: str
-    body: str | None = None  # None, JSON or UPLOAD
+    body: str | None = None  # None, JSON, UPLOAD or FILE_UPLOAD
     body_schema: dict[str, Any] | None = None  # the JSON body's schema (JSON bodies)
     params: tuple[Param, ...] = ()
     produces: tuple[str, ...] = ("application/json",)  # the success answer's content types
@@ -60,7 +61,7 @@ class Route:
     returns: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.access not in ACCESS or self.body not in (None, JSON, UPLOAD):
+        if self.access not in ACCESS or self.body not in (None, JSON, UPLOAD, FILE_UPLOAD):
             raise ValueError(f"route {self.method} {self.path}: bad access {self.access!r} or body {self.body!r}")
 
 

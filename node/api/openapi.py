@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from config import ApiSettings
-from node.api.access import JSON, OPEN, TOKEN, TOKEN_TO_COMPUTE, UPLOAD, Limits, Route, limits_from
+from node.api.access import FILE_UPLOAD, JSON, OPEN, TOKEN, TOKEN_TO_COMPUTE, UPLOAD, Limits, Route, limits_from
 
 # The document of a node with the default settings, committed for readers and tools that have no node running;
 # tests/integration/test_api_contract.py fails when it is stale, scripts/openapi_doc.py rewrites it.
@@ -70,11 +70,21 @@ def _body(route: Route, limits: Limits) -> dict[str, Any] | None:
             "description": f"JSON, at most {limits.max_json_bytes} bytes (api.max_json_bytes)",
             "content": {"application/json": {"schema": schema}},
         }
+    binary = {"type": "string", "format": "binary"}
     if route.body == UPLOAD:
         return {
             "required": True,
             "description": f"the bytes, at most {limits.max_upload_bytes} bytes (api.max_upload_bytes)",
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            "content": {"application/octet-stream": {"schema": binary}},
+        }
+    if route.body == FILE_UPLOAD:
+        form = {"type": "object", "required": ["file"], "properties": {"file": binary}}
+        return {
+            "required": True,
+            "description": f"the bytes, or a multipart/form-data body whose (first) file part is taken (curl -F "
+            f"file=@x.csv; its file name tells the format), at most {limits.max_upload_bytes} bytes "
+            "(api.max_upload_bytes)",
+            "content": {"application/octet-stream": {"schema": binary}, "multipart/form-data": {"schema": form}},
         }
     return None
 

@@ -15,16 +15,18 @@ import os
 import re
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from multidict import MultiMapping
 
 from node import __version__, values
 from node.api import export, openapi
 from node.api import shapes as S
 from node.api.access import (
+    FILE_UPLOAD,
     JSON,
     LIMITS_KEY,
     OPEN,
@@ -149,19 +151,19 @@ def _info(q: MultiMapping[str]) -> dict[str, object] | None:
     return info or None
 
 
-async def _spool(request: web.Request, dest: Path, limit: int) -> int:
-    """Stream the request body to ``dest``, never holding it whole; refuse past ``limit`` bytes."""
+async def _spool(chunks: AsyncIterator[bytes], dest: Path, limit: int) -> int:
+    """Stream ``chunks`` to ``dest``, never holding them whole; refuse past ``limit`` bytes."""
     size = 0
     try:
         with open(dest, "wb") as f:  # noqa: ASYNC230  local disk, 1 MiB at a time: brief, cheaper than a thread hop
-            async for chunk in request.content.iter_chunked(1 << 20):
+            async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
                     raise TooLarge(f"upload larger than api.max_upload_bytes ({limit} bytes): refused")
                 f.write(chunk)
     except OSError as e:  # a full disk is the node's state, not a bug: 507, and the caller removes `dest`
         if InsufficientStorage.is_disk_full(e):
-            raise InsufficientStorage("the upload", f"under {dest.parent}") from None
+            raise InsufficientStorage("the upload", "under $CAIRN_HOME/tmp") from None
         raise
     return size
 
@@ -180,52 +182,76 @@ def _local_file(request: web.Request, node: Node, path: str) -> BinaryIO:
     return open_local(path, node.home.path, node.settings.api.ingest_dirs)
 
 
-async def _naming(ingest: Awaitable[dict[str, object]], path: str, label: str) -> dict[str, object]:
+async def _file_part(request: web.Request) -> BodyPartReader:
+    """The first part of a multipart/form-data body that carries a file (``curl -F file=@x.csv``)."""
     try:
-        return await ingest
-    except CairnError as e:
-        if path in e.message:
-            e.args = (e.message.replace(path, label), *e.args[1:])
-        raise
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if isinstance(part, BodyPartReader) and part.filename is not None:
+                return part
+            if isinstance(part, BodyPartReader):
+                await part.release()  # a plain form field: skipped
+    except (ValueError, AssertionError):  # aiohttp's words for a body that does not match its boundary
+        raise InvalidInput("malformed multipart/form-data body") from None
+    raise InvalidInput("the multipart body has no file part: send the file as -F file=@PATH, or the bytes as the body")
 
 
-def _upload_path(request: web.Request, node: Node) -> Path | BinaryIO:
-    """Where the ingest reads: a local ``path=`` file opened in place, else a fresh spool file (a Path) for the body."""
-    local = request.query.get("path")
-    if local:
-        return _local_file(request, node, local)
+async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    while chunk := await part.read_chunk(1 << 20):
+        yield chunk
+
+
+async def _receive(request: web.Request, node: Node) -> tuple[Path, str]:
+    """Spool the upload (the raw body, or the file part of a multipart body) to a fresh file under the home's tmp;
+    the spool file (named with the upload's extensions, which tell the reader its format) and the name errors give
+    it (the client's file name, never the spool path)."""
     tmp = node.home.path / "tmp"
     tmp.mkdir(exist_ok=True)
-    # The reader tells formats by extension: keep the uploaded file's (e.g. ".csv.gz").
-    suffix = "".join(Path(request.query.get("filename", "")).suffixes[-2:])
-    if not re.fullmatch(r"(\.[A-Za-z0-9]{1,10}){0,2}", suffix):
-        suffix = ""
-    fd, path_s = tempfile.mkstemp(prefix="upload-", suffix=suffix, dir=tmp)
+    fd, spool = tempfile.mkstemp(prefix="upload-", dir=tmp)
     os.close(fd)
-    return Path(path_s)
+    path, name = Path(spool), request.query.get("filename", "")
+    try:
+        cap = node.settings.api.max_upload_bytes
+        if request.content_type == "multipart/form-data":
+            part = await _file_part(request)
+            name = name or part.filename or ""
+            await _spool(_part_chunks(part), path, cap)
+        else:
+            await _spool(request.content.iter_chunked(1 << 20), path, cap)
+        suffix = "".join(Path(name).suffixes[-2:])
+        if re.fullmatch(r"(\.[A-Za-z0-9]{1,10}){1,2}", suffix):
+            path = path.rename(path.with_name(path.name + suffix))  # noqa: ASYNC240  one rename, instant
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path, Path(name).name or "upload"
 
 
 async def datasets_add(request: web.Request) -> web.StreamResponse:
-    """Upload a file (streamed to disk, size-limited), then ingest it. With ``progress=true`` the answer is
-    NDJSON: ``{"bytes", "rows"}`` lines while ingesting, then ``{"result": …}`` or ``{"error": …}``."""
+    """Upload a file (the body, or a multipart/form-data file part; streamed to disk, size-limited), then ingest it.
+    With ``progress=true`` the answer is NDJSON: ``{"bytes", "rows"}`` lines while ingesting, then ``{"result": …}``
+    or ``{"error": …}``."""
     q = request.query
     name, to = q.get("name"), q.get("to")
     if bool(name) == bool(to):
         raise InvalidInput("give exactly one of name= (create a dataset) or to= (append to one)")
     node = _node(request)
     options = _read_options(q)  # refuses bad options before the body is read
-    path = _upload_path(request, node)
+    source: Path | BinaryIO
+    if q.get("path"):
+        source = _local_file(request, node, q["path"])
+    else:
+        source, label = await _receive(request, node)
+        options = replace(options, label=label)  # errors name the client's file, never the spool file
     task: asyncio.Future[dict[str, object]] | None = None
     try:
-        if isinstance(path, Path):
-            await _spool(request, path, node.settings.api.max_upload_bytes)
         state = {"bytes": 0, "rows": 0}
 
         def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
             state["bytes"], state["rows"] = nbytes, rows
 
         ingest = node.add_dataset(
-            path,
+            source,
             name=name or to or "",
             create=bool(name),
             options=options,
@@ -234,8 +260,6 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             info=_info(q),
             progress=progress,
         )
-        if isinstance(path, Path):  # errors name the file the client sent, not our spool file
-            ingest = _naming(ingest, str(path), Path(q.get("filename", "")).name or "upload")
         # The ingest runs as its own task: a client that goes away does not cut it half-way.
         task = asyncio.ensure_future(ingest)
         if q.get("progress") != "true":
@@ -243,9 +267,9 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         return await _progress_stream(request, task, state)
     finally:
         if task is None or task.done():
-            _release(path)
+            _release(source)
         else:
-            task.add_done_callback(lambda _: _release(path))
+            task.add_done_callback(lambda _: _release(source))
 
 
 def _release(source: Path | BinaryIO) -> None:
@@ -614,7 +638,7 @@ ROUTES: tuple[Route, ...] = (
         "/healthz",
         healthz,
         OPEN,
-        "liveness: Kubo and Spark states",
+        "liveness (ok: the node and Kubo serve) and readiness (ready: Spark and p2p can take a miss)",
         errors=(),
         returns={200: S.HEALTH, 503: S.HEALTH},
     ),
@@ -665,7 +689,7 @@ ROUTES: tuple[Route, ...] = (
         datasets_add,
         TOKEN,
         "upload and ingest a file (201 for name=, 200 for to=)",
-        UPLOAD,
+        FILE_UPLOAD,
         params=_UPLOAD_PARAMS,
         produces=("application/json", "application/x-ndjson"),
         ok=201,

@@ -34,8 +34,17 @@ def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) 
     return {"type": "object", "required": list(required), "properties": {**required, **(optional or {})}}
 
 
+_READINESS = obj({"state": STR, "ready": BOOL})
 HEALTH = obj(
-    {"ok": BOOL, "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR})},
+    {
+        "ok": BOOL,  # the node and its Kubo serve: 200, else 503
+        "ready": BOOL,  # and a miss would be computed at once: Spark up, p2p up (or disabled), not stopping
+        "stopping": BOOL,
+        "queries": INT,  # queries running now (what a stopping node waits for)
+        "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR}),
+        "spark": _READINESS,
+        "p2p": _READINESS,
+    },
 )
 NODE_INFO = obj(
     {

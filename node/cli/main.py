@@ -34,6 +34,11 @@ def _read_input(path: str | None) -> bytes:
         raise InvalidInput(f"cannot read {path}: {e.strerror}") from None
 
 
+def _empty(message: str) -> None:
+    """An empty list says so (on stderr: stdout stays empty for scripts that count lines)."""
+    print(message, file=sys.stderr)
+
+
 # -- commands -------------------------------------------------------------------------------
 
 
@@ -47,12 +52,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_node_start(args: argparse.Namespace) -> int:
-    from node import logs
-    from node.daemon import serve
-
+def _node_settings(args: argparse.Namespace) -> Any:
     try:
-        settings = load_settings(
+        return load_settings(
             args.home,
             overrides={
                 "api.host": args.api_host,
@@ -64,9 +66,36 @@ def cmd_node_start(args: argparse.Namespace) -> int:
         )
     except SettingsError as e:
         raise from_settings(e) from None
+
+
+def cmd_node_start(args: argparse.Namespace) -> int:
+    from node import logs
+    from node.daemon import serve
+
+    settings = _node_settings(args)
+    if args.detach:
+        from node.cli.lifecycle import start_detached
+
+        return start_detached(settings.home, _start_argv(args))
     logs.setup(settings.log.level, settings.log.format)
     asyncio.run(serve(settings))
     return 0
+
+
+def _start_argv(args: argparse.Namespace) -> list[str]:
+    """`cairn node start` as this command was given, without --detach (what the detached process runs)."""
+    argv = ["node", "start"]
+    for flag in ("api_host", "api_port", "ipfs_api", "ipfs_binary", "log_level"):
+        value = getattr(args, flag)
+        if value is not None:
+            argv += ["--" + flag.replace("_", "-"), str(value)]
+    return argv
+
+
+def cmd_node_stop(args: argparse.Namespace) -> int:
+    from node.cli.lifecycle import stop
+
+    return stop(_home(args), args.timeout)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -166,11 +195,15 @@ def _add_params(args: argparse.Namespace) -> list[tuple[str, str]]:
     return params
 
 
-def _stream_ingest(client: NodeClient, query: str, source: Any, length: int | None, quiet: bool) -> dict[str, Any]:
-    """POST the source and follow the node's progress lines to its result (or its error)."""
+def _stream_ingest(
+    client: NodeClient, query: str, source: Any, length: int | None, quiet: bool, in_place: int | None = None
+) -> dict[str, Any]:
+    """POST the source and follow the node's progress lines to its result (or its error). ``in_place``: the size
+    of the file the node reads itself (nothing is sent; the ingest bar's total)."""
     from node.cli.progress import upload_progress
 
-    with upload_progress(source, length, quiet=quiet) as (body, on_progress):
+    shown = length if in_place is None else in_place
+    with upload_progress(source, shown, quiet=quiet, upload=in_place is None) as (body, on_progress):
         with client.open("POST", f"/api/v0/datasets?{query}", body, "application/octet-stream", length) as resp:
             out = None
             for line in resp:
@@ -193,7 +226,7 @@ def _add_in_place(client: NodeClient, params: list[tuple[str, str]], path: Path,
         return None
     query = urllib.parse.urlencode([*params, ("path", str(path.resolve())), ("progress", "true")])
     try:
-        return _stream_ingest(client, query, io.BytesIO(b""), 0, args.json)
+        return _stream_ingest(client, query, io.BytesIO(b""), 0, args.json, in_place=path.stat().st_size)
     except RemoteError as e:
         if e.status == 403:  # PathRefused (docs/api.md "Ingesting a local file")
             return None
@@ -239,6 +272,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if not rows:
+        _empty("no datasets yet: add one with `cairn add FILE --name NAME`")
     for r in rows:
         print(f"{r['name']:<24} {r['rows']:>12} rows  {r['head']}  {'' if r['owned'] else '(pulled)'}".rstrip())
     return 0
@@ -321,7 +356,10 @@ def cmd_query(args: argparse.Namespace) -> int:
     if args.type is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         body["type"] = cid_str(parse_cid(args.type))
     client = NodeClient.for_home(_home(args))
-    out = client.post_json("/api/v0/query", json.dumps(body).encode())
+    from node.cli.progress import follow_query
+
+    # Live stages on a terminal only: piped, nothing is printed but the answer.
+    out = follow_query(client, body, show=sys.stderr.isatty() and sys.stdout.isatty())
     if whole:  # the whole result, straight from its slices, under the names this query gives its columns
         params = urllib.parse.urlencode([("format", fmt)] + [("name", n) for n in out["columns"]])
         _download(client, f"/api/v0/executions/{out['execution']}/data?{params}", "-" if to_stdout else args.output)
@@ -379,6 +417,8 @@ def cmd_peers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(peers, indent=2))
         return 0
+    if not peers:
+        _empty("no peers: connect one with `cairn connect MULTIADDR` (its `cairn status --json` p2p_addrs)")
     for p in peers:
         state = "connected" if p.get("connected") else "known"
         print(f"{p.get('peer_id', p.get('id'))}  {state}  {' '.join(p.get('addrs', [])[:2])}")
@@ -394,7 +434,10 @@ def cmd_connect(args: argparse.Namespace) -> int:
 def cmd_trust(args: argparse.Namespace) -> int:
     client = NodeClient.for_home(_home(args))
     if args.action == "ls":
-        for t in client.get_json("/api/v0/trust")["trusted"]:
+        trusted = client.get_json("/api/v0/trust")["trusted"]
+        if not trusted:
+            _empty("no trusted keys: add one with `cairn trust add KEY` (a node_key from `cairn status --json`)")
+        for t in trusted:
             print(f"{t['community']:<16} {t['key']}")
         return 0
     if not args.key:
@@ -414,6 +457,8 @@ def cmd_announcements(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
+    if not out["claims"] and not out["refused_messages"]:
+        _empty("no announcements received from peers yet")
     for c in out["claims"]:
         print(
             f"{c['status']:<9} {c['invocation']}  from {c['peer']}  signer {c['signer']}"
@@ -466,28 +511,53 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {one_line(message)} (see `{self.prog} --help`)\n")
 
 
+_HOME_HELP = "node data directory (default: $CAIRN_HOME or ~/.cairn)"
+
+
+def _global_options() -> argparse.ArgumentParser:
+    """Options every command takes, before or after the subcommand (`cairn status --home H`). SUPPRESS: a
+    subcommand that is not given one leaves the value given before it (argparse copies its defaults over)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--home", default=argparse.SUPPRESS, help=_HOME_HELP)
+    return p
+
+
+_GLOBAL = _global_options()
+
+
 def _command(
     parent: Subparsers, name: str, fn: Callable[[argparse.Namespace], int], help: str
 ) -> argparse.ArgumentParser:
-    sp: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
+    sp: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help, parents=[_GLOBAL])
     sp.set_defaults(func=fn)
     return sp
 
 
 def _group(sub: Subparsers, name: str, help: str) -> Subparsers:
     """A command with subcommands (`cairn node start`)."""
-    return sub.add_parser(name, help=help).add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+    parser = sub.add_parser(name, help=help, parents=[_GLOBAL])
+    return parser.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
 
 
 def _add_node_commands(sub: Subparsers) -> None:
     _command(sub, "init", cmd_init, "create the data directory, config, node key and API token")
     node = _group(sub, "node", "run the node daemon")
-    sp = _command(node, "start", cmd_node_start, "run the node in the foreground (Ctrl-C stops it)")
+    sp = _command(node, "start", cmd_node_start, "run the node (Ctrl-C stops it), or in the background (--detach)")
+    sp.add_argument(
+        "--detach", action="store_true", help="run in the background: log to $CAIRN_HOME/logs/node.log, PID in node.pid"
+    )
     sp.add_argument("--api-host", help="HTTP API bind address (api.host)")
     sp.add_argument("--api-port", type=int, help="HTTP API port, 0 = free port (api.port)")
     sp.add_argument("--ipfs-api", help="use this external Kubo RPC API instead of a managed one (ipfs.api)")
     sp.add_argument("--ipfs-binary", help="Kubo binary for the managed Kubo (ipfs.binary)")
     sp.add_argument("--log-level", help="debug, info, warning, error (log.level)")
+    sp = _command(node, "stop", cmd_node_stop, "stop the node of this home (by its PID file) and wait for it to end")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds for running queries to finish before they are cancelled (default 60)",
+    )
     sp = _command(sub, "status", cmd_status, "say whether the node of this home is running")
     sp.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -634,7 +704,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="cairn", description="A peer-to-peer node for content-addressed data, queries and results.")
     p.add_argument("--version", action="version", version=f"cairn {__version__}")
-    p.add_argument("--home", help="node data directory (default: $CAIRN_HOME or ~/.cairn)")
+    p.add_argument("--home", help=_HOME_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_commands in _COMMAND_GROUPS:
         add_commands(sub)

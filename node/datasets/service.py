@@ -204,6 +204,19 @@ def sweep_tmp(tmp_dir: Path) -> int:
 
 
 @contextmanager
+def _labelled(source: Any, label: str | None) -> Iterator[None]:
+    """A file read under another name (an upload's spool file): its path never shows in an error, even inside a
+    library's own text (pyarrow names the files it fails on)."""
+    try:
+        yield
+    except CairnError as e:
+        path = os.fspath(source) if label and isinstance(source, (str, os.PathLike)) else None
+        if isinstance(path, str) and path in e.message:
+            e.args = (e.message.replace(path, label or ""), *e.args[1:])
+        raise
+
+
+@contextmanager
 def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
     """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
     a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
@@ -211,7 +224,7 @@ def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
         yield
     except (OSError, KuboError) as e:
         if InsufficientStorage.is_disk_full(e):
-            where = "in Kubo's repo" if isinstance(e, KuboError) else f"under {tmp_dir}"
+            where = "in Kubo's repo" if isinstance(e, KuboError) else f"under $CAIRN_HOME/{tmp_dir.name}"
             raise InsufficientStorage(what, where) from None
         raise
 
@@ -367,7 +380,7 @@ class Datasets:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")
             work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
             try:
-                with disk_full_is_507("the ingest", self.tmp_dir):
+                with disk_full_is_507("the ingest", self.tmp_dir), _labelled(source, options.label):
                     return await self._add(source, name, row, old, options, strategy, pk, info, progress, work)
             finally:
                 shutil.rmtree(work, ignore_errors=True)

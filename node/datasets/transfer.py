@@ -341,7 +341,9 @@ def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> Non
     free = shutil.disk_usage(ds.tmp_dir).free
     if 2 * need > free:
         # Our disk, not the source, is short: 507 as for any full disk (the retry works once space is freed).
-        raise InsufficientStorage(f"the slices from {src.base} ({need} bytes, twice; {free} bytes free)", ds.tmp_dir)
+        raise InsufficientStorage(
+            f"the slices from {src.base} ({need} bytes, twice; {free} bytes free)", "under $CAIRN_HOME/tmp"
+        )
 
 
 async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:

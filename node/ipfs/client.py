@@ -684,7 +684,7 @@ def _chunks(source: Source) -> AsyncIterator[bytes]:
         try:
             f = open(source, "rb")  # noqa: SIM115 -- closed by _from_file
         except OSError as e:
-            raise InvalidInput(f"cannot read {os.fspath(source)}: {e.strerror}") from e
+            raise InvalidInput(f"cannot read {os.path.basename(os.fspath(source))}: {e.strerror}") from e
         return _from_file(f)
     if isinstance(source, AsyncIterable):
         return _from_async(source)

@@ -502,7 +502,9 @@ class Resolver:
                 await self.worker_ready(emit)
             emit("computing", {"engine": "spark"})
             self.computed += 1
-            return await self.worker.run(statement, inputs, timeout=self.query_timeout)
+            return await self.worker.run(
+                statement, inputs, timeout=self.query_timeout, on_progress=lambda p: emit("spark", p)
+            )
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

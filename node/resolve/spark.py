@@ -26,7 +26,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _NO_LIMITS: Mapping[str, int] = MappingProxyType({})
 _job_ids = itertools.count(1)
+PROGRESS_EVERY_S = 0.5
+_PROGRESS_KEYS = ("running", "stages", "stages_done", "tasks", "tasks_done", "tasks_running")
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ class SparkWorker:
 
     async def _launch(self) -> None:
         if len(os.fsencode(self.socket_path)) > 107:
-            raise SparkStartError(f"socket path too long for a Unix socket (max 107 bytes): {self.socket_path}")
+            raise SparkStartError(f"the worker's socket path is {len(os.fsencode(self.socket_path))} bytes, over 107")
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
                 os.unlink(self.socket_path)  # stale; the old worker is gone (we reaped it or never had it)
@@ -333,7 +335,14 @@ class SparkWorker:
             if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln
         ]
         tail = " | ".join(kept[-lines:])
-        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path})"
+        # Answered to API clients: the node's own directories are named, never shown (issue 16).
+        for folder, shown in (
+            (self.scratch, "<scratch>"),
+            (self.log_path.parent, "<logs>"),
+            (self.socket_path.parent, "<home>"),
+        ):
+            tail = tail.replace(str(folder), shown)
+        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path.name} in the node's logs)"
 
     async def stop(self) -> None:
         """SIGTERM the worker (by pid), SIGKILL its process group after ``stop_timeout``; idempotent."""
@@ -483,6 +492,29 @@ class SparkWorker:
         header.pop("ok", None)
         return {**header, "restarts": self.restarts, "jobs_sent": self.jobs_sent}
 
+    async def progress(self, job: str) -> dict[str, Any]:
+        """Spark's stages and tasks so far for ``job`` (``running`` False once it ended or before it started)."""
+        try:
+            header, _ = await self._exchange({"op": "progress", "job": job})
+        except (OSError, ProtocolError) as e:
+            raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
+        return header
+
+    async def _report_progress(self, job: str, on_progress: Callable[[dict[str, Any]], None]) -> None:
+        """Sample the job's progress twice a second and pass on each change, until cancelled (the job ended)."""
+        last: dict[str, Any] = {}
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)  # a sampling period, not a wait for an event
+            try:
+                async with asyncio.timeout(2.0):
+                    now = await self.progress(job)
+            except (SparkError, TimeoutError):
+                continue  # best effort: a busy JVM answers the next sample
+            now = {k: v for k, v in now.items() if k in _PROGRESS_KEYS}
+            if now.get("running") is True and now != last:
+                last = now
+                on_progress({k: v for k, v in now.items() if k != "running"})
+
     async def run(
         self,
         statement: str,
@@ -490,6 +522,7 @@ class SparkWorker:
         *,
         timeout: float | None = None,
         job_id: str | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> RunResult:
         """Run ``statement`` with each input registered as a temp view over its Parquet files.
 
@@ -497,6 +530,8 @@ class SparkWorker:
         calls run at once; more wait here. The budgets in ``limits`` go with the request.
         Raises SparkError (Spark refused or failed the query), SparkTimeout, SparkWorkerDied
         (the worker died during the job: it is restarted in the background) or SparkStartError.
+        ``on_progress`` gets Spark's stages and tasks (``stages``, ``stages_done``, ``tasks``, ``tasks_done``,
+        ``tasks_running``) as they change while the job runs.
         """
         job = job_id or f"{os.getpid()}-{next(_job_ids)}"
         request = _run_request(job, statement, inputs)
@@ -512,6 +547,7 @@ class SparkWorker:
                 self.jobs_sent += 1
 
             t0 = time.perf_counter()
+            watch = asyncio.ensure_future(self._report_progress(job, on_progress)) if on_progress else None
             try:
                 async with asyncio.timeout(timeout):
                     header, payload = await self._exchange(request, on_sent=mark_sent)
@@ -522,9 +558,16 @@ class SparkWorker:
                 ) from None
             except (OSError, ProtocolError) as e:
                 raise await self._connection_lost(proc, job, sent, e) from None
+            finally:
+                if watch is not None:
+                    watch.cancel()
             if header.get("kind") == "died":
                 raise await self._jvm_died(proc, header)
-            table = _answer_table(header, payload, job)
+            try:
+                table = _answer_table(header, payload, job)
+            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown (issue 16)
+                e.args = (_hide_paths(e.message, inputs), *e.args[1:])
+                raise
             return RunResult(
                 table=table,
                 elapsed_ms=float(header.get("elapsed_ms", 0.0)),
@@ -558,6 +601,15 @@ class SparkWorker:
             f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
             kind="worker",
         )
+
+
+def _hide_paths(message: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> str:
+    """``message`` with the folders of the input slices (and their file: URLs) replaced by ``<slices>``."""
+    folders = {os.path.dirname(os.path.abspath(p)) for paths, _ in inputs.values() for p in paths}
+    for folder in sorted(folders, key=len, reverse=True):
+        message = message.replace("file://" + folder, "<slices>").replace("file:" + folder, "<slices>")
+        message = message.replace(folder, "<slices>")
+    return message
 
 
 def _run_request(job: str, statement: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> dict[str, Any]:

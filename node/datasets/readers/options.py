@@ -116,6 +116,8 @@ class ReadOptions:
     - ``encoding``: the text encoding of CSV/TSV/JSON Lines (any Python codec name, e.g.
       ``latin-1``, ``cp1252``, ``utf-16``); ``None``: UTF-8, or UTF-16/32 if the input starts with
       their byte order mark.
+    - ``label``: what messages call the input (an upload's file name): a node reading its own spool file must
+      not show that internal path; ``None``: the path or the stream's name.
     """
 
     format: str | None = None
@@ -127,6 +129,7 @@ class ReadOptions:
     event_time: str | None = None
     block_size: int = DEFAULT_BLOCK_SIZE
     encoding: str | None = None
+    label: str | None = None
 
     def __post_init__(self) -> None:
         fmt = self.format

@@ -72,15 +72,16 @@ class _Raw:
 
 
 def _locate(
-    source: str | os.PathLike | BinaryIO, closers: list[Callable[[], None]]
+    source: str | os.PathLike | BinaryIO, closers: list[Callable[[], None]], label: str | None = None
 ) -> tuple[str | BinaryIO, str | None, str]:
     """What to read: a regular file's path, or a stream (given, or a FIFO/device opened here); the name that hints
-    the format (None if there is none), and the label messages use."""
+    the format (None if there is none), and the label messages use (``label``, else the path)."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if isinstance(path, bytes):
             path = os.fsdecode(path)
-        return _open_path(path, closers), path, path
+        shown = label or path
+        return _open_path(path, closers, shown), path, shown
     if hasattr(source, "read"):
         file_name = getattr(source, "name", None)
         name = file_name if isinstance(file_name, str) and not file_name.startswith("<") else None
@@ -89,32 +90,32 @@ def _locate(
     raise InvalidInput(f"cannot read input from a {type(source).__name__}: pass a path or a binary stream")
 
 
-def _open_path(path: str, closers: list[Callable[[], None]]) -> str | BinaryIO:
-    """The path itself for a regular file; an open stream for anything else readable."""
+def _open_path(path: str, closers: list[Callable[[], None]], shown: str) -> str | BinaryIO:
+    """The path itself for a regular file; an open stream for anything else readable. Messages name ``shown``."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        raise InvalidInput(f"no such file: {path}") from None
+        raise InvalidInput(f"no such file: {shown}") from None
     except OSError as e:
-        raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
+        raise InvalidInput(f"cannot open {shown}: {e.strerror}") from None
     if stat.S_ISDIR(mode):
-        raise InvalidInput(f"{path} is a directory, not a file")
+        raise InvalidInput(f"{shown} is a directory, not a file")
     if stat.S_ISREG(mode):
         return path
     # a FIFO, /dev/stdin, <(zcat …): read it as a stream
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed by the Input
     except OSError as e:
-        raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
+        raise InvalidInput(f"cannot open {shown}: {e.strerror}") from None
     closers.append(stream.close)
     return stream
 
 
-def _raw_file(path: str, closers: list[Callable[[], None]]) -> _Raw:
+def _raw_file(path: str, closers: list[Callable[[], None]], shown: str) -> _Raw:
     try:
         raw = pa.OSFile(path, "r")
     except (OSError, pa.ArrowException) as e:
-        raise InvalidInput(f"cannot open {path}: {one_line(str(e))}") from None
+        raise InvalidInput(f"cannot open {shown}: {one_line(str(e)).replace(path, shown)}") from None
     closers.append(raw.close)
     total_size = raw.size()
     magic = raw.read(4)
@@ -180,8 +181,8 @@ def _text_and_format(
 
 def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> _Opened:
     closers: list[Callable[[], None]] = []
-    target, name, label = _locate(source, closers)
-    raw = _raw_file(target, closers) if isinstance(target, str) else _raw_stream(target)
+    target, name, label = _locate(source, closers, options.label)
+    raw = _raw_file(target, closers, label) if isinstance(target, str) else _raw_stream(target)
     name_fmt, name_codec = _detect_from_name(name)
     fmt = options.format or name_fmt
     codec = options.compression or name_codec or _codec_from_magic(raw.magic)
