@@ -148,6 +148,7 @@ class Node:
         self.api_url: str | None = None  # set by the HTTP face once it listens
         self._started = started
         self.pulls = Pulls()
+        self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
@@ -351,7 +352,7 @@ class Node:
         may_compute: bool,
         type_ref: str | None,
     ) -> dict[str, Any]:
-        declared = await self._types().normal_form(parse_cid(type_ref)) if type_ref is not None else None
+        declared = await self.types.normal_form(parse_cid(type_ref)) if type_ref is not None else None
         with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
             answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
         row = answer.execution
@@ -720,22 +721,19 @@ class Node:
 
     # -- Transform.Storage types (node.types; docs/provenance.md "Types") -----------------------
 
-    def _types(self) -> TypeChecks:
-        return TypeChecks(self.kubo, self.datasets, self.settings.ipfs.timeout)
-
     async def type_check(self, ref: str, type_ref: str) -> dict[str, Any]:
         """Is the data ``ref`` names (a dataset name or id, or a block CID) a term of the type ``type_ref``?"""
-        return await self._types().check(ref, type_ref)
+        return await self.types.check(ref, type_ref)
 
     async def asset_check(self, cid: str) -> dict[str, Any]:
         """Is the asset ``cid`` valid (Algorithm 4)?"""
-        return await self._types().asset(cid)
+        return await self.types.asset(cid)
 
     async def _declared_type(
         self, normal: Any, type_ref: str, schema: list[list[str]], execution: str
     ) -> dict[str, Any]:
         """The query's declared type checked on its result's structure: ``{"type": verdict}``, or TypeMismatch."""
-        verdict = await self._types().check_result(normal, type_ref, schema)
+        verdict = await self.types.check_result(normal, type_ref, schema)
         if not verdict["result"]:
             raise TypeMismatch(
                 f"the result is not a term of the declared type {verdict['type']}: {verdict['code']} "
@@ -745,7 +743,7 @@ class Node:
 
     async def type_put(self, obj: Any) -> dict[str, Any]:
         """Check a Type, Asset, Function or series type, then store and pin it like ``dag_put``."""
-        kind = await self._types().kind_of(obj)
+        kind = await self.types.kind_of(obj)
         return {"cid": cid_str(await self.dag_put(obj)), "kind": kind}
 
 
