@@ -662,7 +662,7 @@ class Node:
         return await walk.walk(ref)
 
     async def verify(self, ref: str, *, offline: bool, recursive: bool = False) -> dict[str, Any]:
-        """Check a result without computing it (``offline``); recomputing is not built yet (501)."""
+        """Check a result without computing it (``offline``); recomputing is not built yet (422 NotBuilt)."""
         from node.errors import NotBuilt
         from node.provenance import OfflineVerify
 

@@ -475,9 +475,10 @@ class SparkTimeout(SparkError):
 
 
 class NotBuilt(CairnError):
-    """A mode of an operation this node does not have yet (verify by recomputing): said plainly, not faked."""
+    """A mode of an operation this node does not have yet (verify by recomputing): said plainly, not faked. A 4xx,
+    not 501: the request is well-formed and the node cannot do it; a client may ask the other mode (offline)."""
 
-    status = 501
+    status = 422
 
 
 class BlockMissing(NotFound):

@@ -869,14 +869,14 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/verify",
         verify_post,
         TOKEN,
-        "check a result without computing it (offline: true); recomputing answers 501",
+        "check a result without computing it (offline: true); recomputing is not built yet (422)",
         JSON,
         {
             "type": "object",
             "required": ["cid"],
             "properties": {"cid": _STR, "offline": {"type": "boolean"}, "recursive": {"type": "boolean"}},
         },
-        errors=(400, 404, 501),
+        errors=(400, 404, 422),
         returns={200: S.VERIFIED},
     ),
 )

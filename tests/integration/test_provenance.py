@@ -214,7 +214,7 @@ async def test_bad_input_is_a_clear_4xx(prov: dict[str, Any]) -> None:
     for body, status in (
         ({"cid": "not a cid", "offline": True}, 400),
         ({"cid": unknown, "offline": True}, 404),
-        ({"cid": prov["answer"]["receipt"]}, 501),
+        ({"cid": prov["answer"]["receipt"]}, 422),
         ({"cid": prov["answer"]["receipt"], "offline": "yes"}, 400),
     ):
         resp = await client.post("/api/v0/verify", json=body)
