@@ -47,7 +47,10 @@ def cmd_lineage(args: argparse.Namespace) -> int:
     if args.format:
         sys.stdout.write(render[args.format](graph))
     else:
-        Console(soft_wrap=True).print(tree(graph))
+        # A pipe gets whole lines (no cropping at 80 columns); a terminal wraps at its width.
+        Console(soft_wrap=True, emoji=False, highlight=False, width=None if sys.stdout.isatty() else 100_000).print(
+            tree(graph)
+        )
         if graph["cut"]:
             print(f"(cut: {graph['cut']})")
     return 0

@@ -23,7 +23,7 @@ from typing import Any
 
 from node.datasets import Datasets, Version
 from node.errors import BlockMissing as Missing
-from node.errors import CairnError, InvalidInput, KuboError, KuboUnreachable, NotFound
+from node.errors import CairnError, InvalidInput, KuboError, KuboTimeout, KuboUnreachable, NotFound
 from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -153,7 +153,7 @@ class LineageWalk:
             elif self.fetch.remaining() <= 0:
                 self.graph.cut = f"deadline ({self.timeout:g} s) reached"
             if self.graph.cut is not None:
-                self.graph.add("cut", {"kind": "cut", "cid": None, "label": f"walk cut: {self.graph.cut}"})
+                self.graph.add("cut", {"kind": "cut", "cid": None, "label": f"{self.graph.cut}: not walked further"})
                 for _, c, parent, label, via in self._queue:
                     if parent is not None and cid_str(c) not in self.graph.nodes:
                         self.graph.link(parent, "cut", label, via)
@@ -233,7 +233,7 @@ class LineageWalk:
         if not isinstance(rc, Receipt):
             raise InvalidInput(f"{cid_str(cid)} is not a receipt (rc_0)")
         checks = {"signature": _signature(rc)}
-        label = f"receipt: {rc.rows} rows, logical hash {rc.logical_hash[:16]}…"
+        label = f"{rc.rows} rows, logical hash {rc.logical_hash[:16]}…"
         detail = {"time": rc.time, "rows": rc.rows, "logicalHash": rc.logical_hash, "engine": rc.engine}
         profile = cid_str(rc.profile) if rc.profile else None
         self._node(
@@ -248,7 +248,7 @@ class LineageWalk:
         if not isinstance(ex, Execution):
             raise InvalidInput(f"{cid_str(cid)} is not an execution (ex_0)")
         signer = rc.signer if rc is not None else None
-        label = f"execution {ex.handle}" + (" (failed)" if ex.exit_status else "")
+        label = ex.handle + (" (failed)" if ex.exit_status else "")
         checks = {"signature": "ok (its receipt's)" if rc is not None else "none: no receipt known for it"}
         self._node("execution", cid, label, signer, checks, handle=ex.handle)
         await self._inputs(cid, ex, rc)
@@ -284,19 +284,19 @@ class LineageWalk:
         wait = max(0.5, min(self.fetch.fetch_timeout, self.fetch.remaining()))
         try:
             version = await asyncio.wait_for(self._version(cid, wait), wait + 1.0)
-        except TimeoutError:
-            raise Missing(cid_str(cid), f"the dataset chain did not come within {wait:g} s") from None
+        except (TimeoutError, KuboTimeout):
+            raise Missing(cid_str(cid), f"dataset chain not found within {wait:g} s") from None
         except KuboError as e:
             if isinstance(e, KuboUnreachable):
                 raise
             raise Missing(cid_str(cid), f"the dataset chain is not complete here ({e.message})") from None
         except InvalidInput as e:  # a signature or a link of the chain that does not check: say it on the node
-            self._node("dataset", cid, "dataset version", None, {"chain": f"failed: {e.message}"})
+            self._node("dataset", cid, "version whose chain does not check", None, {"chain": f"failed: {e.message}"})
             return
         row = self.index.dataset_by_id(version.dataset_id)
         seed = version.blocks[-1][1].event
         name = row.name if row is not None else None
-        label = f"dataset {name or version.dataset_id[:24] + '…'} version {version.seq}: {version.rows} rows"
+        label = f"{name or version.dataset_id[:24] + '…'} version {version.seq}: {version.rows} rows"
         checks = {"signature": "ok (every block of the chain, dataset key)", "chain": "ok"}
         self._node(
             "dataset",
@@ -339,12 +339,12 @@ class LineageWalk:
         row = self.index.execution(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution of invocation {cid_str(cid)} in this node's index")
-        self._node("invocation", cid, "invocation (the cache key)", None, {})
+        self._node("invocation", cid, "the cache key", None, {})
         self._push("receipt", parse_cid(row.receipt), cid, "answered by", "index")
 
     async def _announcement(self, cid: CID) -> None:
         an = await self.fetch.obj(cid)
         if not isinstance(an, Announcement):
             raise InvalidInput(f"{cid_str(cid)} is not an announcement (an_0)")
-        self._node("announcement", cid, "announcement", an.signer, {"signature": _signature(an)})
+        self._node("announcement", cid, f"claims {an.rows} rows", an.signer, {"signature": _signature(an)})
         self._push("receipt", an.receipt, cid, "claims")

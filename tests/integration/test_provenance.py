@@ -25,6 +25,7 @@ from node.datasets.slices import read_slice, write_parquet_slice
 from node.identity import generate
 from node.ipfs import ManagedKubo
 from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
+from node.provenance import LineageWalk
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -112,7 +113,10 @@ async def test_formats_parse_back(prov: dict[str, Any]) -> None:
     code, out, _ = await cli(node, "lineage", rc, "--format", "mermaid")
     assert _mermaid_ok(out.decode()) == len(graph["edges"])
     code, out, _ = await cli(node, "lineage", rc)
-    assert code == 0 and "receipt:" in out.decode() and "dataset cities" in out.decode()
+    text = out.decode()
+    assert code == 0 and text.startswith(f"receipt: 3 rows, logical hash {prov['answer']['logicalHash'][:16]}")
+    assert "input 0: read dataset: cities version 2: 2 rows | " in text
+    assert f"signed by {prov['ids']['towns']}" in text and "checked: hash ok, signature ok" in text
     resp = await client.get(f"/api/v0/lineage/{rc}", headers={"Accept": "image/svg+xml"})
     assert resp.status == 200 and resp.content_type == "image/svg+xml"
     svg = ET.fromstring(await resp.text())
@@ -254,6 +258,61 @@ async def test_lineage_on_another_node_fetches_what_it_lacks(
         assert all(r["name"] is None and r["checks"]["chain"] == "ok" for r in _roots(offline).values())
         resp = await client_b.get(f"/api/v0/lineage/{answer['receipt']}")
         assert resp.status == 200 and (await resp.json())["complete"]
+
+
+async def test_a_block_nobody_has_is_a_missing_node_and_the_rest_stands(prov: dict[str, Any]) -> None:
+    """A receipt (a peer's: another key) naming a dataset version no one holds: that node is ``missing``, the
+    answer is not complete, the other input still reaches its root."""
+    node, client, answer = prov["node"], prov["client"], prov["answer"]
+    rc = decode_object(decode(await node.kubo.block_get(parse_cid(answer["receipt"]))))
+    assert isinstance(rc, Receipt)
+    nowhere = block_of({"typedVersion": "mb_0", "content": {"nobody": "has this"}}).cid
+    peer = generate()
+    forged = replace(rc, signer=peer.node_key, versions=(nowhere, rc.versions[1])).signed(peer.sign)
+    blk = block_of(forged)
+    await node.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+    graph = await _lineage(client, cid_str(blk.cid))
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    assert not graph["complete"] and graph["cut"] is None
+    assert nodes[cid_str(nowhere)]["kind"] == "missing"
+    assert "not found within 3 s" in nodes[cid_str(nowhere)]["label"]
+    assert set(_roots(graph)) == {prov["ids"]["towns"]}
+    code, out, _ = await cli(node, "lineage", cid_str(blk.cid))
+    assert code == 0 and "missing: dataset chain not found within 3 s" in out.decode()
+
+
+async def test_a_result_read_by_a_later_step_chains_to_the_roots(prov: dict[str, Any]) -> None:
+    """A later step (as a pipeline would run) whose one input is this result's output: no receipt names a dataset
+    for it, the index knows the execution that wrote that slice list, and the walk goes on through it."""
+    node, client, answer = prov["node"], prov["client"], prov["answer"]
+    rc = decode_object(decode(await node.kubo.block_get(parse_cid(answer["receipt"]))))
+    assert isinstance(rc, Receipt)
+    ex = decode_object(decode(await node.kubo.block_get(rc.execution)))
+    assert isinstance(ex, Execution)
+    in_list = block_of([parse_cid(s) for s in answer["slices"]])
+    in_root = block_of([in_list.cid])
+    in_env = block_of(RecursiveDataEnvelope(in_root.cid))
+    step = block_of(replace(ex, input=in_env.cid))
+    peer = generate()
+    later = block_of(replace(rc, execution=step.cid, signer=peer.node_key, versions=()).signed(peer.sign))
+    for blk in (in_list, in_root, in_env, step, later):
+        await node.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+    graph = await _lineage(client, cid_str(later.cid))
+    edges = {(e["from"], e["to"], e["label"], e["via"]) for e in graph["edges"]}
+    assert (cid_str(step.cid), answer["receipt"], "input 0: output of", "index") in edges
+    assert graph["complete"] and set(_roots(graph)) == set(prov["ids"].values())
+    signers = {n["signer"] for n in graph["nodes"] if n["kind"] == "receipt"}
+    assert signers == {peer.node_key, node.identity.node_key}
+
+
+async def test_the_walk_is_cut_at_max_nodes(prov: dict[str, Any]) -> None:
+    node, answer = prov["node"], prov["answer"]
+    walk = LineageWalk(node.kubo, node.datasets, node.index, max_nodes=2, timeout=30.0, fetch_timeout=3.0)
+    graph = await walk.walk(answer["receipt"])
+    kinds = [n["kind"] for n in graph["nodes"]]
+    assert graph["cut"] == "max nodes (2) reached" and not graph["complete"]
+    assert kinds == ["receipt", "execution", "cut"]
+    assert {(e["from"], e["to"]) for e in graph["edges"]} >= {(answer["execution"], "cut")}
 
 
 def _doc_commands(title: str) -> list[str]:
