@@ -150,7 +150,7 @@ class LineageWalk:
         while self._queue:
             if self.graph.full():
                 self.graph.cut = f"max nodes ({self.max_nodes}) reached"
-            elif self.fetch.remaining() <= 0:
+            elif self.fetch.remaining() <= 0 and self.graph.nodes:  # the start itself is always shown
                 self.graph.cut = f"deadline ({self.timeout:g} s) reached"
             if self.graph.cut is not None:
                 self.graph.add("cut", {"kind": "cut", "cid": None, "label": f"{self.graph.cut}: not walked further"})

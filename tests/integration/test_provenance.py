@@ -303,6 +303,12 @@ async def test_a_result_read_by_a_later_step_chains_to_the_roots(prov: dict[str,
     assert graph["complete"] and set(_roots(graph)) == set(prov["ids"].values())
     signers = {n["signer"] for n in graph["nodes"] if n["kind"] == "receipt"}
     assert signers == {peer.node_key, node.identity.node_key}
+    status, out = await _verify(client, cid_str(later.cid), recursive=True)  # --recursive: every step upstream
+    steps = {s["receipt"]: s for s in out["executions"]}
+    assert status == 200 and set(steps) == {cid_str(later.cid), answer["receipt"]} and not out["ok"]
+    assert steps[answer["receipt"]]["summary"]["failed"] == 0  # the honest upstream step checks out
+    failed = {c["check"] for c in steps[cid_str(later.cid)]["checks"] if c["status"] == "failed"}
+    assert failed == {"input count"}  # the later step's invocation names two inputs, its execution read one
 
 
 async def test_the_walk_is_cut_at_max_nodes(prov: dict[str, Any]) -> None:
@@ -313,6 +319,9 @@ async def test_the_walk_is_cut_at_max_nodes(prov: dict[str, Any]) -> None:
     assert graph["cut"] == "max nodes (2) reached" and not graph["complete"]
     assert kinds == ["receipt", "execution", "cut"]
     assert {(e["from"], e["to"]) for e in graph["edges"]} >= {(answer["execution"], "cut")}
+    walk = LineageWalk(node.kubo, node.datasets, node.index, max_nodes=50, timeout=0.0, fetch_timeout=3.0)
+    graph = await walk.walk(answer["receipt"])
+    assert graph["cut"] == "deadline (0 s) reached" and [n["kind"] for n in graph["nodes"]] == ["receipt", "cut"]
 
 
 def _doc_commands(title: str) -> list[str]:
