@@ -258,6 +258,17 @@ async def test_lineage_on_another_node_fetches_what_it_lacks(
         assert all(r["name"] is None and r["checks"]["chain"] == "ok" for r in _roots(offline).values())
         resp = await client_b.get(f"/api/v0/lineage/{answer['receipt']}")
         assert resp.status == 200 and (await resp.json())["complete"]
+        # B now holds what the walk read (receipt, execution, chains), not the invocation nor the slices: offline,
+        # it checks what it holds and says what it could not check and why (exit 2); it fails nothing
+        status, out = await _verify(client_b, answer["receipt"])
+        checks = out["executions"][0]["checks"]
+        assert status == 200 and not out["ok"] and out["summary"]["failed"] == 0, out
+        assert {c["check"] for c in checks if c["status"] == "ok"} >= {"receipt signature", "execution succeeded"}
+        unchecked = {c["subject"]: c for c in checks if c["status"] == "unchecked"}
+        assert answer["invocation"] in unchecked and len(unchecked) >= 2, unchecked  # the question, the output
+        assert all("not held by this node" in c["detail"] for c in unchecked.values()), unchecked
+        code, text, _ = await cli(b, "verify", answer["receipt"], "--offline")
+        assert code == 2 and ", 0 failed, " in text.decode()
 
 
 async def test_a_block_nobody_has_is_a_missing_node_and_the_rest_stands(prov: dict[str, Any]) -> None:
