@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from node.cli.client import NodeClient
-from node.provenance.render import FORMATS, node_text, to_dot, to_mermaid, to_svg
+from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -25,9 +25,10 @@ def tree(graph: dict[str, Any]) -> Tree:
     children: dict[str, list[dict[str, str]]] = {}
     for e in graph["edges"]:
         children.setdefault(e["from"], []).append(e)
-    root = Tree(escape(node_text(nodes[graph["start"]])) if graph["start"] in nodes else graph["start"])
-    seen = {graph["start"]}
-    todo = [(root, graph["start"])]
+    start = root(graph)
+    top = Tree(escape(node_text(nodes[start])) if start in nodes else start)
+    seen = {start}
+    todo = [(top, start)]
     while todo:
         branch, key = todo.pop()
         for e in children.get(key, []):
@@ -38,7 +39,7 @@ def tree(graph: dict[str, Any]) -> Tree:
                 continue
             seen.add(e["to"])
             todo.append((branch.add(text), e["to"]))
-    return root
+    return top
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:

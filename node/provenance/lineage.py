@@ -108,7 +108,8 @@ class Graph:
             "start": self.start,
             "nodes": list(self.nodes.values()),
             "edges": self.edges,
-            "complete": self.cut is None and not any(n["kind"] == "missing" for n in self.nodes.values()),
+            "complete": self.cut is None
+            and not any(n["kind"] in ("missing", "unreadable") for n in self.nodes.values()),
             "cut": self.cut,
         }
 

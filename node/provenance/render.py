@@ -58,15 +58,22 @@ def to_mermaid(graph: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def root(graph: dict[str, Any]) -> str:
+    """Where a drawing starts: the walk's first node (an execution asked about is reached from its receipt,
+    which the walk visits first), else the CID asked about."""
+    return str(graph["nodes"][0]["id"]) if graph["nodes"] else str(graph["start"])
+
+
 def layers(graph: dict[str, Any]) -> list[list[str]]:
-    """Node ids by distance from the start (breadth first); nodes not reached from it come last."""
+    """Node ids by distance from the root (breadth first); nodes not reached from it come last."""
     out: dict[str, list[str]] = {n["id"]: [] for n in graph["nodes"]}
     for e in graph["edges"]:
         out.setdefault(e["from"], []).append(e["to"])
     depth: dict[str, int] = {}
-    todo = deque([graph["start"]] if graph["start"] in out else [])
+    start = root(graph)
+    todo = deque([start] if start in out else [])
     if todo:
-        depth[graph["start"]] = 0
+        depth[start] = 0
     while todo:
         here = todo.popleft()
         for nxt in out.get(here, []):

@@ -81,6 +81,8 @@ async def test_every_starting_kind_reaches_the_roots(prov: dict[str, Any]) -> No
     for ref in (answer["execution"], answer["slices"][0], answer["invocation"]):
         graph = await _lineage(client, ref)
         assert graph["start"] == ref and set(_roots(graph)) == set(prov["ids"].values()), ref
+    code, out, _ = await cli(prov["node"], "lineage", answer["execution"])  # drawn from its receipt
+    assert code == 0 and out.decode().startswith("receipt: ") and "└── attests execution: " in out.decode()
     via = {e["via"] for e in (await _lineage(client, answer["slices"][0]))["edges"]}
     assert "index" in via  # a slice names nothing: the way back is the index's, and the answer says so
     graph = await _lineage(client, "cities")

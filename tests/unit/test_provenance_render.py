@@ -66,6 +66,8 @@ def test_svg_is_well_formed_with_a_box_per_node() -> None:
 def test_layers_put_the_start_first_and_unreached_nodes_last() -> None:
     assert layers(_graph()) == [["rc"], ["ex"], ["d1", "d2"], ["lone"]]
     assert layers({"start": "x", "nodes": [], "edges": []}) == []
+    asked_execution = {**_graph(), "start": "ex"}  # the walk began at its receipt, the first node: drawn from there
+    assert layers(asked_execution) == [["rc"], ["ex"], ["d1", "d2"], ["lone"]]
 
 
 def test_node_text_says_who_signed_what_was_checked_and_where_it_came_from() -> None:
