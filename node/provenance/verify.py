@@ -318,7 +318,7 @@ class OfflineVerify:
         if cached.exists():
             got = await self.datasets.file_cid(cached)
             if r.compare("cached copy gives its CID", cid, cid_str(cid), cid_str(got), "this node's slice cache"):
-                return await asyncio.to_thread(read_slice, cached)
+                return await self._read(cached, cid, r)
         try:
             path, got_cid = await self._from_kubo(cid)
         except KuboError as e:
@@ -329,9 +329,19 @@ class OfflineVerify:
         try:
             if not r.compare("slice bytes give its CID", cid, cid_str(cid), cid_str(got_cid)):
                 return None
-            return await asyncio.to_thread(read_slice, path)
+            return await self._read(path, cid, r)
         finally:
             path.unlink(missing_ok=True)
+
+    @staticmethod
+    async def _read(path: Path, cid: CID, r: Report) -> pa.Table | None:
+        try:
+            return await asyncio.to_thread(read_slice, path)
+        except InvalidInput:  # pyarrow's text names the local file: not for the answer
+            r.add(
+                "slice reads as Parquet", cid, FAILED, "its bytes (which give its CID) are not a readable Parquet file"
+            )
+            return None
 
     async def _from_kubo(self, cid: CID) -> tuple[Path, CID]:
         """Kubo's bytes of the slice, offline, in a temporary file; and the CID they give (hashed as they come)."""

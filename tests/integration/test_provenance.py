@@ -199,6 +199,29 @@ async def test_verify_offline_fails_a_receipt_whose_signature_does_not_verify(pr
     assert failed["output rows"]["expected"] == answer["row_count"] + 1 and failed["output rows"]["got"] == 3
 
 
+async def test_verify_offline_fails_an_output_that_is_not_parquet_without_naming_local_paths(
+    prov: dict[str, Any], tmp_path: Path
+) -> None:
+    node, client, answer = prov["node"], prov["client"], prov["answer"]
+    rc = decode_object(decode(await node.kubo.block_get(parse_cid(answer["receipt"]))))
+    assert isinstance(rc, Receipt)
+    ex = decode_object(decode(await node.kubo.block_get(rc.execution)))
+    assert isinstance(ex, Execution)
+    (tmp_path / "rows.csv").write_bytes(CITIES)
+    added = await node.kubo.add(tmp_path / "rows.csv", pin=False)
+    out_list = block_of([added.cid])
+    env = block_of(RecursiveDataEnvelope(out_list.cid))
+    step = block_of(replace(ex, output=env.cid))
+    peer = generate()
+    forged = block_of(replace(rc, execution=step.cid, signer=peer.node_key).signed(peer.sign))
+    for blk in (out_list, env, step, forged):
+        await node.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+    status, out = await _verify(client, cid_str(forged.cid))
+    failed = _failed(out)
+    assert status == 200 and not out["ok"] and "slice reads as Parquet" in failed, out
+    assert str(node.home.path) not in json.dumps(out) and "/tmp" not in json.dumps(out)
+
+
 async def test_verify_offline_fails_a_forged_cache_copy(prov: dict[str, Any]) -> None:
     node, client, answer = prov["node"], prov["client"], prov["answer"]
     cached = node.datasets.cache_dir / f"{answer['slices'][0]}.parquet"
