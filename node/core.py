@@ -653,7 +653,7 @@ class Node:
 
     async def lineage(self, ref: str, *, offline: bool = False) -> dict[str, Any]:
         """The walk from ``ref`` (a result's CID, a slice, a dataset block, name or id) back to its root datasets."""
-        from node.provenance import LineageWalk
+        from node.provenance.lineage import LineageWalk
 
         fetch = self.settings.query.lineage_fetch_timeout
         walk = LineageWalk(
@@ -664,7 +664,7 @@ class Node:
     async def verify(self, ref: str, *, offline: bool, recursive: bool = False) -> dict[str, Any]:
         """Check a result without computing it (``offline``); recomputing is not built yet (422 NotBuilt)."""
         from node.errors import NotBuilt
-        from node.provenance import OfflineVerify
+        from node.provenance.verify import OfflineVerify
 
         if not offline:
             raise NotBuilt("recompute verification is not built yet: use offline (cairn verify --offline)")

@@ -1,6 +1,3 @@
-"""Provenance of answers (issue 17; docs/provenance.md): lineage walks and offline verification."""
-
-from node.provenance.lineage import Fetcher, LineageWalk
-from node.provenance.verify import OfflineVerify
-
-__all__ = ["Fetcher", "LineageWalk", "OfflineVerify"]
+"""Provenance of answers (issue 17; docs/provenance.md): lineage walks (``lineage``), offline verification
+(``verify``) and drawings of a lineage (``render``). Nothing is imported here: the CLI needs only ``render``, which
+is pure, and should not pay for the rest at start-up."""

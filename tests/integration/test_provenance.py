@@ -25,7 +25,7 @@ from node.datasets.slices import read_slice, write_parquet_slice
 from node.identity import generate
 from node.ipfs import ManagedKubo
 from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
-from node.provenance import LineageWalk
+from node.provenance.lineage import LineageWalk
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
