@@ -164,6 +164,14 @@ class QuerySettings:
         "`too-complex`.",
         default=5.0,
     )
+    lineage_max_nodes: int = _doc(
+        "Nodes a lineage walk (and `verify --recursive`) visits at most; past it the answer is cut.", default=500
+    )
+    lineage_timeout: float = _doc("Seconds a lineage walk may take in all; past it the answer is cut.", default=60.0)
+    lineage_fetch_timeout: float = _doc(
+        "Seconds a lineage walk waits for one block this node does not hold (fetched by CID through Kubo).",
+        default=10.0,
+    )
 
 
 @dataclass(frozen=True)

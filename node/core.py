@@ -746,6 +746,34 @@ class Node:
         kind = await self.types.kind_of(obj)
         return {"cid": cid_str(await self.dag_put(obj)), "kind": kind}
 
+    # -- provenance: lineage and offline verification (node.provenance; docs/provenance.md) -------------------
+
+    def _lineage_bounds(self) -> dict[str, Any]:
+        q = self.settings.query
+        return {"max_nodes": q.lineage_max_nodes, "timeout": q.lineage_timeout}
+
+    async def lineage(self, ref: str, *, offline: bool = False) -> dict[str, Any]:
+        """The walk from ``ref`` (a result's CID, a slice, a dataset block, name or id) back to its root datasets."""
+        from node.provenance.lineage import LineageWalk
+
+        fetch = self.settings.query.lineage_fetch_timeout
+        walk = LineageWalk(
+            self.kubo, self.datasets, self.index, fetch_timeout=fetch, offline=offline, **self._lineage_bounds()
+        )
+        return await walk.walk(ref)
+
+    async def verify(self, ref: str, *, offline: bool, recursive: bool = False) -> dict[str, Any]:
+        """Check a result without computing it (``offline``); recomputing is not built yet (422 NotBuilt)."""
+        from node.errors import NotBuilt
+        from node.provenance.verify import OfflineVerify
+
+        if not offline:
+            raise NotBuilt("recompute verification is not built yet: use offline (cairn verify --offline)")
+        with disk_full_is_507("a slice being verified", self.datasets.tmp_dir):
+            return await OfflineVerify(self.kubo, self.datasets, self.index, self._lineage_bounds()).verify(
+                ref, recursive
+            )
+
 
 async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:
     """A client on the external Kubo (``ipfs.api``, checked reachable now), else on a Kubo started here."""

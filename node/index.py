@@ -483,3 +483,15 @@ class Index:
         outputs are positional (_0, _1, …), these are what `/data` shows. The first query to ask wins."""
         with self._locked():
             self._db.execute("INSERT OR IGNORE INTO output_names VALUES (?, ?)", (execution, json.dumps(names)))
+
+    # -- provenance (node.provenance: docs/provenance.md "Lineage") --------------------------------
+
+    def executions_with_slice(self, slice_cid: str, limit: int = 16) -> list[ExecutionRow]:
+        """Executions whose output lists ``slice_cid``: no object links a slice back to what wrote it."""
+        pattern = '%"' + slice_cid.replace("%", "").replace("_", "") + '"%'
+        with self._locked():
+            rows = self._db.execute(
+                "SELECT invocation FROM executions WHERE slices LIKE ? ORDER BY created LIMIT ?", (pattern, limit)
+            ).fetchall()
+        found = [e for (inv,) in rows if (e := self.execution(inv)) is not None]
+        return [e for e in found if slice_cid in e.slices]

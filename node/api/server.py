@@ -579,6 +579,28 @@ async def type_put(request: web.Request) -> web.Response:
     return _json(await _node(request).type_put(obj))
 
 
+# -- provenance: lineage and offline verification (docs/provenance.md "Lineage", "Verify (offline)") ----------
+
+
+async def lineage_get(request: web.Request) -> web.Response:
+    from node.provenance.render import to_svg
+
+    graph = await _node(request).lineage(request.match_info["cid"])
+    if "image/svg+xml" in request.headers.get("Accept", ""):
+        return web.Response(text=to_svg(graph), content_type="image/svg+xml")
+    return _json(graph)
+
+
+async def verify_post(request: web.Request) -> web.Response:
+    body = await _json_body(request, "cid")
+    flags = {k: body.get(k, False) for k in ("offline", "recursive")}
+    if not all(isinstance(v, bool) for v in flags.values()) or not isinstance(body["cid"], str):
+        raise InvalidInput("cid must be a string; offline and recursive true or false")
+    offline, recursive = flags["offline"] is True, flags["recursive"] is True
+    answer = await _node(request).verify(str(body["cid"]), offline=offline, recursive=recursive)
+    return _json(answer)
+
+
 # -- the route table: each route once (issue 15 item 1); docs/api.md ----------------------------------------
 
 _STR = {"type": "string"}
@@ -857,6 +879,31 @@ ROUTES: tuple[Route, ...] = (
         JSON,
         {"description": "a Type, Asset or Function map, or an array of types (DAG-JSON)"},
         returns={200: S.TYPE_STORED},
+    ),
+    # Provenance (docs/provenance.md): a lineage may fetch missing blocks by CID (bounded); verify reads only
+    Route(
+        "GET",
+        "/api/v0/lineage/{cid}",
+        lineage_get,
+        OPEN,
+        "the lineage of a result, slice or dataset back to its root datasets (JSON; SVG with Accept: image/svg+xml)",
+        produces=("application/json", "image/svg+xml"),
+        returns={200: S.LINEAGE},
+    ),
+    Route(
+        "POST",
+        "/api/v0/verify",
+        verify_post,
+        TOKEN,
+        "check a result without computing it (offline: true); recomputing is not built yet (422)",
+        JSON,
+        {
+            "type": "object",
+            "required": ["cid"],
+            "properties": {"cid": _STR, "offline": {"type": "boolean"}, "recursive": {"type": "boolean"}},
+        },
+        errors=(400, 404, 422),
+        returns={200: S.VERIFIED},
     ),
 )
 

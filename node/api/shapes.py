@@ -211,3 +211,30 @@ _VERDICT = {"result": BOOL, "code": maybe(STR), "protocol": STR, "protocol_versi
 TYPE_CHECKED = obj({**_VERDICT, "type": CID, "data": CID})
 ASSET_CHECKED = obj({**_VERDICT, "asset": CID})
 TYPE_STORED = obj({"cid": CID, "kind": {"enum": ["Type", "Asset", "Function", "series type"]}})
+
+# -- provenance (docs/provenance.md "Lineage", "Verify (offline)") ------------------------------------------
+_LINEAGE_NODE = obj(
+    {"id": STR, "kind": STR, "cid": maybe(STR), "label": STR},
+    {"signer": maybe(STR), "checks": {"type": "object"}, "source": STR},
+)
+LINEAGE = obj(
+    {
+        "start": STR,
+        "nodes": array(_LINEAGE_NODE),
+        "edges": array(obj({"from": STR, "to": STR, "label": STR, "via": STR})),
+        "complete": BOOL,
+        "cut": maybe(STR),
+    }
+)
+_COUNTS = obj({"ok": INT, "failed": INT, "unchecked": INT})
+_CHECK = obj({"check": STR, "subject": STR, "status": {"enum": ["ok", "failed", "unchecked"]}, "detail": STR})
+VERIFIED = obj(
+    {
+        "cid": STR,
+        "offline": BOOL,
+        "recursive": BOOL,
+        "ok": BOOL,
+        "summary": _COUNTS,
+        "executions": array(obj({"receipt": CID, "checks": array(_CHECK), "summary": _COUNTS})),
+    }
+)

@@ -689,6 +689,12 @@ def _add_type_commands(sub: Subparsers) -> None:
     sp.add_argument("--json", action="store_true", help="print the CID and the kind as JSON")
 
 
+def _add_provenance_commands(sub: Subparsers) -> None:
+    from node.cli.provenance import add_provenance_commands  # lineage, verify (docs/provenance.md)
+
+    add_provenance_commands(sub, _command, lambda args: NodeClient.for_home(_home(args)))
+
+
 # The subcommands, in the order `cairn --help` lists them.
 _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_node_commands,
@@ -698,6 +704,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_query_command,
     _add_peer_commands,
     _add_type_commands,
+    _add_provenance_commands,
 )
 
 

@@ -276,6 +276,8 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/ipfs/{cid}", {"cid": s["slice"]}, {}),
         ("/api/v0/types/check", {}, {"ref": s["dag"], "type": s["type"]}),
         ("/api/v0/types/asset", {}, {"cid": s["asset"]}),
+        ("/api/v0/lineage/{cid}", {"cid": s["execution"]}, {}),
+        ("/api/v0/lineage/{cid}", {"cid": s["ref"]}, {}),
     ]
 
 
@@ -333,6 +335,12 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
             "POST",
             "/api/v0/types",
             {"body": _ts(cid=None, type_checking="json-schema"), "media_type": "application/json"},
+            200,
+        ),
+        (
+            "POST",
+            "/api/v0/verify",
+            {"body": {"cid": s["execution"], "offline": True, "recursive": True}, "media_type": "application/json"},
             200,
         ),
     ]

@@ -1,0 +1,94 @@
+"""`cairn lineage` and `cairn verify` (docs/provenance.md "Lineage", "Verify (offline)"): ask the node, render."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.tree import Tree
+
+from node.cli.client import NodeClient
+from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def tree(graph: dict[str, Any]) -> Tree:
+    """The lineage as a terminal tree from the start node; a node reached twice is shown once, then named."""
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    children: dict[str, list[dict[str, str]]] = {}
+    for e in graph["edges"]:
+        children.setdefault(e["from"], []).append(e)
+    start = root(graph)
+    top = Tree(escape(node_text(nodes[start])) if start in nodes else start)
+    seen = {start}
+    todo = [(top, start)]
+    while todo:
+        branch, key = todo.pop()
+        for e in children.get(key, []):
+            via = " (via the index)" if e["via"] == "index" else ""
+            text = f"[dim]{escape(e['label'])}{via}[/dim] {escape(node_text(nodes[e['to']]))}"
+            if e["to"] in seen:
+                branch.add(text + " [dim](shown above)[/dim]")
+                continue
+            seen.add(e["to"])
+            todo.append((branch.add(text), e["to"]))
+    return top
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    graph = args.client(args).get_json("/api/v0/lineage/" + urllib.parse.quote(args.ref, safe=""))
+    render = {"json": lambda g: json.dumps(g, indent=2) + "\n", "dot": to_dot, "mermaid": to_mermaid, "svg": to_svg}
+    if args.format:
+        sys.stdout.write(render[args.format](graph))
+    else:
+        # A pipe gets whole lines (no cropping at 80 columns); a terminal wraps at its width.
+        Console(soft_wrap=True, emoji=False, highlight=False, width=None if sys.stdout.isatty() else 100_000).print(
+            tree(graph)
+        )
+        if graph["cut"]:
+            print(f"(cut: {graph['cut']})")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    body = {"cid": args.cid, "offline": args.offline, "recursive": args.recursive}
+    answer = args.client(args).post_json("/api/v0/verify", json.dumps(body).encode())
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        for step in answer["executions"]:
+            print(f"receipt {step['receipt']}")
+            for c in step["checks"]:
+                line = f"  {c['status']:9} {c['check']} ({c['subject']})"
+                if c["detail"]:
+                    line += f": {c['detail']}"
+                if c["status"] == "failed" and ("expected" in c or "got" in c):
+                    line += f"; expected {c.get('expected')!r}, got {c.get('got')!r}"
+                print(line)
+        s = answer["summary"]
+        print(f"{s['ok']} ok, {s['failed']} failed, {s['unchecked']} could not be checked")
+    # 0 only when every check passed; 1 when one failed; 2 when none failed but some could not be checked
+    return 0 if answer["ok"] else 1 if answer["summary"]["failed"] else 2
+
+
+def add_provenance_commands(
+    sub: Any, command: Callable[..., argparse.ArgumentParser], client: Callable[[argparse.Namespace], NodeClient]
+) -> None:
+    """`lineage` and `verify`; ``command`` makes a subcommand, ``client`` gives the node's client for the args."""
+    sp = command(sub, "lineage", cmd_lineage, "where a result comes from: its executions back to the root datasets")
+    sp.add_argument("ref", metavar="CID", help="a receipt, execution, slice or dataset block CID, or a dataset name")
+    sp.add_argument("--format", choices=FORMATS, help="json, dot, mermaid or svg (default: a tree)")
+    sp.set_defaults(client=client)
+    sp = command(sub, "verify", cmd_verify, "check a result's receipt, signatures and data without computing it")
+    sp.add_argument("cid", metavar="CID", help="a receipt, execution or output slice CID")
+    sp.add_argument("--offline", action="store_true", help="check without computing (required: recompute is not built)")
+    sp.add_argument("--recursive", action="store_true", help="also every execution upstream (via the lineage)")
+    sp.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    sp.set_defaults(client=client)
