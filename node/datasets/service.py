@@ -42,6 +42,7 @@ from node.errors import (
     SchemaChangeRefused,
     SliceCorrupt,
     did_you_mean,
+    quote,
 )
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
@@ -306,7 +307,41 @@ class Datasets:
     # -- references ---------------------------------------------------------------------------
 
     async def resolve(self, ref: str) -> tuple[DatasetRow | None, Version]:
-        """A name, a dataset id (did:key) or a block CID (a frozen version) → its version."""
+        """A name, a dataset id (did:key) or a block CID (a frozen version) → its version; any of them followed by
+        ``@BLOCKCID`` (a block of that dataset's chain) or ``@-N`` (N data versions back) → that earlier version."""
+        if "@" in ref and self.index.dataset(ref) is None:  # a name may hold '@': the whole name comes first
+            base, _, when = ref.rpartition("@")
+            row, now = await self._resolve_now(base)
+            return row, await self._as_of(base, now, when)
+        return await self._resolve_now(ref)
+
+    async def _as_of(self, base: str, now: Version, when: str) -> Version:
+        """``now``'s dataset as of ``when``: a block CID of its chain, or ``-N``, the version N AddData blocks back
+        (each AddData block ends a version: the chain up to it; SetInfo and SetDataSchema blocks add no rows)."""
+        if when.startswith("-") and when[1:].isdecimal() and when[1:].isascii():
+            back = int(when[1:])
+            if back == 0:
+                return now
+            adds = [cid for cid, b in now.blocks if b.kind == "AddData"]  # newest first
+            if back >= len(adds):
+                have = f"{len(adds)} version{'s' if len(adds) != 1 else ''}"
+                raise NotFound(
+                    f"{quote(base + '@' + when)}: dataset {quote(base)} has {have}, so @-{back} is before its first"
+                )
+            return await self.version(adds[back])
+        try:
+            cid = parse_cid(when)
+        except CairnError:
+            raise InvalidInput(
+                f"{quote(base + '@' + when)}: after '@' give a block CID of the dataset's chain or -N (N versions back)"
+            ) from None
+        if cid not in dict(now.blocks):
+            raise NotFound(
+                f"block {when} is not in the chain of dataset {quote(base)}: `cairn log {quote(base)}` lists it"
+            )
+        return await self.version(cid)
+
+    async def _resolve_now(self, ref: str) -> tuple[DatasetRow | None, Version]:
         row = self.index.dataset(ref) if not ref.startswith("did:") else self.index.dataset_by_id(ref)
         if row is not None:
             return row, await self.version(parse_cid(row.head))
