@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from node.ipfs import ManagedKubo
-from tests.fixtures.inprocess import add_csv, ask, inprocess_node, query
+from tests.fixtures.inprocess import add_csv, ask, cli, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -88,6 +88,19 @@ async def test_get_and_log_as_of_a_version(timed: dict[str, Any]) -> None:
     assert old_log[0]["cid"] == v1["head"] and old_log == log[1:]  # v2 added one AddData block
     data = await client.get("/api/v0/datasets/sales@-1/data")
     assert data.status == 200 and len((await data.text()).splitlines()) == 4
+
+
+async def test_cli_query_get_and_log_take_the_at_forms(timed: dict[str, Any]) -> None:
+    node, before = timed["node"], jobs(timed)
+    rc, out, err = await cli(node, "query", SQL, "--input", "t=sales@-1", "--format", "csv")
+    assert rc == 0 and jobs(timed) == before, err.decode()
+    assert out.decode().splitlines()[1:] == [f"{r},{t}" for r, t in duck(timed["dir"] / "v1.csv", SQL)]
+    rc, out, err = await cli(node, "get", f"sales@{timed['v1']['head']}", "--format", "csv")
+    assert rc == 0 and len(out.decode().splitlines()) == 1 + 4, err.decode()
+    rc, out, err = await cli(node, "log", "sales@-1")
+    assert rc == 0 and out.decode().split()[1].startswith(timed["v1"]["head"][:12]), out.decode()
+    rc, out, err = await cli(node, "query", SQL, "--input", "t=sales@-9")
+    assert (rc, out) == (1, b"") and err.decode().startswith('error: "sales@-9": dataset "sales" has 2 versions')
 
 
 @pytest.mark.parametrize(
