@@ -71,7 +71,7 @@ async def test_previous_version_is_the_old_invocation_and_a_local_hit(timed: dic
 async def test_an_old_version_computes_from_its_own_rows(timed: dict[str, Any]) -> None:
     sql = "SELECT region, amount FROM t WHERE amount > 5 ORDER BY amount"
     out = await ask(timed["client"], sql, t="sales@-1")
-    assert out["source"] == "computed"
+    assert out["source"] == "computed" and out["inputs"] == {"t": timed["v1"]["head"]}  # the version it read
     v1 = pd.read_csv(timed["dir"] / "v1.csv")
     expected = v1[v1.amount > 5].sort_values("amount")
     assert out["rows"] == expected.values.tolist()
