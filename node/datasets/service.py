@@ -319,14 +319,14 @@ class Datasets:
         """``now``'s dataset as of ``when``: a block CID of its chain, or ``-N``, the version N AddData blocks back
         (each AddData block ends a version: the chain up to it; SetInfo and SetDataSchema blocks add no rows)."""
         if when.startswith("-") and when[1:].isdecimal() and when[1:].isascii():
-            back = int(when[1:])
+            adds = [cid for cid, b in now.blocks if b.kind == "AddData"]  # newest first
+            back = int(when[1:]) if len(when) < 20 else len(adds)  # int() refuses 4300+ digits: past the first
             if back == 0:
                 return now
-            adds = [cid for cid, b in now.blocks if b.kind == "AddData"]  # newest first
             if back >= len(adds):
                 have = f"{len(adds)} version{'s' if len(adds) != 1 else ''}"
                 raise NotFound(
-                    f"{quote(base + '@' + when)}: dataset {quote(base)} has {have}, so @-{back} is before its first"
+                    f"{quote(base + '@' + when)} goes back before the first version of {quote(base)} ({have})"
                 )
             return await self.version(adds[back])
         try:

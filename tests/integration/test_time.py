@@ -100,16 +100,17 @@ async def test_cli_query_get_and_log_take_the_at_forms(timed: dict[str, Any]) ->
     rc, out, err = await cli(node, "log", "sales@-1")
     assert rc == 0 and out.decode().split()[1].startswith(timed["v1"]["head"][:12]), out.decode()
     rc, out, err = await cli(node, "query", SQL, "--input", "t=sales@-9")
-    assert (rc, out) == (1, b"") and err.decode().startswith('error: "sales@-9": dataset "sales" has 2 versions')
+    assert (rc, out) == (1, b"") and err.decode().startswith('error: "sales@-9" goes back before')
 
 
 @pytest.mark.parametrize(
     ("suffix", "status", "says"),
     [
-        ("-9", 404, 'dataset "sales" has 2 versions, so @-9 is before its first'),
+        ("-9", 404, '"sales@-9" goes back before the first version of "sales" (2 versions)'),
         ("OTHER", 404, 'is not in the chain of dataset "sales"'),
         ("garbage", 400, "after '@' give a block CID of the dataset's chain or -N"),
         ("-x", 400, "after '@' give a block CID"),
+        ("-" + "9" * 5000, 404, 'goes back before the first version of "sales" (2 versions)'),
     ],
 )
 async def test_a_bad_version_is_a_clear_4xx_without_spark(
