@@ -990,11 +990,11 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
     files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
     con.execute(f"CREATE VIEW t AS SELECT * FROM read_parquet({files})")
     for c in [FIRST_CONSTANT, *warm]:
-        con.execute(SQL.format(c=c)).to_arrow_table()
+        con.sql(SQL.format(c=c)).to_arrow_table()
     samples = []
     for c in timed:
         t0 = time.perf_counter()
-        con.execute(SQL.format(c=c)).to_arrow_table()
+        con.sql(SQL.format(c=c)).to_arrow_table()
         samples.append(round((time.perf_counter() - t0) * 1000, 2))
     con.close()
     return {"p50": p50(samples), "samples": samples, "version": duckdb.__version__}, "measured"
