@@ -188,13 +188,33 @@ class Block:
         return decode(self.data, self.cid.codec.code)
 
 
+# Blocks of the kinds every query hit rebuilds (st_0, qy_0, iv_0: a third of a hit's time was their DAG-CBOR
+# encoding, issue 18), remembered by value. Only kinds that opt in (``memo_blocks``): frozen, hashable, and
+# whose fields are str, int and CIDs only, so equal objects always encode to the same bytes.
+_MEMO: dict[tuple[type, Any], Block] = {}
+MEMO_BLOCKS = 4096  # entries (each a few hundred bytes); the oldest half is dropped when full
+
+
 def block_of(obj: Any, codec: str | int = "dag-cbor") -> Block:
     """Encode ``obj`` as a block: dag-cbor (objects), cbor (Holium scalar leaves), or raw bytes.
 
     Codec ``cbor`` blocks hold no links (holium-rs writes leaves with serde_cbor: shortest
     floats, see ``plaincbor``); codec ``raw`` takes bytes as they are.
     """
-    code = codec_code(codec)
+    if codec == "dag-cbor" and getattr(type(obj), "memo_blocks", False):
+        key = (type(obj), obj)
+        block = _MEMO.get(key)
+        if block is None:
+            block = _encode_block(obj, DAG_CBOR)
+            if len(_MEMO) >= MEMO_BLOCKS:
+                for old in list(_MEMO)[: MEMO_BLOCKS // 2]:  # insertion order: the oldest first
+                    del _MEMO[old]
+            _MEMO[key] = block
+        return block
+    return _encode_block(obj, codec_code(codec))
+
+
+def _encode_block(obj: Any, code: int) -> Block:
     value = as_ipld(obj)
     if code == DAG_CBOR:
         data = encode(value)

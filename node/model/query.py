@@ -25,6 +25,7 @@ from node.model.signed import Signed
 @dataclass(frozen=True)
 class Query(Kind):
     typed_version: ClassVar[str] = "qy_0"
+    memo_blocks: ClassVar[bool] = True  # str and CID fields only: node.model.codec.block_of remembers its block
     syntax: str
     dialect: str
     canonicalizer: str
@@ -65,6 +66,7 @@ class InputIdentity:
 @dataclass(frozen=True)
 class Invocation(Kind):
     typed_version: ClassVar[str] = "iv_0"
+    memo_blocks: ClassVar[bool] = True  # str, int and CID fields only (InputIdentity too): block_of remembers it
     query: CID
     inputs: tuple[InputIdentity, ...]
 

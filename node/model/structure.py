@@ -22,6 +22,7 @@ _ABSTRACT_NAME = re.compile(r"col_(0|[1-9][0-9]*)\Z")
 @dataclass(frozen=True)
 class Structure(Kind):
     typed_version: ClassVar[str] = "st_0"
+    memo_blocks: ClassVar[bool] = True  # str fields only: node.model.codec.block_of remembers its block
     format: str
     schema: tuple[tuple[str, str], ...]
 

@@ -221,3 +221,23 @@ def test_block_verify_detects_tampering() -> None:
     block = block_of([1, 2, 3])
     with pytest.raises(HashMismatch):
         Block(block.cid, block.data[:-1] + b"\x04").verify()
+
+
+def test_remembered_blocks_are_the_blocks_a_fresh_encoding_gives() -> None:
+    """st_0, qy_0 and iv_0 blocks are remembered by value (issue 18: a hit rebuilds them): the remembered block is
+    byte-identical to encoding the object again, an object differing in any field gets its own block, and the
+    memory stays bounded."""
+    from node.model import InputIdentity, Invocation, Query, Structure, codec
+
+    st = Structure("parquet", (("col_0", "int64"), ("col_1", "string")))
+    qy = Query("sql", "spark", "sqlglot", "SELECT col_0 FROM a", (block_of(st).cid,))
+    iv = Invocation(block_of(qy).cid, (InputIdentity(block_of(st).cid, "f1e2", 3),))
+    for obj in (st, qy, iv):
+        first = block_of(obj)
+        assert block_of(obj) is first  # remembered
+        assert first.data == encode(obj) and first.cid == cid_for(encode(obj))
+    other = Invocation(block_of(qy).cid, (InputIdentity(block_of(st).cid, "f1e2", 4),))
+    assert block_of(other).cid != block_of(iv).cid and block_of(other).data == encode(other)
+    for i in range(codec.MEMO_BLOCKS + 10):
+        block_of(Structure("parquet", ((f"c{i}", "int64"),)))
+    assert len(codec._MEMO) <= codec.MEMO_BLOCKS
