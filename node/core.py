@@ -153,6 +153,8 @@ class Node:
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
         self._queries_changed = asyncio.Event()
+        self._chores: set[asyncio.Task[None]] = set()  # background work after an ingest (version hashes)
+        started.push_async_callback(self._cancel_chores)  # pushed last: the first thing close() does
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -239,6 +241,24 @@ class Node:
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
         return len(tasks)
+
+    def _after_ingest(self, head: CID) -> None:
+        """Once-per-version work a first query would otherwise pay (issue 18 item 7): the version's logical hash,
+        in the background. A query that comes first shares the same computation (Datasets.version_hash)."""
+        task = asyncio.create_task(self._hash_version(head))
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
+
+    async def _hash_version(self, head: CID) -> None:
+        try:
+            await self.datasets.version_hash(await self.datasets.version(head))
+        except CairnError as e:  # a query computes it again and says why if it still fails
+            log.warning("background version hash failed", extra={"head": cid_str(head), "error": e.message})
+
+    async def _cancel_chores(self) -> None:
+        for task in list(self._chores):
+            task.cancel()
+        await asyncio.gather(*self._chores, return_exceptions=True)
 
     async def close(self, hurry: bool = False) -> None:
         """Stop what ``open`` started (peers, jobs, worker, index, Kubo client, managed Kubo), last first.
@@ -570,6 +590,7 @@ class Node:
             info=info,
             progress=progress,
         )
+        self._after_ingest(r.head)
         return {
             "name": r.name,
             "id": r.dataset_id,
@@ -647,6 +668,7 @@ class Node:
             deadline=self.settings.datasets.pull_deadline,
         )
         r = await self.pulls.run(work)  # ended at once when the node stops (issue 15)
+        self._after_ingest(r.head)
         return {
             "name": r.name,
             "id": r.dataset_id,

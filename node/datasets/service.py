@@ -249,6 +249,7 @@ class Datasets:
         # Versions built from a head (a head names its whole chain, so a version never changes). Every query,
         # hits included, resolved its inputs by rebuilding them: every block's signature checked again.
         self._versions: OrderedDict[CID, Version] = OrderedDict()
+        self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -622,10 +623,27 @@ class Datasets:
             yield t
 
     async def version_hash(self, v: Version) -> tuple[str, int]:
-        """Logical hash of all the version's rows in order (cached: a version never changes)."""
-        cached = self.index.version_facts(cid_str(v.head))
+        """Logical hash of all the version's rows in order (cached: a version never changes). Callers asking for
+        the same version at once share one computation (a query arriving while the ingest's background hash runs)."""
+        key = cid_str(v.head)
+        cached = self.index.version_facts(key)
         if cached:
             return cached
+        running, waiting = self._hashing.get(key, (None, 0))
+        if running is None:
+            running = asyncio.ensure_future(self._version_hash(v))
+        self._hashing[key] = (running, waiting + 1)
+        try:
+            return await asyncio.shield(running)
+        finally:
+            left = self._hashing[key][1] - 1
+            if left:
+                self._hashing[key] = (running, left)
+            else:  # the last asker left (done, or cancelled: a client gone, the node closing): so does the work
+                del self._hashing[key]
+                running.cancel()
+
+    async def _version_hash(self, v: Version) -> tuple[str, int]:
         hasher: LogicalHasher | None = None
         async for t in self.tables(v):
             hasher = hasher or LogicalHasher(t.schema)
