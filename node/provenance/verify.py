@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from node.datasets import Datasets, LogicalHasher, Version, canonical_type
+from node.datasets import Datasets, LogicalHasher, Version, canonical_type, projection
 from node.datasets.chain import build_version
 from node.datasets.slices import read_slice
 from node.errors import BlockMissing as Missing
@@ -44,6 +45,7 @@ from node.model import (
     CID,
     Announcement,
     Execution,
+    InputIdentity,
     Invocation,
     MetadataBlock,
     Query,
@@ -226,6 +228,9 @@ class OfflineVerify:
             version = await self._version(head, r)
             if version is None:
                 continue
+            if projection.is_changelog(version) and ident.structure != version.abstract_cid:  # read as its state
+                await self._projected(i, lst, ident, head, version, r)
+                continue
             slices = await self.fetch.links(lst)
             want = [cid_str(s.cid) for s in version.slices]
             r.compare(f"input {i} is the version's slices", lst, want, [cid_str(c) for c in slices])
@@ -236,6 +241,39 @@ class OfflineVerify:
             r.compare(f"input {i} structure", head, cid_str(ident.structure), structure, "abstract st_0")
             r.compare(f"input {i} logical hash", head, ident.logical_hash, got[0], "recomputed from its Parquet data")
             r.compare(f"input {i} rows", head, ident.rows, got[1], "counted in its Parquet data")
+
+    async def _projected(self, i: int, lst: CID, ident: InputIdentity, head: CID, version: Version, r: Report) -> None:
+        """Input ``i`` read the state of a snapshot version "as at" its block (ODF "Projection";
+        node/datasets/projection.py): the projection recomputed here from the version's slices (their bytes hashed
+        here) must be the listed slices, whose held copies must give their CIDs, and the invocation's identity."""
+        tables = [await self._slice(s.cid, r) for s in version.slices]
+        if any(t is None for t in tables):
+            return
+        work = Path(tempfile.mkdtemp(prefix="result-verify-", dir=self.datasets.tmp_dir))
+        try:
+            want = await asyncio.to_thread(projection.expected, version, [t for t in tables if t is not None], work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        listed = await self.fetch.links(lst)
+        what = "recomputed from the version's changelog"
+        r.compare(
+            f"input {i} is the projection of the version",
+            lst,
+            [cid_str(c) for c in want.slices],
+            [cid_str(c) for c in listed],
+            what,
+        )
+        for c in listed:
+            await self._slice(c, r)  # a forged copy in this node's cache fails here
+        r.compare(
+            f"input {i} structure",
+            head,
+            cid_str(ident.structure),
+            cid_str(want.structure),
+            "abstract st_0 of the state",
+        )
+        r.compare(f"input {i} logical hash", head, ident.logical_hash, want.logical_hash, what)
+        r.compare(f"input {i} rows", head, ident.rows, want.rows, what)
 
     async def _lists(self, env_cid: CID, ex: CID, what: str) -> list[CID]:
         env = await self.fetch.obj(env_cid)
