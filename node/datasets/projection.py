@@ -138,15 +138,15 @@ def to_json(p: Projection) -> str:
 def from_json(v: Version, text: str) -> Projection | None:
     """The remembered projection of ``v``, or None when the file is not one this code wrote."""
     try:
-        got: dict[str, Any] = json.loads(text)
-        if got.get("format") != FORMAT:
+        got: Any = json.loads(text)
+        if not isinstance(got, dict) or got.get("format") != FORMAT:
             return None
         slices, offset = [], 0
         for s in got["slices"]:
             slices.append(SliceRef(parse_cid(s["cid"]), s["rows"], s["size"], s["logicalHash"], offset))
             offset += s["rows"]
         return build(v, slices, got["logicalHash"], got["rows"])
-    except (ValueError, KeyError, TypeError, CairnError):  # a damaged file is recomputed, not an error
+    except (ValueError, KeyError, TypeError, AttributeError, CairnError):  # a damaged file is recomputed, not an error
         return None
 
 
