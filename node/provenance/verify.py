@@ -13,7 +13,9 @@ For a receipt (``rc_0``; an ``ex_0``, ``iv_0``, ``an_0`` or output slice leads t
   statement, built here) with the engine's handle;
 * one input list per invocation input and per receipt version; each version's chain (every block's signature with
   its dataset key); the input list is that version's slices; the input's identity ``{structure, logicalHash,
-  rows}`` (DESIGN.md "iv_0") recomputed from the version's Parquet data equals the invocation's;
+  rows}`` (DESIGN.md "iv_0") recomputed from the version's Parquet data equals the invocation's; for an input that
+  read a snapshot version's state (node/datasets/projection.py), the projection recomputed from the version's slices
+  is the input list, and its identity the invocation's;
 * the output slices' structure is the receipt's ``st_0``, and their logical hash and row count, recomputed from
   the Parquet data (node.datasets.logical_hash; docs/hashing.md), equal the receipt's;
 * every slice's bytes give its CID, and so does this node's cached copy of it (the cache is trusted by name
