@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from node.ipfs import ManagedKubo
-from node.model import cid_str
+from node.model import block_of, cid_str
 from tests.fixtures.inprocess import add_csv, ask, cli, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -239,3 +239,18 @@ async def test_verify_offline_recomputes_the_projection(timed: dict[str, Any], s
         assert failed["cached copy gives its CID"]["subject"] == cid_str(projected)
     finally:
         cached.write_bytes(honest)
+
+
+async def test_another_node_projects_a_block_to_the_same_invocation(
+    timed: dict[str, Any], snap: dict[str, Any], kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    """A second node (its own home, caches and index), given the block CIDs, folds the changelog itself: the same
+    projected slice CIDs and the same iv_0 as this node's answers (deterministic projection: reusable anywhere)."""
+    async with inprocess_node(tmp_path / "other", kubo_session) as (other, _):
+        for which, ref in (("v2", "snap"), ("v1", "snap@-1")):
+            asked = await ask(timed["client"], STATE, t=ref)
+            _, _, iv, versions = await other.resolver.prepare(STATE, {"t": snap[which]["head"]})
+            mine = await timed["node"].datasets.input(ref)
+            assert cid_str(block_of(iv).cid) == asked["invocation"], which
+            assert [s.cid for s in versions[0].slices] == [s.cid for s in mine.slices], which
+            assert versions[0].head == mine.head and not other.worker.jobs_sent
