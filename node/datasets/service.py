@@ -333,7 +333,7 @@ class Datasets:
         """The state of the snapshot version ``v``, computed once per block: remembered here, and in
         ``cache/projections/HEAD.json`` across restarts while its slices are still in the slice cache."""
         async with self._lock("projection " + cid_str(v.head)):  # concurrent queries over a block: one fold
-            p = self._projections.get(v.head) or self._remembered(v)
+            p = self._projections.get(v.head) or await self._remembered(v)
             if p is None:
                 p = await self._project(v)
                 (self.projections_dir / f"{cid_str(v.head)}.json").write_text(projecting.to_json(p))
@@ -343,11 +343,15 @@ class Datasets:
                 self._projections.popitem(last=False)
             return p
 
-    def _remembered(self, v: Version) -> projecting.Projection | None:
+    async def _remembered(self, v: Version) -> projecting.Projection | None:
+        """A projection an earlier run made, its slices added to Kubo again from the slice cache (they were added
+        unpinned: a GC may have dropped them since, and a receipt's recursive pin must find them here)."""
         path = self.projections_dir / f"{cid_str(v.head)}.json"
         p = projecting.from_json(v, path.read_text()) if path.exists() else None
-        if p is None or not all((self.cache_dir / f"{cid_str(s.cid)}.parquet").exists() for s in p.slices):
-            return None  # a slice left the cache (or the file is damaged): project again, the same bytes
+        for s in p.slices if p is not None else []:
+            cached = self.cache_dir / f"{cid_str(s.cid)}.parquet"
+            if not cached.exists() or bytes((await self.kubo.add(cached, pin=False)).cid) != bytes(s.cid):
+                return None  # a slice left the cache, or is not its CID's bytes: project again (the same bytes)
         return p
 
     async def _project(self, v: Version) -> projecting.Projection:

@@ -186,6 +186,9 @@ async def test_the_changelog_form_reads_the_raw_odf_changelog(timed: dict[str, A
         assert folded["inputs"] == {"t": snap[which]["head"]}
         state = await ask(client, "SELECT id, city FROM t ORDER BY id", t=ref)
         assert state["rows"] == folded["rows"] and state["invocation"] != folded["invocation"], ref
+    rc, text, err = await cli(timed["node"], "query", "SELECT op, id, city FROM t", "--input", "t=snap/changelog")
+    assert rc == 0 and len(text.decode().splitlines()) == 2 + 7, err.decode()  # header, rule, the 7 raw rows
+    assert err.decode().startswith("7 rows, local"), err.decode()  # the CLI passes the form through: a local hit
     got, out = await query(client, {"sql": STATE, "inputs": {"t": "nope/changelog"}})
     assert got == 404 and "no dataset named 'nope'" in out["error"]["message"], out
 
@@ -196,6 +199,8 @@ async def test_the_state_invocation_binds_content_and_is_reused(timed: dict[str,
     chain, so its question is the same invocation (reused, no Spark job) while its changelog is another."""
     node, client = timed["node"], timed["client"]
     first = await ask(client, STATE, t="snap")
+    node.datasets._projections.clear()  # as after a restart: the remembered file and the slice cache serve it
+    assert (await ask(client, STATE, t="snap"))["invocation"] == first["invocation"]
     node.datasets._projections.clear()  # forget the projection: the next query folds the changelog again
     for remembered in node.datasets.projections_dir.iterdir():
         remembered.unlink()
@@ -227,6 +232,12 @@ async def test_verify_offline_recomputes_the_projection(timed: dict[str, Any], s
     checks = {c["check"]: c for s in out["executions"] for c in s["checks"]}
     assert out["ok"], out
     assert checks["input 0 is the projection of the version"]["status"] == "ok"
+    resp = await client.get(f"/api/v0/lineage/{answer['receipt']}")
+    graph = await resp.json()
+    roots = [n for n in graph["nodes"] if n["kind"] == "dataset"]
+    assert resp.status == 200 and [(n["cid"], n["root"], n["name"]) for n in roots] == [
+        (snap["v1"]["head"], True, "snap")
+    ], graph  # lineage walks from the projected input to the block it projected
     projected = (await node.datasets.input("snap@-1")).slices[0].cid
     cached = node.datasets.cache_dir / f"{projected}.parquet"
     honest = cached.read_bytes()
