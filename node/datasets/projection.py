@@ -15,7 +15,8 @@ the block is projected (answers over it are reusable by anyone, old ones include
   a retract removes the key, a correct-from changes nothing (ODF: its correct-to immediately follows it);
 - drop ``op``; sort the surviving rows by the primary key, ascending, nulls last (the state is a set of keyed
   rows: its order comes from the keys, not from the order the history happened to reach it in, so two chains
-  reaching the same state project the same bytes);
+  reaching the same state project the same bytes); a key Arrow cannot sort (a nested column) keeps the rows in the
+  order their last append or correct-to came in the chain;
 - cut into slices of :data:`ROWS_PER_SLICE` rows (fixed, not the node's ingest setting), each written with
   ``write_parquet_slice`` (canonical bytes, node/datasets/slices.py).
 """
@@ -76,7 +77,13 @@ def state(tables: list[pa.Table], primary_key: list[str]) -> pa.Table:
         elif op == merging.OP_RETRACT:
             live.pop(key, None)
     rows = whole.take(pa.array(sorted(live.values()), pa.int64())).drop_columns([merging.OP_COLUMN])
-    return rows.sort_by([(c, "ascending") for c in primary_key]) if rows.num_rows else rows
+    try:
+        return rows.sort_by([(c, "ascending") for c in primary_key]) if rows.num_rows else rows
+    except (
+        pa.ArrowNotImplementedError,
+        pa.ArrowTypeError,
+    ):  # a key Arrow cannot sort (nested): chain order, also a function of the chain
+        return rows
 
 
 def _widened(t: pa.Table, target: pa.Schema) -> pa.Table:
