@@ -210,9 +210,8 @@ class Resolver:
             hint = self.datasets.suggest(name)
             why = f"not a declared input, a CTE of the statement, nor a dataset of this node{hint}"
             raise QueryRefused("unknown-table", why, name) from None
-        return _with_schema(
-            name, row.name, await self.datasets.as_input(await self.datasets.version(parse_cid(row.head)))
-        )
+        v = await self.datasets.as_input(await self.datasets.version(parse_cid(row.head)))  # snapshot: its state
+        return _with_schema(name, row.name, v)
 
     # -- answering -----------------------------------------------------------------------------
 
