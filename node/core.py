@@ -244,14 +244,15 @@ class Node:
 
     def _after_ingest(self, head: CID) -> None:
         """Once-per-version work a first query would otherwise pay (issue 18 item 7): the version's logical hash,
-        in the background. A query that comes first shares the same computation (Datasets.version_hash)."""
+        in the background; for a snapshot dataset, of its state as queries read it (its projection, made now).
+        A query that comes first shares the same computation (Datasets.version_hash)."""
         task = asyncio.create_task(self._hash_version(head))
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 
     async def _hash_version(self, head: CID) -> None:
         try:
-            await self.datasets.version_hash(await self.datasets.version(head))
+            await self.datasets.version_hash(await self.datasets.as_input(await self.datasets.version(head)))
         except CairnError as e:  # a query computes it again and says why if it still fails
             log.warning("background version hash failed", extra={"head": cid_str(head), "error": e.message})
 

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node import clock, identity
 from node.datasets import merge as merging
+from node.datasets import projection as projecting
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
@@ -238,8 +239,9 @@ class Datasets:
         self.index = index
         self.keys_dir = home / "keys"
         self.cache_dir = home / "cache" / "slices"
+        self.projections_dir = home / "cache" / "projections"  # HEAD.json: the state of a snapshot version
         self.tmp_dir = home / "tmp"
-        for d in (self.keys_dir, self.cache_dir, self.tmp_dir):
+        for d in (self.keys_dir, self.cache_dir, self.projections_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
         sweep_tmp(self.tmp_dir)
         self.rows_per_slice = rows_per_slice
@@ -250,6 +252,7 @@ class Datasets:
         # hits included, resolved its inputs by rebuilding them: every block's signature checked again.
         self._versions: OrderedDict[CID, Version] = OrderedDict()
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
+        self._projections: OrderedDict[CID, projecting.Projection] = OrderedDict()  # same bound as versions
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -315,6 +318,62 @@ class Datasets:
             row, now = await self._resolve_now(base)
             return row, await self._as_of(base, now, when)
         return await self._resolve_now(ref)
+
+    async def input(self, ref: str) -> Version:
+        """What a query reads for ``ref``: its version, or for a snapshot dataset the state "as at" it (ODF
+        "Projection"; node/datasets/projection.py); ``REF/changelog`` is the raw changelog (no name holds '/')."""
+        if ref.endswith(projecting.CHANGELOG):
+            return (await self.resolve(ref.removesuffix(projecting.CHANGELOG)))[1]
+        return await self.as_input((await self.resolve(ref))[1])
+
+    async def as_input(self, v: Version) -> Version:
+        """``v`` as a query reads it by default: a changelog (snapshot dataset) as its projected state."""
+        return await self.projection(v) if projecting.is_changelog(v) else v
+
+    async def projection(self, v: Version) -> projecting.Projection:
+        """The state of the snapshot version ``v``, computed once per block: remembered here, and in
+        ``cache/projections/HEAD.json`` across restarts while its slices are still in the slice cache."""
+        async with self._lock("projection " + cid_str(v.head)):  # concurrent queries over a block: one fold
+            p = self._projections.get(v.head) or await self._remembered(v)
+            if p is None:
+                p = await self._project(v)
+                (self.projections_dir / f"{cid_str(v.head)}.json").write_text(projecting.to_json(p))
+            self._projections[v.head] = p
+            self._projections.move_to_end(v.head)
+            while len(self._projections) > _MEMO_VERSIONS:
+                self._projections.popitem(last=False)
+            return p
+
+    async def _remembered(self, v: Version) -> projecting.Projection | None:
+        """A projection an earlier run made, its slices added to Kubo again from the slice cache (they were added
+        unpinned: a GC may have dropped them since, and a receipt's recursive pin must find them here)."""
+        path = self.projections_dir / f"{cid_str(v.head)}.json"
+        p = projecting.from_json(v, path.read_text()) if path.exists() else None
+        for s in p.slices if p is not None else []:
+            cached = self.cache_dir / f"{cid_str(s.cid)}.parquet"
+            if not cached.exists() or bytes((await self.kubo.add(cached, pin=False)).cid) != bytes(s.cid):
+                return None  # a slice left the cache, or is not its CID's bytes: project again (the same bytes)
+        return p
+
+    async def _project(self, v: Version) -> projecting.Projection:
+        """Fold the changelog into its state, write it as canonical slices, add them to Kubo (unpinned: an
+        execution that reads them pins them with its input list) and keep them in the slice cache."""
+        tables = [t async for t in self.tables(v)]
+        work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.tmp_dir))
+        try:
+            with disk_full_is_507("projecting a snapshot version", self.tmp_dir):
+                table = await asyncio.to_thread(projecting.state, tables, v.merge["primaryKey"])
+                written = await asyncio.to_thread(projecting.write_state, table, work)
+                slices, offset = [], 0
+                for path, rows, lh in written.files:
+                    added = await self.kubo.add(path, pin=False)
+                    os.replace(path, self.cache_dir / f"{cid_str(added.cid)}.parquet")
+                    slices.append(SliceRef(added.cid, rows, added.file_size, lh, offset))
+                    offset += rows
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        log.info("projected a snapshot version", extra={"head": cid_str(v.head), "rows": written.rows})
+        return projecting.build(v, slices, written.logical_hash, written.rows)
 
     async def _as_of(self, base: str, now: Version, when: str) -> Version:
         """``now``'s dataset as of ``when``: a block CID of its chain, or ``-N``, the version N AddData blocks back
@@ -625,6 +684,8 @@ class Datasets:
     async def version_hash(self, v: Version) -> tuple[str, int]:
         """Logical hash of all the version's rows in order (cached: a version never changes). Callers asking for
         the same version at once share one computation (a query arriving while the ingest's background hash runs)."""
+        if isinstance(v, projecting.Projection):  # the state's own, not the changelog's (same head)
+            return v.logical_hash, v.row_count
         key = cid_str(v.head)
         cached = self.index.version_facts(key)
         if cached:

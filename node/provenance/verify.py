@@ -13,7 +13,9 @@ For a receipt (``rc_0``; an ``ex_0``, ``iv_0``, ``an_0`` or output slice leads t
   statement, built here) with the engine's handle;
 * one input list per invocation input and per receipt version; each version's chain (every block's signature with
   its dataset key); the input list is that version's slices; the input's identity ``{structure, logicalHash,
-  rows}`` (DESIGN.md "iv_0") recomputed from the version's Parquet data equals the invocation's;
+  rows}`` (DESIGN.md "iv_0") recomputed from the version's Parquet data equals the invocation's; for an input that
+  read a snapshot version's state (node/datasets/projection.py), the projection recomputed from the version's slices
+  is the input list, and its identity the invocation's;
 * the output slices' structure is the receipt's ``st_0``, and their logical hash and row count, recomputed from
   the Parquet data (node.datasets.logical_hash; docs/hashing.md), equal the receipt's;
 * every slice's bytes give its CID, and so does this node's cached copy of it (the cache is trusted by name
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from node.datasets import Datasets, LogicalHasher, Version, canonical_type
+from node.datasets import Datasets, LogicalHasher, Version, canonical_type, projection
 from node.datasets.chain import build_version
 from node.datasets.slices import read_slice
 from node.errors import BlockMissing as Missing
@@ -44,6 +47,7 @@ from node.model import (
     CID,
     Announcement,
     Execution,
+    InputIdentity,
     Invocation,
     MetadataBlock,
     Query,
@@ -226,6 +230,9 @@ class OfflineVerify:
             version = await self._version(head, r)
             if version is None:
                 continue
+            if projection.is_changelog(version) and ident.structure != version.abstract_cid:  # read as its state
+                await self._projected(i, lst, ident, head, version, r)
+                continue
             slices = await self.fetch.links(lst)
             want = [cid_str(s.cid) for s in version.slices]
             r.compare(f"input {i} is the version's slices", lst, want, [cid_str(c) for c in slices])
@@ -236,6 +243,39 @@ class OfflineVerify:
             r.compare(f"input {i} structure", head, cid_str(ident.structure), structure, "abstract st_0")
             r.compare(f"input {i} logical hash", head, ident.logical_hash, got[0], "recomputed from its Parquet data")
             r.compare(f"input {i} rows", head, ident.rows, got[1], "counted in its Parquet data")
+
+    async def _projected(self, i: int, lst: CID, ident: InputIdentity, head: CID, version: Version, r: Report) -> None:
+        """Input ``i`` read the state of a snapshot version "as at" its block (ODF "Projection";
+        node/datasets/projection.py): the projection recomputed here from the version's slices (their bytes hashed
+        here) must be the listed slices, whose held copies must give their CIDs, and the invocation's identity."""
+        tables = [await self._slice(s.cid, r) for s in version.slices]
+        if any(t is None for t in tables):
+            return
+        work = Path(tempfile.mkdtemp(prefix="result-verify-", dir=self.datasets.tmp_dir))
+        try:
+            want = await asyncio.to_thread(projection.expected, version, [t for t in tables if t is not None], work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        listed = await self.fetch.links(lst)
+        what = "recomputed from the version's changelog"
+        r.compare(
+            f"input {i} is the projection of the version",
+            lst,
+            [cid_str(c) for c in want.slices],
+            [cid_str(c) for c in listed],
+            what,
+        )
+        for c in listed:
+            await self._slice(c, r)  # a forged copy in this node's cache fails here
+        r.compare(
+            f"input {i} structure",
+            head,
+            cid_str(ident.structure),
+            cid_str(want.structure),
+            "abstract st_0 of the state",
+        )
+        r.compare(f"input {i} logical hash", head, ident.logical_hash, want.logical_hash, what)
+        r.compare(f"input {i} rows", head, ident.rows, want.rows, what)
 
     async def _lists(self, env_cid: CID, ex: CID, what: str) -> list[CID]:
         env = await self.fetch.obj(env_cid)

@@ -170,7 +170,7 @@ class Resolver:
         the invocation is the one ``--input NAME=NAME`` gives."""
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
-            versions[alias] = _with_schema(alias, ref, (await self.datasets.resolve(ref))[1])
+            versions[alias] = _with_schema(alias, ref, await self.datasets.input(ref))  # snapshot: its state
         cq = await self._canonicalize(sql, versions)
         if not versions:  # a statement that reads no table (SELECT 1): nothing to answer from
             raise InvalidInput("a query reads at least one dataset: FROM a dataset's name, or --input NAME=DATASET")
@@ -212,7 +212,8 @@ class Resolver:
             hint = self.datasets.suggest(name)
             why = f"not a declared input, a CTE of the statement, nor a dataset of this node{hint}"
             raise QueryRefused("unknown-table", why, name) from None
-        return _with_schema(name, row.name, await self.datasets.version(parse_cid(row.head)))
+        v = await self.datasets.as_input(await self.datasets.version(parse_cid(row.head)))  # snapshot: its state
+        return _with_schema(name, row.name, v)
 
     # -- answering -----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A dataset as of an earlier version (issue 17 item 6, "Time"): ``NAME@-N`` and ``NAME@BLOCKCID`` wherever a dataset
 ref is resolved. One in-process node on the session's real Kubo with its real Spark worker: ``sales`` is ingested
 (v1), queried, then appended to (v2). Expected rows come from DuckDB and pandas over the v1 CSV bytes, not from
-Cairn."""
+Cairn. ``snap`` is a snapshot dataset (two states): queried as its state "as at" each block (ODF "Projection"),
+checked against pandas over each snapshot CSV, and as its raw changelog with ``REF/changelog``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from node.ipfs import ManagedKubo
+from node.model import block_of, cid_str
 from tests.fixtures.inprocess import add_csv, ask, cli, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -128,25 +130,139 @@ async def test_a_bad_version_is_a_clear_4xx_without_spark(
 
 SNAP_V1 = b"id,city\n1,Paris\n2,Lyon\n3,Nice\n"
 SNAP_V2 = b"id,city\n1,Paris\n2,Lille\n4,Brest\n"  # 2 corrected, 3 retracted, 4 appended
-# The "as at" projection written in SQL over the changelog: a row is in the state when its appends and correct-tos
-# outnumber its retracts and correct-froms (each of those carries the old row's values exactly).
+# The "as at" fold written in SQL over the changelog, an oracle independent of node/datasets/projection.py: a row is
+# in the state when its appends and correct-tos outnumber its retracts and correct-froms (ODF: each of those carries
+# the old row's values exactly).
 AS_AT = "SELECT id, city FROM t GROUP BY id, city HAVING SUM(CASE WHEN op IN (0, 3) THEN 1 ELSE -1 END) > 0 ORDER BY id"
+STATE = "SELECT * FROM t"
 
 
-async def test_a_snapshot_dataset_is_queried_as_its_changelog(timed: dict[str, Any]) -> None:
-    """Today a query over a snapshot dataset sees the raw ODF changelog (``op`` first, every CDC row of the
-    version), not the state "as at" it; the projection is the statement's to write (docs/datasets.md)."""
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def snap(timed: dict[str, Any]) -> dict[str, Any]:
+    """``snap``: a snapshot dataset with two versions (SNAP_V1, then SNAP_V2); ``direct``: SNAP_V2 in one ingest
+    (another chain, another changelog, the same state); the CSV of each state under ``timed["dir"]``."""
     client = timed["client"]
-    await add_csv(client, "snap", SNAP_V1, merge="snapshot", primary_key="id")
+    for name, csv in (("v1", SNAP_V1), ("v2", SNAP_V2)):
+        (timed["dir"] / f"snap-{name}.csv").write_bytes(csv)
+    v1 = await add_csv(client, "snap", SNAP_V1, merge="snapshot", primary_key="id")
     params = {"to": "snap", "filename": "v2.csv", "merge": "snapshot", "primary_key": "id"}
     resp = await client.post("/api/v0/datasets", params=params, data=SNAP_V2)
     assert resp.status == 200, await resp.json()
-    raw = await ask(client, "SELECT op, id, city FROM t", t="snap")
+    v2 = await resp.json()
+    await add_csv(client, "direct", SNAP_V2, merge="snapshot", primary_key="id")
+    return {"v1": v1, "v2": v2}
+
+
+def pandas_state(timed: dict[str, Any], which: str) -> list[list[Any]]:
+    return pd.read_csv(timed["dir"] / f"snap-{which}.csv").sort_values("id").values.tolist()
+
+
+async def test_a_snapshot_dataset_is_queried_as_its_state_as_at_the_block(
+    timed: dict[str, Any], snap: dict[str, Any]
+) -> None:
+    """``SELECT * FROM t`` over a snapshot dataset gives its state as at the version (ODF "Projection", AS AT):
+    no ``op`` column, corrections applied, retractions gone; ``@-1`` and ``@BLOCKCID`` give an earlier state."""
+    client = timed["client"]
+    for ref, which in (("snap", "v2"), ("snap@-1", "v1"), (f"snap@{snap['v1']['head']}", "v1")):
+        out = await ask(client, STATE, t=ref)
+        assert out["columns"] == ["id", "city"], ref
+        assert sorted(out["rows"]) == pandas_state(timed, which), ref
+        assert out["inputs"] == {"t": snap[which]["head"]}, ref  # the receipt names the block it projected
+    got, implicit = await query(client, {"sql": "SELECT city FROM snap WHERE id > 1 ORDER BY city", "inputs": {}})
+    assert (got, implicit["rows"]) == (200, [["Brest"], ["Lille"]]), implicit  # no --input: the same state
+
+
+async def test_the_changelog_form_reads_the_raw_odf_changelog(timed: dict[str, Any], snap: dict[str, Any]) -> None:
+    """``REF/changelog`` (no dataset name holds '/') is the raw changelog: ``op`` first, all 7 CDC rows; folded in
+    SQL it gives the same state as the default form, and it is another input (another invocation)."""
+    client = timed["client"]
+    raw = await ask(client, "SELECT op, id, city FROM t", t="snap/changelog")
     assert sorted(raw["rows"]) == sorted(
         [[0, 1, "Paris"], [0, 2, "Lyon"], [0, 3, "Nice"], [2, 2, "Lyon"], [3, 2, "Lille"], [0, 4, "Brest"]]
         + [[1, 3, "Nice"]]
     )
-    for ref, csv in (("snap", SNAP_V2), ("snap@-1", SNAP_V1)):
-        (timed["dir"] / "state.csv").write_bytes(csv)
-        state = pd.read_csv(timed["dir"] / "state.csv").sort_values("id")
-        assert (await ask(client, AS_AT, t=ref))["rows"] == state.values.tolist(), ref
+    for ref, which in (("snap", "v2"), ("snap@-1", "v1")):
+        folded = await ask(client, AS_AT, t=f"{ref}/changelog")
+        assert folded["rows"] == pandas_state(timed, which), ref
+        assert folded["inputs"] == {"t": snap[which]["head"]}
+        state = await ask(client, "SELECT id, city FROM t ORDER BY id", t=ref)
+        assert state["rows"] == folded["rows"] and state["invocation"] != folded["invocation"], ref
+    rc, text, err = await cli(timed["node"], "query", "SELECT op, id, city FROM t", "--input", "t=snap/changelog")
+    assert rc == 0 and len(text.decode().splitlines()) == 2 + 7, err.decode()  # header, rule, the 7 raw rows
+    assert err.decode().startswith("7 rows, local"), err.decode()  # the CLI passes the form through: a local hit
+    got, out = await query(client, {"sql": STATE, "inputs": {"t": "nope/changelog"}})
+    assert got == 404 and "no dataset named 'nope'" in out["error"]["message"], out
+
+
+async def test_the_state_invocation_binds_content_and_is_reused(timed: dict[str, Any], snap: dict[str, Any]) -> None:
+    """The invocation over a state binds the projected content: asked again (the projection recomputed from scratch,
+    as another node would) it is the same iv_0 and a local hit; ``direct`` reaches the same state through another
+    chain, so its question is the same invocation (reused, no Spark job) while its changelog is another."""
+    node, client = timed["node"], timed["client"]
+    first = await ask(client, STATE, t="snap")
+    node.datasets._projections.clear()  # as after a restart: the remembered file and the slice cache serve it
+    assert (await ask(client, STATE, t="snap"))["invocation"] == first["invocation"]
+    node.datasets._projections.clear()  # forget the projection: the next query folds the changelog again
+    for remembered in node.datasets.projections_dir.iterdir():
+        remembered.unlink()
+    before = jobs(timed)
+    again = await ask(client, STATE, t="snap")
+    direct = await ask(client, STATE, t="direct")
+    assert again["invocation"] == first["invocation"] == direct["invocation"]
+    assert (again["source"], direct["source"], jobs(timed)) == ("local", "local", before)
+    assert direct["inputs"]["t"] != again["inputs"]["t"]  # each names its own block
+    changelogs = [await ask(client, STATE, t=f"{r}/changelog") for r in ("snap", "direct")]
+    assert len({changelogs[0]["invocation"], changelogs[1]["invocation"], first["invocation"]}) == 3
+    old, again = await ask(client, STATE, t="snap@-1"), await ask(client, STATE, t="snap@-1")
+    assert old["invocation"] == again["invocation"] != first["invocation"] and again["source"] == "local"
+
+
+async def _verify(client: Any, cid: str) -> dict[str, Any]:
+    resp = await client.post("/api/v0/verify", json={"cid": cid, "offline": True})
+    assert resp.status == 200
+    return dict(await resp.json())
+
+
+async def test_verify_offline_recomputes_the_projection(timed: dict[str, Any], snap: dict[str, Any]) -> None:
+    """Offline verify of a result over a state recomputes the projection from the version's changelog slices and
+    compares it with the execution's input list and the invocation's identity; a forged copy of a projected
+    slice in the node's cache fails it."""
+    node, client = timed["node"], timed["client"]
+    answer = await ask(client, "SELECT city FROM t WHERE id < 3 ORDER BY city", t="snap@-1")
+    out = await _verify(client, answer["receipt"])
+    checks = {c["check"]: c for s in out["executions"] for c in s["checks"]}
+    assert out["ok"], out
+    assert checks["input 0 is the projection of the version"]["status"] == "ok"
+    resp = await client.get(f"/api/v0/lineage/{answer['receipt']}")
+    graph = await resp.json()
+    roots = [n for n in graph["nodes"] if n["kind"] == "dataset"]
+    assert resp.status == 200 and [(n["cid"], n["root"], n["name"]) for n in roots] == [
+        (snap["v1"]["head"], True, "snap")
+    ], graph  # lineage walks from the projected input to the block it projected
+    projected = (await node.datasets.input("snap@-1")).slices[0].cid
+    cached = node.datasets.cache_dir / f"{projected}.parquet"
+    honest = cached.read_bytes()
+    middle = len(honest) // 2
+    cached.write_bytes(honest[:middle] + bytes([honest[middle] ^ 1]) + honest[middle + 1 :])  # one flipped bit
+    try:
+        out = await _verify(client, answer["receipt"])
+        failed = {c["check"]: c for s in out["executions"] for c in s["checks"] if c["status"] == "failed"}
+        assert not out["ok"] and set(failed) == {"cached copy gives its CID"}, out
+        assert failed["cached copy gives its CID"]["subject"] == cid_str(projected)
+    finally:
+        cached.write_bytes(honest)
+
+
+async def test_another_node_projects_a_block_to_the_same_invocation(
+    timed: dict[str, Any], snap: dict[str, Any], kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    """A second node (its own home, caches and index), given the block CIDs, folds the changelog itself: the same
+    projected slice CIDs and the same iv_0 as this node's answers (deterministic projection: reusable anywhere)."""
+    async with inprocess_node(tmp_path / "other", kubo_session) as (other, _):
+        for which, ref in (("v2", "snap"), ("v1", "snap@-1")):
+            asked = await ask(timed["client"], STATE, t=ref)
+            _, _, iv, versions = await other.resolver.prepare(STATE, {"t": snap[which]["head"]})
+            mine = await timed["node"].datasets.input(ref)
+            assert cid_str(block_of(iv).cid) == asked["invocation"], which
+            assert [s.cid for s in versions[0].slices] == [s.cid for s in mine.slices], which
+            assert versions[0].head == mine.head and not other.worker.jobs_sent
