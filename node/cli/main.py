@@ -633,7 +633,8 @@ def _add_query_command(sub: Subparsers) -> None:
         "-i",
         action="append",
         metavar="NAME=DATASET",
-        help="a table the SQL reads (repeatable); a table named like a dataset needs none",
+        help="a table the SQL reads (repeatable); a table named like a dataset needs none. DATASET: a name, id or "
+        "block CID, then @BLOCKCID or @-N for an earlier version, /changelog for a snapshot dataset's raw changelog",
     )
     sp.add_argument("--limit", type=int, default=20, help="rows to print (default 20)")
     sp.add_argument("-o", "--output", help="write the whole result to this file (- for stdout)")
