@@ -265,6 +265,35 @@ async def drive(base: str, clients: int, seconds: float, next_query: NextQuery, 
     return tally
 
 
+TRIVIAL_PATH = "/api/v0/trust"  # a real route doing almost nothing (one small index read): the server's floor
+
+
+async def drive_get(base: str, clients: int, seconds: float, path: str = TRIVIAL_PATH) -> Tally:
+    """As ``drive``, every client asking ``GET path`` (issue 18: hits/s are judged against this, same run)."""
+    tally = Tally()
+    timeout = aiohttp.ClientTimeout(total=600)
+    deadline = time.monotonic() + seconds
+
+    async def client() -> None:
+        async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=1), timeout=timeout) as session:
+            while time.monotonic() < deadline:
+                t0 = time.perf_counter()
+                try:
+                    async with session.get(path) as resp:
+                        await resp.read()
+                        tally.statuses[resp.status] += 1
+                except (TimeoutError, aiohttp.ClientError) as e:
+                    tally.exceptions[type(e).__name__] += 1
+                    continue
+                if resp.status == 200:
+                    tally.latencies_ms.append((time.perf_counter() - t0) * 1000)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    tally.wall_s = time.perf_counter() - t0
+    return tally
+
+
 def check_rows(expected: list[list[int]], source: str | None) -> Check:
     def check(answer: dict[str, Any]) -> str | None:
         if answer.get("rows") != expected or answer.get("row_count") != len(expected):
@@ -541,6 +570,8 @@ async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:
     warm = await warm_hits(run.base, run.token, run.oracle, constants)
     if warm.errors or warm.wrong:
         raise RuntimeError(f"the memoized statements failed: {warm.report()}")
+    say(f"trivial route: {args.clients} clients for {args.seconds} s on GET {TRIVIAL_PATH}…")
+    trivial = await drive_get(run.base, args.clients, args.seconds)
     await run.mark("start")
     say(f"hits: {args.clients} clients for {args.seconds} s…")
     hits = await run.phase(
@@ -562,6 +593,14 @@ async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:
     sql = CROSS_SQL.format(n=args.cross_rows, c=V_MOD)
     return {
         "hits": {**hits.report(), **run.costs("start", "after_hits", len(hits.latencies_ms))},
+        "trivial_route": {"path": TRIVIAL_PATH, **trivial.report()},
+        # issue 18 target: hits/s at least half of what the same server answers on a trivial route, same clients
+        "ratio_hits_over_trivial": round(
+            len(hits.latencies_ms) / hits.wall_s / (len(trivial.latencies_ms) / trivial.wall_s), 3
+        )
+        if hits.wall_s and trivial.latencies_ms
+        else None,
+        "target_ratio_hits_over_trivial": ">= 0.5",
         "misses": {**misses.report(), "asked": len(asked), **run.costs("after_hits", "after_misses", len(asked))},
         "healthz": healthz_report(idle, long_job["healthz"]),
         "long_job": {"pairs": long_job["pairs"], "sql": sql, **long_job["job"]},

@@ -96,6 +96,14 @@ def test_hits_under_load_are_all_right_and_from_the_index(loaded: tuple[Any, dic
     assert hits["spark_jobs_during"] == 0  # no hit reached Spark
 
 
+def test_the_trivial_route_baseline_is_measured_in_the_same_run(loaded: tuple[Any, dict[str, Any]]) -> None:
+    """Hits/s are judged against GET /api/v0/trust by the same clients (issue 18); reported, not asserted."""
+    _, figures = loaded
+    _clean({**figures["trivial_route"], "wrong_answers": 0})
+    assert figures["trivial_route"]["requests"] >= 50
+    assert figures["ratio_hits_over_trivial"] > 0
+
+
 def test_concurrent_misses_each_run_once_on_spark_and_are_right(loaded: tuple[Any, dict[str, Any]]) -> None:
     _, figures = loaded
     misses = figures["misses"]
