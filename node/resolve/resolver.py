@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,6 +65,7 @@ from node.resolve.spark import SparkWorker
 log = logging.getLogger("cairn.resolve")
 
 ENGINE_HANDLE = "cairn.spark-sql"  # the ex_0 handle: the engine entry point that ran the bytecode
+MAX_PREPARED = 1024  # questions remembered (statement + versions → canonical form, qy_0, iv_0)
 MAX_IMPLICIT_INPUTS = 32  # tables a statement may read by dataset name without --input (one canonicalization each)
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -159,6 +161,8 @@ class Resolver:
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
+        Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
+        self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
 
     # -- hashing the question -------------------------------------------------------------------
 
@@ -171,6 +175,33 @@ class Resolver:
         versions: dict[str, Version] = {}
         for alias, ref in inputs.items():
             versions[alias] = _with_schema(alias, ref, await self.datasets.input(ref))  # snapshot: its state
+        # The question is a pure function of the statement and the versions it reads (a version never changes):
+        # remembered, a hit skips canonicalizing and hashing it again (issue 18 item 1).
+        key = (sql, tuple((a, cid_str(v.head), type(v).__name__) for a, v in versions.items()))
+        memo = self._prepared.get(key)
+        if memo is not None and self._same_implicit(memo[1]):
+            self._prepared.move_to_end(key)
+            cq, objects, iv, ordered = memo[0]
+            return cq, list(objects), iv, list(ordered)  # lists of its own: the caller may extend them
+        explicit = set(versions)
+        prepared = await self._prepare(sql, versions)
+        implicit = tuple((a, cid_str(v.head)) for a, v in versions.items() if a not in explicit)
+        self._prepared[key] = (prepared, implicit)
+        if len(self._prepared) > MAX_PREPARED:
+            self._prepared.popitem(last=False)
+        return prepared
+
+    def _same_implicit(self, implicit: tuple[tuple[str, str], ...]) -> bool:
+        """The tables read by dataset name still name the same versions (an ingest moves a head)."""
+        for name, head in implicit:
+            row = self.datasets.find_table(name)
+            if row is None or row.head != head:
+                return False
+        return True
+
+    async def _prepare(
+        self, sql: str, versions: dict[str, Version]
+    ) -> tuple[CanonicalQuery, list[Block], Invocation, list[Version]]:
         cq = await self._canonicalize(sql, versions)
         if not versions:  # a statement that reads no table (SELECT 1): nothing to answer from
             raise InvalidInput("a query reads at least one dataset: FROM a dataset's name, or --input NAME=DATASET")

@@ -60,3 +60,26 @@ async def test_askers_at_once_share_one_computation(inode: InNode) -> None:
     node.datasets._version_hash = counted  # type: ignore[method-assign]  # count the computations
     first, second = await asyncio.gather(node.datasets.version_hash(version), node.datasets.version_hash(version))
     assert first == second and calls == 1
+
+
+async def test_a_remembered_question_follows_a_new_version(inode: InNode) -> None:
+    """The hit path remembers each question (statement + versions → qy_0, iv_0): after an ingest moves a dataset's
+    head, the same SQL, read by name or by --input, is a new invocation over the new rows, never the old answer."""
+    _, client = inode
+    await add_csv(client, "growing", b"k,v\n1,10\n2,20\n")
+    sql = "SELECT SUM(v) AS total FROM growing"
+    asks = [({"sql": sql}, "implicit"), ({"sql": sql, "inputs": {"growing": "growing"}}, "explicit")]
+    before = {}
+    for body, how in asks:
+        for _ in range(2):  # the second is a hit, through the remembered question
+            resp = await client.post("/api/v0/query", json=body)
+            answer = await resp.json()
+            assert resp.status == 200 and answer["rows"] == [[30]], (how, answer)
+        before[how] = answer["invocation"]
+    resp = await client.post("/api/v0/datasets", params={"to": "growing", "filename": "more.csv"}, data=b"k,v\n3,5\n")
+    assert resp.status in (200, 201), await resp.text()
+    for body, how in asks:
+        resp = await client.post("/api/v0/query", json=body)
+        answer = await resp.json()
+        assert resp.status == 200 and answer["rows"] == [[35]], (how, answer)
+        assert answer["invocation"] != before[how] and answer["source"] in ("computed", "local")
