@@ -24,6 +24,7 @@ import pyarrow as pa
 from multiformats import CID
 
 from node.errors import CairnError, InvalidInput
+from node.errors import ProofMalformed as BadCar
 from node.ipfs.car import cid_length, parse_header, read_varint
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import cid_str
@@ -34,10 +35,6 @@ MAX_SECTION = 8 << 20  # a block is at most 2 MiB in Kubo (bitswap); anything fa
 MAX_DEPTH = 32  # a balanced UnixFS DAG of 174 links per node is 4 deep at 1 TiB
 RAW, DAG_PB = 0x55, 0x70
 UNIXFS_RAW, UNIXFS_FILE = 0, 2
-
-
-class BadCar(Exception):
-    """The file is not a well-formed proof CAR (the message says where)."""
 
 
 @dataclass

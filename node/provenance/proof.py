@@ -126,7 +126,7 @@ async def verify_car(path: Path, tmp_dir: Path | None = None) -> dict[str, Any]:
     try:
         idx = await asyncio.to_thread(index_car, path)
     except BadCar as e:
-        r.add("proof file", str(path), FAILED, str(e))
+        r.add("proof file", str(path), FAILED, e.message)
         return answer("", [r.step("")], False) | {"proof": str(path)}
     root = cid_str(idx.root, keep_v0=True)
     r.add("proof file", root, OK, f"CARv1, one root, {len(idx.blocks)} blocks each re-hashed, nothing past the last")
