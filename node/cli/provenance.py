@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.parse
@@ -15,6 +16,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from node.cli.client import NodeClient
+from node.errors import InvalidInput, RemoteError
 from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
 
 Command = Callable[[argparse.Namespace], int]
@@ -85,12 +87,22 @@ def cmd_export_proof(args: argparse.Namespace) -> int:
     url = "/api/v0/proof/" + urllib.parse.quote(args.cid, safe="") + ("?data=false" if args.no_data else "")
     out = Path(args.output)
     tmp = out.with_name(out.name + ".part")  # a failed download never leaves a proof-looking file
-    size = 0
-    with args.client(args).open("GET", url) as resp, open(tmp, "wb") as f:
+    with args.client(args).open("GET", url) as resp:
         root = resp.headers.get("X-Ipfs-Roots", "")
-        while chunk := resp.read(1 << 20):
-            f.write(chunk)
-            size += len(chunk)
+        try:
+            f = open(tmp, "wb")  # noqa: SIM115  closed below, apart from the stream's errors
+        except OSError as e:
+            raise InvalidInput(f"cannot write {tmp}: {e.strerror}") from None
+        with f:
+            try:
+                while chunk := resp.read(1 << 20):
+                    f.write(chunk)
+            except (ConnectionError, http.client.HTTPException) as e:  # the node cut it: a block it could not read
+                tmp.unlink(missing_ok=True)
+                raise RemoteError(
+                    f"the proof did not arrive whole ({type(e).__name__}): nothing written", 502
+                ) from None
+            size = f.tell()
     tmp.replace(out)
     print(f"wrote {out} ({size} bytes; root: the receipt {root})", file=sys.stderr)
     return 0

@@ -23,7 +23,7 @@ from typing import BinaryIO
 import pyarrow as pa
 from multiformats import CID
 
-from node.errors import CairnError, InvalidInput
+from node.errors import CairnError, InvalidInput, ProofLacks
 from node.errors import ProofMalformed as BadCar
 from node.ipfs.car import cid_length, parse_header, read_varint
 from node.ipfs.unixfs import UnixfsHasher
@@ -135,11 +135,11 @@ class CarSource:
         return bytes(cid) in self.index.blocks
 
     def block_now(self, cid: CID) -> bytes:
-        """The block's bytes, re-checked; InvalidInput (a failed check, not an unchecked one) if the proof lacks
+        """The block's bytes, re-checked; ProofLacks (a failed check, not an unchecked one) if the proof lacks
         it: a proof must hold every block its checks read."""
         where = self.index.blocks.get(bytes(cid))
         if where is None:
-            raise InvalidInput(f"the proof lacks the block {cid_str(cid, keep_v0=True)} that its checks read")
+            raise ProofLacks(f"the proof lacks the block {cid_str(cid, keep_v0=True)} that its checks read")
         self.read.add(bytes(cid))
         self._file.seek(where[0])
         data = self._file.read(where[1])

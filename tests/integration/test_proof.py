@@ -160,12 +160,12 @@ async def test_a_flipped_byte_anywhere_fails(prov: dict[str, Any], tmp_path: Pat
         positions = _positions(data)
         t0 = time.monotonic()
         for pos in positions:
-            for mask in (0x01, 0x80):
+            for mask in (0x01, 0x80) if name == "full" else (0x01,):
                 bad = bytearray(data)
                 bad[pos] ^= mask
                 out = await _check(tmp_path, bytes(bad))
                 assert not out["ok"] and out["summary"]["failed"] > 0, (name, pos, mask, out)
-        print(f"{name}: {len(data)} bytes, {2 * len(positions)} flips in {time.monotonic() - t0:.1f} s")
+        print(f"{name}: {len(data)} bytes, {len(positions)} positions in {time.monotonic() - t0:.1f} s")
 
 
 async def test_flips_chosen_by_hypothesis_fail(prov: dict[str, Any], tmp_path: Path) -> None:
