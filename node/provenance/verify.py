@@ -453,5 +453,13 @@ class OfflineVerify(Checks):
             return parse_cid(row.receipt)
         raise InvalidInput(f"{cid_str(cid)} is not a receipt, or an execution, invocation or slice with one here")
 
-    _receipt_of = receipt_of  # the names before the checks took a block source
+    # The names before the checks took a block source (other modules may still call them)
+    _receipt_of = receipt_of
     _receipt = Checks.receipt
+    _read = staticmethod(read_table)
+
+    async def _slice(self, cid: CID, r: Report) -> pa.Table | None:
+        return await self.source.table(cid, r)
+
+    async def _from_kubo(self, cid: CID) -> tuple[Path, CID]:
+        return await KuboSource(self.kubo, self.datasets)._from_kubo(cid)
