@@ -125,8 +125,9 @@ async def verify_car(path: Path, tmp_dir: Path | None = None) -> dict[str, Any]:
     r = Report()
     try:
         idx = await asyncio.to_thread(index_car, path)
-    except BadCar as e:
-        r.add("proof file", str(path), FAILED, e.message)
+    except (BadCar, Exception) as e:  # noqa: BLE001  a decoder's own error on crafted bytes fails the file too
+        why = e.message if isinstance(e, BadCar) else f"{type(e).__name__}: {e}"
+        r.add("proof file", str(path), FAILED, why)
         return answer("", [r.step("")], False) | {"proof": str(path)}
     root = cid_str(idx.root, keep_v0=True)
     r.add("proof file", root, OK, f"CARv1, one root, {len(idx.blocks)} blocks each re-hashed, nothing past the last")

@@ -273,3 +273,27 @@ async def test_documented_walkthrough(prov: dict[str, Any], tmp_path: Path) -> N
         assert code == want, (line, text, err)
         ran.append(words[0])
     assert ran.count("export-proof") >= 2 and ran.count("verify") >= 2, ran
+
+
+async def test_a_proof_over_slices_of_many_blocks(prov: dict[str, Any], tmp_path: Path) -> None:
+    """Slices past 1 MiB are dag-pb nodes over raw leaves in the proof: put back together, they give their CIDs."""
+    client = prov["client"]
+    rows = "\n".join(f"{i},{os.urandom(16).hex()}" for i in range(90_000))
+    await add_csv(client, "big", b"id,tag\n" + rows.encode())
+    resp = await client.post("/api/v0/query", json={"sql": "SELECT id, tag FROM b", "inputs": {"b": "big"}})
+    answer = await resp.json()
+    assert resp.status == 200, answer
+    resp = await client.get(f"/api/v0/proof/{answer['receipt']}")
+    assert resp.status == 200
+    path = tmp_path / "big.car"
+    path.write_bytes(await resp.read())
+    index = index_car(path)
+    assert sum(1 for k in index.blocks if k[1] == 0x70) >= 2  # an input and an output slice of several blocks
+    out = await verify_car(path, tmp_path)
+    assert out["ok"] and out["summary"]["unchecked"] == out["summary"]["failed"] == 0, out
+    data = path.read_bytes()
+    leaf = max(_sections(data)[1:], key=lambda s: s[3] - s[2])  # the biggest block: a 1 MiB leaf
+    bad = bytearray(data)
+    bad[(leaf[2] + leaf[3]) // 2] ^= 0x01
+    out = await _check(tmp_path, bytes(bad))
+    assert not out["ok"] and out["summary"]["failed"] > 0
