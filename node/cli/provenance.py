@@ -113,7 +113,7 @@ def render_verify(args: argparse.Namespace, answer: dict[str, Any]) -> int:
         print(json.dumps(answer, indent=2))
     else:
         for step in answer["executions"]:
-            print(f"receipt {step['receipt']}")
+            print(f"receipt {step['receipt']}" if step["receipt"] else f"proof {answer.get('proof', '')}")
             for c in step["checks"]:
                 line = f"  {c['status']:9} {c['check']} ({c['subject']})"
                 if c["detail"]:
