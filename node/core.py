@@ -797,6 +797,15 @@ class Node:
                 ref, recursive
             )
 
+    async def export_proof(self, ref: str, *, data: bool = True) -> tuple[CID, AsyncIterator[bytes]]:
+        """The receipt ``ref`` leads to and its proof as a CAR stream (docs/provenance.md "Proofs"); ``data`` false
+        leaves the slices out. Errors (not a result, a block not held) come before the stream."""
+        from node.provenance.proof import export_proof
+
+        return await export_proof(
+            self.kubo, self.datasets, self.index, ref, data=data, timeout=self.settings.ipfs.timeout
+        )
+
 
 async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:
     """A client on the external Kubo (``ipfs.api``, checked reachable now), else on a Kubo started here."""

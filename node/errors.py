@@ -510,3 +510,12 @@ class BlockMissing(NotFound):
     def __init__(self, cid: str, reason: str) -> None:
         super().__init__(reason)
         self.cid = cid
+
+
+class ProofMalformed(InvalidInput):
+    """A proof file that is not a well-formed proof CAR (docs/provenance.md "Proofs"): the message names the first
+    fault and its byte. ``cairn verify FILE.car`` reports it as a failed check, not as an error."""
+
+
+class ProofLacks(ProofMalformed):
+    """A block the checks read that the proof file does not hold: the proof fails (it is not merely unchecked)."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,6 +16,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from node.cli.client import NodeClient
+from node.errors import InvalidInput, RemoteError
 from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
 
 Command = Callable[[argparse.Namespace], int]
@@ -58,13 +61,59 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    if args.cid.endswith(".car"):  # a proof file: checked here, with no node (docs/provenance.md "Proofs")
+        return verify_proof_file(args)
     body = {"cid": args.cid, "offline": args.offline, "recursive": args.recursive}
-    answer = args.client(args).post_json("/api/v0/verify", json.dumps(body).encode())
+    return render_verify(args, args.client(args).post_json("/api/v0/verify", json.dumps(body).encode()))
+
+
+def verify_proof_file(args: argparse.Namespace) -> int:
+    """`cairn verify FILE.car --offline`: in this process, reading the file only; no node is asked, even one
+    that is configured and running. Exit 2 for a usage error (no such file, no --offline, --recursive)."""
+    import asyncio
+
+    from node.provenance.proof import verify_car
+
+    path = Path(args.cid)
+    if not args.offline or args.recursive or not path.is_file():
+        why = "no such file" if not path.is_file() else "a proof file is checked with --offline, not --recursive"
+        print(f"error: {args.cid}: {why}", file=sys.stderr)
+        return 2
+    return render_verify(args, asyncio.run(verify_car(path)))
+
+
+def cmd_export_proof(args: argparse.Namespace) -> int:
+    """`cairn export-proof CID -o FILE.car [--no-data]`: the node's proof of a result, streamed to the file."""
+    url = "/api/v0/proof/" + urllib.parse.quote(args.cid, safe="") + ("?data=false" if args.no_data else "")
+    out = Path(args.output)
+    tmp = out.with_name(out.name + ".part")  # a failed download never leaves a proof-looking file
+    with args.client(args).open("GET", url) as resp:
+        root = resp.headers.get("X-Ipfs-Roots", "")
+        try:
+            f = open(tmp, "wb")  # noqa: SIM115  closed below, apart from the stream's errors
+        except OSError as e:
+            raise InvalidInput(f"cannot write {tmp}: {e.strerror}") from None
+        with f:
+            try:
+                while chunk := resp.read(1 << 20):
+                    f.write(chunk)
+            except (ConnectionError, http.client.HTTPException) as e:  # the node cut it: a block it could not read
+                tmp.unlink(missing_ok=True)
+                raise RemoteError(
+                    f"the proof did not arrive whole ({type(e).__name__}): nothing written", 502
+                ) from None
+            size = f.tell()
+    tmp.replace(out)
+    print(f"wrote {out} ({size} bytes; root: the receipt {root})", file=sys.stderr)
+    return 0
+
+
+def render_verify(args: argparse.Namespace, answer: dict[str, Any]) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
         for step in answer["executions"]:
-            print(f"receipt {step['receipt']}")
+            print(f"receipt {step['receipt']}" if step["receipt"] else f"proof {answer.get('proof', '')}")
             for c in step["checks"]:
                 line = f"  {c['status']:9} {c['check']} ({c['subject']})"
                 if c["detail"]:
@@ -87,8 +136,17 @@ def add_provenance_commands(
     sp.add_argument("--format", choices=FORMATS, help="json, dot, mermaid or svg (default: a tree)")
     sp.set_defaults(client=client)
     sp = command(sub, "verify", cmd_verify, "check a result's receipt, signatures and data without computing it")
-    sp.add_argument("cid", metavar="CID", help="a receipt, execution or output slice CID")
+    sp.add_argument(
+        "cid",
+        metavar="CID",
+        help="a receipt, execution or output slice CID; or a proof FILE.car (checked here, no node)",
+    )
     sp.add_argument("--offline", action="store_true", help="check without computing (required: recompute is not built)")
     sp.add_argument("--recursive", action="store_true", help="also every execution upstream (via the lineage)")
     sp.add_argument("--json", action="store_true", help="print the whole answer as JSON")
+    sp.set_defaults(client=client)
+    sp = command(sub, "export-proof", cmd_export_proof, "write a result's proof: one CAR anyone can check offline")
+    sp.add_argument("cid", metavar="CID", help="a receipt, execution or output slice CID")
+    sp.add_argument("-o", "--output", required=True, metavar="FILE.car", help="the proof file to write")
+    sp.add_argument("--no-data", action="store_true", help="leave the slices out (their checks are then unchecked)")
     sp.set_defaults(client=client)

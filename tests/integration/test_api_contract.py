@@ -278,6 +278,7 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/api/v0/types/asset", {}, {"cid": s["asset"]}),
         ("/api/v0/lineage/{cid}", {"cid": s["execution"]}, {}),
         ("/api/v0/lineage/{cid}", {"cid": s["ref"]}, {}),
+        ("/api/v0/proof/{cid}", {"cid": s["execution"]}, {}),
     ]
 
 
