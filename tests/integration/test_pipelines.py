@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ import pytest_asyncio
 
 from node.ipfs import ManagedKubo
 from node.model import MetadataBlock, Pipeline, PipelineRun, decode, decode_object, parse_cid
-from tests.fixtures.inprocess import add_csv, inprocess_node
+from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+ROOT = Path(__file__).resolve().parents[2]
 ORDERS = (
     b"id,person,amount,status\n1,ann,12,paid\n2,bob,5,paid\n3,ann,7,void\n4,cat,30,paid\n5,bob,9,paid\n6,dan,4,paid\n"
 )
@@ -223,3 +225,56 @@ async def test_a_steps_derivative_version_chains_to_the_receipt_that_wrote_it(pa
     nodes = {n["id"]: n for n in graph["nodes"]}
     assert nodes[clean["version"]]["datasetKind"] == "derivative" and not nodes[clean["version"]]["root"]
     assert {n["name"] for n in graph["nodes"] if n["kind"] == "dataset" and n["root"]} == {"orders"}
+
+
+def _doc_section() -> str:
+    text = (ROOT / "docs" / "provenance.md").read_text()
+    section = re.search(r"^## Pipelines\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert section, "docs/provenance.md has no '## Pipelines' section"
+    return section.group(1)
+
+
+async def test_documented_walkthrough(pair: dict[str, Any], tmp_path: Path) -> None:
+    """The section's YAML file is this module's pipeline; every `cairn pipeline` and `cairn lineage` line of it runs
+    through the real CLI (the `add` lines are the fixture's: the same two CSVs)."""
+    a = pair["a"]
+    section = _doc_section()
+    yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert yaml_text
+    (tmp_path / "sales.yaml").write_text(yaml_text.group(1))
+    ran: list[str] = []
+    last: dict[str, Any] = {}
+    for line in re.findall(r"^\$ cairn (.+?)(?:\s+#.*)?$", section, re.M):
+        words = line.split()
+        if words[0] == "add":
+            assert words[1] in ("orders.csv", "people.csv") and words[3] in ("orders", "people")
+            continue
+        if words[:2] == ["pipeline", "run"]:
+            rc, out, err = await cli(a, "pipeline", "run", str(tmp_path / "sales.yaml"), "--json")
+            assert rc == 0, err
+            last = json.loads(out)
+            first = {s["name"]: s["invocation"] for s in pair["first"]["steps"]}
+            assert {s["name"]: s["invocation"] for s in last["steps"]} == first  # the file is this module's pipeline
+            rc, out, err = await cli(a, "pipeline", "run", str(tmp_path / "sales.yaml"))  # as a user sees it
+            assert rc == 0 and out.decode().startswith("run       ") and "ok: 3 steps, 0 computed" in out.decode()
+        elif words[:2] == ["pipeline", "log"]:
+            rc, out, err = await cli(a, *words)
+            assert rc == 0 and len(out.decode().splitlines()) >= 2, err
+        else:
+            assert words[0] == "lineage" and words[1] == "RECEIPT…"
+            rc, out, err = await cli(a, "lineage", steps(last)["top"]["receipt"])
+            text = out.decode()
+            assert rc == 0 and "orders version" in text and "people version" in text, err
+        ran.append(" ".join(words[:2]))
+    assert ran == ["pipeline run", "pipeline run", "pipeline log", "lineage RECEIPT…"]
+
+
+async def test_a_failed_step_is_one_error_line_from_the_cli(pair: dict[str, Any], tmp_path: Path) -> None:
+    bad = pipeline("SELECT city FROM nowhere")
+    bad["name"] = "broken-cli"
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    rc, out, err = await cli(pair["a"], "pipeline", "run", str(tmp_path / "bad.json"))
+    assert rc == 1 and err.decode().count("\n") == 1 and err.decode().startswith("error: step 'by_city' failed:")
+    assert "failed" in out.decode() and "skipped" in out.decode()
+    rc, out, err = await cli(pair["a"], "pipeline", "run", str(tmp_path / "missing.yaml"))
+    assert rc == 1 and err.decode().startswith("error: cannot read the pipeline file") and not out
