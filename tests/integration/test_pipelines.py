@@ -185,6 +185,9 @@ async def test_a_failing_step_stops_its_dependants_and_is_recorded(pair: dict[st
     assert {n: s["source"] for n, s in steps(out).items()} == {"clean": "local", "by_city": "failed", "top": "skipped"}
     assert steps(out)["clean"]["version"] is not None  # the step before stays recorded
     assert a.pipelines.latest("broken") == parse_cid(out["run"])
+    pl = decode_object(decode(await a.kubo.block_get(parse_cid(out["pipeline"]))))
+    assert isinstance(pl, Pipeline)  # steps that never got a query hold the dt_0 of their SQL as written
+    assert [sorted(v) for v in pl.vertices[2:]] == [["query"], ["transformation"], ["transformation"]]
 
 
 @pytest.mark.parametrize(
@@ -278,3 +281,50 @@ async def test_a_failed_step_is_one_error_line_from_the_cli(pair: dict[str, Any]
     assert "failed" in out.decode() and "skipped" in out.decode()
     rc, out, err = await cli(pair["a"], "pipeline", "run", str(tmp_path / "missing.yaml"))
     assert rc == 1 and err.decode().startswith("error: cannot read the pipeline file") and not out
+
+
+async def test_a_run_as_a_job_reports_each_step(pair: dict[str, Any]) -> None:
+    """``wait: false``: a job whose events say each step's state in order (with its query's stages), then the run."""
+    client = pair["a_client"]
+    started = await run(client, {"pipeline": pipeline(), "wait": False}, 202)
+    resp = await client.get(started["events"])
+    text = await resp.text()
+    events = [(m.group(1), json.loads(m.group(2))) for m in re.finditer(r"event: (\S+)\ndata: (.*)\n\n", text)]
+    states = [(d["step"], d["state"]) for k, d in events if k == "step"]
+    assert states == [(n, s) for n in ("clean", "by_city", "top") for s in ("running", "done")]
+    assert any(k == "prepared" and d["step"] == "clean" for k, d in events)  # the step's own query stages
+    assert events[-1][0] == "result" and events[-1][1]["status"] == "ok" and events[-1][1]["computed"] == 0
+
+
+async def test_an_empty_step_result_is_read_by_the_next_step(pair: dict[str, Any]) -> None:
+    """A step with no rows is a derivative version with a schema and no data; the next step reads it as a table of
+    0 rows (pandas: COUNT over nothing is 0)."""
+    a, client = pair["a"], pair["a_client"]
+    spec = {
+        "name": "nothing",
+        "steps": [
+            {"name": "big", "sql": "SELECT id, amount FROM o WHERE amount > 1000", "inputs": {"o": "orders"}},
+            {"name": "count", "sql": "SELECT COUNT(*) AS n FROM b", "inputs": {"b": "big"}},
+        ],
+    }
+    out = await run(client, {"pipeline": spec})
+    assert out["status"] == "ok" and [s["rows"] for s in out["steps"]] == [0, 1]
+    o = pd.read_csv(io.BytesIO(ORDERS))
+    resp = await client.get(f"/api/v0/executions/{steps(out)['count']['execution']}/data", params={"format": "jsonl"})
+    assert [json.loads(line)["n"] for line in (await resp.text()).splitlines()] == [len(o[o.amount > 1000])]
+    version = await a.dataset_version(steps(out)["big"]["version"])
+    assert version.rows == 0 and version.structure is not None and version.structure.names == ["id", "amount"]
+
+
+async def test_every_step_verifies_offline(pair: dict[str, Any]) -> None:
+    """`verify --offline --recursive` of the last step checks each step's receipt, execution and data: a step's
+    input is a derivative version whose slices are the earlier step's own output."""
+    resp = await pair["a_client"].post(
+        "/api/v0/verify", json={"cid": steps(pair["first"])["top"]["receipt"], "offline": True, "recursive": True}
+    )
+    out = await resp.json()
+    assert resp.status == 200, out
+    assert {e["receipt"] for e in out["executions"]} == {s["receipt"] for s in pair["first"]["steps"]}
+    assert out["ok"] and out["summary"]["failed"] == 0, [
+        c for e in out["executions"] for c in e["checks"] if c["status"] != "ok"
+    ]
