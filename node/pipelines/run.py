@@ -136,7 +136,8 @@ class PipelineRunner:
                 out[ref] = (await self.datasets.resolve(ref))[1].head
             except CairnError as e:
                 step = next(s for s in spec.steps if ref in s.inputs.values())
-                raise type(e)(f"step {quote(step.name)}: {e.message}") from None
+                e.args = (f"step {quote(step.name)}: {e.message}", *e.args[1:])  # the same error, naming the step
+                raise
         return out
 
     async def _memo(self, previous: CID | None) -> dict[str, CID]:
