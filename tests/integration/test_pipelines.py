@@ -328,3 +328,16 @@ async def test_every_step_verifies_offline(pair: dict[str, Any]) -> None:
     assert out["ok"] and out["summary"]["failed"] == 0, [
         c for e in out["executions"] for c in e["checks"] if c["status"] != "ok"
     ]
+
+
+async def test_the_log_of_a_pipeline_never_run_is_a_404(pair: dict[str, Any]) -> None:
+    client = pair["a_client"]
+    resp = await client.get("/api/v0/pipelines/never")
+    body = await resp.json()
+    assert resp.status == 404 and "no run of pipeline" in body["error"]["message"]
+    resp = await client.get("/api/v0/pipelines/sales", params={"limit": "x"})
+    assert resp.status == 400
+    resp = await client.get("/api/v0/pipelines/sales", params={"limit": "1"})
+    assert resp.status == 200 and len((await resp.json())["runs"]) == 1
+    rc, _, err = await cli(pair["a"], "pipeline", "log", "never")
+    assert rc == 1 and err.decode().startswith("error: no run of pipeline") and err.decode().count("\n") == 1
