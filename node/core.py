@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,6 +55,7 @@ from node.model import (
     verify_block,
 )
 from node.model.cid import cid_for
+from node.pipelines import PipelineRunner, parse_spec
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
 from node.resolve.claims import connect_providers
@@ -149,6 +150,7 @@ class Node:
         self._started = started
         self.pulls = Pulls()
         self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
+        self.pipelines = PipelineRunner(kubo, datasets, identity, home.path, self._step_query)  # node.pipelines
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
@@ -768,6 +770,41 @@ class Node:
         """Check a Type, Asset, Function or series type, then store and pin it like ``dag_put``."""
         kind = await self.types.kind_of(obj)
         return {"cid": cid_str(await self.dag_put(obj)), "kind": kind}
+
+    # -- pipelines (node.pipelines; docs/provenance.md "Pipelines") -----------------------------------------
+
+    def _step_query(
+        self, sql: str, inputs: dict[str, str], trust: str | None, on_event: Callable[[str, dict[str, Any]], None]
+    ) -> Awaitable[dict[str, Any]]:
+        """A pipeline step is answered as any query (index → peers → Spark); no rows are rendered."""
+        return self.query(sql, inputs, limit=0, trust=trust, on_event=on_event)
+
+    async def run_pipeline(
+        self,
+        source: str | bytes | dict[str, Any],
+        *,
+        trust: str | None = None,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Run a pipeline file's steps in dependency order and record the run (``pr_0``); a failed step is in the
+        answer (``status: failed``), every dataset and the file itself are checked before anything runs (4xx)."""
+        if self.stopping:
+            raise NodeStopping("the node is stopping: it takes no new pipeline run")
+        spec = parse_spec(source)
+        return await self.pipelines.run(spec, trust, on_event or (lambda kind, data: None))
+
+    def start_pipeline(self, source: str | bytes | dict[str, Any], *, trust: str | None = None) -> dict[str, Any]:
+        """``run_pipeline`` as a job whose events (one ``step`` event per step state, and each step's query
+        stages with its ``step`` name) are followed like a query's."""
+        if self.stopping:
+            raise NodeStopping("the node is stopping: it takes no new pipeline run")
+        spec = parse_spec(source)  # a bad file is a 400 now, not a job that fails at once
+        job = self.jobs.start(lambda emit: self.pipelines.run(spec, trust, emit))
+        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
+
+    async def pipeline_log(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The runs of pipeline ``name`` on this node, latest first (along each run's ``previous`` link)."""
+        return [self.pipelines.view(cid, run) for cid, run in await self.pipelines.history(name, limit)]
 
     # -- provenance: lineage and offline verification (node.provenance; docs/provenance.md) -------------------
 

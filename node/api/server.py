@@ -383,6 +383,41 @@ async def query(request: web.Request) -> web.Response:
     return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref))
 
 
+# -- pipelines (docs/provenance.md "Pipelines") ------------------------------------------------------------
+
+
+async def pipelines_post(request: web.Request) -> web.Response:
+    """POST /api/v0/pipelines: run a pipeline (its file's text as ``text``, or the map as ``pipeline``)."""
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise TypeError
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidInput(
+            'body must be JSON {"text": the YAML or JSON file, or "pipeline": {…}, "trust": mode, "wait": bool}'
+        ) from None
+    text, spec, trust, wait = body.get("text"), body.get("pipeline"), body.get("trust"), body.get("wait", True)
+    source = text if spec is None else spec
+    if (text is None) == (spec is None) or not isinstance(source, (str, dict)):
+        raise InvalidInput('give the pipeline as "text" (the file, YAML or JSON) or as "pipeline" (a map), not both')
+    if trust is not None and trust not in TRUST_MODES:
+        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}')
+    if not isinstance(wait, bool):
+        raise InvalidInput('"wait" must be true or false')
+    node = _node(request)
+    if wait is False:
+        return _json(node.start_pipeline(source, trust=trust), status=202)
+    return _json(await node.run_pipeline(source, trust=trust))
+
+
+async def pipeline_log(request: web.Request) -> web.Response:
+    raw = request.query.get("limit", "20")
+    if not raw.isdecimal() or not 1 <= len(raw) <= 4:
+        raise InvalidInput("limit must be a number of runs from 1 to 1000")
+    runs = await _node(request).pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
+    return _json({"runs": runs})
+
+
 def _not_a_type_cid() -> NoReturn:
     raise InvalidInput('"type" must be the CID of a Transform.Storage type, as a string')
 
@@ -659,6 +694,16 @@ QUERY_BODY = {
     },
 }
 
+PIPELINE_BODY = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string"},  # the pipeline file as written (YAML or JSON)
+        "pipeline": {"type": "object"},  # or its map
+        "trust": {"enum": [*TRUST_MODES, None]},
+        "wait": {"type": "boolean"},
+    },
+}
+
 
 def _strings(*required: str, optional: tuple[str, ...] = ()) -> dict[str, object]:
     return {
@@ -767,6 +812,26 @@ ROUTES: tuple[Route, ...] = (
         QUERY_BODY,
         errors=(400, 404, 409, 422, 429),
         returns={200: S.QUERY_ANSWER, 202: S.JOB_STARTED},
+    ),
+    Route(
+        "POST",
+        "/api/v0/pipelines",
+        pipelines_post,
+        TOKEN,
+        "run a pipeline of SQL steps in dependency order and record the run (pr_0); 202 for wait: false",
+        JSON,
+        PIPELINE_BODY,
+        errors=(400, 404, 409, 422, 429),
+        returns={200: S.PIPELINE_RUN, 202: S.JOB_STARTED},
+    ),
+    Route(
+        "GET",
+        "/api/v0/pipelines/{name}",
+        pipeline_log,
+        OPEN,
+        "the runs of a pipeline, latest first",
+        params=(Param("limit", "at most this many runs (default 20)", type="integer"),),
+        returns={200: S.PIPELINE_LOG},
     ),
     Route("GET", "/api/v0/peers", peers_list, OPEN, "connected peers", errors=(409,), returns={200: S.PEERS}),
     Route(

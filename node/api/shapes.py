@@ -129,12 +129,40 @@ QUERY_ANSWER = obj(
     }
 )
 JOB_STARTED = obj({"job": STR, "events": STR})
+_RUN_STEP = obj(
+    {
+        "name": STR,
+        "vertex": INT,
+        "source": {"type": "string", "enum": ["computed", "local", "peer", "failed", "skipped"]},
+        "invocation": maybe(CID),
+        "execution": maybe(CID),
+        "receipt": maybe(CID),
+        "version": maybe(CID),
+        "error": maybe(STR),
+    },
+    {"rows": INT, "logicalHash": STR, "columns": array(STR), "trust": STR, "elapsed_ms": NUM},
+)
+PIPELINE_RUN = obj(
+    {
+        "name": STR,
+        "run": CID,
+        "pipeline": CID,
+        "previous": maybe(CID),
+        "status": {"type": "string", "enum": ["ok", "failed"]},
+        "failed": maybe(obj({"step": STR, "error": STR})),
+        "signer": STR,
+        "time": STR,
+        "computed": INT,
+        "steps": array(_RUN_STEP),
+    }
+)
+PIPELINE_LOG = obj({"runs": array(PIPELINE_RUN)})
 _JOB_ERROR = obj({"type": STR, "message": STR, "status": INT})
 JOB = obj(
     {
         "id": STR,
         "state": {"type": "string", "enum": ["running", "done", "failed"]},
-        "result": maybe(QUERY_ANSWER),
+        "result": maybe({"anyOf": [QUERY_ANSWER, PIPELINE_RUN]}),  # a query's answer or a pipeline's run
         "error": maybe(_JOB_ERROR),
     }
 )

@@ -696,6 +696,12 @@ def _add_provenance_commands(sub: Subparsers) -> None:
     add_provenance_commands(sub, _command, lambda args: NodeClient.for_home(_home(args)))
 
 
+def _add_pipeline_commands(sub: Subparsers) -> None:
+    from node.cli.pipelines import add_pipeline_commands  # pipeline run, pipeline log (docs/provenance.md)
+
+    add_pipeline_commands(sub, _group, _command, lambda args: NodeClient.for_home(_home(args)))
+
+
 # The subcommands, in the order `cairn --help` lists them.
 _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_node_commands,
@@ -706,6 +712,7 @@ _COMMAND_GROUPS: tuple[Callable[[Subparsers], None], ...] = (
     _add_peer_commands,
     _add_type_commands,
     _add_provenance_commands,
+    _add_pipeline_commands,
 )
 
 

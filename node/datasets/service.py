@@ -602,6 +602,47 @@ class Datasets:
     async def _prior_tables(self, old: Version | None) -> list[pa.Table]:
         return [t async for t in self.tables(old)] if old else []
 
+    # -- derivative datasets (node.pipelines) ---------------------------------------------------
+
+    async def derive(self, slices: list[CID], structure: Structure, receipt: CID, facts: tuple[str, int]) -> CID:
+        """A derivative dataset whose one version holds an execution's output ``slices`` as they are (same CIDs,
+        no copy), so a later step reads it as any version: Seed ``derivative``, SetDataSchema, and an AddData
+        naming the ``receipt`` that wrote them (``transform``). Its key signs this chain once and is not kept (the
+        chain is never extended); nothing is named in the index. ``facts``: the result's (logical hash, rows)."""
+        refs: list[SliceRef] = []
+        hasher: LogicalHasher | None = None
+        for cid in slices:
+            path = await self.cid_path(cid)
+            table = await self.read_cid(cid)
+            if table.num_rows == 0:  # an empty result's one slice carries its shape only: AddData holds rows
+                continue
+            hasher = hasher or LogicalHasher(table.schema)
+            one = LogicalHasher(table.schema)
+            await asyncio.to_thread(one.update, table)
+            await asyncio.to_thread(hasher.update, table)
+            offset = sum(r.rows for r in refs)
+            refs.append(SliceRef(cid, table.num_rows, path.stat().st_size, str(one.finish()), offset))
+        ident = identity.generate()
+        events: list[dict[str, Any]] = [{"kind": "Seed", "datasetId": ident.node_key, "datasetKind": "derivative"}]
+        blocks = _schema_blocks(structure, events)
+        if refs and hasher is not None:
+            rows = sum(r.rows for r in refs)
+            listed = [{"data": r.cid, "rows": r.rows, "size": r.size, "logicalHash": r.logical_hash} for r in refs]
+            events.append(
+                {
+                    "kind": "AddData",
+                    "slices": listed,
+                    "offsets": [0, rows - 1],
+                    "rows": rows,
+                    "logicalHash": str(hasher.finish()),
+                    "merge": {"strategy": "append", "primaryKey": []},
+                    "transform": receipt,
+                }
+            )
+        head = await self._store_chain(_Signer(ident.private_key, ident.node_key, "", None, None, 0), blocks, events)
+        self.index.set_version_facts(cid_str(head), *facts)
+        return head
+
     # -- reading ------------------------------------------------------------------------------
 
     async def slice_path(self, s: SliceRef, timeout: float | None = None) -> Path:

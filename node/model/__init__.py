@@ -46,6 +46,7 @@ from node.model.kinds import (
     validate,
 )
 from node.model.metadata import EVENT_KINDS, MERGE_STRATEGIES, MetadataBlock
+from node.model.pipeline_run import PipelineRun, RunStep
 from node.model.query import Announcement, InputIdentity, Invocation, Query, Receipt
 from node.model.selectors import (
     ExploreIndex,
@@ -122,6 +123,8 @@ __all__ = [  # noqa: RUF022  grouped by the module each name comes from
     "Receipt",
     "Announcement",
     "EngineProfile",
+    "PipelineRun",
+    "RunStep",
     # holium data
     "DataTree",
     "data_tree",

@@ -4,7 +4,9 @@
 
 - ``prev``: link to the previous block (null for the Seed), ``seq``: 0 for the Seed, +1 each block
   (ODF MetadataBlock.prevBlockHash / sequenceNumber), ``time``: system time, RFC 3339 UTC.
-- ``event``: a map with ``kind`` ∈ Seed, SetDataSchema, AddData, SetInfo (ODF metadata events).
+- ``event``: a map with ``kind`` ∈ Seed, SetDataSchema, AddData, SetInfo (ODF metadata events). An AddData of a
+  derivative dataset (a pipeline step's result) may carry ``transform``: the ``rc_0`` of the execution whose output
+  slices it adds (what ODF's ExecuteTransform records: which transformation produced the new data).
 - ``sig``: ed25519 signature by the dataset key over the DAG-CBOR bytes of the same envelope
   without ``sig``. The key is the one the Seed names: ``datasetId`` is its ``did:key``.
 """
@@ -40,8 +42,13 @@ def _check_event(ev: Any, ctx: Ctx) -> dict[str, Any]:
         want_link(m["abstract"], ctx.at("abstract"))
     elif kind == "AddData":
         want_map(
-            m, ctx, required=("kind", "slices", "offsets", "rows", "logicalHash", "merge"), optional=("eventTime",)
+            m,
+            ctx,
+            required=("kind", "slices", "offsets", "rows", "logicalHash", "merge"),
+            optional=("eventTime", "transform"),
         )
+        if "transform" in m:  # a derivative dataset's data: the rc_0 of the execution that wrote these slices
+            want_link(m["transform"], ctx.at("transform"))
         for i, s in enumerate(want_list(m["slices"], ctx.at("slices"))):
             sc = ctx.at("slices").at(i)
             sm = want_map(s, sc, required=("data", "rows", "size", "logicalHash"))

@@ -296,6 +296,10 @@ class LineageWalk:
             return
         row = self.index.dataset_by_id(version.dataset_id)
         seed = version.blocks[-1][1].event
+        # A derivative version (a pipeline step's result, node.pipelines) names the receipt that wrote its slices.
+        made_by = [b.event["transform"] for _, b in version.blocks if b.kind == "AddData" and "transform" in b.event]
+        for receipt in made_by:
+            self._push("receipt", receipt, cid, "output of")
         name = row.name if row is not None else None
         label = f"{name or version.dataset_id[:24] + '…'} version {version.seq}: {version.rows} rows"
         checks = {"signature": "ok (every block of the chain, dataset key)", "chain": "ok"}
@@ -307,7 +311,7 @@ class LineageWalk:
             checks,
             name=name,
             seq=version.seq,
-            root=True,
+            root=not made_by,
             datasetKind=seed.get("datasetKind"),
             rows=version.rows,
         )

@@ -58,6 +58,7 @@ EXAMPLES = int(os.environ.get("CAIRN_CONTRACT_EXAMPLES", "6"))  # per operation 
 REPORT = os.environ.get("CAIRN_CONTRACT_REPORT")  # where scripts/fuzz_api.py reads the counts
 CSV = b"city,pop,founded\nParis,2100000,-250\nLyon,520000,-43\nNice,340000,-350\n"
 SEED_SQL = {"sql": "SELECT city, pop FROM c WHERE pop > 400000", "inputs": {"c": "cities"}}
+SEED_PIPELINE = {"pipeline": {"name": "big", "steps": [{"name": "big", **SEED_SQL}]}}  # the seeded query: a hit
 COUNTS: Counter[str] = Counter()  # requests sent, by test and status class
 
 
@@ -138,6 +139,8 @@ def _seed(node: ServedNode) -> None:
     assert r.status_code == 202, r.text
     r2 = post.post(f"{node.url}/api/v0/dag", json={"a": [1, "x", {"b": None}]})
     assert r2.status_code == 200, r2.text
+    r3 = post.post(f"{node.url}/api/v0/pipelines", json=SEED_PIPELINE)
+    assert r3.status_code == 200 and r3.json()["computed"] == 0, r3.text
     types = _seed_types(post, node.url, r2.json()["cid"])
     node.seeded = {
         "ref": "cities",
@@ -279,6 +282,7 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/api/v0/lineage/{cid}", {"cid": s["execution"]}, {}),
         ("/api/v0/lineage/{cid}", {"cid": s["ref"]}, {}),
         ("/api/v0/proof/{cid}", {"cid": s["execution"]}, {}),
+        ("/api/v0/pipelines/{name}", {"name": "big"}, {}),
     ]
 
 
@@ -311,6 +315,13 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
         ("POST", "/api/v0/query", {"body": SEED_SQL, "media_type": "application/json"}, 200),
         ("POST", "/api/v0/query", {"body": {**SEED_SQL, "wait": False}, "media_type": "application/json"}, 202),
         ("POST", "/api/v0/dag", {"body": [1, "two", None], "media_type": "application/json"}, 200),
+        ("POST", "/api/v0/pipelines", {"body": SEED_PIPELINE, "media_type": "application/json"}, 200),
+        (
+            "POST",
+            "/api/v0/pipelines",
+            {"body": {**SEED_PIPELINE, "wait": False}, "media_type": "application/json"},
+            202,
+        ),
         ("POST", "/api/v0/trust", {"body": {"key": key}, "media_type": "application/json"}, 200),
         ("DELETE", "/api/v0/trust", {"body": {"key": key}, "media_type": "application/json"}, 200),
         (

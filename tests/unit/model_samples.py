@@ -22,7 +22,9 @@ from node.model import (
     ModuleBytecodeEnvelope,
     Pipeline,
     PipelineEdge,
+    PipelineRun,
     RecursiveDataEnvelope,
+    RunStep,
     ScalarDataEnvelope,
     SelectorEnvelope,
     block_of,
@@ -91,6 +93,8 @@ def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
             ),
         ),
         ("pl_0 diamond five vertices six edges", diamond),
+        ("pl_0 as a pipeline run writes it", _run_pipeline(k)),
+        ("pr_0 a run with a failed and a skipped step", _run(k)),
         ("selector matcher", SelectorEnvelope(Matcher())),
         ("selector matcher with label", SelectorEnvelope(Matcher("out"))),
         ("selector explore index", SelectorEnvelope(ExploreIndex(3, Matcher()))),
@@ -113,6 +117,26 @@ def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
     out.append(("ex_0 pretty-printed", dumps(objects[3][1], indent=2)))
     out.append(("recursive data block", dumps([k["leaf_null"], k["leaf_text"], k["tree"]])))
     return out
+
+
+def _run_pipeline(k: dict[str, CID]) -> Pipeline:
+    """node.pipelines: a vertex per root dataset version, one per step (its qy_0, or the dt_0 of a step that did
+    not run), edges from the whole output to the head's input at its index, labelled with the alias."""
+    return Pipeline(
+        vertices=[{"dataset": k["rde_in"]}, {"query": k["rde_out"]}, {"transformation": k["dt"]}],
+        edges=[PipelineEdge(0, 1, k["cx"]), PipelineEdge(1, 2, k["cx"])],
+    )
+
+
+def _run(k: dict[str, CID]) -> PipelineRun:
+    steps = (
+        RunStep("clean", 1, "computed", k["rde_in"], k["ex"], k["rde_out"], k["tree"]),
+        RunStep("by_city", 2, "failed", error="column 'nope' is not in the input"),
+        RunStep("top", 3, "skipped", error='not run: step "by_city" it reads did not succeed'),
+    )
+    sig = bytes(range(64))  # the shape of an ed25519 signature: these samples compare bytes, not signers
+    did = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+    return PipelineRun("sales", k["cx"], k["dt"], "failed", steps, did, "2026-11-25T20:00:00.000000Z", sig)
 
 
 def _data_samples(k: dict[str, CID]) -> list[tuple[str, str]]:

@@ -24,7 +24,9 @@ from node.model import (
     ModuleBytecodeEnvelope,
     Pipeline,
     PipelineEdge,
+    PipelineRun,
     RecursiveDataEnvelope,
+    RunStep,
     ScalarDataEnvelope,
     SelectorEnvelope,
     block_of,
@@ -41,6 +43,8 @@ from node.model import (
 from node.model._shape import Ctx, want_int, want_map
 
 A, B, C, D = (cid_for(bytes([i])) for i in range(4))
+DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+RUN_STEPS = (RunStep("s", 1, "peer", A, B, C, D), RunStep("t", 2, "failed", error="why"))
 
 OBJECTS: list[Any] = [
     ScalarDataEnvelope(A),
@@ -53,6 +57,8 @@ OBJECTS: list[Any] = [
     Connection(C, D),
     Pipeline(vertices=(), edges=()),
     Pipeline(vertices=[{"dt": A}, {"dt": B, "rde": C}, {}], edges=[PipelineEdge(0, 1, D), (1, 2, D), [0, 2, D]]),
+    PipelineRun("p", A, None, "ok", (), DID, "2026-11-25T20:00:00Z", b"s"),
+    PipelineRun("p", A, B, "failed", RUN_STEPS, DID, "2026-11-25T20:00:00Z", b"s"),
     SelectorEnvelope(Matcher()),
     SelectorEnvelope(Matcher("label")),
     SelectorEnvelope(ExploreIndex(0, Matcher())),
@@ -103,6 +109,25 @@ def _env(tv: str, content: Any) -> dict[str, Any]:
     return {"typedVersion": tv, "content": content}
 
 
+def _run_step() -> dict[str, Any]:
+    return RUN_STEPS[0].to_ipld()
+
+
+def _run() -> dict[str, Any]:
+    return dict(PipelineRun("p", A, None, "ok", RUN_STEPS, DID, "t", b"s").to_ipld()["content"])
+
+
+def test_a_pipeline_run_is_signed_over_its_content_without_sig() -> None:
+    from node.identity import generate
+
+    key = generate()
+    run = PipelineRun("p", A, None, "ok", RUN_STEPS, key.node_key, "t").signed(key.sign)
+    run.verify(key.private_key.public_key())
+    assert PipelineRun.from_ipld(run.to_ipld()) == run and "sig" not in decode(run.signing_bytes())["content"]
+    with pytest.raises(InvalidObject, match="pr_0 by did:key"):
+        dataclasses.replace(run, status="failed").verify(key.private_key.public_key())
+
+
 BAD_SHAPES = [
     (_env("ex_0", [A, "main", B, 0, C]), "ex_0: content[3] (exitStatus): expected bool, got int"),
     (_env("ex_0", [A, "main", B, False, None]), "ex_0: content[4] (output): a successful execution"),
@@ -130,6 +155,12 @@ BAD_SHAPES = [
     (_env("pl_0", [[{}], [[True, 0, A]]]), "pl_0: content[1][0][0] (tailIndex): expected int, got bool"),
     (_env("pl_0", [[{}], [[0, 0]]]), "pl_0: content[1][0]: expected a list of 3 elements, got 2"),
     (_env("pl_0", [[{}], [[0, 0, "cx"]]]), "pl_0: content[1][0][2] (connection): expected link, got string"),
+    (_env("pr_0", {**_run(), "status": "done"}), "pr_0: content.status: expected one of ok, failed"),
+    (_env("pr_0", {**_run(), "sig": "s"}), "pr_0: content.sig: expected bytes, got string"),
+    (_env("pr_0", {**_run(), "previous": "x"}), "pr_0: content.previous: expected link, got string"),
+    (_env("pr_0", {**_run(), "steps": [{**_run_step(), "source": "cached"}]}), "pr_0: content.steps[0].source"),
+    (_env("pr_0", {**_run(), "steps": [{**_run_step(), "vertex": -1}]}), "pr_0: content.steps[0].vertex: must be"),
+    (_env("pr_0", {**_run(), "steps": [{"name": "s"}]}), "pr_0: content.steps[0]: missing key"),
     ({"selector": {}}, "selector: selector: empty map"),
     ({"selector": {".": {}, "i": {}}}, "selector: selector: expected exactly one of the keys"),
     ({"selector": {"x": {}}}, 'selector: selector: unexpected key "x"'),

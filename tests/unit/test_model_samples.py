@@ -29,5 +29,5 @@ def test_every_kind_and_selector_form_is_sampled() -> None:
             selectors.add(next(iter(obj.to_ipld()["selector"])))
         elif obj is not None:
             kinds.add(obj.typed_version)
-    assert kinds == {"sde_0", "rde_0", "mbe_0", "ex_0", "dt_0", "cx_0", "pl_0"}
+    assert kinds == {"sde_0", "rde_0", "mbe_0", "ex_0", "dt_0", "cx_0", "pl_0", "pr_0"}
     assert selectors == {".", "i", "r", "|"}
