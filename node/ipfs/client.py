@@ -483,7 +483,14 @@ class KuboClient:
     # --- pins ----------------------------------------------------------------------------
 
     async def pin_add(self, cid: CID | str, recursive: bool = True, *, timeout: float | None = None) -> list[CID]:
-        obj = await self._json("pin/add", [("arg", parse_cid(cid)), ("recursive", recursive)], timeout=timeout)
+        """Pin ``cid``; a direct pin of a CID already pinned recursively is done (Kubo refuses it as an error,
+        which made a peer's answer fail when two nodes share one Kubo and the other had pinned it)."""
+        try:
+            obj = await self._json("pin/add", [("arg", parse_cid(cid)), ("recursive", recursive)], timeout=timeout)
+        except KuboRPCError as e:
+            if recursive or "already pinned recursively" not in e.kubo_message:
+                raise
+            return [parse_cid(cid)]
         return [parse_cid(p) for p in obj.get("Pins") or ()]
 
     async def pin_rm(self, cid: CID | str, recursive: bool = True, *, timeout: float | None = None) -> list[CID]:

@@ -244,6 +244,11 @@ async def test_pin_add_rm_ls(kubo: ManagedKubo) -> None:
         assert await client.pin_add(cid, recursive=False) == [cid]
         assert await client.pin_ls(cid) == {cid: "direct"}
         await client.pin_rm(cid, recursive=False)
+        # Pinned recursively (by another node sharing this Kubo), then directly: it is pinned, not an error.
+        await client.pin_add(cid)
+        assert await client.pin_add(cid, recursive=False) == [cid]
+        assert await client.pin_ls(cid) == {cid: "recursive"}
+        await client.pin_rm(cid)
 
 
 async def test_pin_add_of_missing_cid_times_out(kubo_client: KuboClient) -> None:
