@@ -273,6 +273,18 @@ async def test_a_verification_makes_the_result_usable_under_community(
         assert got["rows"] == answer["rows"] and c.resolver.computed == 0
         claims = await wait_for(lambda: _claims(c_client, answer["invocation"]), 10, "V's claim on C")
         assert claims[v.identity.node_key]["status"] == "accepted"
+        assert c.index.execution(answer["invocation"]).trust == "trusted-signer"  # type: ignore[union-attr]
+        # C verifies what it holds (V's receipt): its index row for the execution becomes its own, recomputed-agreed,
+        # and a `verify`-mode request is then a local hit.
+        status, out = await _verify(c_client, got["receipt"])
+        mine = out["executions"][0]
+        assert status == 200 and mine["status"] == "reproduced" and mine["signer"] == v.identity.node_key, out
+        row = c.index.execution(answer["invocation"])
+        assert row is not None and row.trust == "recomputed-agreed" and row.receipt == mine["verification"]
+        assert row.execution == answer["execution"]
+        body = {"sql": SQL, "inputs": INPUTS, "trust": "verify"}
+        again = await (await c_client.post("/api/v0/query", json=body)).json()
+        assert again["source"] == "local" and again["trust"] == "recomputed-agreed" and again["verified"], again
 
 
 async def _claims(client: Any, invocation: str) -> dict[str, dict[str, Any]] | None:
