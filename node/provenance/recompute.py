@@ -25,6 +25,7 @@ from typing import Any
 from node.datasets import Datasets, Version
 from node.errors import CairnError, KuboUnreachable
 from node.errors import InvalidInput as NotRun  # a step that could not run, and why (a 4xx elsewhere)
+from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.model import CID, Block, Invocation, Receipt, cid_str, decode, decode_object, parse_cid
@@ -154,6 +155,9 @@ class Recompute:
     async def _question(self, cid: CID) -> _Question:
         """The receipt, its invocation and query, and the dataset versions it read, each fetched if need be."""
         rc = await self._object(cid, Receipt)
+        # A receipt whose signature fails says nothing of its signer: recomputing it would score that key for a
+        # claim it never made (`cairn verify --offline` says what is wrong with it).
+        rc.verify(public_key_from_did(rc.signer))
         iv_data = await self._block(rc.invocation, "the invocation")
         iv = decode_object(decode(iv_data, rc.invocation.codec.code))
         if not isinstance(iv, Invocation):

@@ -21,10 +21,14 @@ import pyarrow as pa
 import pytest
 import pytest_asyncio
 
+from node.datasets import LogicalHasher
 from node.datasets.slices import read_slice, write_parquet_slice
 from node.identity import generate, public_key_from_did
+from node.index import ExecutionRow
 from node.ipfs import ManagedKubo
 from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
+from node.resolve.claims import structure_of
+from node.resolve.resolver import _execution_blocks
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -76,11 +80,17 @@ async def _peer_receipt(node: Any, answer: dict[str, Any], *, altered: bool = Fa
         forged_ex = block_of(replace(ex, output=env.cid))
         await _put(node, out_list, env, forged_ex)
         changes["execution"] = forged_ex.cid
-        changes["logical_hash"] = "f" * 64  # what the peer's hashing of its altered data would claim
+        changes["logical_hash"] = _hash(read_slice(path))  # a consistent lie: offline checks all pass
     peer = generate()
     blk = block_of(replace(rc, signer=peer.node_key, **changes).signed(peer.sign))
     await _put(node, blk)
     return cid_str(blk.cid)
+
+
+def _hash(table: pa.Table) -> str:
+    hasher = LogicalHasher(table.schema)
+    hasher.update(table)
+    return str(hasher.finish())
 
 
 async def _verify(client: Any, cid: str, **flags: Any) -> tuple[int, dict[str, Any]]:
@@ -138,23 +148,60 @@ async def test_an_honest_peer_receipt_is_reproduced_signed_and_recorded(p: dict[
 async def test_a_receipt_over_altered_data_diverges(p: dict[str, Any]) -> None:
     """Through the CLI (exit 1): both logical hashes; the signer is refused, the divergence recorded, the local
     answer kept."""
-    node, answer = p["node"], p["answer"]
+    node, client, answer = p["node"], p["client"], p["answer"]
     forged = await _peer_receipt(node, answer, altered=True)
-    signer = (await _receipt(node, forged)).signer
+    claim = await _receipt(node, forged)
+    signer = claim.signer
+    status, offline = await _verify(client, forged, offline=True)
+    assert status == 200 and offline["summary"]["failed"] == 0, offline  # consistent: only recomputing tells
     code, out, err = await cli(node, "verify", forged)
     text = out.decode()
     assert code == 1, (text, err.decode())
     assert f"receipt {forged}: diverged" in text and "0 reproduced, 1 diverged, 0 could not run" in text
-    assert f"claimed    logical hash {'f' * 64}, 3 rows" in text and f"signed by {signer}" in text
+    assert f"claimed    logical hash {claim.logical_hash}, 3 rows" in text and f"signed by {signer}" in text
     assert f"recomputed logical hash {answer['logicalHash']}, 3 rows" in text
     assert node.index.signer_score(signer) == (0, 1)
     assert node.index.execution(answer["invocation"]).receipt == answer["receipt"]  # type: ignore[union-attr]
     divergences = (await (await p["client"].get(f"/api/v0/executions/{answer['execution']}")).json())["divergences"]
-    assert {d["receipt"]: d["logicalHash"] for d in divergences}[forged] == "f" * 64
+    assert {d["receipt"]: d["logicalHash"] for d in divergences}[forged] == claim.logical_hash
     code, out, _ = await cli(node, "verify", forged, "--json")
     step = json.loads(out)["executions"][0]
-    assert code == 1 and step["status"] == "diverged" and step["claimed"]["logicalHash"] == "f" * 64
+    assert code == 1 and step["status"] == "diverged" and step["claimed"]["logicalHash"] == claim.logical_hash
     assert step["recomputed"]["logicalHash"] == answer["logicalHash"] and "verification" not in step
+
+
+async def test_a_diverged_peer_row_in_the_index_is_replaced_by_ours(p: dict[str, Any]) -> None:
+    """The node holds a peer's answer (unverified) for a question it never computed, over altered data with a
+    consistent receipt: recomputing diverges, and the index then answers with this node's computed result."""
+    node, client = p["node"], p["client"]
+    sql = "SELECT town AS place, people FROM t"
+    cq, objects, iv, versions = await node.resolver.prepare(sql, {"t": "towns"})
+    assert node.index.execution(cid_str(block_of(iv).cid)) is None
+    altered = pa.table({"_0": ["Arles"], "_1": pa.array([50001], pa.int64())})
+    path = node.datasets.tmp_dir / "peer-row.parquet"
+    write_parquet_slice(altered, str(path))
+    added = await node.kubo.add(path, pin=True)
+    ex_blocks = _execution_blocks(cq, versions, [added.cid])
+    st = block_of(structure_of(altered.schema))
+    peer = generate()
+    engine = {"name": "spark"}
+    rc = Receipt(
+        ex_blocks[-1].cid, block_of(iv).cid, peer.node_key, "2026-01-01T00:00:00Z", engine, _hash(altered), 1,
+        st.cid, tuple(v.head for v in versions), {},
+    ).signed(peer.sign)  # fmt: skip
+    await _put(node, *objects, block_of(iv), st, *ex_blocks, block_of(rc))
+    row = ExecutionRow(
+        cid_str(block_of(iv).cid), cid_str(objects[-1].cid), cid_str(ex_blocks[-1].cid), cid_str(block_of(rc).cid),
+        rc.logical_hash, 1, cid_str(st.cid), (cid_str(added.cid),), "peer", 0.0, trust="unverified",
+    )  # fmt: skip
+    node.index.add_execution(row)  # as a peer's answer taken under `any` is stored
+    status, out = await _verify(client, row.receipt)
+    step = out["executions"][0]
+    assert status == 200 and step["status"] == "diverged", out
+    assert step["recomputed"]["logicalHash"] != rc.logical_hash and step["recomputed"]["rows"] == 1
+    held = node.index.execution(row.invocation)
+    assert held is not None and held.trust == "computed" and held.receipt == step["recomputed"]["receipt"]
+    assert held.execution != row.execution and held.logical_hash == step["recomputed"]["logicalHash"]
 
 
 async def test_an_input_this_node_cannot_get_could_not_run(p: dict[str, Any]) -> None:
@@ -170,6 +217,12 @@ async def test_an_input_this_node_cannot_get_could_not_run(p: dict[str, Any]) ->
     assert node.resolver.computed == computed  # nothing ran
     code, text, _ = await cli(node, "verify", forged)
     assert code == 2 and "0 reproduced, 0 diverged, 1 could not run" in text.decode()
+    unsigned = block_of(replace(rc, rows=rc.rows + 1))  # changed after signing: its signer never said this
+    await _put(node, unsigned)
+    status, out = await _verify(client, cid_str(unsigned.cid))
+    step = out["executions"][0]
+    assert step["status"] == "could not run" and "signature does not verify" in step["reason"], out
+    assert node.resolver.computed == computed  # nothing ran
 
 
 async def test_recursive_recomputes_each_step_upstream(p: dict[str, Any]) -> None:
