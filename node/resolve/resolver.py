@@ -487,11 +487,17 @@ class Resolver:
                     f"input {i}: dataset version {cid_str(v.head)} is not the data the invocation names "
                     "(structure, logical hash or rows differ)"
                 )
-        # The receipt's own statement is run; canonicalizing it again (idempotent) gives its order (or none).
+        # A peer's statement runs only as this node's canonicalizer gives it (its checks and limits: issue 15):
+        # canonical SQL canonicalizes to itself, and the round gives its order (or none).
         schemas = {chr(ord("a") + i): list(b.abstract().schema) for i, b in enumerate(map(_structure, versions))}
-        cq = replace(await self.canonicalizer.canonicalize(qy.statement, schemas), statement=qy.statement)
+        cq = await self.canonicalizer.canonicalize(qy.statement, schemas)
+        if cq.statement != qy.statement:
+            raise InvalidInput(
+                f"the query's statement is not canonical for this node's canonicalizer ({cq.canonicalizer}; the "
+                f"query names {qy.canonicalizer}): not run"
+            )
         t0 = time.perf_counter()
-        result = await self._run_on_spark(qy.statement, versions, emit)
+        result = await self._run_on_spark(cq.statement, versions, emit)
         table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
         timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
