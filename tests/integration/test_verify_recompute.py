@@ -217,6 +217,15 @@ async def test_an_input_this_node_cannot_get_could_not_run(p: dict[str, Any]) ->
     assert node.resolver.computed == computed  # nothing ran
     code, text, _ = await cli(node, "verify", forged)
     assert code == 2 and "0 reproduced, 0 diverged, 1 could not run" in text.decode()
+    # A question whose statement is not canonical here (a lax or hostile peer's): never given to Spark as is.
+    iv = decode_object(decode(await node.kubo.block_get(rc.invocation)))
+    qy = decode_object(decode(await node.kubo.block_get(iv.query)))  # type: ignore[attr-defined]
+    qy2 = block_of(replace(qy, statement="select a.col_0 as _0 from a union all select b.col_0 as _0 from b"))
+    iv2 = block_of(replace(iv, query=qy2.cid))
+    await _put(node, qy2, iv2)
+    status, out = await _verify(client, await _peer_receipt(node, answer, invocation=iv2.cid))
+    step = out["executions"][0]
+    assert step["status"] == "could not run" and "not canonical for this node's canonicalizer" in step["reason"], out
     unsigned = block_of(replace(rc, rows=rc.rows + 1))  # changed after signing: its signer never said this
     await _put(node, unsigned)
     status, out = await _verify(client, cid_str(unsigned.cid))
