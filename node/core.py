@@ -63,6 +63,7 @@ from node.types import TypeChecks
 
 if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
+    from node.provenance.recompute import Recompute
 
 log = logging.getLogger("cairn.node")
 IPFS_PROBE = 5.0  # seconds a pull by CID that no peer holds gives our Kubo's swarm to find its first block
@@ -822,17 +823,45 @@ class Node:
         )
         return await walk.walk(ref)
 
-    async def verify(self, ref: str, *, offline: bool, recursive: bool = False) -> dict[str, Any]:
-        """Check a result without computing it (``offline``); recomputing is not built yet (422 NotBuilt)."""
-        from node.errors import NotBuilt
+    async def verify(
+        self,
+        ref: str,
+        *,
+        offline: bool,
+        recursive: bool = False,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Check a result without computing it (``offline``), or by recomputing each step on this node's Spark
+        worker, signing and announcing a verification receipt for each reproduced one (node.provenance.recompute)."""
         from node.provenance.verify import OfflineVerify
 
-        if not offline:
-            raise NotBuilt("recompute verification is not built yet: use offline (cairn verify --offline)")
         with disk_full_is_507("a slice being verified", self.datasets.tmp_dir):
-            return await OfflineVerify(self.kubo, self.datasets, self.index, self._lineage_bounds()).verify(
-                ref, recursive
-            )
+            if offline:
+                return await OfflineVerify(self.kubo, self.datasets, self.index, self._lineage_bounds()).verify(
+                    ref, recursive
+                )
+            return await self._recompute().verify(ref, recursive, on_event)
+
+    def _recompute(self) -> Recompute:
+        from node.provenance.recompute import Recompute
+
+        fetch = self.settings.query.lineage_fetch_timeout
+        return Recompute(self.kubo, self.datasets, self.index, self.resolver, self._lineage_bounds(), fetch)
+
+    async def start_verify(self, ref: str, *, recursive: bool = False) -> dict[str, Any]:
+        """``verify`` by recomputing, as a job whose events follow each step (POST /api/v0/verify). What ``ref``
+        leads to is found first: a bad or unknown CID is a 400 or 404 now, not a job that fails."""
+        if self.stopping:
+            raise NodeStopping("the node is stopping: it takes no new verification")
+        check = self._recompute()
+        receipt = await check.receipt_of(ref)
+
+        async def work(emit: Callable[[str, dict[str, Any]], None]) -> dict[str, Any]:
+            with disk_full_is_507("a slice being verified", self.datasets.tmp_dir):
+                return await check.run(ref, receipt, recursive, emit)
+
+        job = self.jobs.start(work)
+        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
 
     async def export_proof(self, ref: str, *, data: bool = True) -> tuple[CID, AsyncIterator[bytes]]:
         """The receipt ``ref`` leads to and its proof as a CAR stream (docs/provenance.md "Proofs"); ``data`` false

@@ -627,13 +627,17 @@ async def lineage_get(request: web.Request) -> web.Response:
 
 
 async def verify_post(request: web.Request) -> web.Response:
+    """Offline: the report (200). Recomputing: a job (202) whose events follow each step and whose result is the
+    report; ``wait: true`` answers with the report itself (200) once every step ran."""
     body = await _json_body(request, "cid")
-    flags = {k: body.get(k, False) for k in ("offline", "recursive")}
+    flags = {k: body.get(k, False) for k in ("offline", "recursive", "wait")}
     if not all(isinstance(v, bool) for v in flags.values()) or not isinstance(body["cid"], str):
-        raise InvalidInput("cid must be a string; offline and recursive true or false")
+        raise InvalidInput("cid must be a string; offline, recursive and wait true or false")
     offline, recursive = flags["offline"] is True, flags["recursive"] is True
-    answer = await _node(request).verify(str(body["cid"]), offline=offline, recursive=recursive)
-    return _json(answer)
+    node = _node(request)
+    if offline or flags["wait"]:
+        return _json(await node.verify(str(body["cid"]), offline=offline, recursive=recursive))
+    return _json(await node.start_verify(str(body["cid"]), recursive=recursive), status=202)
 
 
 async def proof_get(request: web.Request) -> web.StreamResponse:
@@ -984,15 +988,20 @@ ROUTES: tuple[Route, ...] = (
         "/api/v0/verify",
         verify_post,
         TOKEN,
-        "check a result without computing it (offline: true); recomputing is not built yet (422)",
+        "check a result without computing it (offline: true), or by recomputing it here (a job, or wait: true)",
         JSON,
         {
             "type": "object",
             "required": ["cid"],
-            "properties": {"cid": _STR, "offline": {"type": "boolean"}, "recursive": {"type": "boolean"}},
+            "properties": {
+                "cid": _STR,
+                "offline": {"type": "boolean"},
+                "recursive": {"type": "boolean"},
+                "wait": {"type": "boolean"},
+            },
         },
         errors=(400, 404, 422),
-        returns={200: S.VERIFIED},
+        returns={200: S.VERIFIED, 202: S.JOB_STARTED},
     ),
 )
 

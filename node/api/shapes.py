@@ -158,14 +158,6 @@ PIPELINE_RUN = obj(
 )
 PIPELINE_LOG = obj({"runs": array(PIPELINE_RUN)})
 _JOB_ERROR = obj({"type": STR, "message": STR, "status": INT})
-JOB = obj(
-    {
-        "id": STR,
-        "state": {"type": "string", "enum": ["running", "done", "failed"]},
-        "result": maybe({"anyOf": [QUERY_ANSWER, PIPELINE_RUN]}),  # a query's answer or a pipeline's run
-        "error": maybe(_JOB_ERROR),
-    }
-)
 EXECUTION = obj(
     {
         "execution": CID,
@@ -256,7 +248,7 @@ LINEAGE = obj(
 )
 _COUNTS = obj({"ok": INT, "failed": INT, "unchecked": INT})
 _CHECK = obj({"check": STR, "subject": STR, "status": {"enum": ["ok", "failed", "unchecked"]}, "detail": STR})
-VERIFIED = obj(
+_CHECKED = obj(
     {
         "cid": STR,
         "offline": BOOL,
@@ -264,5 +256,41 @@ VERIFIED = obj(
         "ok": BOOL,
         "summary": _COUNTS,
         "executions": array(obj({"receipt": CID, "checks": array(_CHECK), "summary": _COUNTS})),
+    }
+)
+_RESULT_FACTS = obj(
+    {"execution": CID, "logicalHash": STR, "rows": INT, "engine": ANY, "profile": maybe(CID)}, {"receipt": CID}
+)
+RECOMPUTED = obj(  # docs/provenance.md "Verify (recompute)": a job's result, or the answer with wait: true
+    {
+        "cid": STR,
+        "offline": BOOL,
+        "recursive": BOOL,
+        "ok": BOOL,
+        "summary": obj({"reproduced": INT, "diverged": INT, "could not run": INT}),
+        "executions": array(
+            obj(
+                {"receipt": CID, "status": {"enum": ["reproduced", "diverged", "could not run"]}},
+                {
+                    "reason": STR,
+                    "signer": STR,
+                    "invocation": CID,
+                    "claimed": _RESULT_FACTS,
+                    "recomputed": _RESULT_FACTS,
+                    "same_execution": BOOL,
+                    "verification": CID,
+                },
+            )
+        ),
+    }
+)
+VERIFIED = {"anyOf": [_CHECKED, RECOMPUTED]}
+JOB = obj(
+    {
+        "id": STR,
+        "state": {"type": "string", "enum": ["running", "done", "failed"]},
+        # a query job's answer, a verify job's report or a pipeline job's run
+        "result": {"anyOf": [QUERY_ANSWER, RECOMPUTED, PIPELINE_RUN, {"type": "null"}]},
+        "error": maybe(_JOB_ERROR),
     }
 )

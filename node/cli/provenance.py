@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from node.cli.client import NodeClient
+from node.cli.progress import Stages, server_sent_events
 from node.errors import InvalidInput, RemoteError
 from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
 
@@ -64,6 +65,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.cid.endswith(".car"):  # a proof file: checked here, with no node (docs/provenance.md "Proofs")
         return verify_proof_file(args)
     body = {"cid": args.cid, "offline": args.offline, "recursive": args.recursive}
+    if not args.offline:
+        return _recompute(args, body)
     return render_verify(args, args.client(args).post_json("/api/v0/verify", json.dumps(body).encode()))
 
 
@@ -127,6 +130,65 @@ def render_verify(args: argparse.Namespace, answer: dict[str, Any]) -> int:
     return 0 if answer["ok"] else 1 if answer["summary"]["failed"] else 2
 
 
+class _Steps(Stages):
+    """A query's stages, under a line for the step (the receipt) being recomputed."""
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "step" and self.bar is not None:
+            if self.current is not None:
+                self.bar.update(self.current, total=1, completed=1)
+            text = f"step {data['step']}/{data['of']}: recomputing receipt {data['receipt']}"
+            self.current = self.bar.add_task(escape(text), total=None)
+            return
+        super().__call__(kind, data)
+
+
+def _follow(client: NodeClient, body: dict[str, Any], show: bool) -> dict[str, Any]:
+    """Start the verification job and follow its events to its report; Ctrl-C cancels the job (and its Spark
+    job), as for `cairn query`."""
+    started = client.post_json("/api/v0/verify", json.dumps(body).encode())
+    try:
+        with _Steps(show) as stage, client.open("GET", started["events"]) as resp:
+            for kind, data in server_sent_events(resp):
+                if kind == "result":
+                    return dict(data)
+                if kind == "failed":
+                    raise RemoteError(data["message"], int(data.get("status", 500)))
+                stage(kind, data)
+    except KeyboardInterrupt:
+        client.request("DELETE", f"/api/v0/jobs/{started['job']}")
+        print(f"cancelled: verification job {started['job']}", file=sys.stderr)
+        raise
+    raise RemoteError(f"the node ended job {started['job']}'s events before its report", 502)
+
+
+def _facts(f: dict[str, Any]) -> str:
+    engine = ", ".join(f"{k} {v}" for k, v in f["engine"].items() if k != "name")
+    return f"logical hash {f['logicalHash']}, {f['rows']} rows (engine {engine}; profile {f['profile']})"
+
+
+def _recompute(args: argparse.Namespace, body: dict[str, Any]) -> int:
+    answer = _follow(args.client(args), body, show=sys.stderr.isatty() and sys.stdout.isatty())
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    for step in [] if args.json else answer["executions"]:
+        print(f"receipt {step['receipt']}: {step['status']}")
+        if step["status"] == "reproduced":
+            same = "the same" if step["same_execution"] else "another"
+            print(f"  {_facts(step['recomputed'])}: {same} execution {step['recomputed']['execution']}")
+            print(f"  verification receipt {step['verification']} (signed here, announced)")
+        elif step["status"] == "diverged":
+            print(f"  claimed    {_facts(step['claimed'])}, signed by {step['signer']}")
+            print(f"  recomputed {_facts(step['recomputed'])}")
+        else:
+            print(f"  {step['reason']}")
+    if not args.json:
+        s = answer["summary"]
+        print(f"{s['reproduced']} reproduced, {s['diverged']} diverged, {s['could not run']} could not run")
+    # 0 when every step was reproduced; 1 when one diverged; 2 when none diverged but one could not run
+    return 0 if answer["ok"] else 1 if answer["summary"]["diverged"] else 2
+
+
 def add_provenance_commands(
     sub: Any, command: Callable[..., argparse.ArgumentParser], client: Callable[[argparse.Namespace], NodeClient]
 ) -> None:
@@ -135,13 +197,13 @@ def add_provenance_commands(
     sp.add_argument("ref", metavar="CID", help="a receipt, execution, slice or dataset block CID, or a dataset name")
     sp.add_argument("--format", choices=FORMATS, help="json, dot, mermaid or svg (default: a tree)")
     sp.set_defaults(client=client)
-    sp = command(sub, "verify", cmd_verify, "check a result's receipt, signatures and data without computing it")
+    sp = command(sub, "verify", cmd_verify, "check a result by recomputing it here, or (--offline) without computing")
     sp.add_argument(
         "cid",
         metavar="CID",
-        help="a receipt, execution or output slice CID; or a proof FILE.car (checked here, no node)",
+        help="a receipt, execution or output slice CID; or a proof FILE.car (checked here with --offline, no node)",
     )
-    sp.add_argument("--offline", action="store_true", help="check without computing (required: recompute is not built)")
+    sp.add_argument("--offline", action="store_true", help="check receipts, signatures and data without computing")
     sp.add_argument("--recursive", action="store_true", help="also every execution upstream (via the lineage)")
     sp.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     sp.set_defaults(client=client)

@@ -108,6 +108,9 @@ class Receipt(Signed, Kind):
     # ep_0 of the engine that computed it (DESIGN.md "Engine profile"); None only in receipts written
     # before profiles existed, which keep their CIDs (the key is then absent).
     profile: CID | None = None
+    # A verification receipt (issue 17 item 2, docs/provenance.md "Verify (recompute)"): the rc_0 of another
+    # signer this node recomputed and agreed with. Absent in every other receipt, which keep their CIDs.
+    verifies: CID | None = None
 
     def _unsigned(self) -> dict[str, Any]:
         out = {
@@ -124,6 +127,8 @@ class Receipt(Signed, Kind):
         }
         if self.profile is not None:
             out["profile"] = self.profile
+        if self.verifies is not None:
+            out["verifies"] = self.verifies
         return out
 
     @classmethod
@@ -141,13 +146,13 @@ class Receipt(Signed, Kind):
             "timings",
             "sig",
         )
-        m = want_map(content, ctx, required=keys, optional=("profile",))
+        m = want_map(content, ctx, required=keys, optional=("profile", "verifies"))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
         for k, v in engine.items():
             want_str(v, ctx.at("engine").at(k))
-        profile = m.get("profile")
+        profile, verifies = m.get("profile"), m.get("verifies")
         timings = want_map(m["timings"], ctx.at("timings"), optional=None)
         for k, v in timings.items():
             if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -168,6 +173,7 @@ class Receipt(Signed, Kind):
             "timings": {k: float(v) for k, v in timings.items()},
             "sig": m["sig"],
             "profile": None if profile is None else want_link(profile, ctx.at("profile")),
+            "verifies": None if verifies is None else want_link(verifies, ctx.at("verifies")),
         }
 
     def _who(self) -> str:

@@ -33,6 +33,7 @@ from node.errors import (
     InvalidCID,
     InvalidInput,
     InvalidObject,
+    KuboError,
     QueryRefused,
     Unauthorized,
 )
@@ -53,6 +54,8 @@ from node.model import (
     Structure,
     block_of,
     cid_str,
+    decode,
+    decode_object,
     parse_cid,
 )
 from node.query import CanonicalQuery, SortKey
@@ -335,6 +338,8 @@ class Resolver:
                 "mode": mode,
                 "receipt": cid_str(claim.announcement.receipt),
             }
+            if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
+                peer["verifies"] = cid_str(got.receipt.verifies)
             if mode == "verify":
                 mine = await self._compute(cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
@@ -497,6 +502,80 @@ class Resolver:
             clock.utc_now_iso(),
         ).signed(self.identity.sign)
 
+    async def recompute(
+        self, claim: tuple[CID, Receipt], qy_block: Block, iv_block: Block, versions: list[Version], emit: Event
+    ) -> ExecutionRow:
+        """Run a receipt's invocation again here, over the dataset versions it names (issue 17 item 2; docs/
+        provenance.md "Verify (recompute)"), as a miss is computed, and publish our result: signed with a receipt
+        that ``verifies`` the claim when the logical hash and rows agree, a plain computed one when not (the
+        index keeps it over a peer's row: ours is computed). Inputs that are not the invocation's: InvalidInput."""
+        qy = decode_object(decode(qy_block.data))
+        iv = decode_object(decode(iv_block.data))
+        if not isinstance(qy, Query) or not isinstance(iv, Invocation) or len(iv.inputs) != len(versions):
+            raise InvalidInput("the receipt's invocation does not name a query over its dataset versions")
+        abstract = [block_of(_structure(v).abstract()) for v in versions]
+        for i, (ab, v, ident) in enumerate(zip(abstract, versions, iv.inputs)):
+            facts = (ab.cid, *await self.datasets.version_hash(v))
+            if not _same(facts[0], ident.structure) or facts[1:] != (ident.logical_hash, ident.rows):
+                raise InvalidInput(
+                    f"input {i}: dataset version {cid_str(v.head)} is not the data the invocation names "
+                    "(structure, logical hash or rows differ)"
+                )
+        # A peer's statement runs only as this node's canonicalizer gives it (its checks and limits: issue 15):
+        # canonical SQL canonicalizes to itself, and the round gives its order (or none).
+        schemas = {chr(ord("a") + i): list(b.abstract().schema) for i, b in enumerate(map(_structure, versions))}
+        cq = await self.canonicalizer.canonicalize(qy.statement, schemas)
+        if cq.statement != qy.statement:
+            raise InvalidInput(
+                f"the query's statement is not canonical for this node's canonicalizer ({cq.canonicalizer}; the "
+                f"query names {qy.canonicalizer}): not run"
+            )
+        t0 = time.perf_counter()
+        result = await self._run_on_spark(cq.statement, versions, emit)
+        table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
+        emit("publishing", {"rows": table.num_rows})
+        timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+        return await self._publish(
+            cq, [*abstract, qy_block], iv_block, versions, table, timings, t0, result.profile, claim
+        )
+
+    def judge(self, claim: tuple[CID, Receipt], agreed: bool, ours: ExecutionRow) -> None:
+        """Score a receipt's signer by what recomputing it here found: accepted, or refused (as ``_refuse`` does
+        for a claim, the peer that brought it struck) and the divergence recorded. Our own receipts are not
+        scored."""
+        receipt = claim[1]
+        if receipt.signer == self.identity.node_key:
+            return
+        iv, ex = cid_str(receipt.invocation), cid_str(receipt.execution)
+        if agreed:
+            self.index.set_claim_status(iv, receipt.signer, ex, "accepted")
+            return
+        reason = "recomputed here: the logical hash differs"
+        log.warning("receipt refused by recomputing", extra={"signer": receipt.signer, "execution": ex})
+        self.index.set_claim_status(iv, receipt.signer, ex, "refused", reason)
+        peers = [c.peer for c in self.index.claims(iv) if c.signer == receipt.signer and c.execution == ex]
+        if self.on_refused is not None:
+            for peer in peers:
+                self.on_refused(peer, reason)
+        theirs = cid_str(receipt.profile) if receipt.profile else None
+        d = Divergence(
+            iv,
+            ours.execution,
+            ours.profile,
+            ours.logical_hash,
+            ours.rows,
+            receipt.signer,
+            peers[0] if peers else "",
+            ex,
+            cid_str(claim[0]),
+            theirs,
+            receipt.logical_hash,
+            receipt.rows,
+            clock.now(),
+        )
+        if self.index.add_divergence(d):
+            self.divergences += 1
+
     async def _compute(
         self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
     ) -> ExecutionRow:
@@ -552,16 +631,19 @@ class Resolver:
         timings: dict[str, float],
         t0: float,
         profile: Mapping[str, Any],
+        claim: tuple[CID, Receipt] | None = None,
     ) -> ExecutionRow:
+        """Store, pin, index and announce our result. ``claim`` (a receipt being verified, and its CID): our
+        receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``."""
         ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
             slices, files, logical = await self._write_result(table, work)
-            structure = Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema))
-            st_block = block_of(structure)
+            st_block = block_of(Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema)))
             ex_blocks = _execution_blocks(cq, versions, slices)
             ex = ex_blocks[-1]
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
+            agrees = claim is not None and (claim[1].logical_hash, claim[1].rows) == (logical, table.num_rows)
             rc = Receipt(
                 ex.cid,
                 iv_block.cid,
@@ -574,12 +656,12 @@ class Resolver:
                 tuple(v.head for v in versions),
                 timings,
                 profile=ep_block.cid,
+                verifies=claim[0] if claim is not None and agrees else None,
             )
             rc_block = block_of(rc.signed(self.identity.sign))
             for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
                 await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
-            # The receipt links everything: one recursive pin keeps result, execution and sources together.
-            await self.kubo.pin_add(rc_block.cid, recursive=True)
+            await self._pin_receipt(rc_block.cid, rc)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(
@@ -593,10 +675,10 @@ class Resolver:
                 tuple(cid_str(c) for c in slices),
                 "computed",
                 clock.now(),
-                trust="computed",
+                trust="recomputed-agreed" if rc.verifies is not None else "computed",
                 profile=cid_str(ep_block.cid),
             )
-            return await self._record(row, [ex.cid, rc_block.cid, *slices])
+            return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -620,14 +702,32 @@ class Resolver:
             files.append((path, added.cid))
         return slices, files, str(hasher.finish())
 
-    async def _record(self, row: ExecutionRow, provide: list[CID]) -> ExecutionRow:
-        """Index a stored and pinned execution, announce what we now provide, and tell the listener."""
+    async def _record(self, row: ExecutionRow, provide: list[CID], own: bool = False) -> ExecutionRow:
+        """Index a stored and pinned execution, announce what we now provide, and tell the listener. ``own``: the
+        announcement names this row's receipt (a verification's), even when the index keeps an earlier row."""
         self.index.add_execution(row)
         await self._provide(provide)
         stored = self.index.execution(row.invocation) or row
         if self.on_published is not None:
-            await self.on_published(stored)
-        return stored
+            await self.on_published(row if own else stored)
+        return row if own else stored
+
+    async def _pin_receipt(self, cid: CID, rc: Receipt) -> None:
+        """The receipt links everything: one recursive pin keeps result, execution and sources together. A
+        verification receipt also links the receipt it verifies, whose own links (its signer's engine profile)
+        this node may not hold: that one is pinned alone, so pinning never waits on the network."""
+        if rc.verifies is None:
+            await self.kubo.pin_add(cid, recursive=True)
+            return
+        own = [rc.execution, rc.invocation, rc.structure, *rc.versions, *([rc.profile] if rc.profile else [])]
+        for link in own:
+            await self.kubo.pin_add(link, recursive=True)
+        for alone in (rc.verifies, cid):
+            try:
+                await self.kubo.pin_add(alone, recursive=False)
+            except KuboError as e:  # our own receipt, verified again: kept already, with all it links
+                if "already pinned recursively" not in e.message:
+                    raise
 
     async def _profile_block(self, profile: Mapping[str, Any]) -> Block:
         """The ep_0 of the worker's reported profile, written to Kubo the first time it is seen.

@@ -355,6 +355,14 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
             {"body": {"cid": s["execution"], "offline": True, "recursive": True}, "media_type": "application/json"},
             200,
         ),
+        # recomputed (docs/provenance.md "Verify (recompute)"): the report, and as a job
+        (
+            "POST",
+            "/api/v0/verify",
+            {"body": {"cid": s["execution"], "wait": True}, "media_type": "application/json"},
+            200,
+        ),
+        ("POST", "/api/v0/verify", {"body": {"cid": s["execution"]}, "media_type": "application/json"}, 202),
     ]
     for method, path, parts, status in writes:
         response = _call(served, method, path, **parts)
