@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from node.cli.client import NodeClient
-from node.cli.progress import STAGES, server_sent_events, spark_progress
-from node.errors import InvalidInput, RemoteError
+from node.cli.progress import STAGES, follow_job, spark_progress
+from node.errors import InvalidInput
 
 Command = Callable[[argparse.Namespace], int]
 DONE = {"local": "from this node's index", "peer": "from a peer", "computed": "computed on Spark"}
@@ -62,20 +62,9 @@ class StepLines:
 def follow_run(client: NodeClient, body: dict[str, Any], show: bool) -> dict[str, Any]:
     """Start the run as a job and follow its events to the run's record. Ctrl-C cancels the job (its current
     step's Spark job with it; the run is then not recorded) and exits 130."""
-    started = client.post_json("/api/v0/pipelines", json.dumps({**body, "wait": False}).encode())
-    try:
-        with StepLines(show) as lines, client.open("GET", started["events"]) as resp:
-            for kind, data in server_sent_events(resp):
-                if kind == "result":
-                    return dict(data)
-                if kind == "failed":
-                    raise RemoteError(data["message"], int(data.get("status", 500)))
-                lines(kind, data)
-    except KeyboardInterrupt:
-        client.request("DELETE", f"/api/v0/jobs/{started['job']}")
-        print(f"cancelled: pipeline job {started['job']} (the run is not recorded)", file=sys.stderr)
-        raise
-    raise RemoteError(f"the node ended job {started['job']}'s events before the run's record", 502)
+    body = {**body, "wait": False}
+    cancelled = "pipeline job {job} (the run is not recorded)"
+    return follow_job(client, "/api/v0/pipelines", body, StepLines(show), "run's record", cancelled)
 
 
 def render(run: dict[str, Any]) -> None:

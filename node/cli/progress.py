@@ -139,13 +139,17 @@ def server_sent_events(lines: Iterable[bytes]) -> Iterator[tuple[str, Any]]:
         yield kind, json.loads(data)
 
 
-def follow_query(client: NodeClient, body: dict[str, Any], show: bool) -> dict[str, Any]:
-    """Ask the node for ``body`` as a job (``wait: false``) and follow its events to its answer, showing its stages
-    when ``show``. Ctrl-C cancels the job (``DELETE /api/v0/jobs/{id}``, which cancels its Spark job group too),
-    says so on stderr and raises KeyboardInterrupt again (exit 130)."""
-    started = client.post_json("/api/v0/query", json.dumps({**body, "wait": False}).encode())
+def follow_job(
+    client: NodeClient, path: str, body: dict[str, Any], stages: Any, what: str, cancelled: str
+) -> dict[str, Any]:
+    """Start a job (``POST path`` with ``body``, which asks for one) and follow its events to its result, handing
+    each other event to ``stages`` (a context manager called with (kind, data)). Ctrl-C cancels the job
+    (``DELETE /api/v0/jobs/{id}``, which cancels its Spark job too), says so on stderr with ``cancelled`` and
+    raises KeyboardInterrupt again (exit 130). ``what`` names the job's result in errors."""
+    started = client.post_json(path, json.dumps(body).encode())
+    job = started["job"]
     try:
-        with Stages(show) as stage, client.open("GET", started["events"]) as resp:
+        with stages as stage, client.open("GET", started["events"]) as resp:
             for kind, data in server_sent_events(resp):
                 if kind == "result":
                     return dict(data)
@@ -153,11 +157,17 @@ def follow_query(client: NodeClient, body: dict[str, Any], show: bool) -> dict[s
                     raise RemoteError(data["message"], int(data.get("status", 500)))
                 stage(kind, data)
     except KeyboardInterrupt:
-        view = json.loads(client.request("DELETE", f"/api/v0/jobs/{started['job']}")[1])
-        job = started["job"]
+        view = json.loads(client.request("DELETE", f"/api/v0/jobs/{job}")[1])
         if view.get("state") == "failed":
-            print(f"cancelled: query job {job} and its Spark job", file=sys.stderr)
+            print(f"cancelled: {cancelled.format(job=job)}", file=sys.stderr)
         else:
-            print(f"query job {job} had already finished: nothing to cancel", file=sys.stderr)
+            print(f"job {job} had already finished: nothing to cancel", file=sys.stderr)
         raise
-    raise RemoteError(f"the node ended job {started['job']}'s events before its answer", 502)
+    raise RemoteError(f"the node ended job {job}'s events before its {what}", 502)
+
+
+def follow_query(client: NodeClient, body: dict[str, Any], show: bool) -> dict[str, Any]:
+    """Ask the node for ``body`` as a job (``wait: false``) and follow its events to its answer, showing its stages
+    when ``show``."""
+    body = {**body, "wait": False}
+    return follow_job(client, "/api/v0/query", body, Stages(show), "answer", "query job {job} and its Spark job")

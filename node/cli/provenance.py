@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from node.cli.client import NodeClient
-from node.cli.progress import Stages, server_sent_events
+from node.cli.progress import Stages, follow_job
 from node.errors import InvalidInput, RemoteError
 from node.provenance.render import FORMATS, node_text, root, to_dot, to_mermaid, to_svg
 
@@ -146,20 +146,7 @@ class _Steps(Stages):
 def _follow(client: NodeClient, body: dict[str, Any], show: bool) -> dict[str, Any]:
     """Start the verification job and follow its events to its report; Ctrl-C cancels the job (and its Spark
     job), as for `cairn query`."""
-    started = client.post_json("/api/v0/verify", json.dumps(body).encode())
-    try:
-        with _Steps(show) as stage, client.open("GET", started["events"]) as resp:
-            for kind, data in server_sent_events(resp):
-                if kind == "result":
-                    return dict(data)
-                if kind == "failed":
-                    raise RemoteError(data["message"], int(data.get("status", 500)))
-                stage(kind, data)
-    except KeyboardInterrupt:
-        client.request("DELETE", f"/api/v0/jobs/{started['job']}")
-        print(f"cancelled: verification job {started['job']}", file=sys.stderr)
-        raise
-    raise RemoteError(f"the node ended job {started['job']}'s events before its report", 502)
+    return follow_job(client, "/api/v0/verify", body, _Steps(show), "report", "verification job {job}")
 
 
 def _facts(f: dict[str, Any]) -> str:
