@@ -61,7 +61,7 @@ LOOKUP = "/cairn/lookup/1.0.0"
 LOOKUP_CARRYING = "/cairn/lookup/1.1.0"  # answers carry the claims' small blocks (docs/p2p.md)
 CARRY_CAP = 1024 * 1024  # carried bytes in one lookup answer, sent or read, whatever peers.lookup_carry_bytes says
 CARRY_BLOCKS = 64  # carried blocks per announcement, sent or read
-CARRY_CACHE = 256  # executions whose carried blocks are kept ready to send (immutable: a CID names them)
+CARRY_CACHE = 64  # executions whose carried blocks are kept ready to send (immutable: a CID names them)
 CATCHUP = "/cairn/catchup/1.0.0"
 HAVE = "/cairn/have/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
@@ -166,6 +166,8 @@ class Network:
         return self.resolver.announcement(row, providers).block().data
 
     async def announce(self, row: ExecutionRow) -> None:
+        if _ours(row) and self.settings.lookup_carry_bytes > 0:
+            self._spawn(self._carry(row))  # ready before the first lookup for it: a peer hit waits on no block read
         try:
             await self.host.publish(TOPIC, await self._announcement(row))
         except P2PError as e:
@@ -391,6 +393,8 @@ class Network:
         if (hit := self._carry_cache.get(row.execution)) is not None:
             return hit
         budget = max(0, min(self.settings.lookup_carry_bytes, CARRY_CAP))
+        if budget == 0:
+            return []
         got: dict[bytes, bytes] = {}
 
         async def one(cid: CID) -> None:
@@ -406,16 +410,21 @@ class Network:
         envs = [e for e in (ex.input, ex.output) if e is not None] if isinstance(ex, Execution) else []
         lists = [e.content for e in await level(envs) if isinstance(e, RecursiveDataEnvelope)]
         inner = [c for lst in await level(lists) if isinstance(lst, list) for c in lst if isinstance(c, CID)]
-        await level([c for c in inner if c.codec.name == "dag-cbor"][:CARRY_BLOCKS])  # the inputs' slice lists
-        slices = [parse_cid(s) for s in row.slices]
-        await level([c for c in slices if c.codec.name == "raw"][:CARRY_BLOCKS])
+        inputs = [c for c in inner if c.codec.name == "dag-cbor"][:CARRY_BLOCKS]  # the inputs' slice lists
+        await level(inputs)
         out: list[tuple[CID, bytes]] = []
-        order = [parse_cid(row.receipt), ex_cid, parse_cid(row.structure), *envs, *lists, *inner, *slices]
-        for cid in dict.fromkeys(order):
+        for cid in dict.fromkeys([parse_cid(row.receipt), ex_cid, parse_cid(row.structure), *envs, *lists, *inputs]):
             data = got.get(bytes(cid))
             if data is not None and len(data) <= budget and len(out) < CARRY_BLOCKS:
                 out.append((cid, data))
                 budget -= len(data)
+        for cid in (parse_cid(s) for s in row.slices):  # in order, while they fit: a large result's are fetched
+            await level([cid] if cid.codec.name == "raw" else [])
+            data = got.get(bytes(cid))
+            if data is None or len(data) > budget or len(out) >= CARRY_BLOCKS:
+                break
+            out.append((cid, data))
+            budget -= len(data)
         self._carry_cache.put(row.execution, out)
         return out
 
