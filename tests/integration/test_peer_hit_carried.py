@@ -120,7 +120,11 @@ async def test_peer_hit_from_carried_blocks_then_pinned(kubo_session: ManagedKub
         async def answer(_peer: str, request: bytes) -> bytes:
             return carrying(an, blocks)
 
+        async def plain(_peer: str, request: bytes) -> bytes:
+            return encode([an]) if request else encode([])
+
         peer.set_handler(LOOKUP_CARRYING, answer)
+        peer.set_handler(LOOKUP, plain)
         await peer.start()
         try:
             assert b.network is not None
@@ -183,6 +187,7 @@ async def test_lookup_checks_carried_blocks_and_falls_back_to_1_0(kubo_session: 
             return encode([an])
 
         liar.set_handler(LOOKUP_CARRYING, lying)
+        liar.set_handler(LOOKUP, plain)  # as every Cairn node, it answers 1.0.0 too (the probe at connect asks it)
         old.set_handler(LOOKUP, plain)
         await asyncio.gather(liar.start(), old.start())
         try:
