@@ -353,12 +353,12 @@ class Resolver:
                 self._accept(claim)
                 # Our own signed receipt for the same execution is the agreement receipt.
                 return Outcome(mine, "peer", "recomputed-agreed", {**peer, "agreement": mine.receipt})
-            return await self._keep_peer_answer(claim, got, objects, iv_block, mode, peer)
+            return await self._keep_peer_answer(claim, got, objects, iv_block, peer)
         row = await self._compute(cq, objects, iv_block, versions, emit)
         return Outcome(row, "computed", "computed", hints=tuple(hints))
 
     async def _keep_peer_answer(
-        self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, mode: str, peer: dict[str, Any]
+        self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, peer: dict[str, Any]
     ) -> Outcome:
         """Record a checked peer answer and answer: its pins and provides are owed in the index first (one
         transaction), then drained in the background (docs/peers.md "Answer first"): a crash loses none."""
