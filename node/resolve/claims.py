@@ -59,6 +59,7 @@ class Verified:
     row: ExecutionRow
     receipt: Receipt
     pins: tuple[tuple[CID, bool], ...] = ()  # (cid, recursive): what keeping this answer takes
+    carried: tuple[tuple[CID, bytes], ...] = ()  # the carried blocks the checks used: to store before answering
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def check_announcement(data: bytes) -> Announcement:
 class Blocks:
     """Where a claim's blocks are read: first those its lookup answer carried (each hashed against its CID on
     arrival, node/peers/network.py), else our Kubo (bitswap; the client re-hashes what it gets). Which carried
-    blocks a check used is remembered: they are put into our Kubo with the answer (``store``)."""
+    blocks a check used is remembered: they are put into our Kubo with the answer (``used_blocks``)."""
 
     def __init__(self, kubo: KuboClient, carried: Mapping[bytes, bytes] | None = None) -> None:
         self.kubo = kubo
@@ -132,9 +133,8 @@ class Blocks:
         data = self.local(cid)
         return data if data is not None else await self.kubo.block_get(cid, timeout=timeout)
 
-    async def store(self) -> None:
-        """Put the carried blocks a check used into our Kubo, at once: what we answer with is stored here."""
-        await asyncio.gather(*(self.kubo.block_put(self.carried[k], codec=c.codec.name) for k, c in self.used.items()))
+    def used_blocks(self) -> tuple[tuple[CID, bytes], ...]:
+        return tuple((c, self.carried[k]) for k, c in self.used.items())
 
 
 async def _object(src: Blocks, cid: CID, timeout: float, kind: type) -> object:
@@ -269,8 +269,8 @@ async def fetch_and_verify(
 ) -> Verified:
     """Check everything the claim states (module docstring); ``progress`` is called after each output slice.
     ``carried``: blocks the lookup answer brought, hash-checked (read before asking Kubo; every check is the
-    same). The carried blocks used are put into our Kubo before this returns; the pins that keep what is
-    used are returned (``Verified.pins``), for the caller to queue durably and pin after answering."""
+    same). The carried blocks used (``Verified.carried``), for the caller to put into our Kubo before it
+    answers, and the pins that keep what is used (``Verified.pins``), for it to queue durably and pin after."""
     if not _same(an.invocation, want.cid):
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
     src = Blocks(kubo, carried)
@@ -286,7 +286,6 @@ async def fetch_and_verify(
         env = await _object(src, output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
         out_list = await _verified_output(src, datasets, env, rc, timeout, progress)
-        await src.store()
     except CairnError as e:
         if isinstance(e, ClaimRefused):
             raise
@@ -311,7 +310,7 @@ async def fetch_and_verify(
         trust="unverified",
         profile=cid_str(rc.profile) if rc.profile else None,
     )
-    return Verified(row, rc, pins)
+    return Verified(row, rc, pins, src.used_blocks())
 
 
 async def _verified_receipt(src: Blocks, an: Announcement, timeout: float) -> Receipt:

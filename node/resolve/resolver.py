@@ -87,6 +87,7 @@ POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not 
 # Per peer, its answer's announcements, each with the blocks it carried (CID bytes → hash-checked bytes).
 Lookup = Callable[[CID], Awaitable[Mapping[str, Sequence[tuple[bytes, Mapping[bytes, bytes]]]]]]
 PIN_RETRY = 10.0  # seconds before owed pins that failed are tried again
+PIN_DELAY = 0.2  # seconds between an answer and the pins it queued
 _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
 
@@ -345,6 +346,7 @@ class Resolver:
             if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
                 peer["verifies"] = cid_str(got.receipt.verifies)
             if mode == "verify":
+                await self._put_blocks(got.carried)
                 self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
                 mine = await self._compute(cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
@@ -364,13 +366,21 @@ class Resolver:
         transaction), then drained in the background (docs/peers.md "Answer first"): a crash loses none."""
         label = "trusted-signer" if self._trusted(claim.signer) else "unverified"
         row = replace(got.row, query=cid_str(objects[-1].cid), trust=label)
-        # the question itself, so the record is whole here too
-        await asyncio.gather(*(self.kubo.block_put(b.data, codec=b.cid.codec.name) for b in (*objects, iv_block)))
+        # What we answer with is stored before answering: the carried blocks used, and the question itself, so
+        # that the record is whole here too.
+        await self._put_blocks([*got.carried, *((b.cid, b.data) for b in (*objects, iv_block))])
         self._owe_pins(claim, got, provide=True)
         self.index.add_execution(row)
         self._accept(claim)
         stored = self.index.execution(row.invocation) or row
         return Outcome(stored, "peer", stored.trust, peer)
+
+    async def _put_blocks(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
+        """Blocks into our Kubo: one call per codec, the calls at once."""
+        by_codec: dict[str, list[bytes]] = {}
+        for cid, data in blocks:
+            by_codec.setdefault(cid.codec.name, []).append(data)
+        await asyncio.gather(*(self.kubo.block_put_many(d, codec=c) for c, d in by_codec.items()))
 
     def _owe_pins(self, claim: Claim, got: Verified, provide: bool) -> None:
         """Queue what keeping a checked claim takes (before anything is answered with it), and drain it."""
@@ -390,7 +400,9 @@ class Resolver:
 
     async def _drain_pins(self) -> None:
         """Pin, then provide, each owed CID, oldest first; each leaves the queue only once pinned. A pin that
-        fails (Kubo down or restarting) is tried again after ``PIN_RETRY``."""
+        fails (Kubo down or restarting) is tried again after ``PIN_RETRY``. Started after ``PIN_DELAY``: the
+        answer that queued them goes out first, its Kubo calls not queued behind the pins."""
+        await asyncio.sleep(PIN_DELAY)
         while owed := self.index.pending_pins():
             failed = False
             for cid, recursive, provide in owed:
