@@ -106,35 +106,44 @@ async def absent(node: Node, cid: CID) -> bool:
     return False
 
 
+async def ask_through(node: Node, client: Any, sql: str, an: bytes, blocks: list[Block] | None) -> dict[str, Any]:
+    """Ask ``node`` (trust any) with one fake peer connected that holds the claim ``an``: in a 1.1.0 answer
+    carrying ``blocks``, or, with ``blocks`` None, a peer that speaks 1.0.0 only (the announcement alone)."""
+    peer = P2PHost(os.urandom(32))
+
+    async def plain(_peer: str, request: bytes) -> bytes:
+        return encode([an]) if request else encode([])  # an empty request is the probe at connect
+
+    async def answer(_peer: str, request: bytes) -> bytes:
+        return carrying(an, blocks or [])
+
+    peer.set_handler(LOOKUP, plain)
+    if blocks is not None:
+        peer.set_handler(LOOKUP_CARRYING, answer)
+    await peer.start()
+    try:
+        net = node.network
+        assert net is not None
+        await peer.connect(net.host.addrs()[0])
+        await until("peer connected", lambda: peer.peer_id in net.host.connected_peers())
+        status, got = await query(client, {"sql": sql, "inputs": {"sales": "sales"}, "trust": "any"})
+    finally:
+        await peer.stop()
+    assert status == 200, got
+    return got
+
+
 async def test_peer_hit_from_carried_blocks_then_pinned(kubo_session: ManagedKubo, tmp_path: Path) -> None:
     """The claim's blocks are in no Kubo and its announcement names no provider: only the lookup answer has
     them. The asker uses it (every check passed on them), has stored them, and pins them after answering."""
     sql = "SELECT COUNT(*) AS n FROM sales WHERE amount > 4"
     out = pa.table({"n": pa.array([2], pa.int64())})  # the truth: 10 and 7
-    peer = P2PHost(os.urandom(32))
     async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, client):
         await add_csv(client, "sales", SALES)
         an, blocks, _ = await forge(b, sql, out)
         assert all([await absent(b, blk.cid) for blk in blocks])
-
-        async def answer(_peer: str, request: bytes) -> bytes:
-            return carrying(an, blocks)
-
-        async def plain(_peer: str, request: bytes) -> bytes:
-            return encode([an]) if request else encode([])
-
-        peer.set_handler(LOOKUP_CARRYING, answer)
-        peer.set_handler(LOOKUP, plain)
-        await peer.start()
-        try:
-            assert b.network is not None
-            await peer.connect(b.network.host.addrs()[0])
-            net = b.network
-            await until("peer connected", lambda: peer.peer_id in net.host.connected_peers())
-            status, got = await query(client, {"sql": sql, "inputs": {"sales": "sales"}, "trust": "any"})
-        finally:
-            await peer.stop()
-        assert status == 200 and got["source"] == "peer" and got["trust"] == "unverified", got
+        got = await ask_through(b, client, sql, an, blocks)
+        assert got["source"] == "peer" and got["trust"] == "unverified", got
         assert got["rows"] == [[2]] and b.resolver.computed == 0
         assert not any([await absent(b, blk.cid) for blk in blocks])  # stored here: what we answer with is kept
 
@@ -144,6 +153,27 @@ async def test_peer_hit_from_carried_blocks_then_pinned(kubo_session: ManagedKub
         await until("owed pins drained", drained)
         pinned = await b.kubo.pin_ls(got["receipt"])
         assert pinned, "the receipt is pinned once the queue drained"
+
+
+async def test_the_answer_is_the_same_as_by_the_old_path(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """One claim, used by one node from a 1.1.0 answer's carried blocks, and by another from a 1.0.0 answer
+    (the blocks fetched from Kubo, as before 1.1.0): the same answer, field for field, but timing."""
+    sql = "SELECT COUNT(*) AS n FROM sales WHERE amount > 8"
+    out = pa.table({"n": pa.array([1], pa.int64())})
+    async with (
+        inprocess_node(tmp_path / "b1", kubo_session, **PEERS) as (b1, c1),
+        inprocess_node(tmp_path / "b2", kubo_session, **PEERS) as (b2, c2),
+    ):
+        for c in (c1, c2):
+            await add_csv(c, "sales", SALES)
+        an, blocks, _ = await forge(b1, sql, out)
+        new = await ask_through(b1, c1, sql, an, blocks)  # B1 stores the blocks in the shared Kubo
+        old = await ask_through(b2, c2, sql, an, None)  # so B2 reads them from there
+        assert new["source"] == old["source"] == "peer" and b2.resolver.computed == 0
+        for answer in (new, old):
+            answer.pop("elapsed_ms")
+            answer["peer"].pop("peer")  # two fake peers, one each
+        assert new == old
 
 
 @pytest.mark.parametrize(
