@@ -679,6 +679,10 @@ class Datasets:
             tmp.unlink(missing_ok=True)  # noqa: ASYNC240
         return path
 
+    def cached(self, cid: CID) -> bool:
+        """Whether the slice is in the CID-keyed cache (read without a fetch)."""
+        return (self.cache_dir / f"{cid_str(cid)}.parquet").exists()
+
     async def cache_slice(self, cid: CID, data: bytes) -> None:
         """Cache a slice whose bytes are already here (a peer's lookup answer carried them): only if they are
         the whole file ``cid`` names (one UnixFS leaf, hashed here), so that nothing enters the cache unhashed."""

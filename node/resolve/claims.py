@@ -115,13 +115,24 @@ def check_announcement(data: bytes) -> Announcement:
 
 class Blocks:
     """Where a claim's blocks are read: first those its lookup answer carried (each hashed against its CID on
-    arrival, node/peers/network.py), else our Kubo (bitswap; the client re-hashes what it gets). Which carried
-    blocks a check used is remembered: they are put into our Kubo with the answer (``used_blocks``)."""
+    arrival, node/peers/network.py), else our Kubo (bitswap; the client re-hashes what it gets), once the claim's
+    providers were tried (``reach``: at the first block not carried). Which carried blocks a check used is
+    remembered: they are put into our Kubo with the answer (``used_blocks``)."""
 
-    def __init__(self, kubo: KuboClient, carried: Mapping[bytes, bytes] | None = None) -> None:
+    def __init__(
+        self, kubo: KuboClient, carried: Mapping[bytes, bytes] | None = None, providers: tuple[str, ...] = ()
+    ) -> None:
         self.kubo = kubo
         self.carried = carried or {}
+        self.providers = providers
         self.used: dict[bytes, CID] = {}
+        self._reached = False
+
+    async def reach(self) -> None:
+        """Connect to the providers before the first fetch (not at all when everything needed was carried)."""
+        if not self._reached:
+            self._reached = True
+            await connect_providers(self.kubo, self.providers)
 
     def local(self, cid: CID) -> bytes | None:
         data = self.carried.get(bytes(cid))
@@ -131,7 +142,10 @@ class Blocks:
 
     async def get(self, cid: CID, timeout: float) -> bytes:
         data = self.local(cid)
-        return data if data is not None else await self.kubo.block_get(cid, timeout=timeout)
+        if data is not None:
+            return data
+        await self.reach()
+        return await self.kubo.block_get(cid, timeout=timeout)
 
     def used_blocks(self) -> tuple[tuple[CID, bytes], ...]:
         return tuple((c, self.carried[k]) for k, c in self.used.items())
@@ -194,6 +208,8 @@ async def _hash_slices(
         data = src.local(cid) if src is not None else None
         if data is not None:
             await datasets.cache_slice(cid, data)
+        elif src is not None and not datasets.cached(cid):
+            await src.reach()
     hasher: LogicalHasher | None = None
     structure: Structure | None = None
     fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
@@ -273,14 +289,11 @@ async def fetch_and_verify(
     answers, and the pins that keep what is used (``Verified.pins``), for it to queue durably and pin after."""
     if not _same(an.invocation, want.cid):
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
-    src = Blocks(kubo, carried)
     # Unreachable providers are not refused here: the claim is given up at peers.resolve_timeout and stays
     # pending (docs/peers.md "Scores and deadline"), since an unreachable peer says nothing of its claim.
-    # With every block carried nothing is fetched: the connect runs alongside the checks, not before them.
-    connect = asyncio.ensure_future(connect_providers(kubo, an.providers))
+    # With every block needed carried, nothing is fetched and no provider is connected to.
+    src = Blocks(kubo, carried, tuple(an.providers))
     try:
-        if not carried:
-            await connect
         rc = await _verified_receipt(src, an, timeout)
         output = await _verified_execution(src, datasets, rc, want, timeout)
         env = await _object(src, output, timeout, RecursiveDataEnvelope)
@@ -290,9 +303,6 @@ async def fetch_and_verify(
         if isinstance(e, ClaimRefused):
             raise
         raise ClaimRefused(f"{UNREACHABLE}: {e.message}") from None
-    finally:
-        connect.cancel()
-        await asyncio.gather(connect, return_exceptions=True)
 
     # Keep what we use: the receipt and execution themselves, and the output slices (not the peer's inputs).
     pins = tuple((cid, False) for cid in (an.receipt, rc.execution, output, rc.structure)) + ((env.content, True),)
