@@ -194,6 +194,11 @@ class PeerSettings:
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
     fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
+    lookup_carry_bytes: int = _doc(
+        "Bytes of a result's small blocks (receipt, execution, envelopes, structure, small slices) this node "
+        "carries in each lookup answer, so that the asker needs no fetch (at most 1048576; 0: none).",
+        default=262144,
+    )
     resolve_timeout: float = _doc(
         "Seconds the whole network stage of a miss (lookup, connects, fetching and checking "
         "claims) may take before the node computes instead; each output slice that arrives "

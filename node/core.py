@@ -177,6 +177,8 @@ class Node:
             stack.push_async_callback(spark.stop)
             resolver = _resolver(settings, datasets, kubo, index, spark, identity)
             stack.push_async_callback(resolver.canonicalizer.close)
+            stack.push_async_callback(resolver.stop_pins)
+            resolver.drain_pins()  # pins owed by answers given before a crash or stop (docs/peers.md)
             jobs = Jobs(settings.api.max_jobs, settings.api.job_keep_seconds)
             stack.push_async_callback(jobs.close)
             network = await _open_network(settings, home, identity, resolver, index, kubo, stack)

@@ -93,6 +93,15 @@ CREATE TABLE IF NOT EXISTS output_names (
     execution TEXT PRIMARY KEY,         -- ex_0 CID
     names     TEXT NOT NULL             -- JSON list: the asking query's output names, for display (first wins)
 );
+-- Pins and provides owed for a peer's answer already given (docs/peers.md "Answer first"): written before the
+-- answer, drained in the background, resumed at start, so a crash between answer and pin loses none.
+CREATE TABLE IF NOT EXISTS pending_pins (
+    cid       TEXT NOT NULL,
+    recursive INTEGER NOT NULL,         -- 1: the block and all it links; 0: the block alone
+    provide   INTEGER NOT NULL,         -- 1: also announced on the DHT once pinned
+    added     REAL NOT NULL,
+    PRIMARY KEY (cid, recursive)
+);
 CREATE TABLE IF NOT EXISTS version_facts (
     head         TEXT PRIMARY KEY,      -- a version (block CID)
     logical_hash TEXT NOT NULL,         -- over all rows of the version, in order
@@ -248,6 +257,33 @@ class Index:
                 "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, clock.now(), name, old)
             )
         return cur.rowcount == 1
+
+    def queue_pins(self, pins: list[tuple[str, bool, bool]]) -> None:
+        """Owe pins (cid, recursive, provide), in one transaction: all are queued or none."""
+        now = clock.now()
+        with self._locked():
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO pending_pins VALUES (?, ?, ?, ?)",
+                    [(c, int(r), int(p), now) for c, r, p in pins],
+                )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def pending_pins(self, limit: int = 1000) -> list[tuple[str, bool, bool]]:
+        """The owed pins, oldest first."""
+        with self._locked():
+            rows = self._db.execute(
+                "SELECT cid, recursive, provide FROM pending_pins ORDER BY added, rowid LIMIT ?", (limit,)
+            ).fetchall()
+        return [(c, bool(r), bool(p)) for c, r, p in rows]
+
+    def pin_done(self, cid: str, recursive: bool) -> None:
+        with self._locked():
+            self._db.execute("DELETE FROM pending_pins WHERE cid = ? AND recursive = ?", (cid, int(recursive)))
 
     def execution(self, invocation: str) -> ExecutionRow | None:
         with self._locked():

@@ -679,6 +679,32 @@ class Datasets:
             tmp.unlink(missing_ok=True)  # noqa: ASYNC240
         return path
 
+    def cached(self, cid: CID) -> bool:
+        """Whether the slice is in the CID-keyed cache (read without a fetch)."""
+        return (self.cache_dir / f"{cid_str(cid)}.parquet").exists()
+
+    async def cache_slice(self, cid: CID, data: bytes) -> None:
+        """Cache a slice whose bytes are already here (a peer's lookup answer carried them): only if they are
+        the whole file ``cid`` names (one UnixFS leaf, hashed here), so that nothing enters the cache unhashed."""
+        path = self.cache_dir / f"{cid_str(cid)}.parquet"
+        if path.exists() or len(data) > CHUNK_SIZE:
+            return
+        hasher = UnixfsHasher()
+        hasher.update(data)
+        if bytes(hasher.cid()) != bytes(cid):
+            return  # not this file's bytes: cid_path fetches it as usual
+
+        def write() -> None:
+            fd, name = tempfile.mkstemp(prefix=f"{cid_str(cid)}.", suffix=".part", dir=self.cache_dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(name, path)
+            finally:
+                Path(name).unlink(missing_ok=True)
+
+        await asyncio.to_thread(write)
+
     async def file_cid(self, path: Path) -> CID:
         """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""
 

@@ -3,6 +3,10 @@
 Protocols (docs/p2p.md):
 - gossip topic ``/cairn/executions/1``: one signed ``an_0`` block per message;
 - ``/cairn/lookup/1.0.0``: request = the binary invocation CID, answer = DAG-CBOR list of ``an_0`` blocks;
+- ``/cairn/lookup/1.1.0``: the same request; answer = DAG-CBOR list of ``{"an": an_0 block, "blocks": [[CID,
+  bytes], …]}``: each announcement with its claim's small blocks (receipt, execution, envelopes, link lists,
+  structure, small output slices; ``peers.lookup_carry_bytes``), so that the asker checks it without a fetch.
+  Asked first; a peer that does not speak it is asked 1.0.0.
 - ``/cairn/catchup/1.0.0``: sent to a peer when it connects: DAG-CBOR list of ``an_0`` blocks for results
   we already held, since gossip never replays old messages.
 - ``/cairn/have/1.0.0``: request = a binary CID; answer = DAG-CBOR list of our Kubo's multiaddrs if our Kubo
@@ -12,18 +16,39 @@ Protocols (docs/p2p.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
 from typing import Any
 
 from config import PeerSettings
-from node.errors import ClaimRefused, ConfigError, EncodingError, InvalidCID, KuboError, NotCairnPeer, peer_failure
+from node.errors import (
+    CairnError,
+    ClaimRefused,
+    ConfigError,
+    EncodingError,
+    InvalidCID,
+    KuboError,
+    NotCairnPeer,
+    peer_failure,
+)
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
-from node.model import CID, Announcement, cid_str, decode, encode, parse_cid
-from node.peers.limits import Admission, Limits
+from node.model import (
+    CID,
+    Announcement,
+    Execution,
+    RecursiveDataEnvelope,
+    cid_for,
+    cid_str,
+    decode,
+    decode_object,
+    encode,
+    parse_cid,
+)
+from node.peers.limits import Admission, Limits, Lru
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
@@ -33,6 +58,10 @@ log = logging.getLogger("cairn.network")
 
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
+LOOKUP_CARRYING = "/cairn/lookup/1.1.0"  # answers carry the claims' small blocks (docs/p2p.md)
+CARRY_CAP = 1024 * 1024  # carried bytes in one lookup answer, sent or read, whatever peers.lookup_carry_bytes says
+CARRY_BLOCKS = 64  # carried blocks per announcement, sent or read
+CARRY_CACHE = 64  # executions whose carried blocks are kept ready to send (immutable: a CID names them)
 CATCHUP = "/cairn/catchup/1.0.0"
 HAVE = "/cairn/have/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
@@ -76,6 +105,7 @@ class Network:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.admission = Admission(_limits(settings))
         self._providers_cache: tuple[float, list[str]] | None = None
+        self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
         self.received = 0
         self.refused = 0
         self.refusals: Counter[str] = Counter()  # by kind (docs/peers.md "Floods and quotas"); metrics read it
@@ -84,6 +114,7 @@ class Network:
     async def start(self) -> None:
         self.host.subscribe(TOPIC, self._on_gossip)
         self.host.set_handler(LOOKUP, self._on_lookup)
+        self.host.set_handler(LOOKUP_CARRYING, self._on_lookup_carrying)
         self.host.set_handler(CATCHUP, self._on_catchup)
         self.host.set_handler(HAVE, self._on_have)
         self.host.on_peer_connected(self._on_connected)
@@ -91,7 +122,7 @@ class Network:
             await self.host.start()
         except P2PError as e:  # cannot listen where peers.listen says: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
-        self.resolver.lookup = self.lookup
+        self.resolver.lookup = self.lookup_carrying
         self.resolver.on_published = self.announce
         self.resolver.on_refused = self._on_claim_refused
 
@@ -135,6 +166,8 @@ class Network:
         return self.resolver.announcement(row, providers).block().data
 
     async def announce(self, row: ExecutionRow) -> None:
+        if _ours(row) and self.settings.lookup_carry_bytes > 0:
+            self._spawn(self._carry(row))  # ready before the first lookup for it: a peer hit waits on no block read
         try:
             await self.host.publish(TOPIC, await self._announcement(row))
         except P2PError as e:
@@ -159,18 +192,37 @@ class Network:
         return peer
 
     async def lookup(self, invocation: CID) -> dict[str, list[bytes]]:
-        """Ask every connected peer at once; what arrived by the deadline."""
+        """Ask every connected peer at once (``/cairn/lookup/1.0.0``); what arrived by the deadline."""
+        got = await self._ask(LOOKUP, invocation, None)
+        return {p: [d for d, _ in items] for p, items in got.items()}
+
+    async def lookup_carrying(self, invocation: CID) -> dict[str, list[tuple[bytes, dict[bytes, bytes]]]]:
+        """Ask every connected peer at once, ``/cairn/lookup/1.1.0`` first: each announcement with the blocks
+        its answer carried (hash-checked here). Peers that do not speak 1.1.0 are asked 1.0.0 next."""
+        old: list[str] = []
+        out = await self._ask(LOOKUP_CARRYING, invocation, None, old)
+        if old:
+            out.update(await self._ask(LOOKUP, invocation, old))
+        return out
+
+    async def _ask(
+        self, protocol: str, invocation: CID, peers: list[str] | None, old: list[str] | None = None
+    ) -> dict[str, list[tuple[bytes, dict[bytes, bytes]]]]:
+        """One lookup round over ``protocol``; the peers that do not speak it are added to ``old``."""
         if not self.host.connected_peers():
             return {}
+        timeout = self.settings.lookup_timeout
         try:
-            answers = await self.host.ask_all(LOOKUP, bytes(invocation), self.settings.lookup_timeout)
+            answers = await self.host.ask_all(protocol, bytes(invocation), timeout, peers=peers)
         except P2PError as e:  # a lookup is best effort: without answers the node computes (docs/peers.md)
             log.warning("lookup failed", extra={"invocation": cid_str(invocation), "error": str(e)})
             return {}
-        out: dict[str, list[bytes]] = {}
+        out: dict[str, list[tuple[bytes, dict[bytes, bytes]]]] = {}
         for peer, answer in answers.items():
             if not isinstance(answer, Exception):
-                out[peer] = self._lookup_answer(peer, answer)
+                out[peer] = self._lookup_answer(peer, answer, carrying=protocol == LOOKUP_CARRYING)
+            elif old is not None and isinstance(answer, P2PError) and _not_cairn(answer):
+                old.append(peer)
         return out
 
     async def holders(self, cid: CID) -> dict[str, list[str]]:
@@ -194,10 +246,13 @@ class Network:
                 out[peer] = addrs
         return out
 
-    def _lookup_answer(self, peer: str, answer: bytes) -> list[bytes]:
+    def _lookup_answer(
+        self, peer: str, answer: bytes, carrying: bool = False
+    ) -> list[tuple[bytes, dict[bytes, bytes]]]:
         """The announcements of one peer's answer that may be looked at: at most ``LOOKUP_ITEMS`` (a peer can sign
         for one execution per invocation; more is a flood), none from an ignored peer, within the bound on new
-        keys. The resolver checks and records them (node/resolve/resolver.py)."""
+        keys; each with the blocks it carried (``carrying``: 1.1.0). The resolver checks and records them
+        (node/resolve/resolver.py)."""
         now = time.monotonic()
         if reason := self.admission.ignored(peer, now):
             self._refuse(peer, "ignored", reason, strike=False)
@@ -212,21 +267,47 @@ class Network:
             return []
         if len(items) > LOOKUP_ITEMS:
             self._refuse(peer, "limit", f"limit: lookup answer of {len(items)} items, over {LOOKUP_ITEMS}", False)
-        kept = []
-        for data in items[:LOOKUP_ITEMS]:
+        pairs = self._carried_items(peer, items[:LOOKUP_ITEMS]) if carrying else [(d, {}) for d in items[:LOOKUP_ITEMS]]
+        kept: list[tuple[bytes, dict[bytes, bytes]]] = []
+        for data, carried in pairs:
             if not isinstance(data, bytes):
                 continue
             try:  # the signer it names, to bound minted keys; the resolver checks the whole announcement
                 signer = check_announcement(data).signer
             except ClaimRefused:
-                kept.append(data)  # refused, logged and counted by the resolver
+                kept.append((data, {}))  # refused, logged and counted by the resolver
                 continue
             if reason := self.admission.admit(peer, signer, now, bulk=True):
                 self._refuse(peer, _limit_kind(reason), reason, strike=False)
                 continue
-            kept.append(data)
+            kept.append((data, carried))
         self.pruned += self.index.prune_claims(peer, self.settings.max_claims_per_peer, self.settings.max_claims)
         return kept
+
+    def _carried_items(self, peer: str, items: list[Any]) -> list[tuple[Any, dict[bytes, bytes]]]:
+        """1.1.0 items as (announcement, carried blocks): at most ``CARRY_BLOCKS`` blocks an item and ``CARRY_CAP``
+        bytes in all are kept (the rest is dropped, and fetched by CID if needed); a block whose bytes do not
+        give its CID (BLAKE3, as Cairn writes every block) is a bad message."""
+        budget = CARRY_CAP
+        out: list[tuple[Any, dict[bytes, bytes]]] = []
+        for item in items:
+            if not isinstance(item, dict):
+                self._refuse(peer, "malformed", "lookup answer item is not a map", strike=True)
+                continue
+            carried: dict[bytes, bytes] = {}
+            blocks = item.get("blocks")
+            for pair in blocks[:CARRY_BLOCKS] if isinstance(blocks, list) else []:
+                ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], CID)
+                if not ok or not isinstance(pair[1], bytes) or len(pair[1]) > budget:
+                    continue
+                if bytes(cid_for(pair[1], pair[0].codec.code)) != bytes(pair[0]):
+                    self._refuse(peer, "malformed", f"carried block {cid_str(pair[0])} does not hash to it", True)
+                    carried = {}
+                    break
+                carried[bytes(pair[0])] = pair[1]
+                budget -= len(pair[1])
+            out.append((item.get("an"), carried))
+        return out
 
     # -- incoming ---------------------------------------------------------------------------------
 
@@ -291,6 +372,61 @@ class Network:
             return encode([])
         row = self.index.execution(cid_str(invocation))
         return encode([await self._announcement(row)] if row and _ours(row) else [])
+
+    async def _on_lookup_carrying(self, peer: str, request: bytes) -> bytes:
+        """``/cairn/lookup/1.1.0``: as 1.0.0, each announcement with its claim's small blocks (docs/p2p.md)."""
+        try:
+            invocation = parse_cid(request)
+        except InvalidCID as e:
+            log.debug("unreadable lookup request", extra={"peer": peer, "error": e.message})
+            return encode([])
+        row = self.index.execution(cid_str(invocation))
+        if not row or not _ours(row):
+            return encode([])
+        an, blocks = await asyncio.gather(self._announcement(row), self._carry(row))
+        return encode([{"an": an, "blocks": [[c, d] for c, d in blocks]}])
+
+    async def _carry(self, row: ExecutionRow) -> list[tuple[CID, bytes]]:
+        """The claim's blocks an asker's checks read, in the order they read them, within
+        ``peers.lookup_carry_bytes``: receipt, execution, structure, envelopes, link lists, then output slices
+        while they fit. Read offline from our Kubo; what cannot be read is not carried (the asker fetches it)."""
+        if (hit := self._carry_cache.get(row.execution)) is not None:
+            return hit
+        budget = max(0, min(self.settings.lookup_carry_bytes, CARRY_CAP))
+        if budget == 0:
+            return []
+        got: dict[bytes, bytes] = {}
+
+        async def one(cid: CID) -> None:
+            with contextlib.suppress(KuboError):
+                got[bytes(cid)] = await self.kubo.block_get(cid, timeout=5.0, offline=True)
+
+        async def level(cids: list[CID]) -> list[Any]:
+            await asyncio.gather(*(one(c) for c in cids if bytes(c) not in got))
+            return [_decoded(got.get(bytes(c)), c) for c in cids]
+
+        ex_cid = parse_cid(row.execution)
+        _, ex, _ = await level([parse_cid(row.receipt), ex_cid, parse_cid(row.structure)])
+        envs = [e for e in (ex.input, ex.output) if e is not None] if isinstance(ex, Execution) else []
+        lists = [e.content for e in await level(envs) if isinstance(e, RecursiveDataEnvelope)]
+        inner = [c for lst in await level(lists) if isinstance(lst, list) for c in lst if isinstance(c, CID)]
+        inputs = [c for c in inner if c.codec.name == "dag-cbor"][:CARRY_BLOCKS]  # the inputs' slice lists
+        await level(inputs)
+        out: list[tuple[CID, bytes]] = []
+        for cid in dict.fromkeys([parse_cid(row.receipt), ex_cid, parse_cid(row.structure), *envs, *lists, *inputs]):
+            data = got.get(bytes(cid))
+            if data is not None and len(data) <= budget and len(out) < CARRY_BLOCKS:
+                out.append((cid, data))
+                budget -= len(data)
+        for cid in (parse_cid(s) for s in row.slices):  # in order, while they fit: a large result's are fetched
+            await level([cid] if cid.codec.name == "raw" else [])
+            data = got.get(bytes(cid))
+            if data is None or len(data) > budget or len(out) >= CARRY_BLOCKS:
+                break
+            out.append((cid, data))
+            budget -= len(data)
+        self._carry_cache.put(row.execution, out)
+        return out
 
     async def _on_have(self, peer: str, request: bytes) -> bytes:
         """Our Kubo's addresses if it holds the block (checked offline: never fetched for a peer), else []."""
@@ -361,6 +497,17 @@ class Network:
 def _not_cairn(e: P2PError) -> bool:
     """The peer answered, but not in Cairn's protocols (p2p words it so: docs/p2p.md)."""
     return "does not speak that protocol" in str(e)
+
+
+def _decoded(data: bytes | None, cid: CID) -> Any:
+    """A carried block as an object, to find the links to carry next; None when it is not one we follow."""
+    if data is None or cid.codec.name != "dag-cbor":
+        return None
+    try:
+        value = decode(data, cid.codec.code)
+        return value if isinstance(value, list) else decode_object(value)
+    except CairnError:
+        return None
 
 
 def _check(data: bytes) -> Announcement | ClaimRefused:

@@ -21,7 +21,7 @@ What no check here can show is that the rows are the right answer: only recomput
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -58,6 +58,8 @@ CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own 
 class Verified:
     row: ExecutionRow
     receipt: Receipt
+    pins: tuple[tuple[CID, bool], ...] = ()  # (cid, recursive): what keeping this answer takes
+    carried: tuple[tuple[CID, bytes], ...] = ()  # the carried blocks the checks used: to store before answering
 
 
 @dataclass(frozen=True)
@@ -111,16 +113,54 @@ def check_announcement(data: bytes) -> Announcement:
     return obj
 
 
-async def _object(kubo: KuboClient, cid: CID, timeout: float, kind: type) -> object:
-    data = await kubo.block_get(cid, timeout=timeout)  # the client re-hashes it against the CID
+class Blocks:
+    """Where a claim's blocks are read: first those its lookup answer carried (each hashed against its CID on
+    arrival, node/peers/network.py), else our Kubo (bitswap; the client re-hashes what it gets), once the claim's
+    providers were tried (``reach``: at the first block not carried). Which carried blocks a check used is
+    remembered: they are put into our Kubo with the answer (``used_blocks``)."""
+
+    def __init__(
+        self, kubo: KuboClient, carried: Mapping[bytes, bytes] | None = None, providers: tuple[str, ...] = ()
+    ) -> None:
+        self.kubo = kubo
+        self.carried = carried or {}
+        self.providers = providers
+        self.used: dict[bytes, CID] = {}
+        self._reached = False
+
+    async def reach(self) -> None:
+        """Connect to the providers before the first fetch (not at all when everything needed was carried)."""
+        if not self._reached:
+            self._reached = True
+            await connect_providers(self.kubo, self.providers)
+
+    def local(self, cid: CID) -> bytes | None:
+        data = self.carried.get(bytes(cid))
+        if data is not None:
+            self.used[bytes(cid)] = cid
+        return data
+
+    async def get(self, cid: CID, timeout: float) -> bytes:
+        data = self.local(cid)
+        if data is not None:
+            return data
+        await self.reach()
+        return await self.kubo.block_get(cid, timeout=timeout)
+
+    def used_blocks(self) -> tuple[tuple[CID, bytes], ...]:
+        return tuple((c, self.carried[k]) for k, c in self.used.items())
+
+
+async def _object(src: Blocks, cid: CID, timeout: float, kind: type) -> object:
+    data = await src.get(cid, timeout)
     obj = decode_object(decode(data, cid.codec.code))
     if not isinstance(obj, kind):
         raise ClaimRefused(f"{cid_str(cid)} is not a {kind.__name__}")
     return obj
 
 
-async def _links(kubo: KuboClient, cid: CID, timeout: float, what: str) -> list[CID]:
-    items = decode(await kubo.block_get(cid, timeout=timeout), cid.codec.code)
+async def _links(src: Blocks, cid: CID, timeout: float, what: str) -> list[CID]:
+    items = decode(await src.get(cid, timeout), cid.codec.code)
     if not isinstance(items, list) or not all(isinstance(c, CID) for c in items):
         raise ClaimRefused(f"{what} {cid_str(cid)} is not a list of links")
     return items
@@ -155,10 +195,21 @@ def structure_of(schema: pa.Schema) -> Structure:
 
 
 async def _hash_slices(
-    datasets: Datasets, cids: list[CID], timeout: float, what: str, progress: Callable[[], None] | None = None
+    datasets: Datasets,
+    cids: list[CID],
+    timeout: float,
+    what: str,
+    progress: Callable[[], None] | None = None,
+    src: Blocks | None = None,
 ) -> tuple[Structure, LogicalHasher]:
     """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
-    Every slice must have the first one's structure."""
+    Every slice must have the first one's structure. A slice the lookup answer carried is cached from there."""
+    for cid in cids:
+        data = src.local(cid) if src is not None else None
+        if data is not None:
+            await datasets.cache_slice(cid, data)
+        elif src is not None and not datasets.cached(cid):
+            await src.reach()
     hasher: LogicalHasher | None = None
     structure: Structure | None = None
     fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
@@ -197,24 +248,24 @@ def _check_bytecode(ex: Execution, ex_cid: CID, want: Asked) -> None:
 
 
 async def _check_inputs(
-    kubo: KuboClient, datasets: Datasets, ex: Execution, ex_cid: CID, want: Asked, timeout: float
+    src: Blocks, datasets: Datasets, ex: Execution, ex_cid: CID, want: Asked, timeout: float
 ) -> None:
     """The ex_0 read data with the identities the invocation names, input by input."""
-    env = await _object(kubo, ex.input, timeout, RecursiveDataEnvelope)
+    env = await _object(src, ex.input, timeout, RecursiveDataEnvelope)
     assert isinstance(env, RecursiveDataEnvelope)
-    lists = await _links(kubo, env.content, timeout, f"execution {cid_str(ex_cid)}: input")
+    lists = await _links(src, env.content, timeout, f"execution {cid_str(ex_cid)}: input")
     if len(lists) != len(want.invocation.inputs):
         raise ClaimRefused(
             f"execution {cid_str(ex_cid)} read {len(lists)} inputs, the invocation names {len(want.invocation.inputs)}"
         )
     for i, (lst, ident, ours) in enumerate(zip(lists, want.invocation.inputs, want.inputs)):
-        slices = await _links(kubo, lst, timeout, f"execution {cid_str(ex_cid)}: input {i}")
+        slices = await _links(src, lst, timeout, f"execution {cid_str(ex_cid)}: input {i}")
         if len(slices) == len(ours) and all(_same(a, b) for a, b in zip(slices, ours)):
             continue  # our own version's slices: same bytes, same identity
         what = f"execution {cid_str(ex_cid)}: input {i}"
         if not slices:
             raise ClaimRefused(f"{what} lists no slices")
-        structure, hasher = await _hash_slices(datasets, slices, timeout, what)
+        structure, hasher = await _hash_slices(datasets, slices, timeout, what, src=src)
         got = (block_of(structure.abstract()).cid, str(hasher.finish()), hasher.rows)
         if not _same(got[0], ident.structure) or got[1:] != (ident.logical_hash, ident.rows):
             raise ClaimRefused(
@@ -230,28 +281,31 @@ async def fetch_and_verify(
     want: Asked,
     timeout: float,
     progress: Callable[[], None] | None = None,
+    carried: Mapping[bytes, bytes] | None = None,
 ) -> Verified:
-    """Check everything the claim states (module docstring); ``progress`` is called after each output slice."""
+    """Check everything the claim states (module docstring); ``progress`` is called after each output slice.
+    ``carried``: blocks the lookup answer brought, hash-checked (read before asking Kubo; every check is the
+    same). The carried blocks used (``Verified.carried``), for the caller to put into our Kubo before it
+    answers, and the pins that keep what is used (``Verified.pins``), for it to queue durably and pin after."""
     if not _same(an.invocation, want.cid):
         raise ClaimRefused(f"the claim is about {cid_str(an.invocation)}, not {cid_str(want.cid)}")
     # Unreachable providers are not refused here: the claim is given up at peers.resolve_timeout and stays
     # pending (docs/peers.md "Scores and deadline"), since an unreachable peer says nothing of its claim.
-    await connect_providers(kubo, an.providers)
+    # With every block needed carried, nothing is fetched and no provider is connected to.
+    src = Blocks(kubo, carried, tuple(an.providers))
     try:
-        rc = await _verified_receipt(kubo, an, timeout)
-        output = await _verified_execution(kubo, datasets, rc, want, timeout)
-        env = await _object(kubo, output, timeout, RecursiveDataEnvelope)
+        rc = await _verified_receipt(src, an, timeout)
+        output = await _verified_execution(src, datasets, rc, want, timeout)
+        env = await _object(src, output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
-        out_list = await _verified_output(kubo, datasets, env, rc, timeout, progress)
+        out_list = await _verified_output(src, datasets, env, rc, timeout, progress)
     except CairnError as e:
         if isinstance(e, ClaimRefused):
             raise
         raise ClaimRefused(f"{UNREACHABLE}: {e.message}") from None
 
     # Keep what we use: the receipt and execution themselves, and the output slices (not the peer's inputs).
-    for cid in (an.receipt, rc.execution, output, rc.structure):
-        await kubo.pin_add(cid, recursive=False)
-    await kubo.pin_add(env.content, recursive=True)
+    pins = tuple((cid, False) for cid in (an.receipt, rc.execution, output, rc.structure)) + ((env.content, True),)
     row = ExecutionRow(
         cid_str(an.invocation),
         "",
@@ -266,12 +320,12 @@ async def fetch_and_verify(
         trust="unverified",
         profile=cid_str(rc.profile) if rc.profile else None,
     )
-    return Verified(row, rc)
+    return Verified(row, rc, pins, src.used_blocks())
 
 
-async def _verified_receipt(kubo: KuboClient, an: Announcement, timeout: float) -> Receipt:
+async def _verified_receipt(src: Blocks, an: Announcement, timeout: float) -> Receipt:
     """The announced receipt, signed by the announcement's signer and saying what the announcement says."""
-    rc = await _object(kubo, an.receipt, timeout, Receipt)
+    rc = await _object(src, an.receipt, timeout, Receipt)
     assert isinstance(rc, Receipt)
     try:
         rc.verify(public_key_from_did(rc.signer))
@@ -289,20 +343,20 @@ async def _verified_receipt(kubo: KuboClient, an: Announcement, timeout: float) 
     return rc
 
 
-async def _verified_execution(kubo: KuboClient, datasets: Datasets, rc: Receipt, want: Asked, timeout: float) -> CID:
+async def _verified_execution(src: Blocks, datasets: Datasets, rc: Receipt, want: Asked, timeout: float) -> CID:
     """The output of the receipt's execution, once that succeeded, ran the asked bytecode, over the asked inputs."""
-    ex = await _object(kubo, rc.execution, timeout, Execution)
+    ex = await _object(src, rc.execution, timeout, Execution)
     assert isinstance(ex, Execution)
     if ex.exit_status or ex.output is None:
         raise ClaimRefused(f"execution {cid_str(rc.execution)} did not succeed")
     output = ex.output
     _check_bytecode(ex, rc.execution, want)
-    await _check_inputs(kubo, datasets, ex, rc.execution, want, timeout)
+    await _check_inputs(src, datasets, ex, rc.execution, want, timeout)
     return output
 
 
 async def _verified_output(
-    kubo: KuboClient,
+    src: Blocks,
     datasets: Datasets,
     env: RecursiveDataEnvelope,
     rc: Receipt,
@@ -310,12 +364,12 @@ async def _verified_output(
     progress: Callable[[], None] | None,
 ) -> list[CID]:
     """The output's slices, fetched and hashed: their structure, logical hash and row count are the receipt's."""
-    out_list = await _links(kubo, env.content, timeout, f"execution {cid_str(rc.execution)}: output")
+    out_list = await _links(src, env.content, timeout, f"execution {cid_str(rc.execution)}: output")
     if not out_list:
         raise ClaimRefused(f"execution {cid_str(rc.execution)}: output is not a list of slices")
-    claimed = await _object(kubo, rc.structure, timeout, Structure)
+    claimed = await _object(src, rc.structure, timeout, Structure)
     structure, hasher = await _hash_slices(
-        datasets, out_list, timeout, f"execution {cid_str(rc.execution)}: output", progress
+        datasets, out_list, timeout, f"execution {cid_str(rc.execution)}: output", progress, src
     )
     if structure != claimed:
         raise ClaimRefused(

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,10 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
 }
 VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
 POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
-Lookup = Callable[[CID], Awaitable[dict[str, list[bytes]]]]
+# Per peer, its answer's announcements, each with the blocks it carried (CID bytes → hash-checked bytes).
+Lookup = Callable[[CID], Awaitable[Mapping[str, Sequence[tuple[bytes, Mapping[bytes, bytes]]]]]]
+PIN_RETRY = 10.0  # seconds before owed pins that failed are tried again
+PIN_DELAY = 0.2  # seconds between an answer and the pins it queued
 _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
 
@@ -92,6 +95,7 @@ _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's AP
 class Claim:
     peer: str
     announcement: Announcement
+    carried: Mapping[bytes, bytes] = field(default_factory=dict, compare=False)  # blocks its lookup answer brought
 
     @property
     def signer(self) -> str:
@@ -163,6 +167,7 @@ class Resolver:
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
+        self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
         self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
@@ -341,6 +346,8 @@ class Resolver:
             if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
                 peer["verifies"] = cid_str(got.receipt.verifies)
             if mode == "verify":
+                await self._put_blocks(got.carried)
+                self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
                 mine = await self._compute(cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
                     self._refuse(claim, "recomputed here: the logical hash differs")
@@ -348,17 +355,68 @@ class Resolver:
                 self._accept(claim)
                 # Our own signed receipt for the same execution is the agreement receipt.
                 return Outcome(mine, "peer", "recomputed-agreed", {**peer, "agreement": mine.receipt})
-            label = "trusted-signer" if self._trusted(claim.signer) else "unverified"
-            row = replace(got.row, query=cid_str(objects[-1].cid), trust=label)
-            for blk in (*objects, iv_block):  # the question itself, so the record is whole here too
-                await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
-            self.index.add_execution(row)
-            self._accept(claim)
-            await self._provide([got.receipt.execution, claim.announcement.receipt])
-            stored = self.index.execution(row.invocation) or row
-            return Outcome(stored, "peer", stored.trust, peer)
+            return await self._keep_peer_answer(claim, got, objects, iv_block, peer)
         row = await self._compute(cq, objects, iv_block, versions, emit)
         return Outcome(row, "computed", "computed", hints=tuple(hints))
+
+    async def _keep_peer_answer(
+        self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, peer: dict[str, Any]
+    ) -> Outcome:
+        """Record a checked peer answer and answer: its pins and provides are owed in the index first (one
+        transaction), then drained in the background (docs/peers.md "Answer first"): a crash loses none."""
+        label = "trusted-signer" if self._trusted(claim.signer) else "unverified"
+        row = replace(got.row, query=cid_str(objects[-1].cid), trust=label)
+        # What we answer with is stored before answering: the carried blocks used, and the question itself, so
+        # that the record is whole here too.
+        await self._put_blocks([*got.carried, *((b.cid, b.data) for b in (*objects, iv_block))])
+        self._owe_pins(claim, got, provide=True)
+        self.index.add_execution(row)
+        self._accept(claim)
+        stored = self.index.execution(row.invocation) or row
+        return Outcome(stored, "peer", stored.trust, peer)
+
+    async def _put_blocks(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
+        """Blocks into our Kubo: one call per codec, the calls at once."""
+        by_codec: dict[str, list[bytes]] = {}
+        for cid, data in blocks:
+            by_codec.setdefault(cid.codec.name, []).append(data)
+        await asyncio.gather(*(self.kubo.block_put_many(d, codec=c) for c, d in by_codec.items()))
+
+    def _owe_pins(self, claim: Claim, got: Verified, provide: bool) -> None:
+        """Queue what keeping a checked claim takes (before anything is answered with it), and drain it."""
+        wanted = {bytes(got.receipt.execution), bytes(claim.announcement.receipt)} if provide else set()
+        self.index.queue_pins([(cid_str(c), rec, bytes(c) in wanted) for c, rec in got.pins])
+        self.drain_pins()
+
+    def drain_pins(self) -> None:
+        """Start the background pinning of what the index says is owed, unless it runs (also at node start)."""
+        if self._pinner is None or self._pinner.done():
+            self._pinner = asyncio.ensure_future(self._drain_pins())
+
+    async def stop_pins(self) -> None:
+        if self._pinner is not None:
+            self._pinner.cancel()
+            await asyncio.gather(self._pinner, return_exceptions=True)
+
+    async def _drain_pins(self) -> None:
+        """Pin, then provide, each owed CID, oldest first; each leaves the queue only once pinned. A pin that
+        fails (Kubo down or restarting) is tried again after ``PIN_RETRY``. Started after ``PIN_DELAY``: the
+        answer that queued them goes out first, its Kubo calls not queued behind the pins."""
+        await asyncio.sleep(PIN_DELAY)
+        while owed := self.index.pending_pins():
+            failed = False
+            for cid, recursive, provide in owed:
+                try:
+                    await self.kubo.pin_add(cid, recursive=recursive, timeout=self.fetch_timeout)
+                except CairnError as e:
+                    log.warning("owed pin failed: tried again", extra={"cid": cid, "reason": e.message})
+                    failed = True
+                    continue
+                if provide:
+                    await self._provide([parse_cid(cid)])
+                self.index.pin_done(cid, recursive)
+            if failed:
+                await asyncio.sleep(PIN_RETRY)
 
     async def _from_peers(
         self,
@@ -391,7 +449,13 @@ class Resolver:
                     emit("fetching", {"peer": claim.peer, "signer": claim.signer})
                     try:
                         return claim, await fetch_and_verify(
-                            self.kubo, self.datasets, claim.announcement, want, self.fetch_timeout, progress
+                            self.kubo,
+                            self.datasets,
+                            claim.announcement,
+                            want,
+                            self.fetch_timeout,
+                            progress,
+                            claim.carried,
                         )
                     except ClaimRefused as e:
                         self._refuse(claim, e.message)
@@ -424,7 +488,7 @@ class Resolver:
         if self.lookup is not None:
             emit("lookup", {})
             for peer, answers in (await self.lookup(invocation)).items():
-                for data in answers:
+                for data, carried in answers:
                     try:
                         an = check_announcement(data)
                     except ClaimRefused as e:
@@ -433,7 +497,9 @@ class Resolver:
                         continue
                     self.record_claim(peer, an, data)
                     if (an.signer, cid_str(an.execution)) not in refused:
-                        found.setdefault((an.signer, cid_str(an.execution)), Claim(peer, an))
+                        key = (an.signer, cid_str(an.execution))
+                        if key not in found or not found[key].carried:  # the same claim, now with its blocks
+                            found[key] = Claim(peer, an, carried)
         # Prefer signers with a good record; never those refused more often than accepted (docs/peers.md).
         scores = {c.signer: self.index.signer_score(c.signer) for c in found.values()}
         usable = []

@@ -89,7 +89,8 @@ STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
 STR_LEN = 96
 PRINTABLE = bytes(0x20 + (b % 95) for b in range(256))  # byte → one of the 95 printable ASCII characters
 POLL_S = 0.010
-TARGET_PEER_RATIO = 10
+TARGET_PEER_RATIO = 15  # issue 18 item 4: recompute over peer hit, on warm Spark
+TARGET_PEER_P50_MS = 35  # issue 18 item 4: peer hit p50, client wall time
 TARGET_FETCH_RATIO = 0.9
 
 
@@ -532,7 +533,7 @@ def events_split(
         "prepare": ms("started", "prepared"),
         # index lookup (a miss) and the claims already received (SQLite)
         "index_and_known_claims": ms("prepared", "lookup"),
-        # /cairn/lookup/1.0.0 to every connected peer (ask_all), check + record their answers, rank signers
+        # /cairn/lookup/1.1.0 (1.0.0 for older peers) to every connected peer, check + record answers, rank signers
         "lookup": ms("lookup", "fetching"),
         # fetch_and_verify (swarm connect, 5 blocks, cat of the slices, read + logical hash, pins),
         # the question's blocks put, the index row, provide
@@ -893,6 +894,12 @@ def part_peer_hit(
             "spark_compute_ms": s["recompute_spark"],
         },
         "ratio_recompute_over_peer_hit": round(rec_p50 / peer_p50, 2) if peer_p50 and rec_p50 else None,
+        "peer_hit_target": {
+            "ratio_recompute_over_peer_hit": TARGET_PEER_RATIO,
+            "p50_ms": TARGET_PEER_P50_MS,
+            "met": bool(peer_p50 and rec_p50 and rec_p50 / peer_p50 >= TARGET_PEER_RATIO)
+            and bool(peer_p50 and peer_p50 <= TARGET_PEER_P50_MS),
+        },
         "ratio_spark_compute_over_peer_hit": (
             round(spark_p50 / peer_p50, 2) if spark_p50 is not None and s["recompute_spark"] and peer_p50 else None
         ),

@@ -147,3 +147,17 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     assert index.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
     (row,) = [c for c in index.claims(cid_str(inv)) if c.signer == bad]
     assert row.status == "refused" and "refused 2 times, accepted 1" in row.reason
+
+
+def test_owed_pins_are_kept_across_a_reopen_until_done(tmp_path: Path) -> None:
+    """The queue of pins owed by answers already given (docs/peers.md "Answer first"): oldest first, once per
+    (cid, recursive), still there after the index is closed and opened again, gone only when done."""
+    index = Index(tmp_path / "index.sqlite")
+    index.queue_pins([("a", False, True), ("b", True, False)])
+    index.queue_pins([("a", False, True)])  # queued twice: owed once
+    index.close()
+    index = Index(tmp_path / "index.sqlite")
+    assert index.pending_pins() == [("a", False, True), ("b", True, False)]
+    index.pin_done("a", False)
+    assert index.pending_pins() == [("b", True, False)]
+    index.close()
