@@ -643,6 +643,7 @@ _GATEWAY_TYPES = (
     "application/json",
     "text/plain",
     "text/html",
+    "*/*",  # a file's bytes, with the type Kubo's gateway sniffs (application/vnd.apache.parquet for a slice)
 )
 _GATEWAY_PARAMS = (
     Param("format", "response format; wins over Accept", enum=("raw", "car", "dag-json", "dag-cbor", "json", "cbor")),

@@ -11,11 +11,15 @@ the managed Kubo's is:
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import os
 import random
+import re
 import subprocess
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +31,10 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient
 
 from node.core import Node
-from node.ipfs import CarVerifier, ManagedKubo
+from node.ipfs import CarVerifier, ManagedKubo, read_car
 from node.ipfs.car import check_block
 from node.model import block_of, cid_str, parse_cid
-from tests.fixtures.inprocess import inprocess_node
+from tests.fixtures.inprocess import add_csv, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -136,7 +140,7 @@ class Got:
 
 async def _cairn(gw: Gateways, method: str, path: str, headers: dict[str, str] | None = None) -> Got:
     async with gw.client.request(method, path, headers=headers or {}, allow_redirects=False) as resp:
-        return Got(resp.status, {k: v for k, v in resp.headers.items()}, await resp.read())
+        return Got(resp.status, dict(resp.headers.items()), await resp.read())
 
 
 async def _kubo(gw: Gateways, method: str, path: str, headers: dict[str, str] | None = None) -> Got:
@@ -144,7 +148,7 @@ async def _kubo(gw: Gateways, method: str, path: str, headers: dict[str, str] | 
         aiohttp.ClientSession(trust_env=False) as http,
         http.request(method, f"{gw.kubo.gateway_url}{path}", headers=headers or {}, allow_redirects=False) as resp,
     ):
-        return Got(resp.status, {k: v for k, v in resp.headers.items()}, await resp.read())
+        return Got(resp.status, dict(resp.headers.items()), await resp.read())
 
 
 def _blocks(car: bytes) -> tuple[list[str], list[tuple[str, bytes]]]:
@@ -327,3 +331,64 @@ async def test_a_foreign_host_is_still_refused(gw: Gateways) -> None:
     """node.api.access: a Host that is not the node's (DNS rebinding) is 421 on /ipfs/ too."""
     got = await _cairn(gw, "GET", f"/ipfs/{gw.fx.leaf}?format=raw", {"Host": "evil.example:80"})
     assert got.status == 421
+
+
+# -- a node with its own managed Kubo: the configuration, Cairn's kinds, and what a corrupt block gives ----------
+
+
+def _block_file(repo: Path, cid: str) -> Path:
+    """Where Kubo's flatfs keeps a block: blocks/<next-to-last two>/<base32 multihash>.data (repo default)."""
+    key = base64.b32encode(bytes(parse_cid(cid).digest)).decode().rstrip("=")
+    return repo / "blocks" / key[-3:-1] / f"{key}.data"
+
+
+async def test_a_managed_node_serves_its_datasets_as_verifiable_cars(
+    kubo_binary: Path, kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    async with inprocess_node(tmp_path / "n", None, **{"ipfs.binary": str(kubo_binary)}) as (node, client):
+        assert node.managed is not None and node.gateway.url == node.managed.gateway_url
+        assert node.gateway.url is not None and node.gateway.url.startswith("http://127.0.0.1:")
+        config = json.loads((node.managed.repo / "config").read_text())
+        assert config["Gateway"]["NoFetch"] is True and config["Datastore"]["HashOnRead"] is True
+        info = await add_csv(client, "sales", b"region,amount\nnorth,10\nsouth,7\n")
+        head, piece = info["head"], info["slices"][0]["cid"]
+        resp = await client.get(f"/ipfs/{head}?format=car")
+        car = await resp.read()
+        assert resp.status == 200 and resp.headers["X-Ipfs-Roots"] == head
+        roots, blocks = read_car(car)  # every block hash-checked, the whole DAG there
+        assert [cid_str(r) for r in roots] == [head] and piece in {cid_str(c) for c, _ in blocks}
+        async with kubo_session.client() as plain:  # a plain Kubo takes it as it is
+            assert [cid_str(r) for r in await plain.dag_import(car, pin_roots=False)] == [head]
+        # a corrupt block on disk is never served: Kubo re-hashes what it reads (HashOnRead)
+        path = _block_file(node.managed.repo, piece)
+        assert path.is_file(), path
+        path.write_bytes(b"not the block" + path.read_bytes()[13:])
+        resp = await client.get(f"/ipfs/{piece}?format=raw")
+        assert resp.status >= 500 and "different hash" in (await resp.json())["error"]["message"]
+        resp = await client.get(f"/ipfs/{head}?format=car")
+        _, served = _blocks(await resp.read()) if resp.status == 200 else ([], [])
+        assert piece not in {c for c, _ in served}  # cut before it; whatever came is checked
+
+
+async def test_the_documented_curl_examples_run(gw: Gateways, tmp_path: Path) -> None:
+    """Every `$ curl` line of docs/gateway.md, with $API this node and $HEAD, $SLICE, $DIR its content."""
+    info = await add_csv(gw.client, "doc", b"region,amount\nnorth,10\nsouth,7\n")
+    env = {
+        **os.environ,
+        "API": str(gw.client.make_url("")).rstrip("/"),
+        "HEAD": info["head"],
+        "SLICE": info["slices"][0]["cid"],
+        "DIR": gw.fx.dir,
+    }
+    text = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text()
+    lines = re.findall(r"^\$ (curl .+?)(?:\s+#.*)?$", text, re.M)
+    assert len(lines) >= 10, lines
+    for line in lines:
+        # not subprocess.run: the node answering curl runs on this loop
+        proc = await asyncio.create_subprocess_exec("bash", "-c", line, env=env, cwd=tmp_path, stdout=PIPE, stderr=PIPE)
+        stdout, stderr = await proc.communicate()
+        assert proc.returncode == 0, (line, stderr)
+        if "%{http_code}" in line:
+            assert stdout.decode().strip() == "404", (line, stdout)
+    assert (tmp_path / "hello.car").is_file() and read_car((tmp_path / "dataset.car").read_bytes())[0]
+    check_block(parse_cid(info["head"]), (tmp_path / "head.block").read_bytes())
