@@ -79,6 +79,7 @@ async def _from_rpc(request: web.Request, node: Node, cid: CID) -> web.StreamRes
             raise GatewayUnavailable(f"{name}={request.query[name]} needs a Kubo gateway: set ipfs.gateway")
     headers = {"X-Ipfs-Path": f"/ipfs/{request.match_info['cid']}", "X-Ipfs-Roots": cid_str(cid)}
     headers |= {"Cache-Control": IMMUTABLE, "X-Content-Type-Options": "nosniff", "Vary": "Accept"}
+    headers["Access-Control-Allow-Origin"] = "*"  # open data: a page of any origin may read it, as from Kubo's
     if wanted == RAW:
         body = b"" if request.method == "HEAD" else await node.raw_block(cid)
         return web.Response(body=body, content_type=RAW, headers=headers | {"Etag": f'"{cid_str(cid)}.raw"'})

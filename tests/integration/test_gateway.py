@@ -392,3 +392,23 @@ async def test_the_documented_curl_examples_run(gw: Gateways, tmp_path: Path) ->
             assert stdout.decode().strip() == "404", (line, stdout)
     assert (tmp_path / "hello.car").is_file() and read_car((tmp_path / "dataset.car").read_bytes())[0]
     check_block(parse_cid(info["head"]), (tmp_path / "head.block").read_bytes())
+
+
+async def test_an_external_kubo_without_a_gateway_serves_blocks_and_whole_cars(gw: Gateways, tmp_path: Path) -> None:
+    """ipfs.api set, ipfs.gateway empty: one block, a whole-DAG CAR, a file from the RPC API, hash-checked;
+    501 GatewayUnavailable for what only a gateway gives (docs/gateway.md "With an external Kubo")."""
+    async with inprocess_node(tmp_path / "n", gw.kubo) as (node, client):
+        assert node.gateway.url is None
+        resp = await client.get(f"/ipfs/{gw.fx.leaf}?format=raw", headers={"Accept": CAR})  # format wins
+        assert resp.status == 200 and resp.headers["Content-Type"] == RAW
+        check_block(parse_cid(gw.fx.leaf), await resp.read())
+        resp = await client.get(f"/ipfs/{gw.fx.dir}", headers={"Accept": CAR})
+        assert resp.status == 200 and resp.headers["Cache-Control"] == "public, max-age=29030400, immutable"
+        roots, blocks = read_car(await resp.read())
+        assert [cid_str(r) for r in roots] == [gw.fx.dir] and len(blocks) == 300
+        head = await client.head(f"/ipfs/{gw.fx.leaf}?format=raw")
+        assert head.status == 200 and await head.read() == b"" and head.headers["X-Ipfs-Roots"] == gw.fx.leaf
+        for path in (f"{gw.fx.dir}/sub", f"{gw.fx.dir}?format=car&dag-scope=block", f"{gw.fx.file}?format=tar"):
+            resp = await client.get(f"/ipfs/{path}")
+            assert resp.status == 501 and (await resp.json())["error"]["type"] == "GatewayUnavailable", path
+        assert (await client.get(f"/ipfs/{cid_str(block_of(b'absent 19', 'cbor').cid)}?format=raw")).status == 404
