@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
 from aiohttp import web
 from multiformats import CID
 
@@ -47,8 +48,10 @@ async def serve(request: web.Request, node: Node) -> web.StreamResponse:
         try:
             async for chunk in ans.body:
                 await resp.write(chunk)
-        except CairnError as e:  # a block that failed its check: cut the stream, the client sees it short
-            log.warning("gateway stream of /ipfs/%s cut: %s", raw_path, e.message)
+        except ConnectionResetError:  # the client left: nothing to answer
+            return resp
+        except (CairnError, aiohttp.ClientError, TimeoutError) as e:  # a block failed its check, or Kubo stopped
+            log.warning("gateway stream of /ipfs/%s cut: %s", raw_path, getattr(e, "message", repr(e)))
             if request.transport is not None:
                 request.transport.abort()  # no clean end: a client reading it sees a short, failed answer
             return resp
