@@ -18,7 +18,7 @@ from aiohttp import web
 from multiformats import CID
 
 from node.core import Node
-from node.errors import CairnError, GatewayUnavailable
+from node.errors import CairnError, GatewayRefused, GatewayUnavailable, NotFound
 from node.ipfs.gateway import CAR, RAW
 from node.model import cid_str, dagjson, parse_cid
 
@@ -35,7 +35,12 @@ async def serve(request: web.Request, node: Node) -> web.StreamResponse:
     if node.gateway.url is None:
         return await _from_rpc(request, node, cid)
     if node.managed is None:  # an external Kubo's gateway may search the network: a CID not held is a 404 now
-        await node.gateway_held(cid)
+        try:
+            await node.gateway_held(cid)
+        except NotFound as e:
+            if "only-if-cached" in request.headers.get("Cache-Control", ""):  # Path Gateway spec: then a 412
+                raise GatewayRefused(e.message, 412) from e
+            raise
     async with node.gateway_open(request.method, raw_path, request.rel_url.raw_query_string, request.headers) as ans:
         resp = web.StreamResponse(status=ans.status)
         for name, value in ans.headers:

@@ -197,6 +197,9 @@ def _requests(fx: Fixtures) -> list[tuple[str, str, dict[str, str]]]:
         ("GET", f"/ipfs/{fx.dir}?format=car&dag-scope=nope", {}),
         ("GET", f"/ipfs/{fx.dir}?format=car&entity-bytes=a:b", {}),
         ("GET", f"/ipfs/{fx.leaf}?format=raw", {"Cache-Control": "only-if-cached"}),
+        ("GET", f"/ipfs/{cid_str(block_of(b'not cached 19', 'cbor').cid)}", {"Cache-Control": "only-if-cached"}),
+        ("GET", f"/ipfs/{fx.file}", {"Range": "bytes=9999999-"}),
+        ("GET", f"/ipfs/{fx.dir}/sub", {}),  # a directory without its trailing slash: Kubo's redirect
         ("GET", f"/ipfs/{cid_str(block_of(b'nobody has this block 19', 'cbor').cid)}?format=raw", {}),
         ("GET", "/ipfs/bafyinvalid?format=raw", {}),
     ]
