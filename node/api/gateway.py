@@ -47,6 +47,8 @@ async def serve(request: web.Request, node: Node) -> web.StreamResponse:
             resp.headers.add(name, value)
         if ans.length is not None:
             resp.content_length = ans.length
+        if "Vary" not in resp.headers:  # one URL, answers that differ by Accept: caches must key on it too
+            resp.headers["Vary"] = "Accept"
         first = await anext(ans.body, b"")  # a raw block is checked whole here: a mismatch is still a clean 502
         await resp.prepare(request)
         await resp.write(first)

@@ -53,7 +53,6 @@ COMPARED = (
     "Last-Modified",
     "Location",
     "Accept-Ranges",
-    "Vary",
     "X-Ipfs-Path",
     "X-Ipfs-Roots",
     "X-Content-Type-Options",
@@ -296,6 +295,16 @@ async def test_ipfs_path_roots_nosniff_and_disposition(gw: Gateways) -> None:
     assert got.headers["X-Content-Type-Options"] == "nosniff"
     assert got.headers["Content-Disposition"].startswith("attachment;")
     check_block(parse_cid(roots[-1]), got.body)  # the block at the end of the path
+
+
+async def test_vary_and_content_location_when_accept_chose(gw: Gateways) -> None:
+    """The format chosen by Accept: Content-Location names the URL with ?format= (Kubo), and the node adds
+    Vary: Accept (Kubo's gateway sends none) so a shared cache never serves a CAR for a raw request."""
+    got = await _cairn(gw, "GET", f"/ipfs/{gw.fx.dir}", {"Accept": f"{CAR}; version=1; dups=y"})
+    assert got.status == 200 and got.headers["Vary"] == "Accept"
+    assert got.headers["Content-Location"] == f"/ipfs/{gw.fx.dir}?car-dups=y&car-version=1&format=car"
+    assert got.headers["Content-Type"] == f"{CAR}; version=1; order=dfs; dups=y"
+    assert got.headers["Etag"].startswith(f'W/"{gw.fx.dir}.car.')  # weak: the same blocks may be sent differently
 
 
 async def test_head_is_get_without_a_body(gw: Gateways) -> None:
