@@ -89,6 +89,12 @@ class IpfsSettings:
         "else `ipfs` on PATH if it is v0.42.0.",
         default="",
     )
+    gateway: str = _doc(
+        "External Kubo only: URL of its HTTP gateway (`http://127.0.0.1:8080`), which `/ipfs/` relays, hash-checking "
+        "every block; keep it on loopback with `Gateway.NoFetch` set. Empty: `/ipfs/` serves one block or a whole-DAG "
+        "CAR of a CID itself, and answers 501 to the rest of the trustless gateway (paths, dag-scope, entity-bytes).",
+        default="",
+    )
     api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
     gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
     swarm_port: int = _doc("Managed Kubo: swarm (libp2p TCP) port on 127.0.0.1; 0 picks a free port.", default=0)

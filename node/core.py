@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from node.home import Home
 from node.identity import Identity
 from node.index import Index
 from node.ipfs import HOME_SECRET, KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.ipfs.gateway import Answer, GatewayClient
 from node.model import (
     CID,
     MAX_BLOCK_BYTES,
@@ -152,6 +153,9 @@ class Node:
         self.pulls = Pulls()
         self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
         self.pipelines = PipelineRunner(kubo, datasets, identity, home.path, self._step_query)  # node.pipelines
+        # /ipfs/: the managed Kubo's loopback gateway (its port may change on a restart), else ipfs.gateway
+        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout)
+        started.push_async_callback(self.gateway.close)
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
@@ -725,6 +729,17 @@ class Node:
         if not await self.holds(cid):
             raise NotFound(f"this node does not hold {cid_str(cid)}: fetch it first (`cairn pull CID`, or a query)")
 
+    def _gateway_url(self) -> str | None:
+        if self.managed is not None:
+            return self.managed.gateway_url
+        return self.settings.ipfs.gateway.rstrip("/") or None
+
+    def gateway_open(
+        self, method: str, path: str, query: str, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[Answer]:
+        """The Kubo gateway's answer to ``/ipfs/{path}``, every block it sends hash-checked (node.ipfs.gateway)."""
+        return self.gateway.open(method, path, query, headers)
+
     async def odf_head(self, dataset: str) -> CID:
         return (await self.datasets.resolve(dataset))[1].head
 
@@ -891,7 +906,9 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
             bootstrap=list(ipfs.bootstrap),
             log_path=home.logs / "kubo.log",
             # Re-hash every block read from the blockstore: what we serve is checked against its CID.
-            config={"Datastore.HashOnRead": True},
+            # Gateway.NoFetch: /ipfs/ serves what the node holds, an absent block is a prompt 404 (issue 16);
+            # AllowCodecConversion: Accept: application/json gives a DAG-CBOR block as DAG-JSON (docs/gateway.md).
+            config={"Datastore.HashOnRead": True, "Gateway.NoFetch": True, "Gateway.AllowCodecConversion": True},
             secret_path=home.path / HOME_SECRET,  # its RPC API's secret (issue 15), 0600 like api.token
         )
         stack.push_async_callback(managed.stop)

@@ -420,6 +420,22 @@ class KuboTruncated(KuboError):
     """
 
 
+class GatewayRefused(KuboError):
+    """The Kubo gateway behind ``/ipfs/`` refused a request (a bad CID or path, a format it cannot give, content
+    this node does not hold): its status is kept, its text becomes the message (docs/gateway.md)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class GatewayUnavailable(CairnError):
+    """A gateway request only a Kubo gateway answers (a path, a dag-scope, entity-bytes) on a node whose external
+    Kubo has no ``ipfs.gateway`` set."""
+
+    status = 501
+
+
 class KuboStartError(KuboError):
     """The managed daemon could not be initialised or did not come up (the message carries its log tail)."""
 

@@ -45,14 +45,19 @@ _ERROR_TEXT = {
 }
 
 
+def _doc_path(path: str) -> str:
+    """An aiohttp path as OpenAPI writes it: ``{path:.*}`` (a parameter spanning slashes) is ``{path}``."""
+    return re.sub(r"\{(\w+):[^}]*\}", r"{\1}", path)
+
+
 def _operation_id(route: Route) -> str:
-    return route.method.lower() + "_" + "_".join(re.findall(r"[A-Za-z0-9]+", route.path))
+    return route.method.lower() + "_" + "_".join(re.findall(r"[A-Za-z0-9]+", _doc_path(route.path)))
 
 
 def _parameters(route: Route) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in re.findall(r"\{(\w+)\}", route.path)
+        for name in re.findall(r"\{(\w+)\}", _doc_path(route.path))
     ]
     for p in route.params:
         schema: dict[str, Any] = {"type": p.type, **({"enum": list(p.enum)} if p.enum else {})}
@@ -158,7 +163,7 @@ def _operation(route: Route, limits: Limits) -> dict[str, Any]:
 def document(routes: Iterable[Route], limits: Limits, version: str) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, limits)
+        paths.setdefault(_doc_path(route.path), {})[route.method.lower()] = _operation(route, limits)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -40,6 +40,7 @@ from node.api.access import (
     host_middleware,
     limits_from,
 )
+from node.api.gateway import serve as serve_gateway
 from node.api.local_files import open_local
 from node.api.metrics import Metrics
 from node.core import Node
@@ -553,33 +554,7 @@ async def odf_data(request: web.Request) -> web.StreamResponse:
 
 
 async def gateway(request: web.Request) -> web.StreamResponse:
-    cid = parse_cid(request.match_info["cid"])
-    node = _node(request)
-    await node.gateway_held(cid)  # local only: an absent CID is a prompt 404, not a network search
-    accept = request.headers.get("Accept", "")
-    if "application/vnd.ipld.raw" in accept:
-        return web.Response(
-            body=await node.raw_block(cid),
-            content_type="application/vnd.ipld.raw",
-            headers={"X-Ipfs-Roots": cid_str(cid)},
-        )
-    if "application/vnd.ipld.car" in accept:
-        chunks = node.car_export(cid)
-        content_type = "application/vnd.ipld.car; version=1"
-    elif cid.codec.name in ("dag-cbor", "cbor"):
-        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # off the loop (issue 15)
-        return web.Response(text=text, content_type="application/json")
-    else:
-        chunks = node.cat(cid)
-        content_type = "application/octet-stream"
-    first = await anext(chunks, b"")  # errors (absent CID, timeout) still become a clean error answer
-    resp = web.StreamResponse(headers={"Content-Type": content_type, "X-Ipfs-Roots": cid_str(cid)})
-    await resp.prepare(request)
-    await resp.write(first)
-    async for chunk in chunks:  # a failure past this point cuts the stream: the client sees it short
-        await resp.write(chunk)
-    await resp.write_eof()
-    return resp
+    return await serve_gateway(request, _node(request))
 
 
 async def metrics_get(request: web.Request) -> web.Response:
@@ -660,6 +635,24 @@ _STR = {"type": "string"}
 _REF = Param("ref", "dataset name, id or block CID")
 _FORMATS = tuple(export.WRITERS)
 _DATA_TYPES = tuple(w.content_type.split(";")[0] for w in export.WRITERS.values())
+_GATEWAY_TYPES = (
+    "application/vnd.ipld.raw",
+    "application/vnd.ipld.car",
+    "application/octet-stream",
+    "application/vnd.ipld.dag-cbor",
+    "application/json",
+    "text/plain",
+    "text/html",
+    "*/*",  # a file's bytes, with the type Kubo's gateway sniffs (application/vnd.apache.parquet for a slice)
+)
+_GATEWAY_PARAMS = (
+    Param("format", "response format; wins over Accept", enum=("raw", "car", "dag-json", "dag-cbor", "json", "cbor")),
+    Param("dag-scope", "CAR: the blocks under the path (default all)", enum=("all", "entity", "block")),
+    Param("entity-bytes", "CAR: a byte range of a file, FROM:TO (TO may be * or negative)"),
+    Param("car-version", "CAR version (1)", enum=("1",)),
+    Param("car-order", "CAR block order", enum=("dfs", "unk")),
+    Param("car-dups", "CAR: repeat a block each time it is met (y) or not (n)", enum=("y", "n")),
+)
 _UPLOAD_PARAMS = (
     Param("name", "create a dataset of this name"),
     Param("to", "append to this dataset"),
@@ -919,20 +912,22 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "GET", "/odf/{dataset}/data/{cid}", odf_data, OPEN, "a dataset slice", produces=("application/octet-stream",)
     ),
-    Route(
-        "GET",
-        "/ipfs/{cid}",
-        gateway,
-        OPEN,
-        "a block, a CAR or a file by CID (Accept: application/vnd.ipld.raw or .car), of what this node holds: 404 at "
-        "once otherwise",
-        produces=(
-            "application/octet-stream",
-            "application/json",
-            "application/vnd.ipld.raw",
-            "application/vnd.ipld.car",
-        ),
-        returns={200: S.ANY},
+    *(
+        Route(
+            method,
+            path,
+            gateway,
+            OPEN,
+            f"{method}: the IPFS Trustless Gateway of what this node holds (docs/gateway.md): a block "
+            "(?format=raw, Accept: application/vnd.ipld.raw), a CAR (?format=car; dag-scope, entity-bytes, car-order, "
+            "car-dups), a file; paths through UnixFS, HAMT and DAG-CBOR; 404 at once for what it does not hold",
+            params=_GATEWAY_PARAMS,
+            produces=_GATEWAY_TYPES,
+            errors=(400, 404, 406, 412, 416, 501, 504),
+            returns={200: S.ANY},
+        )
+        for method in ("GET", "HEAD")
+        for path in ("/ipfs/{cid}", "/ipfs/{cid}/{path:.*}")
     ),
     # Transform.Storage types: a check answers 200 whether the data is a term or not (result, code)
     Route(

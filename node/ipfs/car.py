@@ -176,6 +176,11 @@ class CarVerifier:
         self._linked: dict[bytes, CID] = {}
         self.summary = CarSummary(roots=[])
 
+    @property
+    def pending(self) -> int:
+        """Bytes fed but not yet checked: the start of a block whose end has not come (a relay holds them back)."""
+        return len(self._buf)
+
     def feed(self, chunk: bytes) -> None:
         self._buf += chunk
         self.summary.bytes += len(chunk)

@@ -87,7 +87,9 @@ class ServedNode:
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         try:
-            settings_ = node_settings(self.home, self.kubo_api)
+            # /ipfs/ relays the Kubo's gateway (docs/gateway.md), as on a node that manages its Kubo
+            gateway = {"ipfs.gateway": self.kubo_api.gateway_url or ""}
+            settings_ = node_settings(self.home, self.kubo_api, **gateway)
             async with Node.running(settings_) as node:
                 self.node, self.token = node, node.home.token()
                 runner = web.AppRunner(create_app(node, self.token, settings_.api.max_upload_bytes))
@@ -142,6 +144,8 @@ def _seed(node: ServedNode) -> None:
     r3 = post.post(f"{node.url}/api/v0/pipelines", json=SEED_PIPELINE)
     assert r3.status_code == 200 and r3.json()["computed"] == 0, r3.text
     types = _seed_types(post, node.url, r2.json()["cid"])
+    linked = post.post(f"{node.url}/api/v0/dag", json={"s": {"/": ds["slices"][0]["cid"]}})  # a path: /ipfs/CID/s
+    assert linked.status_code == 200, linked.text
     node.seeded = {
         "ref": "cities",
         "dataset": "cities",
@@ -150,6 +154,7 @@ def _seed(node: ServedNode) -> None:
         "execution": answer["execution"],
         "job": r.json()["job"],
         "dag": r2.json()["cid"],
+        "linked": linked.json()["cid"],
         **types,
     }
 
@@ -277,6 +282,9 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/odf/{dataset}/data/{cid}", {"dataset": s["dataset"], "cid": s["slice"]}, {}),
         ("/ipfs/{cid}", {"cid": s["dag"]}, {}),
         ("/ipfs/{cid}", {"cid": s["slice"]}, {}),
+        ("/ipfs/{cid}/{path}", {"cid": s["linked"], "path": "s"}, {}),
+        ("/ipfs/{cid}", {"cid": s["slice"]}, {"format": "raw"}),
+        ("/ipfs/{cid}", {"cid": s["head"]}, {"format": "car"}),
         ("/api/v0/types/check", {}, {"ref": s["dag"], "type": s["type"]}),
         ("/api/v0/types/asset", {}, {"cid": s["asset"]}),
         ("/api/v0/lineage/{cid}", {"cid": s["execution"]}, {}),
@@ -407,7 +415,7 @@ def test_the_document_marks_every_non_get_route_as_a_write() -> None:
     writes = {(op.method.upper(), op.path) for op in _write_operations()}
     for path, ops in DOCUMENT["paths"].items():
         for method, op in ops.items():
-            if method != "get" and op["x-cairn-access"] != "token-to-compute":
+            if method not in ("get", "head") and op["x-cairn-access"] != "token-to-compute":
                 assert (method.upper(), path) in writes, (method, path)
     assert ("POST", "/api/v0/datasets") in writes and ("DELETE", "/api/v0/jobs/{id}") in writes
 

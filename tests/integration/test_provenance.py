@@ -9,9 +9,12 @@ the slice cache.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +26,7 @@ import pytest_asyncio
 
 from node.datasets.slices import read_slice, write_parquet_slice
 from node.identity import generate
-from node.ipfs import ManagedKubo
+from node.ipfs import ManagedKubo, read_car
 from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
 from node.provenance.lineage import LineageWalk
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
@@ -38,7 +41,8 @@ FAST = {"query.lineage_fetch_timeout": 3.0}
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def prov(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
-    async with inprocess_node(tmp_path_factory.mktemp("prov") / "a", kubo_session, **FAST) as (node, client):
+    gateway = {"ipfs.gateway": kubo_session.gateway_url or ""}  # /ipfs/ relays a Kubo gateway (docs/gateway.md)
+    async with inprocess_node(tmp_path_factory.mktemp("prov") / "a", kubo_session, **FAST, **gateway) as (node, client):
         await node.spark.ensure()
         ids = {name: (await add_csv(client, name, data))["id"] for name, data in (("cities", CITIES), ("towns", TOWNS))}
         resp = await client.post("/api/v0/query", json={"sql": SQL, "inputs": {"c": "cities", "t": "towns"}})
@@ -378,3 +382,28 @@ async def test_documented_walkthrough(prov: dict[str, Any]) -> None:
             assert code == 0, (line, out.decode(), err.decode())
             ran.add(" ".join(w for w in words if w.startswith("-") or w in ("lineage", "verify")))
     assert {"lineage", "lineage --format", "verify --offline", "verify --offline --recursive"} <= ran, ran
+
+
+async def test_a_result_is_a_verifiable_car_for_a_browser_and_a_plain_kubo(
+    prov: dict[str, Any], kubo_binary: Path, tmp_path: Path
+) -> None:
+    """Issue 19: a page's `fetch` of `?format=car` (another origin, CORS) and a plain Kubo's `dag import` both get
+    a CAR of a Cairn result that checks out, block by block."""
+    answer, client = prov["answer"], prov["client"]
+    browser = {"Origin": "https://example.org", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "cross-site"}
+    for ref in (answer["receipt"], answer["execution"]):
+        resp = await client.get(f"/ipfs/{ref}?format=car", headers=browser)
+        car = await resp.read()
+        assert resp.status == 200 and resp.headers["Access-Control-Allow-Origin"] == "*", car[:300]
+        roots, blocks = read_car(car)  # every block hashed, every linked block there
+        assert [cid_str(r) for r in roots] == [ref] and len(blocks) > 1
+        path = tmp_path / f"{ref}.car"
+        path.write_bytes(car)
+        env = {**os.environ, "IPFS_PATH": str(tmp_path / "plain"), "IPFS_TELEMETRY": "off"}
+        for args in (["init", "--profile=test"], ["dag", "import", str(path)]):
+            if args[0] == "init" and (tmp_path / "plain").exists():
+                continue
+            proc = await asyncio.create_subprocess_exec(str(kubo_binary), *args, env=env, stdout=PIPE, stderr=PIPE)
+            out, err = await proc.communicate()
+            assert proc.returncode == 0, (args, err)
+        assert f"Pinned root\t{ref}\tsuccess" in out.decode() or ref in out.decode(), out
