@@ -560,8 +560,13 @@ class Datasets:
             return _Signer(key, did, key_name, ipns, None, 0)
         return _Signer(self._load_key(row.key_name), old.dataset_id, row.key_name, row.ipns, old.head, old.seq + 1)
 
-    async def _store_chain(self, signer: _Signer, blocks: list[Block], events: list[dict[str, Any]]) -> CID:
-        """Sign `events` into metadata blocks after the signer's head, store them with `blocks`, pin the new head."""
+    async def _store_chain(
+        self, signer: _Signer, blocks: list[Block], events: list[dict[str, Any]], shallow: list[CID] | None = None
+    ) -> CID:
+        """Sign `events` into metadata blocks after the signer's head, store them with `blocks`, pin the new head.
+        ``shallow``: the version's slices, pinned with each block directly instead of the head recursively (a
+        derivative version's AddData links the receipt that wrote it: a recursive pin would follow it into the
+        producer's own datasets, which a node that took the answer from a peer need not hold)."""
         prev, seq = signer.prev, signer.seq
         chain: list[Block] = []
         for event in events:
@@ -573,7 +578,13 @@ class Datasets:
         for blk in blocks + chain:
             await self._put(blk)
         head = chain[-1].cid
-        await self.kubo.pin_add(head, recursive=True)  # slices, structures and chain: all or nothing
+        if shallow is None:
+            await self.kubo.pin_add(head, recursive=True)  # slices, structures and chain: all or nothing
+            return head
+        for cid in shallow:
+            await self.kubo.pin_add(cid, recursive=True)
+        for blk in blocks + chain:
+            await self.kubo.pin_add(blk.cid, recursive=False)
         return head
 
     async def _move_head(
@@ -639,7 +650,8 @@ class Datasets:
                     "transform": receipt,
                 }
             )
-        head = await self._store_chain(_Signer(ident.private_key, ident.node_key, "", None, None, 0), blocks, events)
+        signer = _Signer(ident.private_key, ident.node_key, "", None, None, 0)
+        head = await self._store_chain(signer, blocks, events, shallow=[r.cid for r in refs])
         self.index.set_version_facts(cid_str(head), *facts)
         return head
 

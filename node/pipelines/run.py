@@ -235,8 +235,10 @@ class PipelineRunner:
     async def _record(
         self, spec: PipelineSpec, pl: CID, previous: CID | None, done: dict[str, _Done]
     ) -> dict[str, Any]:
-        """Sign and store the pr_0, pin it (recursively: the run, its steps' results, every earlier run), and make
-        it the pipeline's latest run."""
+        """Sign and store the pr_0, pin it, and make it the pipeline's latest run. Pinned shallowly: the run and
+        every earlier run directly (each stays pinned), its pl_0 recursively (the node's own datasets and queries);
+        each step's result is pinned as a result (receipt, derivative version). A recursive pin of the run would
+        follow its receipts into the datasets of whichever peer computed a step, which this node need not hold."""
         steps = [done[s.name].record for s in spec.steps]
         failed = next((s for s in steps if s.source == "failed"), None)
         run = PipelineRun(
@@ -250,12 +252,8 @@ class PipelineRunner:
         )
         blk = block_of(run.signed(self.identity.sign))
         await self._put(blk)
-        await self.kubo.pin_add(blk.cid, recursive=True)
-        if previous is not None:
-            try:
-                await self.kubo.pin_rm(previous, recursive=True)  # covered by the new run's recursive pin
-            except CairnError:
-                pass
+        await self.kubo.pin_add(pl, recursive=True)
+        await self.kubo.pin_add(blk.cid, recursive=False)
         self._set_latest(spec.name, blk.cid)
         return self.view(blk.cid, run, {s.name: done[s.name].shown for s in spec.steps})
 

@@ -61,7 +61,7 @@ from node.model import (
 from node.query import CanonicalQuery, SortKey
 from node.query.result_order import canonical_order
 from node.query.sandbox import Sandbox
-from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, fetch_and_verify
+from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, connect_providers, fetch_and_verify
 from node.resolve.empty_input import write_empty
 from node.resolve.spark import SparkWorker
 
@@ -168,6 +168,7 @@ class Resolver:
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
         self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
+        self._reaching: set[asyncio.Future[bool]] = set()  # connects to a peer answer's providers, after answering
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
         self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
@@ -372,8 +373,16 @@ class Resolver:
         self._owe_pins(claim, got, provide=True)
         self.index.add_execution(row)
         self._accept(claim)
+        self._reach_later(claim.announcement.providers)
         stored = self.index.execution(row.invocation) or row
         return Outcome(stored, "peer", stored.trust, peer)
+
+    def _reach_later(self, providers: Sequence[str]) -> None:
+        """Connect our Kubo to the claim's providers after answering: an answer from carried blocks never did,
+        and what comes next (lineage, verify, a pipeline's next step) fetches the peer's other blocks by CID."""
+        task = asyncio.ensure_future(connect_providers(self.kubo, tuple(providers)))
+        self._reaching.add(task)
+        task.add_done_callback(self._reaching.discard)
 
     async def _put_blocks(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
         """Blocks into our Kubo: one call per codec, the calls at once."""
@@ -394,9 +403,10 @@ class Resolver:
             self._pinner = asyncio.ensure_future(self._drain_pins())
 
     async def stop_pins(self) -> None:
-        if self._pinner is not None:
-            self._pinner.cancel()
-            await asyncio.gather(self._pinner, return_exceptions=True)
+        for task in [self._pinner, *self._reaching]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in [self._pinner, *self._reaching] if t is not None), return_exceptions=True)
 
     async def _drain_pins(self) -> None:
         """Pin, then provide, each owed CID, oldest first; each leaves the queue only once pinned. A pin that
