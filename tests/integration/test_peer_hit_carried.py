@@ -242,6 +242,7 @@ async def test_owed_pins_are_resumed_at_start(kubo_session: ManagedKubo, tmp_pat
     cid = cid_for(data, "raw")
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
         await node.kubo.block_put(data, codec="raw")
+        await node.resolver.stop_pins()  # the drain started at open must not run now: the pin stays owed (a crash)
         node.index.queue_pins([(cid_str(cid), False, False)])  # as _keep_peer_answer does, the drain not yet run
         assert not await node.kubo.pin_ls(cid)
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
