@@ -330,6 +330,18 @@ async def test_every_step_verifies_offline(pair: dict[str, Any]) -> None:
     ]
 
 
+async def test_every_step_is_reproduced_by_recomputing(pair: dict[str, Any]) -> None:
+    """`verify --recursive` (recompute) from node B, which took every step from A: each step's statement runs again
+    on B's Spark over the derivative versions the receipts name, and gives A's logical hash, rows and ex_0."""
+    top = steps(pair["first"])["top"]["receipt"]
+    resp = await pair["b_client"].post("/api/v0/verify", json={"cid": top, "recursive": True, "wait": True})
+    out = await resp.json()
+    assert resp.status == 200, out
+    assert {e["receipt"] for e in out["executions"]} == {s["receipt"] for s in pair["first"]["steps"]}
+    assert out["ok"] and out["summary"]["reproduced"] == 3, [(e["status"], e.get("reason")) for e in out["executions"]]
+    assert all(e["same_execution"] for e in out["executions"])
+
+
 async def test_the_log_of_a_pipeline_never_run_is_a_404(pair: dict[str, Any]) -> None:
     client = pair["a_client"]
     resp = await client.get("/api/v0/pipelines/never")
