@@ -59,6 +59,7 @@ from node.model.cid import cid_for
 from node.pipelines import PipelineRunner, parse_spec
 from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
+from node.resolve.answers import AnswerCache, key_of
 from node.resolve.claims import connect_providers
 from node.types import TypeChecks
 
@@ -144,6 +145,7 @@ class Node:
         self.managed = managed  # None: an external Kubo (ipfs.api), which this node neither starts nor stops
         self.kubo_state = "up"
         self.index, self.datasets, self.resolver, self.jobs = index, datasets, resolver, jobs
+        self.answers = AnswerCache()  # recent local hits (issue 18 item 1)
         self.spark = spark
         self.worker = spark.worker
         self.network = network  # None: peers.enabled = false
@@ -363,20 +365,34 @@ class Node:
         CID of the type the result must be a term of (checked before anything runs, and on the result)."""
         if self.stopping:
             raise NodeStopping("the node is stopping: it takes no new query")
+        started = time.perf_counter()
+        limit = self.settings.query.answer_rows if limit is None else limit
+        # A plain request (no progress events, no declared type) asked before: the same local hit, unless the
+        # index changed since (node/resolve/answers.py).
+        key = key_of(sql, inputs, limit, trust or self.resolver.trust_mode, may_compute)
+        plain = on_event is None and type_ref is None
+        generation = self.index.generation
+        kept = self.answers.get(key, generation) if plain else None
+        if kept is not None:
+            kept["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            return kept
         task = asyncio.current_task()
         assert task is not None  # always called from a task: the HTTP handler's or a job's
         self._queries.add(task)
         try:
-            return await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref)
+            answer = await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref)
         finally:
             self._queries.discard(task)
             self._queries_changed.set()
+        if plain and answer["source"] == "local" and self.index.generation == generation:
+            self.answers.put(key, generation, answer)
+        return answer
 
     async def _query(
         self,
         sql: str,
         inputs: dict[str, str],
-        limit: int | None,
+        limit: int,
         trust: str | None,
         on_event: Callable[[str, dict[str, Any]], None] | None,
         may_compute: bool,
@@ -388,7 +404,6 @@ class Node:
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
         self.index.set_output_names(row.execution, list(answer.output_names))
-        limit = self.settings.query.answer_rows if limit is None else limit
         try:
             arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
         except RenderError as e:  # the answer is recorded: say where it is, never lose it

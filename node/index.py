@@ -195,6 +195,9 @@ class Index:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._migrate()
+        # Writes to the tables a query's answer is read from (datasets, executions): node.resolve.answers keeps
+        # answers made at one generation only.
+        self.generation = 0
 
     def _migrate(self) -> None:
         """Columns added after a table was first created (rows already there keep NULL)."""
@@ -249,6 +252,7 @@ class Index:
             self._db.execute(
                 "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)", (name, dataset_id, head, ipns, key_name, now, now)
             )
+            self.generation += 1
 
     def move_head(self, name: str, old: str, new: str) -> bool:
         """Compare-and-set: moves the head only if nobody moved it since ``old`` was read."""
@@ -256,6 +260,7 @@ class Index:
             cur = self._db.execute(
                 "UPDATE datasets SET head = ?, updated = ? WHERE name = ? AND head = ?", (new, clock.now(), name, old)
             )
+            self.generation += cur.rowcount
         return cur.rowcount == 1
 
     def queue_pins(self, pins: list[tuple[str, bool, bool]]) -> None:
@@ -338,6 +343,7 @@ class Index:
                     trust_strength(e.trust),
                 ),
             )
+            self.generation += 1
 
     def executions(self, limit: int = 1000) -> list[ExecutionRow]:
         with self._locked():

@@ -337,3 +337,28 @@ async def test_an_equivalent_spelling_is_a_local_hit(nodes: Any, csv_dir: Path, 
     assert (two["query"], two["invocation"], two["execution"]) == (one["query"], one["invocation"], one["execution"])
     assert two["source"] == "local" and spark_jobs(a) == jobs  # no Spark job
     assert sorted(two["rows"]) == sorted(duck(csv_dir, second))
+
+
+async def test_a_kept_answer_follows_its_dataset(nodes: Any) -> None:
+    """A repeated local hit comes from the node's kept answers (node/resolve/answers.py): the same bytes but
+    ``elapsed_ms``; an append moves the dataset's head, and the very next ask reads the new version."""
+    a, _ = nodes
+    first_rows = b"g,x\na,1\nb,2\na,3\n"
+    await add_csv(a[1], "kept", first_rows)
+    sql = "SELECT g, SUM(x) AS s FROM kept GROUP BY g ORDER BY g"
+    computed = await ask(a[1], sql, kept="kept")
+    hit = await ask(a[1], sql, kept="kept")
+    assert hit["source"] == "local" and computed["source"] == "computed"
+    kept_before = len(a[0].answers)
+    again = await ask(a[1], sql, kept="kept")
+    assert len(a[0].answers) == kept_before  # the same entry served, none added
+    assert {k: v for k, v in again.items() if k != "elapsed_ms"} == {k: v for k, v in hit.items() if k != "elapsed_ms"}
+    assert hit["rows"] == [["a", 4], ["b", 2]]
+    resp = await a[1].post("/api/v0/datasets", params={"to": "kept", "filename": "more.csv"}, data=b"g,x\nb,10\n")
+    assert resp.status == 200, await resp.text()
+    moved = await ask(a[1], sql, kept="kept")
+    assert moved["source"] == "computed" and moved["rows"] == [["a", 4], ["b", 12]]
+    assert moved["inputs"]["kept"] != hit["inputs"]["kept"]
+    # Read by the dataset's name (an implicit input): the same rule.
+    implicit = await query(a[1], {"sql": sql})
+    assert implicit[0] == 200 and implicit[1]["rows"] == [["a", 4], ["b", 12]]
