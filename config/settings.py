@@ -151,6 +151,12 @@ class SparkSettings:
         "above it the query is refused (400). 0: no limit.",
         default=1 << 40,
     )
+    warmup_rows: int = _doc(
+        "Rows of the worker's idle JIT warm-up (a filter, group, aggregate and order over generated Parquet, run "
+        "after start while no job waits, stopped by the first job), so a first query runs as fast as later ones. "
+        "0: none.",
+        default=1_000_000,
+    )
     max_concurrent_jobs: int = _doc("Spark jobs the worker runs at the same time (more wait their turn).", default=2)
     max_queued_jobs: int = _doc(
         "Spark jobs that may wait for a free slot beyond those running; more are refused at once (429).", default=64

@@ -946,6 +946,7 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
         max_jobs=sp.max_concurrent_jobs,
         max_queued=sp.max_queued_jobs,
         stall_timeout=sp.stall_timeout,
+        jit_rows=sp.warmup_rows,
         limits={"rows": sp.max_result_rows, "bytes": sp.max_result_bytes, "plan_bytes": sp.max_plan_bytes},
     )
 

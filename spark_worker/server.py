@@ -184,6 +184,7 @@ class Worker:
         warmup: bool = True,
         max_jobs: int = 1,
         stall_s: float = 0.0,
+        jit_rows: int = 0,
     ) -> None:
         self.spark = spark
         self.sc = spark.sparkContext
@@ -200,6 +201,9 @@ class Worker:
         self.parent_pid = parent_pid
         self.started = time.time()
         self.warmup = warmup
+        self.jit_rows = jit_rows  # rows of the idle JIT warm-up (0: none)
+        self.warming: Job | None = None  # the idle warm-up's job while it runs: a real job cancels it
+        self.job_came = threading.Event()  # a real job was asked for: the idle warm-up stops, or never starts
         self.exit_code = EXIT_OK
         self.stopping = threading.Event()
         self.counters = {"jobs": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
@@ -335,6 +339,8 @@ class Worker:
                 log.info("warm-up query took %.0f ms", (time.perf_counter() - t0) * 1000)
             except Exception as e:  # noqa: BLE001 - a failed warm-up only costs the first job time
                 log.warning("warm-up query failed: %s", one_line(str(e), first=True))
+            if self.jit_rows:
+                _jit_warm_up(self)
         while True:
             job = self.jobs.get()
             if job is None:
@@ -398,6 +404,17 @@ class Worker:
                 self.stalled = True
                 proc.kill()
                 return
+
+    def stop_warming(self) -> None:
+        """A real job came: the idle warm-up gives the JVM back at once (a real job never waits for it)."""
+        self.job_came.set()
+        warming = self.warming
+        if warming is not None:
+            warming.cancelled.set()
+            try:
+                self.sc.cancelJobGroup(warming.id)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not stop the warm-up: %s", one_line(str(e), first=True))
 
     def cancel(self, job: Job) -> None:
         job.cancelled.set()
@@ -525,6 +542,7 @@ class Worker:
         try:
             job.future.add_done_callback(wake)
             self.jobs.put(job)
+            self.stop_warming()
             client_gone = False
             while not job.future.done():
                 if client_gone:
@@ -763,6 +781,49 @@ def _warm_up(worker: Worker) -> None:
         )
 
 
+# Filter, group, aggregate and order over the common column types: the plan shape of most queries. After the
+# small warm-up, the first such query on real data still took 2x a warm one (JIT of the Parquet readers,
+# aggregation and sort, code generation); after these two it took as long as a warm one (issue 18 item 7).
+JIT_SQL = (
+    "SELECT col_2, col_0 % 97 AS b, COUNT(*) AS n, SUM(col_1) AS s, MIN(col_0) AS m FROM a "
+    "WHERE col_1 > {c} GROUP BY col_2, col_0 % 97 ORDER BY col_2, b"
+)
+
+
+def _jit_warm_up(worker: Worker) -> None:
+    """Run ``JIT_SQL`` twice over ``worker.jit_rows`` generated rows while no job waits; a job that arrives
+    cancels it (``Worker.stop_warming``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cairn-jit-") as tmp:
+        paths = []
+        for part in range(2):  # two files: the multi-file scan of a dataset's slices
+            ids = pa.array(range(part, worker.jit_rows, 2), pa.int64())
+            v = pc.divide(pc.cast(pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFF), pa.float64()), 1048576.0)
+            s = pc.cast(pc.bit_wise_and(ids, 7), pa.string())
+            paths.append(os.path.join(tmp, f"jit-{part}.parquet"))
+            pq.write_table(pa.table({"i": ids, "v": v, "s": s}), paths[-1], compression="zstd")
+        for i, c in enumerate((0.25, 0.5)):
+            job = Job(f"warmup-jit-{i}", JIT_SQL.format(c=c), {"a": (paths, ["col_0", "col_1", "col_2"])})
+            worker.warming = job
+            if worker.job_came.is_set():  # checked after ``warming`` is set: a later job cancels the job itself
+                worker.warming = None
+                log.info("JIT warm-up stopped after %.0f ms: a job came", (time.perf_counter() - t0) * 1000)
+                return
+            try:
+                worker.execute(job)
+            except Exception as e:  # noqa: BLE001 - stopped by a job, or failed: either way only time is lost
+                why = "a job came" if job.cancelled.is_set() else one_line(str(e), first=True)
+                log.info("JIT warm-up stopped after %.0f ms: %s", (time.perf_counter() - t0) * 1000, why)
+                return
+            finally:
+                worker.warming = None
+    log.info("JIT warm-up took %.0f ms", (time.perf_counter() - t0) * 1000)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m spark_worker", description="Cairn's co-located Spark worker")
     p.add_argument("--socket", required=True, type=Path, help="Unix socket path to serve on (created mode 0600)")
@@ -771,6 +832,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log", type=Path, help="append stdout/stderr (the worker's and the JVM's) to this file")
     p.add_argument("--parent-pid", type=int, help="exit when the parent is no longer this process")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up query before serving")
+    p.add_argument(
+        "--jit-warmup-rows", type=int, default=0, help="rows of the idle JIT warm-up after the first one (0: none)"
+    )
     p.add_argument("--max-jobs", type=int, default=2, help="Spark jobs run at the same time (default 2)")
     p.add_argument(
         "--stall-timeout", type=float, default=0.0, help="kill a JVM idle this many s while a job runs (0: never)"
@@ -841,6 +905,7 @@ def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: sock
             warmup=not args.no_warmup,
             max_jobs=args.max_jobs,
             stall_s=args.stall_timeout,
+            jit_rows=0 if args.no_warmup else args.jit_warmup_rows,
         )
         log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
         return worker

@@ -120,6 +120,7 @@ class SparkWorker:
         max_queued: int = 64,
         limits: Mapping[str, int] = _NO_LIMITS,
         stall_timeout: float = 0.0,
+        jit_rows: int = 0,
     ) -> None:
         """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
         ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
@@ -145,6 +146,7 @@ class SparkWorker:
         self.max_queued = max_queued
         self.waiting = 0  # calls waiting for a slot
         self.stall_timeout = stall_timeout
+        self.jit_rows = jit_rows  # the worker's idle JIT warm-up (spark.warmup_rows)
         self.limits = dict(limits)
         self.restarts = 0
         self.jobs_sent = 0
@@ -234,6 +236,7 @@ class SparkWorker:
         if not self.warmup:
             cmd.append("--no-warmup")
         cmd += ["--max-jobs", str(self.max_jobs), "--stall-timeout", str(self.stall_timeout)]
+        cmd += ["--jit-warmup-rows", str(self.jit_rows)]
         return cmd
 
     def _env(self) -> dict[str, str]:

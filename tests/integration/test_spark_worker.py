@@ -245,6 +245,46 @@ async def test_worker_killed_mid_query_is_restarted(worker: SparkWorker, data: P
     assert _gone(old_pid) and _gone(old_jvm) and group_members(old_pid) == []
 
 
+async def _log_says(w: SparkWorker, *lines: str, timeout: float = 180.0) -> str:
+    """The worker's log once it holds one of ``lines`` (polled, with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = w.log_path.read_text(errors="replace") if w.log_path.exists() else ""
+        if any(line in text for line in lines):
+            return text
+        assert time.monotonic() < deadline, f"timed out waiting for {lines} in the worker's log:\n{text[-2000:]}"
+        await asyncio.sleep(0.1)
+
+
+async def test_idle_jit_warm_up_runs_then_serves(tmp_path: Path, data: Path) -> None:
+    """Issue 18 item 7: after the first warm-up, an idle worker runs the JIT warm-up to its end."""
+    w = SparkWorker(tmp_path / "jit.sock", jit_rows=200_000)
+    try:
+        await w.start()
+        text = await _log_says(w, "JIT warm-up took", "JIT warm-up stopped")
+        assert "JIT warm-up took" in text, text[-2000:]
+        result = await w.run("SELECT count(*) AS n, sum(col_1) AS s FROM a", sales(data))
+        assert result.table.to_pylist() == [{"n": 7, "s": 106}]
+    finally:
+        await w.stop()
+
+
+async def test_a_job_stops_the_jit_warm_up(tmp_path: Path, data: Path) -> None:
+    """A job arriving while the JIT warm-up runs never waits for it: the warm-up is cancelled (or never starts, if
+    the job came before it started), and the job's answer is right."""
+    w = SparkWorker(tmp_path / "jit2.sock", jit_rows=4_000_000)
+    try:
+        await w.start()
+        await _log_says(w, "warm-up query took")  # the JIT warm-up starts right after this line
+        result = await w.run("SELECT count(*) AS n, sum(col_1) AS s FROM a", sales(data))
+        assert result.table.to_pylist() == [{"n": 7, "s": 106}]
+        text = await _log_says(w, "JIT warm-up took", "JIT warm-up stopped")
+        assert "JIT warm-up took" not in text, text[-2000:]
+        assert (await w.stats())["succeeded"] >= 1
+    finally:
+        await w.stop()
+
+
 async def test_forced_settings_cannot_be_overridden(tmp_path: Path) -> None:
     w = SparkWorker(tmp_path / "bad.sock", conf={"spark.sql.restrictedMode.enabled": "false"})
     t0 = time.monotonic()
