@@ -127,6 +127,7 @@ async def check_execution_page(page: Page, csv: Path) -> None:
     await page.click("#result .answer a.cid")
     await expect(page.locator("#execution-title")).to_be_visible()
     await expect(page.locator("#checks")).to_contain_text("checks pass", timeout=30_000)
+    await expect(page.locator("pre.sql")).to_contain_text("WHERE")  # the canonical SQL of the query block
     await expect(page.locator("table.checks tbody tr")).not_to_have_count(0)
     statuses = await page.eval_on_selector_all("table.checks tbody tr td:first-child", "c => c.map(x => x.textContent)")
     assert set(statuses) == {"ok"}, statuses

@@ -85,6 +85,12 @@ async function samples(el, cid) {
   }
 }
 
+// The qy_0 block as DAG-JSON is {typedVersion, content: {statement, …}} (docs/object-model.md).
+function statementOf(query) {
+  const statement = (query.content || query).statement;
+  return typeof statement === "string" ? statement : JSON.stringify(statement ?? "(the query block is not held here)");
+}
+
 export async function executionView(main, cid) {
   const ex = await getJson(`/api/v0/executions/${q(cid)}`);
   const query = await getJson(`/api/v0/dag/${q(ex.query)}`).catch(() => ({}));
@@ -96,7 +102,7 @@ export async function executionView(main, cid) {
     main,
     h("h2", { id: "execution-title" }, "Execution ", h("code", {}, ex.execution)),
     h("p.muted", {}, "This page's address can be shared: it shows the same execution on any node that holds it."),
-    facts(ex, typeof query.statement === "string" ? query.statement : JSON.stringify(query.statement ?? "")),
+    facts(ex, statementOf(query)),
     h("h3", {}, "Checks"),
     checks,
     h("h3", {}, "Sample rows"),
