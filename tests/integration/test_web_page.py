@@ -6,7 +6,8 @@ worker) served on a real 127.0.0.1 port.
   input (the token dialog opens once, the token is entered); run a query: the result table (checked against
   DuckDB over the same CSV) under the ``computed`` badge; run it again: ``hit``; open the execution's page: the
   offline checks pass, the sample rows and the lineage graph are shown; a screenshot of each view is saved to
-  ``$CAIRN_ARTEFACTS`` (default ``tests/artefacts/``). No console error and no Content-Security-Policy violation
+  ``$CAIRN_ARTEFACTS`` (default ``tests/artefacts/``); a query of minutes shows Spark's stages live in its job's
+  row, and its Cancel button ends it. No console error and no Content-Security-Policy violation
   was logged all along; an inline script injected at the end is refused and reported, so that check can fail.
 - ``test_the_page_files_are_served_with_their_policy``: only the known files, with their types and headers.
 """
@@ -22,11 +23,12 @@ from typing import Any
 
 import duckdb
 import pytest
+from aiohttp.test_utils import TestClient
 from playwright.async_api import Page, async_playwright, expect
 
 from node.api.webui import CSP, FILES
 from node.ipfs import ManagedKubo
-from tests.fixtures.inprocess import inprocess_node, wait_for
+from tests.fixtures.inprocess import add_csv, inprocess_node, wait_for
 
 pytestmark = pytest.mark.kubo
 
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTEFACTS = Path(os.environ.get("CAIRN_ARTEFACTS") or ROOT / "tests" / "artefacts")
 CSV = b"city,pop,founded\nParis,2100000,-250\nLyon,520000,-43\nNice,340000,-350\nLille,230000,640\n"
 SQL = "SELECT city, pop FROM c WHERE pop > 300000 ORDER BY pop DESC"
+LONG_ROWS = 200_000  # a self join of minutes: only ever cancelled
 SPARK = 120_000  # ms: the first query starts the node's Spark worker
 # Reported by the page itself: a CSP violation also shows as a console error, this says which directive.
 WATCH_CSP = (
@@ -94,7 +97,9 @@ async def test_the_page_ingests_queries_and_explains_an_execution(kubo_session: 
     csv = tmp_path / "cities.csv"
     csv.write_bytes(CSV)
     problems: list[str] = []
-    async with inprocess_node(tmp_path / "node", kubo_session) as (node, _), async_playwright() as pw:
+    # no plan limit: the cancelled query is a join of minutes that the default limit would refuse before it ran
+    no_limit = {"spark.max_plan_bytes": 0}
+    async with inprocess_node(tmp_path / "node", kubo_session, **no_limit) as (node, client), async_playwright() as pw:
         warm = asyncio.ensure_future(node.spark.ensure())  # the worker's JVM starts while the browser does
         browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         try:
@@ -116,6 +121,7 @@ async def test_the_page_ingests_queries_and_explains_an_execution(kubo_session: 
             await expect(page.locator("#jobs li.job[data-state='done']")).to_have_count(2)
             await shot(page, "query")
             await check_execution_page(page, csv)
+            await check_cancel(page, client)
             assert problems == [], problems
             await page.evaluate("document.body.append(Object.assign(document.createElement('script'), {text: '1'}))")
             await wait_for(csp_reported(problems), 10, "the page to report the inline script's CSP violation")
@@ -137,6 +143,21 @@ async def check_execution_page(page: Page, csv: Path) -> None:
     assert {"receipt", "execution", "dataset"} <= set(kinds), kinds
     assert "#/execution/" in page.url  # the page's address, to share
     await shot(page, "execution")
+
+
+async def check_cancel(page: Page, client: TestClient[Any, Any]) -> None:
+    """A query of minutes, followed live (Spark's stages over the job's events), cancelled from its job's row."""
+    await add_csv(client, "big", b"x\n" + b"".join(b"%d\n" % i for i in range(LONG_ROWS)))
+    await page.click("nav a[href='#/query']")
+    await page.fill("#sql", "SELECT count(*) AS n FROM big a JOIN big b ON a.x < b.x")
+    await page.fill("#inputs", "big")  # a bare name: the dataset under its own name
+    await page.click("#run")
+    running = page.locator("#jobs li.job[data-state='running']")
+    await expect(running).to_contain_text("spark: stage", timeout=SPARK)
+    await running.locator("button.cancel").click()
+    await expect(page.locator("#result .error")).to_contain_text("was cancelled", timeout=60_000)
+    await expect(page.locator("#jobs li.job[data-state='cancelled']")).to_have_count(1)
+    await shot(page, "cancelled")
 
 
 async def test_the_page_files_are_served_with_their_policy(kubo_session: ManagedKubo, tmp_path: Path) -> None:

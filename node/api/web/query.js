@@ -47,7 +47,7 @@ export function follow(started, what) {
     };
     readEvents(started.events, (kind, data) => {
       if (kind === "result") return end("done", resolve, data);
-      if (kind === "failed") return end("failed", reject, new ApiError(data.status, data.type, data.message));
+      if (kind === "failed") return end(data.type === "Cancelled" ? "cancelled" : "failed", reject, new ApiError(data.status, data.type, data.message));
       job.stages.push([kind, Math.round(performance.now() - job.t0), data]);
       renderJobs();
     })
@@ -66,7 +66,10 @@ async function cancel(id) {
 }
 
 function stageText(kind, data) {
-  if (kind === "spark") return `spark: stage ${(data.stages_done || 0) + 1}/${data.stages}, tasks ${data.tasks_done}/${data.tasks}`;
+  if (kind === "spark") {
+    const stage = Math.min((data.stages_done || 0) + 1, data.stages || 0); // as the CLI says it (node/cli/progress.py)
+    return `spark: stage ${stage}/${data.stages}, tasks ${data.tasks_done}/${data.tasks}`;
+  }
   if (kind === "step") return `step ${data.step}: ${data.state}`;
   return kind;
 }
