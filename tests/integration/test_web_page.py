@@ -110,6 +110,8 @@ async def test_the_page_ingests_queries_and_explains_an_execution(kubo_session: 
             await page.goto(f"{node.api_url}/")
             await ingest(page, csv, node.home.token())
             await shot(page, "datasets")
+            await check_dataset_and_peers(page, client)
+            await page.click("nav a[href='#/']")
             await page.click("#datasets tr[data-name='cities'] a:text('query')")
             await page.fill("#sql", SQL)
             await page.fill("#inputs", "c = cities")
@@ -143,6 +145,21 @@ async def check_execution_page(page: Page, csv: Path) -> None:
     assert {"receipt", "execution", "dataset"} <= set(kinds), kinds
     assert "#/execution/" in page.url  # the page's address, to share
     await shot(page, "execution")
+
+
+async def check_dataset_and_peers(page: Page, client: TestClient[Any, Any]) -> None:
+    """The dataset's page lists its chain as the API does, with its events; the peers page says peers are off."""
+    await page.click("#datasets tr[data-name='cities'] a:text('cities')")
+    log = await (await client.get("/api/v0/datasets/cities/log")).json()
+    await expect(page.locator("#chain tbody tr")).to_have_count(len(log["blocks"]))
+    shown = await table_text(page, "#chain")
+    assert [row[0] for row in shown] == [str(b["seq"]) for b in log["blocks"]]  # as the log gives them
+    assert shown[0][0] == str(len(shown) - 1) and shown[-1][2] == "Seed"  # newest first, back to the Seed
+    await expect(page.locator("svg.lineage g.lineage-node[data-kind='dataset']").first).to_be_visible()
+    await shot(page, "dataset")
+    await page.click("nav a[href='#/peers']")
+    await expect(page.locator("#main")).to_contain_text("Peers are off on this node")
+    await expect(page.locator("#main")).to_contain_text("No announcement received yet.")
 
 
 async def check_cancel(page: Page, client: TestClient[Any, Any]) -> None:

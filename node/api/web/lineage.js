@@ -73,7 +73,7 @@ export async function lineageView(el, cid) {
   try {
     const graph = await getJson(`/api/v0/lineage/${q(cid)}`);
     const note = graph.complete ? "complete: every block was read and re-hashed" : `incomplete${graph.cut ? `: ${graph.cut}` : ""}`;
-    replace(el, h("p.muted", {}, `${graph.nodes.length} nodes, ${note}`), h("div.graph", {}, drawLineage(graph)));
+    replace(el, h("p.muted", {}, `${graph.nodes.length} node${graph.nodes.length === 1 ? "" : "s"}, ${note}`), h("div.graph", {}, drawLineage(graph)));
   } catch (err) {
     replace(el, errorBox(err));
   }

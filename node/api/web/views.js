@@ -74,7 +74,7 @@ export async function datasetView(main, ref) {
     h("h3", {}, "Schema"),
     table(["column", "type"], d.schema),
     h("h3", {}, "Chain (newest first)"),
-    table(["seq", "block", "event", "time"], blocks.reverse()),
+    table(["seq", "block", "event", "time"], blocks, { id: "chain" }), // as the log gives them
     h("h3", {}, "Lineage"),
     lineage,
   );
@@ -97,7 +97,11 @@ function claimRow(c) {
 }
 
 export async function peersView(main) {
-  const [peers, trust, ann] = await Promise.all([getJson("/api/v0/peers").catch((e) => e), getJson("/api/v0/trust"), getJson("/api/v0/announcements")]);
+  // a node with peers off answers /api/v0/peers with 409: the page says so instead of asking
+  const health = await (await fetch("/healthz")).json();
+  const off = health.p2p && health.p2p.state === "disabled";
+  const peers = off ? new Error("Peers are off on this node (peers.enabled = false).") : await getJson("/api/v0/peers").catch((e) => e);
+  const [trust, ann] = await Promise.all([getJson("/api/v0/trust"), getJson("/api/v0/announcements")]);
   const peerRows = peers instanceof Error ? [] : peers.peers.map((p) => [p.peer_id, p.connected ? "connected" : "seen", p.source, p.addrs.join(" "), when(p.last_seen)]);
   const claimHead = ["status", "why", "execution", "signer", "peer", "rows", "signer's record", "received"];
   replace(
@@ -106,7 +110,7 @@ export async function peersView(main) {
     peers instanceof Error ? errorBox(peers) : table(["peer", "state", "found by", "addresses", "last seen"], peerRows),
     h("h2", {}, "Trusted signers"),
     table(["key", "community"], trust.trusted.map((t) => [t.key, t.community])),
-    h("h2", {}, "Announcements received"),
+    h("h2", { id: "announcements" }, "Announcements received"),
     ann.claims.length
       ? h("table", { id: "claims" }, h("thead", {}, h("tr", {}, claimHead.map((c) => h("th", {}, c)))), h("tbody", {}, ann.claims.map(claimRow)))
       : h("p.muted", {}, "No announcement received yet."),
