@@ -144,6 +144,8 @@ async def check_execution_page(page: Page, csv: Path) -> None:
     kinds = await page.eval_on_selector_all("svg.lineage g.lineage-node", "g => g.map(x => x.dataset.kind)")
     assert {"receipt", "execution", "dataset"} <= set(kinds), kinds
     assert "#/execution/" in page.url  # the page's address, to share
+    await page.click("#verify")  # recomputed on this node's Spark worker: a verify job, followed to its report
+    await expect(page.locator("#verified")).to_have_text("1 reproduced, 0 diverged, 0 could not run", timeout=SPARK)
     await shot(page, "execution")
 
 
