@@ -9,6 +9,8 @@ worker) served on a real 127.0.0.1 port.
   ``$CAIRN_ARTEFACTS`` (default ``tests/artefacts/``); a query of minutes shows Spark's stages live in its job's
   row, and its Cancel button ends it. No console error and no Content-Security-Policy violation
   was logged all along; an inline script injected at the end is refused and reported, so that check can fail.
+- ``test_the_token_is_asked_once_and_again_when_refused``: a refused token opens the dialog again; the right one is
+  kept for the tab (a reload asks nothing) until "Forget the token".
 - ``test_the_page_files_are_served_with_their_policy``: only the known files, with their types and headers.
 """
 
@@ -177,6 +179,42 @@ async def check_cancel(page: Page, client: TestClient[Any, Any]) -> None:
     await expect(page.locator("#result .error")).to_contain_text("was cancelled", timeout=60_000)
     await expect(page.locator("#jobs li.job[data-state='cancelled']")).to_have_count(1)
     await shot(page, "cancelled")
+
+
+async def test_the_token_is_asked_once_and_again_when_refused(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A wrong token: the node refuses it (401) and the dialog asks again; the right one is kept for the tab (a
+    reload asks nothing for the next write) until the page is told to forget it."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed: `make setup` installs it (scripts/setup/chromium.sh)"
+    csv = tmp_path / "cities.csv"
+    csv.write_bytes(CSV)
+    errors: list[str] = []
+    async with inprocess_node(tmp_path / "node", kubo_session) as (node, _), async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            await page.goto(f"{node.api_url}/")
+            await page.set_input_files("#file", str(csv))
+            await page.click("#upload")
+            await page.fill("#token-input", "not-the-token")
+            await page.click("#token-save")
+            await expect(page.locator("#token-why")).to_have_text("The node refused this token.")
+            await page.fill("#token-input", node.home.token())
+            await page.click("#token-save")
+            await expect(page.locator("#ingested")).to_contain_text("cities: 4 rows added")
+            await page.reload()
+            await page.set_input_files("#file", str(csv))
+            await page.fill("#dataset-name", "again")
+            await page.click("#upload")
+            await expect(page.locator("#ingested")).to_contain_text("again: 4 rows added")
+            assert not await page.locator("#token-dialog").is_visible()  # kept: not asked again
+            await page.click("#token-button")  # "Forget the token"
+            await expect(page.locator("#token-button")).to_have_text("Enter the token")
+            assert await page.evaluate("sessionStorage.length") == 0
+        finally:
+            await browser.close()
+    assert len(errors) == 1 and "401" in errors[0], errors  # the browser's own line for the refused request
 
 
 async def test_the_page_files_are_served_with_their_policy(kubo_session: ManagedKubo, tmp_path: Path) -> None:
