@@ -36,7 +36,10 @@ pytestmark = pytest.mark.kubo
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTEFACTS = Path(os.environ.get("CAIRN_ARTEFACTS") or ROOT / "tests" / "artefacts")
-CSV = b"city,pop,founded\nParis,2100000,-250\nLyon,520000,-43\nNice,340000,-350\nLille,230000,640\n"
+# A cell that is markup: the page must show it as text (an <img> whose onerror ran would also be a CSP violation)
+MARKUP = "<img src=x onerror=alert(1)>"
+CSV = f"city,pop,founded\nParis,2100000,-250\nLyon,520000,-43\n{MARKUP},400000,1\nNice,340000,-350\nLille,230000,640\n"
+CSV_BYTES = CSV.encode()
 SQL = "SELECT city, pop FROM c WHERE pop > 300000 ORDER BY pop DESC"
 LONG_ROWS = 200_000  # a self join of minutes: only ever cancelled
 SPARK = 120_000  # ms: the first query starts the node's Spark worker
@@ -83,8 +86,8 @@ async def ingest(page: Page, csv: Path, token: str) -> None:
     await expect(page.locator("#token-dialog")).to_be_visible()  # the first write asks for the token
     await page.fill("#token-input", token)
     await page.click("#token-save")
-    await expect(page.locator("#ingested")).to_contain_text("cities: 4 rows added", timeout=30_000)
-    await expect(page.locator("#datasets tr[data-name='cities']")).to_contain_text("4")
+    await expect(page.locator("#ingested")).to_contain_text("cities: 5 rows added", timeout=30_000)
+    await expect(page.locator("#datasets tr[data-name='cities'] td.num").first).to_have_text("5")
 
 
 async def run_query(page: Page, badge: str) -> None:
@@ -97,7 +100,7 @@ async def test_the_page_ingests_queries_and_explains_an_execution(kubo_session: 
     chromium = shutil.which("chromium")
     assert chromium, "chromium is not installed: `make setup` installs it (scripts/setup/chromium.sh)"
     csv = tmp_path / "cities.csv"
-    csv.write_bytes(CSV)
+    csv.write_bytes(CSV_BYTES)
     problems: list[str] = []
     # no plan limit: the cancelled query is a join of minutes that the default limit would refuse before it ran
     no_limit = {"spark.max_plan_bytes": 0}
@@ -120,6 +123,8 @@ async def test_the_page_ingests_queries_and_explains_an_execution(kubo_session: 
             await warm
             await run_query(page, "computed")
             assert await table_text(page, "#result table.result") == expected_rows(csv)
+            assert MARKUP in [r[0] for r in expected_rows(csv)]
+            assert await page.locator("#result table.result img").count() == 0  # shown as text, not as markup
             await run_query(page, "hit")  # the same query again: answered from the node's index
             assert await table_text(page, "#result table.result") == expected_rows(csv)
             await expect(page.locator("#jobs li.job[data-state='done']")).to_have_count(2)
@@ -187,7 +192,7 @@ async def test_the_token_is_asked_once_and_again_when_refused(kubo_session: Mana
     chromium = shutil.which("chromium")
     assert chromium, "chromium is not installed: `make setup` installs it (scripts/setup/chromium.sh)"
     csv = tmp_path / "cities.csv"
-    csv.write_bytes(CSV)
+    csv.write_bytes(CSV_BYTES)
     errors: list[str] = []
     async with inprocess_node(tmp_path / "node", kubo_session) as (node, _), async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
@@ -202,12 +207,12 @@ async def test_the_token_is_asked_once_and_again_when_refused(kubo_session: Mana
             await expect(page.locator("#token-why")).to_have_text("The node refused this token.")
             await page.fill("#token-input", node.home.token())
             await page.click("#token-save")
-            await expect(page.locator("#ingested")).to_contain_text("cities: 4 rows added")
+            await expect(page.locator("#ingested")).to_contain_text("cities: 5 rows added")
             await page.reload()
             await page.set_input_files("#file", str(csv))
             await page.fill("#dataset-name", "again")
             await page.click("#upload")
-            await expect(page.locator("#ingested")).to_contain_text("again: 4 rows added")
+            await expect(page.locator("#ingested")).to_contain_text("again: 5 rows added")
             assert not await page.locator("#token-dialog").is_visible()  # kept: not asked again
             await page.click("#token-button")  # "Forget the token"
             await expect(page.locator("#token-button")).to_have_text("Enter the token")
