@@ -12,7 +12,7 @@ COMPILE  := $(VENV)/bin/pip-compile --quiet --generate-hashes --no-emit-index-ur
 SHIM_DIR ?= $(HOME)/.local/bin
 CAIRN    := $(abspath $(VENV))/bin/cairn
 
-.PHONY: run shim test lint setup lock kubo java faketime clean
+.PHONY: run shim test lint setup lock kubo java faketime chromium clean
 
 run: setup
 	@command -v cairn >/dev/null 2>&1 || echo "cairn is not on PATH: run 'make shim' (a cairn shim in $(SHIM_DIR)), or alias cairn=$(CAIRN)"
@@ -35,7 +35,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-setup: $(STAMP) kubo java faketime
+setup: $(STAMP) kubo java faketime chromium
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,10 @@ java:
 # libfaketime, for the determinism property test (tests/integration/test_query_determinism.py).
 faketime:
 	@bash scripts/setup/faketime.sh
+
+# Debian's chromium, for the web page's browser test (tests/integration/test_web_page.py): Playwright drives it.
+chromium:
+	@bash scripts/setup/chromium.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

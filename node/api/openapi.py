@@ -95,7 +95,15 @@ def _body(route: Route, limits: Limits) -> dict[str, Any] | None:
 
 
 # Bodies that are not JSON: text is a string, anything else bytes.
-_TEXT_TYPES = ("text/plain", "text/csv", "text/event-stream", "application/x-ndjson")
+_TEXT_TYPES = (
+    "text/plain",
+    "text/csv",
+    "text/event-stream",
+    "application/x-ndjson",
+    "text/html",
+    "text/css",
+    "text/javascript",
+)
 
 
 # A server-sent event as clients parse it: its name and its data, one JSON value (node/api/server.py job_events).

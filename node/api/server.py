@@ -23,7 +23,7 @@ from aiohttp import BodyPartReader, web
 from multidict import MultiMapping
 
 from node import __version__, values
-from node.api import export, openapi
+from node.api import export, openapi, webui
 from node.api import shapes as S
 from node.api.access import (
     FILE_UPLOAD,
@@ -722,6 +722,17 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("GET", "/metrics", metrics_get, OPEN, "Prometheus metrics", produces=("text/plain",), errors=()),
     Route("GET", "/api/v0/openapi.json", openapi_get, OPEN, "this document", errors=(), returns={200: S.OPENAPI}),
+    # the web page (docs/web.md): static files shipped in the package, each with a Content-Security-Policy
+    Route("GET", "/", webui.page, OPEN, "the node's web page (docs/web.md)", produces=("text/html",), errors=()),
+    Route(
+        "GET",
+        "/ui/{file}",
+        webui.asset,
+        OPEN,
+        "one of the web page's files (its scripts and style sheet; any other name is 404)",
+        produces=("text/javascript", "text/css", "text/html", "image/svg+xml"),
+        errors=(404,),
+    ),
     Route(
         "GET",
         "/api/v0/node",

@@ -291,6 +291,8 @@ def _reads(s: dict[str, str]) -> list[tuple[str, dict[str, str], dict[str, str]]
         ("/api/v0/lineage/{cid}", {"cid": s["ref"]}, {}),
         ("/api/v0/proof/{cid}", {"cid": s["execution"]}, {}),
         ("/api/v0/pipelines/{name}", {"name": "big"}, {}),
+        ("/", {}, {}),  # the web page (docs/web.md) and its files
+        *(("/ui/{file}", {"file": f}, {}) for f in ("index.html", "app.js", "app.css", "icon.svg")),
     ]
 
 
