@@ -61,6 +61,7 @@ from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
 from node.resolve.answers import AnswerCache, key_of
 from node.resolve.claims import connect_providers
+from node.tally import Timings
 from node.types import TypeChecks
 
 if TYPE_CHECKING:
@@ -146,6 +147,7 @@ class Node:
         self.kubo_state = "up"
         self.index, self.datasets, self.resolver, self.jobs = index, datasets, resolver, jobs
         self.answers = AnswerCache()  # recent local hits (issue 18 item 1)
+        self.query_times = Timings()  # answered queries by source, and refused ones (/metrics)
         self.spark = spark
         self.worker = spark.worker
         self.network = network  # None: peers.enabled = false
@@ -375,15 +377,20 @@ class Node:
         kept = self.answers.get(key, generation) if plain else None
         if kept is not None:
             kept["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
+            self.query_times.observe("local", time.perf_counter() - started)
             return kept
         task = asyncio.current_task()
         assert task is not None  # always called from a task: the HTTP handler's or a job's
         self._queries.add(task)
         try:
             answer = await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref)
+        except CairnError:
+            self.query_times.observe("refused", time.perf_counter() - started)
+            raise
         finally:
             self._queries.discard(task)
             self._queries_changed.set()
+        self.query_times.observe(answer["source"], time.perf_counter() - started)
         if plain and answer["source"] == "local" and self.index.generation == generation:
             self.answers.put(key, generation, answer)
         return answer

@@ -7,9 +7,12 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from node.core import Node
+from node.errors import CairnError
+from node.tally import Timings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -37,6 +40,8 @@ class Metrics:
         # Inbound peer input refused, by kind (docs/peers.md "Floods and quotas"), and peers' claims stored.
         self.peer_refused = Gauge("cairn_peer_refused", "Peer messages refused", ["kind"], registry=r)
         self.peer_claims = Gauge("cairn_peer_claims", "Peers' claims stored", ["status"], registry=r)
+        self.repo_bytes = Gauge("cairn_kubo_repo_bytes", "Bytes in Kubo's repo (pinned and cached blocks)", registry=r)
+        r.register(_NodeCollector(node))
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -64,9 +69,57 @@ class Metrics:
         self.executions.set(n.index.count("executions"))
         self.datasets.set(n.index.count("datasets"))
         self.divergences.set(n.index.count("divergences"))
+        try:
+            self.repo_bytes.set(await n.kubo.repo_size(timeout=2.0))
+        except CairnError:  # Kubo down or slow: the last value stays, cairn_kubo_up says why
+            pass
         if n.network is not None:
             for kind, count in n.network.counters().items():
                 self.peer_refused.labels(kind).set(count)
             for status in ("pending", "accepted", "refused"):  # refused: failed a check when used (claims.py)
                 self.peer_claims.labels(status).set(n.index.claim_count(status=status))
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _histogram(name: str, doc: str, label: str, t: Timings) -> HistogramMetricFamily:
+    h = HistogramMetricFamily(name, doc, labels=[label])
+    for value in sorted(t.counts):
+        h.add_metric([value], t.cumulative(value), t.sums.get(value, 0.0))
+    return h
+
+
+def _counter(name: str, doc: str, label: str, counts: dict[str, int]) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc, labels=[label])
+    for value, n in sorted(counts.items()):
+        c.add_metric([value], n)
+    return c
+
+
+class _NodeCollector:
+    """Families read from the node's own counts at each scrape (node/tally.py; Kubo's and the network's counters)."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> list[Metric]:
+        n = self.node
+        q = n.query_times
+        out: list[Metric] = [
+            _counter(
+                "cairn_queries", "Queries answered, by source (local, peer, computed) or refused", "source", q.counts
+            ),
+            _histogram("cairn_query_seconds", "Query latency in the node, by source", "source", q),
+            _counter("cairn_spark_jobs_run", "Spark jobs run, by outcome", "outcome", n.worker.job_times.counts),
+            _histogram("cairn_spark_job_seconds", "Spark job wall time, by outcome", "outcome", n.worker.job_times),
+            _counter("cairn_kubo_calls", "Kubo RPC calls, by call", "call", dict(n.kubo.calls)),
+            _counter("cairn_kubo_errors", "Kubo RPC calls that failed, by call", "call", dict(n.kubo.errors)),
+            GaugeMetricFamily("cairn_jobs_running", "Query, verify and pipeline jobs running", value=n.jobs.live()),
+        ]
+        if n.network is not None:
+            peers = GaugeMetricFamily("cairn_peers", "Connected peers", value=len(n.network.host.connected_peers()))
+            ann = CounterMetricFamily("cairn_announcements", "Announcements received, by outcome", labels=["outcome"])
+            ann.add_metric(["accepted"], n.network.accepted)
+            for kind, count in n.network.counters().items():
+                ann.add_metric([f"refused:{kind}"], count)
+            out += [peers, ann]
+        return out

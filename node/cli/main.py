@@ -62,6 +62,7 @@ def _node_settings(args: argparse.Namespace) -> Any:
                 "ipfs.api": args.ipfs_api,
                 "ipfs.binary": args.ipfs_binary,
                 "log.level": args.log_level,
+                "log.format": args.log_format,
             },
         )
     except SettingsError as e:
@@ -85,7 +86,7 @@ def cmd_node_start(args: argparse.Namespace) -> int:
 def _start_argv(args: argparse.Namespace) -> list[str]:
     """`cairn node start` as this command was given, without --detach (what the detached process runs)."""
     argv = ["node", "start"]
-    for flag in ("api_host", "api_port", "ipfs_api", "ipfs_binary", "log_level"):
+    for flag in ("api_host", "api_port", "ipfs_api", "ipfs_binary", "log_level", "log_format"):
         value = getattr(args, flag)
         if value is not None:
             argv += ["--" + flag.replace("_", "-"), str(value)]
@@ -551,6 +552,7 @@ def _add_node_commands(sub: Subparsers) -> None:
     sp.add_argument("--ipfs-api", help="use this external Kubo RPC API instead of a managed one (ipfs.api)")
     sp.add_argument("--ipfs-binary", help="Kubo binary for the managed Kubo (ipfs.binary)")
     sp.add_argument("--log-level", help="debug, info, warning, error (log.level)")
+    sp.add_argument("--log-format", choices=("text", "json"), help="text, or one JSON object a line (log.format)")
     sp = _command(node, "stop", cmd_node_stop, "stop the node of this home (by its PID file) and wait for it to end")
     sp.add_argument(
         "--timeout",

@@ -22,6 +22,7 @@ import asyncio
 import base64
 import json
 import os
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
@@ -180,6 +181,8 @@ class KuboClient:
         self.slack = SLACK
         self._session: aiohttp.ClientSession | None = None
         self._provide_path: str | None = None  # learnt on first use: provide/once, else routing/provide
+        self.calls: Counter[str] = Counter()  # RPC calls by path (metrics: cairn_kubo_calls_total)
+        self.errors: Counter[str] = Counter()  # …of which failed (cairn_kubo_errors_total)
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -230,12 +233,23 @@ class KuboClient:
             sock_read=limit + self.slack,
         )
         url = f"{self._api_url}/api/v0/{path}"
+        self.calls[path] += 1
         try:
             async with self._get_session().post(url, params=query, data=body, timeout=client_timeout) as resp:
                 if resp.status != 200:
+                    self.errors[path] += 1
                     raise await self._error(path, resp, limit)
                 yield resp
-        except aiohttp.ClientConnectorError as e:
+        except aiohttp.ClientError as e:
+            self.errors[path] += 1
+            raise self._failed(path, limit, e) from e
+        except TimeoutError as e:
+            self.errors[path] += 1
+            raise KuboTimeout(path, limit) from e
+
+    def _failed(self, path: str, limit: float, e: aiohttp.ClientError) -> KuboError:
+        """The node's error for a call that did not reach Kubo or got no answer."""
+        if isinstance(e, aiohttp.ClientConnectorError):
             # asyncio's own text for a refused connect is "Connect call failed (...)": say it plainly.
             errno = getattr(e.os_error, "errno", None)
             why = (
@@ -243,13 +257,12 @@ class KuboClient:
                 if errno and errno > 0
                 else (getattr(e.os_error, "strerror", None) or str(e.os_error))
             )
-            raise KuboUnreachable(self._api_url, why) from e
-        except aiohttp.ConnectionTimeoutError as e:
-            raise KuboUnreachable(self._api_url, f"no answer to connect within {self.connect_timeout:g} s") from e
-        except TimeoutError as e:  # aiohttp's ServerTimeoutError too
-            raise KuboTimeout(path, limit) from e
-        except aiohttp.ClientError as e:
-            raise KuboError(f"Kubo {path}: connection to {self._api_url} failed: {one_line(str(e))}") from e
+            return KuboUnreachable(self._api_url, why)
+        if isinstance(e, aiohttp.ConnectionTimeoutError):
+            return KuboUnreachable(self._api_url, f"no answer to connect within {self.connect_timeout:g} s")
+        if isinstance(e, TimeoutError):  # aiohttp's ServerTimeoutError
+            return KuboTimeout(path, limit)
+        return KuboError(f"Kubo {path}: connection to {self._api_url} failed: {one_line(str(e))}")
 
     async def _error(self, path: str, resp: aiohttp.ClientResponse, timeout: float) -> KuboError:
         text = (await resp.read()).decode("utf-8", "replace").strip()
@@ -302,6 +315,11 @@ class KuboClient:
             agent_version=obj.get("AgentVersion") or "",
             protocols=tuple(obj.get("Protocols") or ()),
         )
+
+    async def repo_size(self, *, timeout: float | None = None) -> int:
+        """Bytes Kubo's repo holds (pinned blocks and cached ones: ``repo/stat --size-only``)."""
+        obj = await self._json("repo/stat", [("size-only", True)], timeout=timeout)
+        return int(obj.get("RepoSize", 0))
 
     async def version(self, *, timeout: float | None = None) -> KuboVersion:
         obj = await self._json("version", timeout=timeout)

@@ -108,6 +108,7 @@ class Network:
         self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
         self.received = 0
         self.refused = 0
+        self.accepted = 0  # announcements checked and stored (metrics: cairn_announcements_total)
         self.refusals: Counter[str] = Counter()  # by kind (docs/peers.md "Floods and quotas"); metrics read it
         self.pruned = 0
 
@@ -350,6 +351,7 @@ class Network:
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
         if self.resolver.record_claim(peer, checked, data):
+            self.accepted += 1
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 

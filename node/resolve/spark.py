@@ -43,6 +43,7 @@ from node.errors import (
     SparkWorkerDied,
     one_line,
 )
+from node.tally import Timings
 from spark_worker.protocol import (
     PREFIX,
     ProtocolError,
@@ -147,6 +148,7 @@ class SparkWorker:
         self.waiting = 0  # calls waiting for a slot
         self.stall_timeout = stall_timeout
         self.jit_rows = jit_rows  # the worker's idle JIT warm-up (spark.warmup_rows)
+        self.job_times = Timings()  # each run's wall time by outcome: ok, or the SparkError's kind (/metrics)
         self.limits = dict(limits)
         self.restarts = 0
         self.jobs_sent = 0
@@ -536,6 +538,23 @@ class SparkWorker:
         ``on_progress`` gets Spark's stages and tasks (``stages``, ``stages_done``, ``tasks``, ``tasks_done``,
         ``tasks_running``) as they change while the job runs.
         """
+        t0 = time.perf_counter()
+        try:
+            result = await self._run(statement, inputs, timeout, job_id, on_progress)
+        except SparkError as e:
+            self.job_times.observe(type(e).__name__ if type(e) is not SparkError else e.kind, time.perf_counter() - t0)
+            raise
+        self.job_times.observe("ok", time.perf_counter() - t0)
+        return result
+
+    async def _run(
+        self,
+        statement: str,
+        inputs: Mapping[str, tuple[list[Path], list[str]]],
+        timeout: float | None,
+        job_id: str | None,
+        on_progress: Callable[[dict[str, Any]], None] | None,
+    ) -> RunResult:
         job = job_id or f"{os.getpid()}-{next(_job_ids)}"
         request = _run_request(job, statement, inputs)
         if self.limits:

@@ -14,6 +14,7 @@ from pathlib import Path
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIPSUB
 from libp2p.utils.varint import encode_varint_prefixed
+from prometheus_client.parser import text_string_to_metric_families
 
 from node import clock
 from node.core import Node
@@ -128,6 +129,11 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
             resp = await client.get("/metrics")
             text = await resp.text()
             assert 'cairn_peer_refused{kind="limit"}' in text and 'cairn_peer_refused{kind="gossip-frame"}' in text
+            # The announcements family (issue 20 item 4): alice's accepted, mallory's refused by kind; peers counted.
+            fams = {f.name: f for f in text_string_to_metric_families(text)}
+            ann = {s.labels["outcome"]: s.value for s in fams["cairn_announcements"].samples}
+            assert ann["accepted"] == net.accepted >= 1 and ann["refused:limit"] == net.counters()["limit"] >= 1
+            assert fams["cairn_peers"].samples[0].value == len(net.host.connected_peers())
         finally:
             await asyncio.gather(mallory.stop(), alice.stop(), eve.stop())
 

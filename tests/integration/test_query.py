@@ -362,3 +362,44 @@ async def test_a_kept_answer_follows_its_dataset(nodes: Any) -> None:
     # Read by the dataset's name (an implicit input): the same rule.
     implicit = await query(a[1], {"sql": sql})
     assert implicit[0] == 200 and implicit[1]["rows"] == [["a", 4], ["b", 12]]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """/metrics parsed by prometheus_client's own parser: (sample name, labels) → value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+async def test_metrics_move_with_real_misses_hits_and_refusals(nodes: Any) -> None:
+    """Issue 20 item 4: queries by source with their latency, Spark jobs, Kubo calls (read with the Prometheus
+    parser before and after a real miss, hit and refusal)."""
+    a, _ = nodes
+    before = _samples(await (await a[1].get("/metrics")).text())
+    sql = "SELECT product, COUNT(*) AS n FROM sales WHERE amount > 4 GROUP BY product ORDER BY product"
+    assert (await ask(a[1], sql))["source"] == "computed"
+    assert (await ask(a[1], sql))["source"] == "local"
+    assert (await ask(a[1], sql))["source"] == "local"
+    status, _ = await query(a[1], {"sql": "SELECT * FROM no_such_table", "inputs": {}})
+    assert status == 400
+    after = _samples(await (await a[1].get("/metrics")).text())
+
+    def moved(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert moved("cairn_queries_total", source="computed") == 1
+    assert moved("cairn_queries_total", source="local") == 2
+    assert moved("cairn_queries_total", source="refused") == 1
+    assert moved("cairn_query_seconds_count", source="local") == 2
+    assert moved("cairn_query_seconds_bucket", source="local", le="+Inf") == 2
+    assert moved("cairn_spark_jobs_run_total", outcome="ok") == 1
+    assert moved("cairn_spark_job_seconds_count", outcome="ok") == 1
+    assert sum(v for (n, _), v in after.items() if n == "cairn_kubo_calls_total") > sum(
+        v for (n, _), v in before.items() if n == "cairn_kubo_calls_total"
+    )
+    assert after[("cairn_kubo_repo_bytes", ())] > 0 and ("cairn_jobs_running", ()) in after
