@@ -24,7 +24,7 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future, wait
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 AUTH = "cairn-auth"  # the middleware's key in a call's context
 META = "cairn."  # prefix of the schema metadata keys that say where an answer came from (docs/flight-sql.md)
+POLL_S = 0.25  # how often a waiting call looks whether its client went away
 ANSWER_FIELDS = ("source", "trust", "verified", "query", "invocation", "execution", "receipt", "logicalHash")
 
 
@@ -88,12 +89,19 @@ class FlightFace(fl.FlightServerBase):
 
     # -- the bridge to the node's loop ---------------------------------------------------------------
 
-    def _run(self, coro: Awaitable[T]) -> T:
+    def _run(self, coro: Awaitable[T], context: Any = None) -> T:
+        """``coro`` on the node's loop, waited for here. A client that goes away cancels it (with ``context``),
+        as a disconnect cancels an HTTP request and its query (node/daemon.py)."""
         future: Future[T] = asyncio.run_coroutine_threadsafe(_awaited(coro), self.loop)
+        while context is not None and not wait([future], timeout=POLL_S).done:
+            if context.is_cancelled():
+                future.cancel()
         try:
             return future.result()
         except CairnError as e:
             raise flight_error(e) from None
+        except CancelledError:  # the client went away, or a second Ctrl-C cancelled the node's queries
+            raise fl.FlightCancelledError("the query was cancelled") from None
         except (fl.FlightError, pa.ArrowException, NotImplementedError):
             raise
         except Exception as e:  # a bug: say so without leaking internals, keep the trace in the log
@@ -122,7 +130,7 @@ class FlightFace(fl.FlightServerBase):
         if not sql.strip():
             raise flight_error(InvalidInput("the SQL statement is empty"))
         may_compute = self._may_compute(context)
-        answer = self._run(self.node.query(sql, {}, limit=0, may_compute=may_compute))
+        answer = self._run(self.node.query(sql, {}, limit=0, may_compute=may_compute), context)
         handle = {"columns": answer["columns"], **{k: answer[k] for k in ANSWER_FIELDS}}
         schema = self._run(self._result_schema(handle))
         ticket = fl.Ticket(proto.pack("TicketStatementQuery", statement_handle=json.dumps(handle).encode()))

@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import pyarrow as pa
+import pyarrow.flight as fl
 import pytest
 import pytest_asyncio
 
 from node.api import flight
+from node.api import flight_proto as proto
 from node.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
 from tests.fixtures.nodes import NodeProcess, poll
@@ -82,6 +84,30 @@ async def test_same_query_twice_second_is_a_hit(served: Any) -> None:
     assert http["execution"] == meta(first)["cairn.execution"] and http["receipt"] == meta(first)["cairn.receipt"]
     assert first.column_names == http["columns"] == ["region", "total"]
     assert [list(r.values()) for r in first.to_pylist()] == http["rows"]
+
+
+def statement(url: str, token: str, sql: str) -> tuple[fl.FlightInfo, pa.Table]:
+    """A plain Flight SQL statement (CommandStatementQuery; ADBC prepares its statements) with pyarrow's client."""
+    client = fl.FlightClient(url)
+    options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+    try:
+        descriptor = fl.FlightDescriptor.for_command(proto.pack("CommandStatementQuery", query=sql))
+        info = client.get_flight_info(descriptor, options)
+        return info, client.do_get(info.endpoints[0].ticket, options).read_all()
+    finally:
+        client.close()
+
+
+async def test_a_plain_statement_answers_the_same_with_its_provenance(served: Any) -> None:
+    (node, client), url = served
+    sql = "SELECT product, SUM(amount) AS amount FROM sales WHERE amount > 4 GROUP BY product ORDER BY product"
+    info, table = await off_loop(statement, url, node.home.token(), sql)
+    http = await ask(client, sql)
+    said = json.loads(info.app_metadata)  # what the FlightInfo says of the answer, before any row is read
+    assert said["execution"] == http["execution"] and said["source"] == "computed" and http["source"] == "local"
+    assert info.total_records == http["row_count"] == table.num_rows == 3
+    assert [list(r.values()) for r in table.to_pylist()] == http["rows"]
+    assert info.schema.names == table.column_names == ["product", "amount"]
 
 
 async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served: Any) -> None:
