@@ -19,11 +19,10 @@ pyarrow runs the handlers on gRPC's threads; each call hands its work to the nod
 from __future__ import annotations
 
 import asyncio
-import errno
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from concurrent.futures import CancelledError, Future, wait
 from typing import Any, TypeVar
 
@@ -141,7 +140,8 @@ class FlightFace(fl.FlightServerBase):
     async def _result_schema(self, handle: dict[str, Any]) -> pa.Schema:
         columns, tables = await self.node.execution_data(parse_cid(handle["execution"]), handle["columns"])
         first = await anext(tables)  # every result has a slice, an empty result too: its schema
-        await tables.aclose()  # type: ignore[attr-defined]
+        if isinstance(tables, AsyncGenerator):  # the rest is not read: let the reader go now
+            await tables.aclose()
         return _named(first.schema, columns or handle["columns"], handle)
 
     # -- DoGet --------------------------------------------------------------------------------------
@@ -331,13 +331,11 @@ def start(node: Node, host: str, port: int, token: str) -> FlightFace:
     where = f"[{host}]" if ":" in host else host
     try:
         face = FlightFace(node, asyncio.get_running_loop(), f"grpc://{where}:{port}", token)
-    except (OSError, pa.ArrowException) as e:
-        if getattr(e, "errno", None) == errno.EADDRINUSE or "in use" in str(e).lower() or "bind" in str(e).lower():
-            raise ConfigError(
-                f"api.flight_port {port} on {host} is in use: set another with CAIRN_API_FLIGHT_PORT or "
-                "api.flight_port (0 picks a free one)"
-            ) from None
-        raise
+    except (OSError, pa.ArrowException):  # gRPC says only "Server did not start properly" (the cause is logged)
+        raise ConfigError(
+            f"Arrow Flight SQL cannot listen on {host}:{port} (in use?): set api.flight_port "
+            "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
+        ) from None
     node.flight_url = f"grpc://{where}:{face.port}"
     log.info("flight sql listening", extra={"flight": node.flight_url})
     return face

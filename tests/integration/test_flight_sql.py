@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -24,7 +25,7 @@ from node.api import flight
 from node.api import flight_proto as proto
 from node.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
-from tests.fixtures.nodes import NodeProcess, poll
+from tests.fixtures.nodes import NodeProcess, poll, run_cli
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -117,6 +118,8 @@ async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served:
     with pytest.raises(adbc_driver_manager.Error) as e:
         await off_loop(fetch, url, None, miss)
     assert "UNAUTHENTICATED" in str(e.value) and "token" in str(e.value)
+    with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED"):
+        await off_loop(fetch, url, "not-the-token", miss)  # a wrong token is no token
     assert node.worker.jobs_sent == jobs  # refused before anything ran
     await ask(client, SQL)  # as over HTTP: an answer the node has is open to a client without the token
     hit = await off_loop(fetch, url, None, SQL)
@@ -175,3 +178,18 @@ def test_daemon_serves_flight_sql_and_stops_it(tmp_path: Any) -> None:
         return False
 
     poll(refused, 10, what="the Flight SQL port to close with the node")
+
+
+def test_a_flight_port_in_use_stops_node_start_with_one_line(tmp_path: Any) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"CAIRN_SPARK_AUTOSTART": "false", "CAIRN_API_FLIGHT_PORT": str(port)}
+        r = run_cli(tmp_path / "h", "node", "start", "--api-port", "0", timeout=120, env=env)
+    err = r.stderr.decode().strip().splitlines()
+    assert r.returncode != 0 and err[-1] == (
+        f"error: Arrow Flight SQL cannot listen on 127.0.0.1:{port} (in use?): set api.flight_port "
+        "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
+    )
+    assert not (tmp_path / "h" / "node.json").exists()
