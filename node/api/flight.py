@@ -120,7 +120,7 @@ class FlightFace(fl.FlightServerBase):
         if name == "CommandPreparedStatementQuery":  # the handle is the SQL (CreatePreparedStatement)
             return self._statement(context, descriptor, _sql_of(message.prepared_statement_handle))
         if name in CATALOG:
-            schema = CATALOG[name][0]
+            schema = TABLES_WITH_SCHEMA if name == "CommandGetTables" and message.include_schema else CATALOG[name][0]
             # The ticket is the command itself: DoGet answers it from the node's state at that time.
             return fl.FlightInfo(schema, descriptor, [fl.FlightEndpoint(descriptor.command, [])], -1, -1)
         raise NotImplementedError(f"Flight SQL command {name or 'unknown'} is not served by this node")
@@ -252,6 +252,7 @@ TABLES_SCHEMA = pa.schema(
         pa.field("table_type", pa.utf8(), nullable=False),
     ]
 )
+TABLES_WITH_SCHEMA = TABLES_SCHEMA.append(pa.field("table_schema", pa.binary(), nullable=False))
 TABLE_TYPES_SCHEMA = pa.schema([pa.field("table_type", pa.utf8(), nullable=False)])
 
 
@@ -285,20 +286,31 @@ async def _db_schemas(node: Node, message: Any) -> pa.Table:
 
 
 async def _tables(node: Node, message: Any) -> pa.Table:
-    """Every named dataset, as a table a query may name in FROM (docs/queries.md)."""
-    if message.include_schema:
-        raise NotImplementedError("GetTables with include_schema is not served: ask SELECT * … LIMIT 0")
+    """Every named dataset, as a table a query may name in FROM (docs/queries.md); with ``include_schema``, the
+    Arrow schema of its head (JDBC's getColumns, DBeaver's navigator), as an IPC message."""
     names = sorted(d["name"] for d in await node.list_datasets() if d["name"])
     pattern = message.table_name_filter_pattern
     if pattern:
         names = [n for n in names if _like(n, pattern)]
     if message.table_types and "TABLE" not in message.table_types:
         names = []
-    return pa.Table.from_pydict(
-        {"catalog_name": [None] * len(names), "db_schema_name": [""] * len(names), "table_name": names,
-         "table_type": ["TABLE"] * len(names)},
-        schema=TABLES_SCHEMA,
-    )  # fmt: skip
+    columns: dict[str, list[Any]] = {
+        "catalog_name": [None] * len(names),
+        "db_schema_name": [""] * len(names),
+        "table_name": names,
+        "table_type": ["TABLE"] * len(names),
+    }
+    if not message.include_schema:
+        return pa.Table.from_pydict(columns, schema=TABLES_SCHEMA)
+    columns["table_schema"] = [(await _head_schema(node, n)).serialize().to_pybytes() for n in names]
+    return pa.Table.from_pydict(columns, schema=TABLES_WITH_SCHEMA)
+
+
+async def _head_schema(node: Node, name: str) -> pa.Schema:
+    """The columns of a dataset's head, as its first slice holds them (as ``GET /api/v0/datasets/{ref}/data``
+    reads it); a dataset with no rows yet has none."""
+    first = await anext(node.datasets.tables(await node.dataset_version(name)), None)
+    return first.schema.remove_metadata() if first is not None else pa.schema([])
 
 
 async def _table_types(node: Node, message: Any) -> pa.Table:

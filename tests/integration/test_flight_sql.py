@@ -150,10 +150,16 @@ async def test_catalog_lists_datasets(served: Any) -> None:
         with connect(url, node.home.token()) as conn:
             return conn.adbc_get_objects(depth="tables").read_all().to_pylist(), conn.adbc_get_info()
 
+    def columns() -> Any:  # GetTables with include_schema: what JDBC's getColumns (DBeaver's navigator) asks
+        with connect(url, None) as conn:
+            return conn.adbc_get_table_schema("sales")
+
     catalogs, info = await off_loop(objects)
     tables = [t["table_name"] for c in catalogs for s in c["catalog_db_schemas"] or [] for t in s["db_schema_tables"]]
     assert "sales" in tables, catalogs
     assert info["vendor_name"] == "cairn"
+    schema = await off_loop(columns)
+    assert schema.names == ["region", "product", "amount"] and schema.field("amount").type == pa.int64()
 
 
 def test_daemon_serves_flight_sql_and_stops_it(tmp_path: Any) -> None:
