@@ -32,6 +32,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\n"
 SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
 T = TypeVar("T")
+PEERS = {"peers.enabled": True}  # the served node also computes for a peer (test_a_peers_answer_over_flight)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -39,7 +40,7 @@ async def served(
     kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[InNode, str]]:
     """An in-process node with its Flight SQL face on a free port, started as `cairn node start` starts it."""
-    async with inprocess_node(tmp_path_factory.mktemp("flight") / "n", kubo_session) as pair:
+    async with inprocess_node(tmp_path_factory.mktemp("flight") / "n", kubo_session, **PEERS) as pair:
         node, client = pair
         await node.spark.ensure()
         await add_csv(client, "sales", SALES)
@@ -124,6 +125,27 @@ async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served:
     await ask(client, SQL)  # as over HTTP: an answer the node has is open to a client without the token
     hit = await off_loop(fetch, url, None, SQL)
     assert meta(hit)["cairn.source"] == "local" and hit.num_rows == 3
+
+
+async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo, tmp_path: Any) -> None:
+    """Node B, asked over Flight SQL, answers from the claim of a peer whose key it trusts: B's Spark never runs."""
+    (a, a_client), _ = served
+    sql = "SELECT region, MIN(amount) AS low FROM sales GROUP BY region ORDER BY region"
+    computed = await ask(a_client, sql)
+    async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, b_client):
+        await add_csv(b_client, "sales", SALES)
+        b.trust_add(a.identity.node_key, b.settings.peers.community)
+        assert a.network is not None
+        await b.connect(a.network.host.addrs()[0])
+        face = flight.start(b, "127.0.0.1", 0, b.home.token())
+        try:
+            table = await off_loop(fetch, b.flight_url, b.home.token(), sql)
+        finally:
+            await flight.stop(face)
+        said = meta(table)
+        assert said["cairn.source"] == "peer" and said["cairn.trust"] == "trusted-signer", said
+        assert said["cairn.execution"] == computed["execution"] and b.worker.jobs_sent == 0
+        assert [list(r.values()) for r in table.to_pylist()] == computed["rows"]
 
 
 @pytest.mark.parametrize(
