@@ -165,6 +165,18 @@ async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any,
     assert after.column("n").to_pylist() == [5]
 
 
+async def test_a_stopping_node_refuses_new_statements(served: Any) -> None:
+    """After the first Ctrl-C (node/daemon.py sets ``stopping``) a statement is UNAVAILABLE, as over HTTP (503)."""
+    (node, _), url = served
+    node.stopping = True
+    try:
+        with pytest.raises(adbc_driver_manager.Error) as e:
+            await off_loop(fetch, url, node.home.token(), SQL)
+    finally:
+        node.stopping = False
+    assert "Unavailable" in str(e.value) and "the node is stopping" in str(e.value)
+
+
 async def test_catalog_lists_datasets(served: Any) -> None:
     (node, _), url = served
 
