@@ -12,6 +12,7 @@ from config.settings import (
     SettingsError,
     SparkSettings,
     default_home,
+    flight_port,
     iter_fields,
     load_settings,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "SettingsError",
     "SparkSettings",
     "default_home",
+    "flight_port",
     "iter_fields",
     "load_settings",
 ]

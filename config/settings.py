@@ -44,6 +44,16 @@ class ApiSettings:
     port: int = _doc(
         "Port of the HTTP API; 0 picks a free port (the chosen one is in `cairn status`).", default=DEFAULT_API_PORT
     )
+    flight: bool = _doc(
+        "Serve Arrow Flight SQL (ADBC, JDBC, BI tools) on `api.host`, with the HTTP API's token rules "
+        "(docs/flight-sql.md).",
+        default=True,
+    )
+    flight_port: int = _doc(
+        "Port of the Arrow Flight SQL endpoint; -1: the API's port + 1 (7421), or a free port when `api.port` is 0; "
+        "0 picks a free port (the chosen one is in `cairn status`).",
+        default=-1,
+    )
     max_upload_bytes: int = _doc(
         "Largest upload (dataset file, Holium import) the API accepts, in bytes; a larger `Content-Length` is "
         "refused before the body is read.",
@@ -399,6 +409,13 @@ def load_settings(
     return settings
 
 
+def flight_port(api: ApiSettings) -> int:
+    """The Flight SQL port ``api.flight_port`` names: -1 follows ``api.port`` (the next one, or free with it)."""
+    if api.flight_port != -1:
+        return api.flight_port
+    return api.port + 1 if 0 < api.port < 65535 else 0
+
+
 def _problem(s: Settings) -> tuple[str, str] | None:
     """The first setting whose value is out of range: (dotted key, why), or None."""
     for key, port in (
@@ -409,6 +426,8 @@ def _problem(s: Settings) -> tuple[str, str] | None:
     ):
         if not 0 <= port <= 65535:
             return key, f"{key} must be a port number (0-65535), got {port}"
+    if not -1 <= s.api.flight_port <= 65535:
+        return "api.flight_port", f"api.flight_port must be a port number (0-65535) or -1, got {s.api.flight_port}"
     checks = (
         (
             "log.level",

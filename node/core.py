@@ -153,6 +153,7 @@ class Node:
         self.network = network  # None: peers.enabled = false
         self.started_at = time.time()
         self.api_url: str | None = None  # set by the HTTP face once it listens
+        self.flight_url: str | None = None  # set by the Flight SQL face once it listens (node.api.flight)
         self._started = started
         self.pulls = Pulls()
         self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
@@ -337,6 +338,7 @@ class Node:
             "home": str(self.home.path),
             "spark": spark,
             "api": self.api_url,
+            "flight": self.flight_url,  # Arrow Flight SQL (docs/flight-sql.md); None: api.flight is off
             "peer_id": self.identity.peer_id,
             "node_key": self.identity.node_key,
             "p2p_addrs": p2p_addrs,

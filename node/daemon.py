@@ -14,9 +14,9 @@ import time
 
 from aiohttp import web
 
-from config import Settings
+from config import Settings, flight_port
 from node import __version__
-from node.api import create_app
+from node.api import create_app, flight
 from node.core import Node
 from node.errors import ConfigError
 from node.home import Home
@@ -56,6 +56,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     home.write_pid()  # from the first moment: `cairn node stop` can stop a node that is still starting
     signals = Signals(asyncio.get_running_loop())
     runner: web.AppRunner | None = None
+    face: flight.FlightFace | None = None
     try:
         node = await Node.open(settings)
     except BaseException:
@@ -63,6 +64,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         signals.close()
         raise
     try:
+        if settings.api.flight:  # before the HTTP API: node.json, written once that listens, names both
+            face = flight.start(node, settings.api.host, flight_port(settings.api), node.home.token())
         runner = await _listen(node, settings)
         if ready is not None:
             ready.set()
@@ -70,6 +73,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await _drain(node, signals)
     finally:
         node.home.clear_runtime(os.getpid())
+        if face is not None:  # its queries are done or cancelled (_drain): its calls end now
+            await flight.stop(face)
         if runner is not None:
             if signals.hurry.is_set():
                 # Queries are cancelled: do not wait 60 s for their sockets. Private (aiohttp 3.14 sets it only
@@ -99,7 +104,8 @@ async def _listen(node: Node, settings: Settings) -> web.AppRunner:
         raise
     host, port = runner.addresses[0][:2]
     node.api_url = f"http://{host}:{port}"
-    node.home.write_runtime({"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()})
+    runtime = {"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()}
+    node.home.write_runtime(runtime | ({"flight": node.flight_url} if node.flight_url else {}))
     log.info("http api listening", extra={"api": node.api_url})
     print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)
     return runner

@@ -51,6 +51,7 @@ NODE_INFO = obj(
         "version": STR,
         "home": STR,
         "api": maybe(STR),
+        "flight": maybe(STR),  # the Arrow Flight SQL endpoint, grpc://host:port (None: api.flight is off)
         "peer_id": STR,
         "node_key": STR,
         "p2p_addrs": array(STR),

@@ -115,6 +115,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     kubo = info["kubo"]
     print(f"running    {info['api']}")
+    if info.get("flight"):
+        print(f"flight sql {info['flight']}  (ADBC, JDBC: docs/flight-sql.md)")
     print(f"peer id    {info['peer_id']}")
     print(f"node key   {info['node_key']}")
     # The address to share comes first and says so; Kubo's swarm is labelled as Kubo's (issue 16).

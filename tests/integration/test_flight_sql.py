@@ -1,0 +1,235 @@
+"""The Arrow Flight SQL face (node/api/flight.py) with a real client: ADBC's Flight SQL driver from PyPI.
+
+A real node (the session's Kubo, a real Spark worker) answers over Flight SQL what it answers over HTTP: the same
+query twice is computed once, then a hit (the worker gets no job); the rows equal the HTTP API's; the token rules
+are HTTP's; a bad statement is a clear error and the server goes on serving. ADBC calls block, so the test runs
+them in a thread: the node's loop (this test's) must stay free to answer them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import adbc_driver_flightsql.dbapi as flightsql
+import adbc_driver_manager
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+import pytest_asyncio
+
+from node.api import flight
+from node.api import flight_proto as proto
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
+from tests.fixtures.nodes import NodeProcess, poll, run_cli
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\n"
+SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
+T = TypeVar("T")
+PEERS = {"peers.enabled": True}  # the served node also computes for a peer (test_a_peers_answer_over_flight)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(
+    kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[InNode, str]]:
+    """An in-process node with its Flight SQL face on a free port, started as `cairn node start` starts it."""
+    async with inprocess_node(tmp_path_factory.mktemp("flight") / "n", kubo_session, **PEERS) as pair:
+        node, client = pair
+        await node.spark.ensure()
+        await add_csv(client, "sales", SALES)
+        face = flight.start(node, "127.0.0.1", 0, node.home.token())
+        try:
+            assert node.flight_url == f"grpc://127.0.0.1:{face.port}"
+            yield pair, node.flight_url
+        finally:
+            await flight.stop(face)
+
+
+def connect(url: str, token: str | None) -> Any:
+    kwargs = {"adbc.flight.sql.authorization_header": f"Bearer {token}"} if token is not None else {}
+    return flightsql.connect(url, db_kwargs=kwargs)
+
+
+def fetch(url: str, token: str | None, sql: str) -> pa.Table:
+    with connect(url, token) as conn, conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.to_thread(fn, *args)
+
+
+def meta(table: pa.Table) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cairn.")}
+
+
+async def test_same_query_twice_second_is_a_hit(served: Any) -> None:
+    (node, client), url = served
+    token = node.home.token()
+    first = await off_loop(fetch, url, token, SQL)
+    assert meta(first)["cairn.source"] == "computed"
+    jobs = node.worker.jobs_sent
+    second = await off_loop(fetch, url, token, SQL)
+    assert meta(second)["cairn.source"] == "local" and node.worker.jobs_sent == jobs  # Spark got no job
+    assert second.replace_schema_metadata(None).equals(first.replace_schema_metadata(None))
+    for key in ("cairn.execution", "cairn.receipt", "cairn.query", "cairn.invocation"):
+        assert meta(second)[key] == meta(first)[key]
+    http = await ask(client, SQL)  # the HTTP API's answer to the same SQL: the same execution, the same rows
+    assert http["execution"] == meta(first)["cairn.execution"] and http["receipt"] == meta(first)["cairn.receipt"]
+    assert first.column_names == http["columns"] == ["region", "total"]
+    assert [list(r.values()) for r in first.to_pylist()] == http["rows"]
+
+
+def statement(url: str, token: str, sql: str) -> tuple[fl.FlightInfo, pa.Table]:
+    """A plain Flight SQL statement (CommandStatementQuery; ADBC prepares its statements) with pyarrow's client."""
+    client = fl.FlightClient(url)
+    options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {token}".encode())])
+    try:
+        descriptor = fl.FlightDescriptor.for_command(proto.pack("CommandStatementQuery", query=sql))
+        info = client.get_flight_info(descriptor, options)
+        return info, client.do_get(info.endpoints[0].ticket, options).read_all()
+    finally:
+        client.close()
+
+
+async def test_a_plain_statement_answers_the_same_with_its_provenance(served: Any) -> None:
+    (node, client), url = served
+    sql = "SELECT product, SUM(amount) AS amount FROM sales WHERE amount > 4 GROUP BY product ORDER BY product"
+    info, table = await off_loop(statement, url, node.home.token(), sql)
+    http = await ask(client, sql)
+    said = json.loads(info.app_metadata)  # what the FlightInfo says of the answer, before any row is read
+    assert said["execution"] == http["execution"] and said["source"] == "computed" and http["source"] == "local"
+    assert info.total_records == http["row_count"] == table.num_rows == 3
+    assert [list(r.values()) for r in table.to_pylist()] == http["rows"]
+    assert info.schema.names == table.column_names == ["product", "amount"]
+
+
+async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served: Any) -> None:
+    (node, client), url = served
+    miss = "SELECT product, COUNT(*) AS n FROM sales GROUP BY product ORDER BY product"
+    jobs = node.worker.jobs_sent
+    with pytest.raises(adbc_driver_manager.Error) as e:
+        await off_loop(fetch, url, None, miss)
+    assert "UNAUTHENTICATED" in str(e.value) and "token" in str(e.value)
+    with pytest.raises(adbc_driver_manager.Error, match="UNAUTHENTICATED"):
+        await off_loop(fetch, url, "not-the-token", miss)  # a wrong token is no token
+    assert node.worker.jobs_sent == jobs  # refused before anything ran
+    await ask(client, SQL)  # as over HTTP: an answer the node has is open to a client without the token
+    hit = await off_loop(fetch, url, None, SQL)
+    assert meta(hit)["cairn.source"] == "local" and hit.num_rows == 3
+
+
+async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo, tmp_path: Any) -> None:
+    """Node B, asked over Flight SQL, answers from the claim of a peer whose key it trusts: B's Spark never runs."""
+    (a, a_client), _ = served
+    sql = "SELECT region, MIN(amount) AS low FROM sales GROUP BY region ORDER BY region"
+    computed = await ask(a_client, sql)
+    async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, b_client):
+        await add_csv(b_client, "sales", SALES)
+        b.trust_add(a.identity.node_key, b.settings.peers.community)
+        assert a.network is not None
+        await b.connect(a.network.host.addrs()[0])
+        face = flight.start(b, "127.0.0.1", 0, b.home.token())
+        try:
+            table = await off_loop(fetch, b.flight_url, b.home.token(), sql)
+        finally:
+            await flight.stop(face)
+        said = meta(table)
+        assert said["cairn.source"] == "peer" and said["cairn.trust"] == "trusted-signer", said
+        assert said["cairn.execution"] == computed["execution"] and b.worker.jobs_sent == 0
+        assert [list(r.values()) for r in table.to_pylist()] == computed["rows"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "says"),
+    [
+        ("SELEC region FROM sales", "query refused"),
+        ("SELECT x FROM no_such_dataset", "no_such_dataset"),
+    ],
+)
+async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any, sql: str, says: str) -> None:
+    (node, _), url = served
+    token = node.home.token()
+    with pytest.raises(adbc_driver_manager.ProgrammingError) as e:
+        await off_loop(fetch, url, token, sql)
+    assert "INVALID_ARGUMENT" in str(e.value) and says in str(e.value)
+    after = await off_loop(fetch, url, token, "SELECT COUNT(*) AS n FROM sales")
+    assert after.column("n").to_pylist() == [5]
+
+
+async def test_a_stopping_node_refuses_new_statements(served: Any) -> None:
+    """After the first Ctrl-C (node/daemon.py sets ``stopping``) a statement is UNAVAILABLE, as over HTTP (503)."""
+    (node, _), url = served
+    node.stopping = True
+    try:
+        with pytest.raises(adbc_driver_manager.Error) as e:
+            await off_loop(fetch, url, node.home.token(), SQL)
+    finally:
+        node.stopping = False
+    assert "Unavailable" in str(e.value) and "the node is stopping" in str(e.value)
+
+
+async def test_catalog_lists_datasets(served: Any) -> None:
+    (node, _), url = served
+
+    def objects() -> Any:
+        with connect(url, node.home.token()) as conn:
+            return conn.adbc_get_objects(depth="tables").read_all().to_pylist(), conn.adbc_get_info()
+
+    def columns() -> Any:  # GetTables with include_schema: what JDBC's getColumns (DBeaver's navigator) asks
+        with connect(url, None) as conn:
+            return conn.adbc_get_table_schema("sales")
+
+    catalogs, info = await off_loop(objects)
+    tables = [t["table_name"] for c in catalogs for s in c["catalog_db_schemas"] or [] for t in s["db_schema_tables"]]
+    assert "sales" in tables, catalogs
+    assert info["vendor_name"] == "cairn"
+    schema = await off_loop(columns)
+    assert schema.names == ["region", "product", "amount"] and schema.field("amount").type == pa.int64()
+
+
+def test_daemon_serves_flight_sql_and_stops_it(tmp_path: Any) -> None:
+    """`cairn node start` listens for Flight SQL beside the HTTP API, says where (status, node.json), and stops it."""
+    n = NodeProcess(tmp_path / "node").start()
+    try:
+        status, info = n.get("/api/v0/node")
+        assert status == 200 and info["flight"].startswith("grpc://127.0.0.1:")
+        assert json.loads((n.home / "node.json").read_text())["flight"] == info["flight"]
+        assert "flight sql " + info["flight"] in n.cli("status").stdout.decode()
+        with connect(info["flight"], (n.home / "api.token").read_text().strip()) as conn:
+            assert conn.adbc_get_info()["vendor_name"] == "cairn"
+    finally:
+        assert n.stop() == 0
+
+    def refused() -> bool:
+        try:
+            with connect(info["flight"], None) as conn:
+                conn.adbc_get_info()
+        except adbc_driver_manager.Error:
+            return True
+        return False
+
+    poll(refused, 10, what="the Flight SQL port to close with the node")
+
+
+def test_a_flight_port_in_use_stops_node_start_with_one_line(tmp_path: Any) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {"CAIRN_SPARK_AUTOSTART": "false", "CAIRN_API_FLIGHT_PORT": str(port)}
+        r = run_cli(tmp_path / "h", "node", "start", "--api-port", "0", timeout=120, env=env)
+    err = r.stderr.decode().strip().splitlines()
+    assert r.returncode != 0 and err[-1] == (
+        f"error: Arrow Flight SQL cannot listen on 127.0.0.1:{port} (in use?): set api.flight_port "
+        "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
+    )
+    assert not (tmp_path / "h" / "node.json").exists()
