@@ -8,10 +8,10 @@ set -euo pipefail
 
 "$@" &
 node=$!
-trap 'kill -TERM "$node" 2>/dev/null || true' TERM INT
+trap 'kill -TERM "$node" 2>/dev/null || true' TERM INT  # `docker stop` stops the node, which stops its Kubo
 
-join() {
-  python - "$CAIRN_JOIN" <<'PY'
+join() {  # exec: the background job is python itself, so stopping it stops the polling
+  exec python - "$CAIRN_JOIN" <<'PY'
 import json, subprocess, sys, time, urllib.request
 
 def get(url: str) -> dict:
@@ -29,8 +29,13 @@ while time.monotonic() < deadline:
     except (OSError, ValueError, KeyError):
         pass
     time.sleep(2)
-sys.exit(f"could not connect to {sys.argv[1]} within 600 s")
+sys.exit(f"cairn-entrypoint: not connected to {sys.argv[1]} within 600 s")
 PY
 }
-join || echo "cairn-entrypoint: not connected to $CAIRN_JOIN" >&2
-wait "$node"
+join &
+joiner=$!
+status=0
+# A trapped signal ends `wait` early: wait again until the node itself has exited, and exit with its status.
+while kill -0 "$node" 2>/dev/null; do wait "$node" || status=$?; done
+kill -TERM "$joiner" 2>/dev/null || true
+exit "$status"

@@ -42,7 +42,7 @@ def test_python_stage_installs_the_locks_into_a_fresh_venv(tmp_path: Path) -> No
     assert "skipped: RUN apt-get" in r.stderr  # said, not silently dropped
     venv = tmp_path / "opt" / "venv"
     freeze = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all", "--exclude-editable"],
+        [str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"],
         capture_output=True,
         text=True,
         check=True,
@@ -54,7 +54,7 @@ def test_python_stage_installs_the_locks_into_a_fresh_venv(tmp_path: Path) -> No
     }
     want = _pins(ROOT / "requirements.lock") | _pins(ROOT / "requirements-pip.lock")
     assert {k: installed.get(k) for k in want} == want  # every pin, at its version
-    assert installed["cairn"] == "0.1.0"
+    assert any(line.startswith("cairn @ file://") for line in freeze.splitlines())  # the project, built here
     # Installed, not editable: the image's copy runs without the checkout.
     out = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import node; print(node.__file__)"],

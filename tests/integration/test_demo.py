@@ -40,7 +40,7 @@ def test_demo_shows_a_peer_hit_and_a_reproduction(tmp_path: Path) -> None:
     assert re.search(r"node C\s+verify: reproduced\b", report), report
     assert "same answer on A and B: yes" in report
     assert re.search(r"\['EWR', 120835, \d+\]", report)  # the real flights table: 120835 flights from Newark
-    receipts = re.findall(r"receipt (\S+)", report)
+    receipts = re.findall(r"receipt (bafy\S+)", report)
     assert len(receipts) == 2 and receipts[0] == receipts[1]  # B answered with A's signed receipt
     for name in ("A", "B", "C"):
         info = json.loads((work / name / "node.json").read_text()) if (work / name / "node.json").exists() else {}

@@ -114,3 +114,29 @@ def test_entrypoint_runs_its_command_without_a_peer_to_join() -> None:
     assert subprocess.run(["bash", "-n", str(entry)], check=False).returncode == 0
     r = subprocess.run(["bash", str(entry), "echo", "started"], capture_output=True, text=True, check=False, env={})
     assert r.returncode == 0 and r.stdout == "started\n"
+
+
+def test_entrypoint_exits_with_the_nodes_status_and_stops_joining(tmp_path: Path) -> None:
+    """With CAIRN_JOIN and no node to join, the entrypoint ends when its command does, with its status, and stops
+    the background join (nothing keeps polling)."""
+    entry = ROOT / "scripts" / "container-entrypoint.sh"
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"  # `python` as in the image
+    marker = tmp_path / "joiner"
+    r = subprocess.run(
+        [
+            "bash",
+            str(entry),
+            "bash",
+            "-c",
+            f"sleep 1; pgrep -f 'python - http://127.0.0.1:9/CAIRN_JOIN_TES[T]' > {marker} || true; exit 3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": path, "CAIRN_JOIN": "http://127.0.0.1:9/CAIRN_JOIN_TEST"},
+    )
+    assert r.returncode == 3, r.stderr
+    assert marker.read_text().strip(), "the join was not running beside the node"
+    left = subprocess.run(["pgrep", "-f", "CAIRN_JOIN_TEST"], capture_output=True, text=True, check=False).stdout
+    assert not left.strip(), f"the join outlived the node: {left}"
