@@ -4,6 +4,7 @@ is parsed. tests/integration/test_container_steps.py runs the Dockerfile's Pytho
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,8 @@ def test_stages_kubo_from_source_then_python_then_runtime() -> None:
     assert [s.name for s in found] == ["kubo", "python", "runtime"]
     kubo_runs = " ".join(rest for word, rest in found[0].steps if word == "RUN")
     assert "kubo.sh" in kubo_runs  # built as `make setup` builds it
+    pinned = re.search(r'KUBO_VERSION="\$\{KUBO_VERSION:-(v[\d.]+)\}"', (ROOT / "scripts/setup/kubo.sh").read_text())
+    assert pinned and f"/cache/kubo/{pinned.group(1)}/ipfs" in kubo_runs  # the binary of the version kubo.sh pins
     py_runs = " ".join(rest for word, rest in found[1].steps if word == "RUN")
     assert py_runs.count("--require-hashes") == 2 and "requirements-pip.lock" in py_runs
     assert "requirements.lock" in py_runs and "--no-deps --no-build-isolation" in py_runs
