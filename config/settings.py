@@ -8,6 +8,7 @@ the TOML table ``[section]`` key ``key`` and from the environment variable ``CAI
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -107,7 +108,14 @@ class IpfsSettings:
     )
     api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
     gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
-    swarm_port: int = _doc("Managed Kubo: swarm (libp2p TCP) port on 127.0.0.1; 0 picks a free port.", default=0)
+    swarm_port: int = _doc(
+        "Managed Kubo: swarm (libp2p TCP) port on `ipfs.swarm_host`; 0 picks a free port.", default=0
+    )
+    swarm_host: str = _doc(
+        "Managed Kubo: address its swarm listens on. Loopback by default (peers on this machine only); `0.0.0.0` "
+        "(or `::`) lets peers on other hosts or containers fetch from it. Its RPC API and gateway stay on loopback.",
+        default="127.0.0.1",
+    )
     bootstrap: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list
     )
@@ -435,6 +443,11 @@ def _problem(s: Settings) -> tuple[str, str] | None:
             f"log.level must be one of debug, info, warning, error, got {s.log.level!r}",
         ),
         ("log.format", s.log.format in ("text", "json"), f"log.format must be text or json, got {s.log.format!r}"),
+        (
+            "ipfs.swarm_host",
+            _is_ip(s.ipfs.swarm_host),
+            f"ipfs.swarm_host must be an IPv4 or IPv6 address, got {s.ipfs.swarm_host!r}",
+        ),
         ("datasets.rows_per_slice", s.datasets.rows_per_slice > 0, "datasets.rows_per_slice must be positive"),
         (
             "peers.trust",
@@ -468,6 +481,14 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _auth_secret_ok(secret: str) -> bool:

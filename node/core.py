@@ -927,6 +927,7 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
             api_port=ipfs.api_port,
             gateway_port=ipfs.gateway_port,
             swarm_port=ipfs.swarm_port,
+            swarm_host=ipfs.swarm_host,
             bootstrap=list(ipfs.bootstrap),
             log_path=home.logs / "kubo.log",
             # Re-hash every block read from the blockstore: what we serve is checked against its CID.

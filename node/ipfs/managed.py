@@ -231,6 +231,7 @@ class ManagedKubo:
         api_port: int = 0,
         gateway_port: int = 0,
         swarm_port: int = 0,
+        swarm_host: str = "127.0.0.1",
         bootstrap: list[str] | None = None,
         log_path: Path | None = None,
         config: Mapping[str, Any] | None = None,
@@ -245,6 +246,7 @@ class ManagedKubo:
         self.secret_path = Path(secret_path) if secret_path else self.repo.with_name(self.repo.name + ".secret")
         self._secret: str | None = None
         self.ports = {"api": api_port, "gateway": gateway_port, "swarm": swarm_port}
+        self.swarm_host = swarm_host  # loopback unless peers elsewhere (other hosts, containers) must reach it
         self.bootstrap = list(bootstrap or [])
         self.log_path = Path(log_path) if log_path else self.repo.with_name(self.repo.name + ".log")
         self.config = dict(config or {})
@@ -401,7 +403,8 @@ class ManagedKubo:
         addrs = cfg.setdefault("Addresses", {})
         addrs["API"] = f"/ip4/127.0.0.1/tcp/{ports['api']}"
         addrs["Gateway"] = f"/ip4/127.0.0.1/tcp/{ports['gateway']}"
-        addrs["Swarm"] = [f"/ip4/127.0.0.1/tcp/{ports['swarm']}"]
+        family = "ip6" if ":" in self.swarm_host else "ip4"
+        addrs["Swarm"] = [f"/{family}/{self.swarm_host}/tcp/{ports['swarm']}"]
         cfg["Bootstrap"] = list(self.bootstrap)
         # Replaced on every start: only the node's secret opens the RPC API (the whole of /api/v0).
         cfg.setdefault("API", {})["Authorizations"] = {

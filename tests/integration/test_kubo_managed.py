@@ -405,3 +405,33 @@ async def test_daemon_ends_when_its_starter_is_sigkilled(
         assert "left running" not in caplog.text  # nothing was left for the start-time backstop
     finally:
         await successor.stop()
+
+
+def _ip4_hosts(addrs: list[str]) -> list[str]:
+    return [a.split("/")[2] for a in addrs if a.startswith("/ip4/")]
+
+
+async def test_swarm_listens_where_configured(kubo_binary: Path, tmp_path: Path) -> None:
+    """`ipfs.swarm_host` 0.0.0.0 (the container's setting, issue 20 item 5): the swarm is reachable on a
+    non-loopback address of this machine; the default binds loopback only, so that address is refused there."""
+    wide = ManagedKubo(tmp_path / "wide", kubo_binary, swarm_host="0.0.0.0", bootstrap=[])
+    narrow = ManagedKubo(tmp_path / "narrow", kubo_binary, bootstrap=[])
+    await wide.start()
+    try:
+        await narrow.start()
+        cfg = json.loads((tmp_path / "wide" / "config").read_text())
+        assert cfg["Addresses"]["Swarm"] == ["/ip4/0.0.0.0/tcp/0"]
+        assert cfg["Addresses"]["API"].startswith("/ip4/127.0.0.1/")  # the RPC API never leaves loopback
+        outside = [h for h in _ip4_hosts(wide.swarm_addrs) if not h.startswith("127.")]
+        if not outside:
+            pytest.skip("this machine has no non-loopback IPv4 address to dial")
+        host, wide_port = outside[0], int(wide.swarm_addrs[0].split("/")[4])
+        with socket.create_connection((host, wide_port), timeout=5):
+            pass  # a peer on another host (or container) reaches it
+        assert set(_ip4_hosts(narrow.swarm_addrs)) == {"127.0.0.1"}
+        narrow_port = int(narrow.swarm_addrs[0].split("/")[4])
+        with pytest.raises(OSError):
+            socket.create_connection((host, narrow_port), timeout=5).close()
+    finally:
+        await narrow.stop()
+        await wide.stop()

@@ -57,6 +57,7 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ("", {"CAIRN_API_PORT": "abc"}, "environment CAIRN_API_PORT: api.port must be int"),
         ("", {"CAIRN_API_PORT": "70000"}, "port number"),
         ("", {"CAIRN_LOG_LEVEL": "loud"}, "log.level"),
+        ("", {"CAIRN_IPFS_SWARM_HOST": "node1"}, "CAIRN_IPFS_SWARM_HOST: ipfs.swarm_host must be an IPv4 or IPv6"),
     ],
 )
 def test_bad_settings_are_named(tmp_path: Path, toml: str, env: dict[str, str], needle: str) -> None:
