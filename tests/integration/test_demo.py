@@ -14,17 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.procs import process_running
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.kubo
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def test_demo_shows_a_peer_hit_and_a_reproduction(tmp_path: Path) -> None:
@@ -45,4 +39,4 @@ def test_demo_shows_a_peer_hit_and_a_reproduction(tmp_path: Path) -> None:
     for name in ("A", "B", "C"):
         info = json.loads((work / name / "node.json").read_text()) if (work / name / "node.json").exists() else {}
         pid = info.get("pid")
-        assert pid is None or not _running(pid), f"node {name} (pid {pid}) still runs after the demo"
+        assert pid is None or not process_running(pid), f"node {name} (pid {pid}) still runs after the demo"

@@ -17,16 +17,9 @@ import pytest
 
 from node.errors import KuboRPCError, KuboStartError
 from node.ipfs import KuboClient, ManagedKubo
+from tests.fixtures.procs import process_running
 
 pytestmark = pytest.mark.kubo
-
-
-def process_running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 async def until(check: Callable[[], bool], deadline: float = 15.0, what: str = "condition") -> None:
