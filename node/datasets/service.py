@@ -232,24 +232,10 @@ def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
         raise
 
 
-def bound_arrow_memory() -> None:
-    """Make Arrow give freed memory back to the system at once (issue 18: an ingest's RSS bounded by its slices).
-
-    pyarrow's default pool (mimalloc) kept the buffers of slices already written: a 1 GB CSV's ingest peaked at
-    ~90 MB more than with jemalloc returning dirty pages immediately (measured with the ingest pipeline below; the
-    extra CPU is within noise). Process-wide and idempotent; a pyarrow without jemalloc keeps its default."""
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-        pa.jemalloc_set_decay_ms(0)
-    except (pa.ArrowNotImplementedError, NotImplementedError):  # pragma: no cover - built without jemalloc
-        pass
-
-
 class Datasets:
     def __init__(
         self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE
     ) -> None:
-        bound_arrow_memory()
         self.kubo = kubo
         self.index = index
         self.keys_dir = home / "keys"
