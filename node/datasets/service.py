@@ -31,7 +31,7 @@ from node.datasets import projection as projecting
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
-from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
+from node.datasets.slices import iter_slices, read_slice, take_canonical, write_parquet_slice
 from node.errors import (
     CairnError,
     Conflict,
@@ -48,6 +48,7 @@ from node.errors import (
 from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
+from node.ipfs.client import AddResult as AddedFile
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 from node.model.names import check_dataset_name
@@ -231,10 +232,26 @@ def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
         raise
 
 
+def bound_arrow_memory() -> None:
+    """Make Arrow give freed memory back to the system at once (issue 18: an ingest's RSS bounded by its slices, and
+    flat whatever the input's size).
+
+    With pyarrow's default pool (mimalloc) the node's peak during `scripts/bench/ingest.py` was 536 MB for 1 GB and
+    605 MB for 4 GB of CSV; with jemalloc returning dirty pages at once, 491 and 495 MB. The price: ~12 % more CPU
+    (the kernel zeroes each slice's pages again). Process-wide and idempotent; a pyarrow without jemalloc keeps its
+    default."""
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(0)
+    except (pa.ArrowNotImplementedError, NotImplementedError):  # pragma: no cover - built without jemalloc
+        pass
+
+
 class Datasets:
     def __init__(
         self, kubo: KuboClient, index: Index, home: Path, rows_per_slice: int = DEFAULT_ROWS_PER_SLICE
     ) -> None:
+        bound_arrow_memory()
         self.kubo = kubo
         self.index = index
         self.keys_dir = home / "keys"
@@ -543,15 +560,30 @@ class Datasets:
     async def _write_slices(
         self, batches: Iterator[pa.RecordBatch], schema: pa.Schema, got: _Ingest, work: Path
     ) -> None:
-        # Reading and cutting slice n+1 (one thread) overlaps writing slice n (another).
-        async with _Prefetch(iter_slices(batches, schema, self.rows_per_slice)) as tables:
-            async for table in tables:
-                path = work / f"slice-{len(got.slices)}.parquet"
-                rows, lh = await asyncio.to_thread(_write_slice, table, path, got.total)
-                added = await self.kubo.add(path, pin=False)
-                got.slices.append(SliceRef(added.cid, rows, added.file_size, lh, got.offset))
-                got.files.append((path, added.cid))
-                got.offset += rows
+        """Three stages overlap (issue 18): the reader thread parses and cuts slice n+1, worker threads write and
+        hash slice n, and Kubo adds slice n-1. Slices are written, added and listed in their order, so the bytes,
+        the CIDs and the AddData event are those of one slice at a time. At most two slices are held in memory."""
+        adding: asyncio.Future[tuple[AddedFile, Path, int, str]] | None = None
+        try:
+            async with _Prefetch(iter_slices(batches, schema, self.rows_per_slice)) as slices:
+                n = 0
+                while (holder := await slices.get()) is not None:
+                    path = work / f"slice-{n}.parquet"
+                    rows, lh = await _write_slice(holder, path, got.total)
+                    slices.release()  # the slice's Arrow data is gone: the reader may start another
+                    if adding is not None:
+                        _record(got, *await adding)
+                    adding = asyncio.ensure_future(self._add_file(path, rows, lh))
+                    n += 1
+            if adding is not None:
+                _record(got, *await adding)
+        finally:
+            if adding is not None and not adding.done():
+                adding.cancel()
+                await asyncio.gather(adding, return_exceptions=True)
+
+    async def _add_file(self, path: Path, rows: int, lh: str) -> tuple[AddedFile, Path, int, str]:
+        return await self.kubo.add(path, pin=False), path, rows, lh
 
     async def _signer(self, row: DatasetRow | None, old: Version | None) -> _Signer:
         """The dataset's key and where its chain goes on: a new key and a new chain for a new dataset."""
@@ -796,57 +828,79 @@ class Datasets:
 
 
 class _Prefetch:
-    """Run a blocking iterator on its own thread, one item ahead of the consumer (bounded memory:
-    at most the item being consumed, one waiting, and the one being made)."""
+    """Run a blocking iterator of slices on its own thread, one slice ahead of the consumer. Memory is bounded by
+    two slices: the reader takes a slot before making one, and the consumer gives it back (``release``) once it is
+    done with the slice it got; the reader keeps no reference to a slice it has handed over."""
 
     _DONE = object()
+    SLOTS = 2  # the slice being written, and the one being read
 
     def __init__(self, it: Iterator[pa.Table]) -> None:
         self._it = it
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=1)
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._slots = threading.Semaphore(self.SLOTS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cairn-ingest-read", daemon=True)
 
     def _run(self) -> None:
         try:
-            for item in self._it:
-                if not self._put(item):
+            while self._take_slot():
+                item = next(self._it, self._DONE)
+                self._queue.put(item if item is self._DONE else [item])
+                if item is self._DONE:
                     return
-            self._put(self._DONE)
+                del item  # handed over: the consumer's reference is the only one
         except BaseException as e:  # noqa: BLE001  handed to the consumer, raised there
-            self._put(e)
+            self._queue.put(e)
 
-    def _put(self, item: object) -> bool:
+    def _take_slot(self) -> bool:
         while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
+            if self._slots.acquire(timeout=0.1):
                 return True
-            except queue.Full:
-                continue
         return False
 
-    async def __aenter__(self) -> AsyncIterator[pa.Table]:
+    async def __aenter__(self) -> _Prefetch:
         self._thread.start()
-        return self._items()
+        return self
 
-    async def _items(self) -> AsyncIterator[pa.Table]:
-        while True:
-            item = await asyncio.to_thread(self._queue.get)
-            if item is self._DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    async def get(self) -> list[pa.Table] | None:
+        """The next slice, in a one-item list the consumer empties (so that it holds the only reference); None at
+        the end."""
+        item = await asyncio.to_thread(self._queue.get)
+        if item is self._DONE:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        assert isinstance(item, list)
+        return item
+
+    def release(self) -> None:
+        self._slots.release()
 
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()  # a consumer that failed must not leave the reader blocked forever
         await asyncio.to_thread(self._thread.join)
 
 
-def _write_slice(table: pa.Table, path: Path, total: LogicalHasher) -> tuple[int, str]:
-    """Write one slice to ``path``; its rows and logical hash (also fed to the version's hasher)."""
-    write_parquet_slice(table, str(path))
-    total.update(table)
-    own = LogicalHasher(table.schema)
-    own.update(table)
-    return table.num_rows, str(own.finish())
+async def _write_slice(holder: list[pa.Table], path: Path, total: LogicalHasher) -> tuple[int, str]:
+    """Write one slice to ``path``; its rows and logical hash (also fed to the version's hasher). The Parquet
+    writer runs on one thread: the hashing runs beside it, on the same canonical table (the logical hash does not
+    depend on the Arrow layout, so it is the hash of the rows as read)."""
+    table = await asyncio.to_thread(take_canonical, holder)
+
+    def hash_rows() -> str:
+        total.update(table)
+        own = LogicalHasher(table.schema)
+        own.update(table)
+        return str(own.finish())
+
+    write = asyncio.to_thread(write_parquet_slice, table, str(path))
+    _, lh = await asyncio.gather(write, asyncio.to_thread(hash_rows))
+    return table.num_rows, lh
+
+
+def _record(got: _Ingest, added: AddedFile, path: Path, rows: int, lh: str) -> None:
+    """A slice Kubo has stored (unpinned): listed, in order, with its file kept for the slice cache."""
+    got.slices.append(SliceRef(added.cid, rows, added.file_size, lh, got.offset))
+    got.files.append((path, added.cid))
+    got.offset += rows

@@ -77,6 +77,7 @@ __all__ = [
     "iter_slices",
     "read_slice",
     "slice_bytes",
+    "take_canonical",
     "write_parquet_slice",
 ]
 
@@ -174,6 +175,28 @@ def _canonical_table(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def take_canonical(holder: list[pa.Table]) -> pa.Table:
+    """The canonical form (one chunk per column, canonical types) of the one table in ``holder``, taken out of it.
+
+    The same table :func:`write_parquet_slice` writes (writing it again changes nothing), made so that the input is
+    held about once, not twice: each column's chunks are released as soon as its one-chunk copy exists (issue 18:
+    ingest memory bounded by one slice). ``holder`` is the only reference the caller keeps.
+    """
+    table = holder.pop()
+    fields = list(table.schema)
+    pending: list[pa.ChunkedArray | None] = list(table.columns)
+    del table
+    columns = []
+    for i in range(len(pending)):
+        column = pending[i]
+        pending[i] = None
+        assert column is not None
+        columns.append(_canonical_column(column))
+        del column
+    schema = pa.schema([pa.field(f.name, c.type) for f, c in zip(fields, columns, strict=True)])
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 # --------------------------------------------------------------------------- write / read
 
 
@@ -260,7 +283,16 @@ def iter_slices(batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows_per_s
             pending_rows += take
             start += take
             if pending_rows == rows_per_slice:
-                yield pa.Table.from_batches(pending, schema=schema)
-                pending, pending_rows = [], 0
+                # (emptied before the yield: a suspended generator must not keep the slice's batches alive
+                # after its consumer has dropped them)
+                yield _drain(pending, schema)
+                pending_rows = 0
     if pending_rows:
-        yield pa.Table.from_batches(pending, schema=schema)
+        yield _drain(pending, schema)
+
+
+def _drain(pending: list[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """The batches as one Table; the list is emptied in place."""
+    table = pa.Table.from_batches(pending, schema=schema)
+    pending.clear()
+    return table

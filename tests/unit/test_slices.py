@@ -223,3 +223,20 @@ def test_iter_slices_refusals_and_metadata() -> None:
     (t,) = iter_slices([with_meta], SCHEMA, 5)
     assert t.schema == SCHEMA and t.num_rows == 3
     assert list(iter_slices([], SCHEMA, 5)) == []
+
+
+# --------------------------------------------------------------------------- take_canonical
+
+
+def test_take_canonical_is_what_the_writer_writes() -> None:
+    """The canonical table taken out of a chunked one (the ingest frees the chunks as it goes) is written to the
+    same bytes as the chunked table itself, and writing it again changes nothing."""
+    table = mixed_table(3000)
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=333))
+    holder = [chunked]
+    del chunked
+    canonical = slices.take_canonical(holder)
+    assert holder == []
+    assert all(c.num_chunks == 1 for c in canonical.columns)
+    assert slice_bytes(canonical) == slice_bytes(pa.Table.from_batches(table.to_batches(max_chunksize=333)))
+    assert logical_hash(canonical) == logical_hash(table)
