@@ -31,7 +31,7 @@ from node.datasets import projection as projecting
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
-from node.datasets.slices import iter_slices, read_slice, write_parquet_slice
+from node.datasets.slices import iter_slices, read_slice, read_slice_head, write_parquet_slice
 from node.errors import (
     CairnError,
     Conflict,
@@ -734,13 +734,23 @@ class Datasets:
         if it is not ``cid``'s bytes, fetch it again and read once more."""
         path = await self.cid_path(cid, size=size, timeout=timeout)
         try:
-            return await asyncio.to_thread(read_slice, path)
+            return await asyncio.to_thread(read_slice, path, mapped=True)  # cache files are renamed in, never rewritten
         except InvalidInput:
             if path.exists() and bytes(await self.file_cid(path)) == bytes(cid):
                 raise  # the bytes are the CID's: the slice itself is not Parquet
             log.warning("cached slice was corrupt: fetching it again", extra={"cid": cid_str(cid)})
             path.unlink(missing_ok=True)
-            return await asyncio.to_thread(read_slice, await self.cid_path(cid, size=size, timeout=timeout))
+            path = await self.cid_path(cid, size=size, timeout=timeout)
+            return await asyncio.to_thread(read_slice, path, mapped=True)
+
+    async def head_cid(self, cid: CID, rows: int) -> pa.Table:
+        """The first ``rows`` rows of a slice, decoding only the pages they are in; a cached file that does not
+        read is handled as ``read_cid`` does."""
+        path = await self.cid_path(cid)
+        try:
+            return await asyncio.to_thread(read_slice_head, path, rows)
+        except InvalidInput:
+            return (await self.read_cid(cid)).slice(0, max(rows, 0))
 
     async def tables(self, v: Version) -> AsyncIterator[pa.Table]:
         """The version's rows, slice by slice; older slices get nulls for columns added later."""

@@ -51,6 +51,11 @@ from node.model import (
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
 MAX_ADDR_LEN = 256
 UNREACHABLE = "could not fetch what the claim names"  # a refusal that says nothing against the peer that sent it
+# Slices are fetched ahead of the one being hashed, at most FETCH_AHEAD of them (files in the slice cache; one
+# decoded slice in memory), FETCHES_AT_ONCE Kubo cats at a time (issue 18 item 5: cats back to back, never waiting
+# for a decode).
+FETCH_AHEAD = 2
+FETCHES_AT_ONCE = 1
 CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own deadline (peers.resolve_timeout)
 
 
@@ -202,8 +207,10 @@ async def _hash_slices(
     progress: Callable[[], None] | None = None,
     src: Blocks | None = None,
 ) -> tuple[Structure, LogicalHasher]:
-    """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
-    Every slice must have the first one's structure. A slice the lookup answer carried is cached from there."""
+    """Fetch, read and hash slices in order. Fetching runs ahead of hashing (``FETCH_AHEAD``, ``FETCHES_AT_ONCE``)
+    so that Kubo's transfers never wait for a decode; each slice is still hashed against its CID as it streams
+    in (``Datasets.cid_path``) and read from the checked file. Every slice must have the first one's structure.
+    A slice the lookup answer carried is cached from there."""
     for cid in cids:
         data = src.local(cid) if src is not None else None
         if data is not None:
@@ -212,12 +219,18 @@ async def _hash_slices(
             await src.reach()
     hasher: LogicalHasher | None = None
     structure: Structure | None = None
-    fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
+    room = asyncio.Semaphore(1 + FETCH_AHEAD)  # slices fetched or fetching and not yet hashed
+    cats = asyncio.Semaphore(FETCHES_AT_ONCE)
+
+    async def fetch(cid: CID) -> None:
+        await room.acquire()  # released once the slice is hashed; waiters are served in order (FIFO)
+        async with cats:
+            await datasets.cid_path(cid, timeout=timeout)
+
+    fetches = [asyncio.ensure_future(fetch(cid)) for cid in cids]
     try:
         for i, cid in enumerate(cids):
             await fetches[i]
-            if i + 1 < len(cids):
-                fetches.append(asyncio.ensure_future(datasets.cid_path(cids[i + 1], timeout=timeout)))
             try:
                 table = await datasets.read_cid(cid, timeout=timeout)
             except CairnError as e:
@@ -227,6 +240,8 @@ async def _hash_slices(
                 raise ClaimRefused(f"{what}: slice {cid_str(cid)} has structure {got.schema}, not {structure.schema}")
             structure, hasher = got, hasher or LogicalHasher(table.schema)
             await asyncio.to_thread(hasher.update, table)
+            del table  # one decoded slice in memory at a time
+            room.release()
             if progress is not None:
                 progress()
     finally:
