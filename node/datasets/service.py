@@ -734,14 +734,13 @@ class Datasets:
         if it is not ``cid``'s bytes, fetch it again and read once more."""
         path = await self.cid_path(cid, size=size, timeout=timeout)
         try:
-            return await asyncio.to_thread(read_slice, path, mapped=True)  # cache files are renamed in, never rewritten
+            return await asyncio.to_thread(read_slice, path)
         except InvalidInput:
             if path.exists() and bytes(await self.file_cid(path)) == bytes(cid):
                 raise  # the bytes are the CID's: the slice itself is not Parquet
             log.warning("cached slice was corrupt: fetching it again", extra={"cid": cid_str(cid)})
             path.unlink(missing_ok=True)
-            path = await self.cid_path(cid, size=size, timeout=timeout)
-            return await asyncio.to_thread(read_slice, path, mapped=True)
+            return await asyncio.to_thread(read_slice, await self.cid_path(cid, size=size, timeout=timeout))
 
     async def head_cid(self, cid: CID, rows: int) -> pa.Table:
         """The first ``rows`` rows of a slice, decoding only the pages they are in; a cached file that does not

@@ -209,14 +209,8 @@ def slice_bytes(table: pa.Table) -> bytes:
     return out.getvalue().to_pybytes()
 
 
-def read_slice(
-    path_or_buffer: str | os.PathLike | bytes | bytearray | memoryview | pa.Buffer | BinaryIO, *, mapped: bool = False
-) -> pa.Table:
-    """Read a slice (a path, its bytes, a pyarrow Buffer or a readable binary file object).
-
-    ``mapped``: the path is a file never written in place (the CID-keyed cache: a temp renamed over it), so it
-    may be memory-mapped: the decoder reads the page cache rather than a fresh copy of the file (a 95 MB slice
-    read 2× faster the first time on the bench's VM, where touching new memory is what costs)."""
+def read_slice(path_or_buffer: str | os.PathLike | bytes | bytearray | memoryview | pa.Buffer | BinaryIO) -> pa.Table:
+    """Read a slice (a path, its bytes, a pyarrow Buffer or a readable binary file object)."""
     source: Any = path_or_buffer
     if isinstance(source, (bytes, bytearray, memoryview)):
         source = pa.BufferReader(pa.py_buffer(source))
@@ -225,7 +219,7 @@ def read_slice(
     elif isinstance(source, os.PathLike):
         source = os.fspath(source)
     try:
-        return pq.read_table(source, memory_map=mapped and isinstance(source, str))
+        return pq.read_table(source)
     except FileNotFoundError:
         raise NotFound(f"no slice at {source}") from None  # a path (str) here: buffers are never "not found"
     except (pa.ArrowInvalid, OSError) as e:
@@ -233,11 +227,11 @@ def read_slice(
 
 
 def read_slice_head(path: str | os.PathLike, rows: int) -> pa.Table:
-    """The first ``rows`` rows of a slice file in the CID-keyed cache (all of them if it has fewer), the same
+    """The first ``rows`` rows of a slice file (all of them if it has fewer), the same
     as ``read_slice(path).slice(0, rows)``: only the pages those rows are in are decoded (an answer's 100 rows
     of a 95 MB slice: 30 ms, not the whole slice)."""
     try:
-        f = pq.ParquetFile(os.fspath(path), memory_map=True)
+        f = pq.ParquetFile(os.fspath(path))
         schema = f.schema_arrow
         batches, got = [], 0
         if rows > 0:
