@@ -51,13 +51,6 @@ from node.model import (
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
 MAX_ADDR_LEN = 256
 UNREACHABLE = "could not fetch what the claim names"  # a refusal that says nothing against the peer that sent it
-# Issue 18 item 5: a peer's result slices are fetched ahead of the one being hashed, at most FETCH_AHEAD of them
-# (files in the slice cache, not memory), FETCHES_AT_ONCE Kubo cats at a time (one: the slices then complete in
-# order, and only the last one's decode is left after the last byte), and DECODE_AHEAD slices decoded ahead (in
-# memory: a decoded 95 MB slice is about 130 MB) while one is hashed, on threads of their own.
-FETCH_AHEAD = 4
-FETCHES_AT_ONCE = 1
-DECODE_AHEAD = 1
 CONNECT_TIMEOUT = 3.0  # one swarm connect; the whole network stage has its own deadline (peers.resolve_timeout)
 
 
@@ -209,10 +202,8 @@ async def _hash_slices(
     progress: Callable[[], None] | None = None,
     src: Blocks | None = None,
 ) -> tuple[Structure, LogicalHasher]:
-    """Fetch, read and hash slices; hashing is in order, the rest runs ahead: Kubo cats back to back (never
-    waiting for a decode), the next slice decoded while this one is hashed. Each slice is hashed against its CID
-    as it streams in (``Datasets.cid_path``) and read from the checked file. Every slice must have the first
-    one's structure. A slice the lookup answer carried is cached from there."""
+    """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
+    Every slice must have the first one's structure. A slice the lookup answer carried is cached from there."""
     for cid in cids:
         data = src.local(cid) if src is not None else None
         if data is not None:
@@ -221,42 +212,27 @@ async def _hash_slices(
             await src.reach()
     hasher: LogicalHasher | None = None
     structure: Structure | None = None
-    room = asyncio.Semaphore(1 + FETCH_AHEAD)  # slices fetched or fetching and not yet hashed
-    cats = asyncio.Semaphore(FETCHES_AT_ONCE)
-
-    async def fetch(cid: CID) -> None:
-        await room.acquire()  # released once the slice is hashed; waiters are served in order (FIFO)
-        async with cats:
-            await datasets.cid_path(cid, timeout=timeout)
-
-    fetches = [asyncio.ensure_future(fetch(cid)) for cid in cids]
-    reads: dict[int, asyncio.Future[pa.Table]] = {}
-
-    async def read(i: int) -> pa.Table:
-        await fetches[i]
-        try:
-            return await datasets.read_cid(cids[i], timeout=timeout)
-        except CairnError as e:
-            raise ClaimRefused(f"{what}: slice {cid_str(cids[i])}: {e.message}") from None
-
+    fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
     try:
         for i, cid in enumerate(cids):
-            for j in range(i, min(i + 1 + DECODE_AHEAD, len(cids))):  # at most 1 + DECODE_AHEAD decoded at once
-                reads.setdefault(j, asyncio.ensure_future(read(j)))
-            table = await reads.pop(i)
+            await fetches[i]
+            if i + 1 < len(cids):
+                fetches.append(asyncio.ensure_future(datasets.cid_path(cids[i + 1], timeout=timeout)))
+            try:
+                table = await datasets.read_cid(cid, timeout=timeout)
+            except CairnError as e:
+                raise ClaimRefused(f"{what}: slice {cid_str(cid)}: {e.message}") from None
             got = structure_of(table.schema)
             if structure is not None and got != structure:
                 raise ClaimRefused(f"{what}: slice {cid_str(cid)} has structure {got.schema}, not {structure.schema}")
             structure, hasher = got, hasher or LogicalHasher(table.schema)
             await asyncio.to_thread(hasher.update, table)
-            del table
-            room.release()
             if progress is not None:
                 progress()
     finally:
-        for f in [*fetches, *reads.values()]:
+        for f in fetches:
             f.cancel()
-        await asyncio.gather(*fetches, *reads.values(), return_exceptions=True)
+        await asyncio.gather(*fetches, return_exceptions=True)
     assert structure is not None and hasher is not None
     return structure, hasher
 
