@@ -31,7 +31,7 @@ from node.datasets import projection as projecting
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
-from node.datasets.slices import iter_slices, read_slice, take_canonical, write_parquet_slice
+from node.datasets.slices import iter_slices, read_slice, read_slice_head, take_canonical, write_parquet_slice
 from node.errors import (
     CairnError,
     Conflict,
@@ -773,6 +773,15 @@ class Datasets:
             log.warning("cached slice was corrupt: fetching it again", extra={"cid": cid_str(cid)})
             path.unlink(missing_ok=True)
             return await asyncio.to_thread(read_slice, await self.cid_path(cid, size=size, timeout=timeout))
+
+    async def head_cid(self, cid: CID, rows: int) -> pa.Table:
+        """The first ``rows`` rows of a slice, decoding only the pages they are in; a cached file that does not
+        read is handled as ``read_cid`` does."""
+        path = await self.cid_path(cid)
+        try:
+            return await asyncio.to_thread(read_slice_head, path, rows)
+        except InvalidInput:
+            return (await self.read_cid(cid)).slice(0, max(rows, 0))
 
     async def tables(self, v: Version) -> AsyncIterator[pa.Table]:
         """The version's rows, slice by slice; older slices get nulls for columns added later."""

@@ -904,10 +904,11 @@ class Resolver:
         schema: pa.Schema | None = None
         parts: list[pa.Table] = []
         shown = 0
-        async for t in self.iter_result(row):
+        for s in row.slices:  # only the rows shown are decoded (a large peer hit read its first slice whole)
+            t = await self.datasets.head_cid(parse_cid(s), max(0, limit - shown))
             schema = schema or t.schema
-            parts.append(t.slice(0, max(0, limit - shown)))
-            shown += parts[-1].num_rows
+            parts.append(t)
+            shown += t.num_rows
             if shown >= limit:
                 break
         assert schema is not None

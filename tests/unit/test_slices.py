@@ -21,6 +21,7 @@ from node.datasets.slices import (
     canonical_slice_schema,
     iter_slices,
     read_slice,
+    read_slice_head,
     slice_bytes,
     write_parquet_slice,
 )
@@ -119,6 +120,26 @@ def test_round_trip_keeps_rows_and_logical_hash() -> None:
         assert back.equals(t)
         assert logical_hash(back) == logical_hash(t)
     assert read_slice(data).schema == canonical_slice_schema(t.schema)
+
+
+def test_head_read_gives_the_whole_reads_rows(tmp_path, monkeypatch) -> None:
+    """The first n rows of a slice read alone (an answer's rows) are the rows and schema of a whole read, across
+    row groups, past the end, and for a slice with no rows."""
+    monkeypatch.setattr(slices, "ROW_GROUP_ROWS", 1000)
+    t = mixed_table(2500)
+    path = tmp_path / "s.parquet"
+    write_parquet_slice(t, path)
+    whole = read_slice(path)
+    for n in (0, 1, 100, 999, 1000, 1001, 2500, 10_000):
+        head = read_slice_head(path, n)
+        assert head.equals(whole.slice(0, n)) and head.schema.equals(whole.schema, check_metadata=True)
+    write_parquet_slice(t.slice(0, 0), empty := tmp_path / "empty.parquet")
+    assert read_slice_head(empty, 100).equals(read_slice(empty))
+    with pytest.raises(NotFound):
+        read_slice_head(tmp_path / "missing.parquet", 1)
+    (bad := tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(InvalidInput, match="not a readable Parquet"):
+        read_slice_head(bad, 1)
 
 
 def test_file_metadata_follows_the_fixed_options() -> None:
