@@ -95,6 +95,9 @@ def _counter(name: str, doc: str, label: str, counts: dict[str, int]) -> Counter
     return c
 
 
+QUERY_SOURCES = ("local", "peer", "computed", "refused")
+
+
 class _NodeCollector:
     """Families read from the node's own counts at each scrape (node/tally.py; Kubo's and the network's counters)."""
 
@@ -106,7 +109,10 @@ class _NodeCollector:
         q = n.query_times
         out: list[Metric] = [
             _counter(
-                "cairn_queries", "Queries answered, by source (local, peer, computed) or refused", "source", q.counts
+                "cairn_queries",
+                "Queries answered, by source (local, peer, computed) or refused",
+                "source",
+                {**dict.fromkeys(QUERY_SOURCES, 0), **q.counts},  # every source from the start: rates need a 0
             ),
             _histogram("cairn_query_seconds", "Query latency in the node, by source", "source", q),
             _counter("cairn_spark_jobs_run", "Spark jobs run, by outcome", "outcome", n.worker.job_times.counts),

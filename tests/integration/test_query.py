@@ -395,6 +395,7 @@ async def test_metrics_move_with_real_misses_hits_and_refusals(nodes: Any) -> No
     assert moved("cairn_queries_total", source="computed") == 1
     assert moved("cairn_queries_total", source="local") == 2
     assert moved("cairn_queries_total", source="refused") == 1
+    assert after[("cairn_queries_total", (("source", "peer"),))] == 0  # every source is there before its first
     assert moved("cairn_query_seconds_count", source="local") == 2
     assert moved("cairn_query_seconds_bucket", source="local", le="+Inf") == 2
     assert moved("cairn_spark_jobs_run_total", outcome="ok") == 1
