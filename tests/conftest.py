@@ -1,1 +1,7 @@
-pytest_plugins = ["tests.fixtures.kubo", "tests.fixtures.nodes", "tests.fixtures.inprocess", "tests.fixtures.spark"]
+pytest_plugins = [
+    "tests.fixtures.kubo",
+    "tests.fixtures.nodes",
+    "tests.fixtures.inprocess",
+    "tests.fixtures.spark",
+    "tests.fixtures.netns",
+]
