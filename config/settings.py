@@ -116,6 +116,17 @@ class IpfsSettings:
         "(or `::`) lets peers on other hosts or containers fetch from it. Its RPC API and gateway stay on loopback.",
         default="127.0.0.1",
     )
+    swarm_announce: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "Managed Kubo: the swarm addresses it announces (Kubo `Addresses.Announce`), e.g. a public address a "
+        "port is forwarded from; empty: the addresses it listens on. Announcements carry them (at most 8, public "
+        "ones first) as where to fetch from.",
+        default_factory=list,
+    )
+    swarm_no_announce: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "Managed Kubo: addresses or ranges it never announces (Kubo `Addresses.NoAnnounce`), e.g. "
+        "`/ip4/172.16.0.0/ipcidr/12` for a container bridge no peer can reach.",
+        default_factory=list,
+    )
     bootstrap: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "Managed Kubo: bootstrap peer multiaddrs. Empty: no public bootstrap peers.", default_factory=list
     )
@@ -216,6 +227,12 @@ class PeerSettings:
     )
     listen: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "libp2p listen multiaddrs of the p2p host.", default_factory=lambda: ["/ip4/127.0.0.1/tcp/0"]
+    )
+    announce: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
+        "Multiaddrs other nodes should dial to reach the p2p host (what `cairn status` prints to share), e.g. a "
+        "public address a port is forwarded from; empty: the listen addresses (a wildcard expanded to this "
+        "host's), public ones first.",
+        default_factory=list,
     )
     bootstrap: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "libp2p peers to dial at start (`/ip4/…/tcp/…/p2p/12D3KooW…`).", default_factory=list
@@ -424,8 +441,15 @@ def flight_port(api: ApiSettings) -> int:
     return api.port + 1 if 0 < api.port < 65535 else 0
 
 
-def _problem(s: Settings) -> tuple[str, str] | None:
-    """The first setting whose value is out of range: (dotted key, why), or None."""
+def _address_problem(s: Settings) -> tuple[str, str] | None:
+    """A port out of range, or an announce list that is not multiaddrs: (dotted key, why), or None."""
+    for key, addrs in (
+        ("ipfs.swarm_announce", s.ipfs.swarm_announce),
+        ("ipfs.swarm_no_announce", s.ipfs.swarm_no_announce),
+        ("peers.announce", s.peers.announce),
+    ):
+        if not all(_is_multiaddr(a) for a in addrs):
+            return key, f"{key} must be multiaddrs (/ip4/…, /ip6/…, /dns…), got {addrs!r}"
     for key, port in (
         ("api.port", s.api.port),
         ("ipfs.api_port", s.ipfs.api_port),
@@ -436,6 +460,14 @@ def _problem(s: Settings) -> tuple[str, str] | None:
             return key, f"{key} must be a port number (0-65535), got {port}"
     if not -1 <= s.api.flight_port <= 65535:
         return "api.flight_port", f"api.flight_port must be a port number (0-65535) or -1, got {s.api.flight_port}"
+    return None
+
+
+def _problem(s: Settings) -> tuple[str, str] | None:
+    """The first setting whose value is out of range: (dotted key, why), or None."""
+    found = _address_problem(s)
+    if found:
+        return found
     checks = (
         (
             "log.level",
@@ -481,6 +513,10 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)
+
+
+def _is_multiaddr(text: object) -> bool:
+    return isinstance(text, str) and text.split("/")[1:2] in (["ip4"], ["ip6"], ["dns"], ["dns4"], ["dns6"])
 
 
 def _is_ip(text: str) -> bool:

@@ -933,7 +933,13 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
             # Re-hash every block read from the blockstore: what we serve is checked against its CID.
             # Gateway.NoFetch: /ipfs/ serves what the node holds, an absent block is a prompt 404 (issue 16);
             # AllowCodecConversion: Accept: application/json gives a DAG-CBOR block as DAG-JSON (docs/gateway.md).
-            config={"Datastore.HashOnRead": True, "Gateway.NoFetch": True, "Gateway.AllowCodecConversion": True},
+            config={
+                "Datastore.HashOnRead": True,
+                "Gateway.NoFetch": True,
+                "Gateway.AllowCodecConversion": True,
+                "Addresses.Announce": list(ipfs.swarm_announce),  # set at every start: [] clears an old one
+                "Addresses.NoAnnounce": list(ipfs.swarm_no_announce),
+            },
             secret_path=home.path / HOME_SECRET,  # its RPC API's secret (issue 15), 0600 like api.token
         )
         stack.push_async_callback(managed.stop)

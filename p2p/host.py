@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import multiaddr
 import trio
 
+from p2p.addrs import reachability_order
 from p2p.logs import tame_libp2p_logging
 
 tame_libp2p_logging()  # before libp2p logs anything (importing it configures its logging)
@@ -95,6 +96,7 @@ class P2PHost:
         handler_timeout: float = 30.0,
         redial_interval: float = 30.0,
         forget_after: float = 30 * 86400.0,
+        announce: Iterable[str] = (),
     ) -> None:
         if not isinstance(seed, (bytes, bytearray)) or len(seed) != 32:
             raise P2PError("the host identity must be a 32-byte ed25519 private seed")
@@ -128,6 +130,7 @@ class P2PHost:
         self._on_connected: list[PeerCallback] = []
         self._on_disconnected: list[PeerCallback] = []
         self._addrs: list[str] = []
+        self._announce = [strip_p2p(a) for a in announce]  # what others are told to dial, when not the listen addrs
         self._stopped = False
         #: Inbound gossip RPC frames refused (malformed, cut short or oversized): each resets that peer's stream.
         self.inbound_refused = 0
@@ -254,6 +257,7 @@ class P2PHost:
         addrs = _dialable(host.get_addrs())
         if not addrs:
             raise P2PError(f"cannot listen on {', '.join(self._listen)}")
+        addrs = self._announce or reachability_order(addrs)
         self._addrs = [f"{a}/p2p/{self.peer_id}" for a in addrs]
         async with trio.open_nursery() as nursery:
             for topic in list(self._topics):

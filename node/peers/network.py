@@ -52,6 +52,7 @@ from node.peers.limits import Admission, Limits, Lru
 from node.resolve import Resolver
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
+from p2p.addrs import reachability_order
 from p2p.host import P2PError, P2PHost, P2PTimeout
 
 log = logging.getLogger("cairn.network")
@@ -99,6 +100,7 @@ class Network:
                 peerstore_path=peerstore,
                 bootstrap=settings.bootstrap,
                 mdns=settings.mdns,
+                announce=settings.announce,
             )
         except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
@@ -159,7 +161,7 @@ class Network:
         except KuboError as e:  # announce anyway: peers that already reach our Kubo still fetch
             log.info("announcing without providers: %s", e.message)
             return []
-        addrs = [a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses]
+        addrs = reachability_order([a if "/p2p/" in a else f"{a}/p2p/{ident.id}" for a in ident.addresses])
         return addrs[:MAX_PROVIDERS]  # peers refuse announcements naming more (node/resolve/claims.py)
 
     async def _announcement(self, row: ExecutionRow, providers: list[str] | None = None) -> bytes:

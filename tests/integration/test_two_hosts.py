@@ -23,14 +23,21 @@ def _api(node: HostNode, path: str) -> dict[str, object]:
 
 def test_a_peer_hit_between_hosts_that_share_no_loopback(two_hosts: tuple[Host, Host], tmp_path: Path) -> None:
     host_a, host_b = two_hosts
-    a = HostNode(host_a, tmp_path / "a").start()
+    # A listens everywhere (its loopback too) and says where to reach it: only its host's address.
+    a = HostNode(host_a, tmp_path / "a").start(
+        CAIRN_PEERS_LISTEN="/ip4/0.0.0.0/tcp/4002",
+        CAIRN_PEERS_ANNOUNCE=f"/ip4/{host_a.address}/tcp/4002",
+        CAIRN_IPFS_SWARM_HOST="0.0.0.0",
+        CAIRN_IPFS_SWARM_PORT="4001",
+        CAIRN_IPFS_SWARM_ANNOUNCE=f"/ip4/{host_a.address}/tcp/4001",
+    )
     b = HostNode(host_b, tmp_path / "b").start()
     status_a = a.status()
     addresses = status_a["addresses"]
     assert isinstance(addresses, dict)
-    connect = addresses["cairn_connect"][0]
-    assert connect.startswith(f"/ip4/{host_a.address}/tcp/4002/p2p/"), addresses
-    assert all(f"/ip4/{host_a.address}/" in s for s in addresses["kubo_swarm"]), addresses
+    [connect] = addresses["cairn_connect"]
+    assert connect == f"/ip4/{host_a.address}/tcp/4002/p2p/{status_a['peer_id']}", addresses
+    assert [s.split("/p2p/")[0] for s in addresses["kubo_swarm"]] == [f"/ip4/{host_a.address}/tcp/4001"], addresses
     # B cannot reach what A has on its loopback: the hosts share none.
     api_a = json.loads((a.home / "node.json").read_text())["api"]
     assert host_b.run("curl", "-sS", "--max-time", "5", api_a + "/healthz").returncode != 0

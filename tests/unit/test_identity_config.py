@@ -58,6 +58,8 @@ def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
         ("", {"CAIRN_API_PORT": "70000"}, "port number"),
         ("", {"CAIRN_LOG_LEVEL": "loud"}, "log.level"),
         ("", {"CAIRN_IPFS_SWARM_HOST": "node1"}, "CAIRN_IPFS_SWARM_HOST: ipfs.swarm_host must be an IPv4 or IPv6"),
+        ("", {"CAIRN_PEERS_ANNOUNCE": "4002"}, "CAIRN_PEERS_ANNOUNCE: peers.announce must be multiaddrs"),
+        ('[ipfs]\nswarm_no_announce = ["10.0.0.0/8"]\n', {}, "ipfs.swarm_no_announce must be multiaddrs"),
     ],
 )
 def test_bad_settings_are_named(tmp_path: Path, toml: str, env: dict[str, str], needle: str) -> None:
