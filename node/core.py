@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,7 +165,7 @@ class Node:
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
         self._queries_changed = asyncio.Event()
-        self._chores: set[asyncio.Task[None]] = set()  # background work after an ingest (version hashes)
+        self._chores: set[asyncio.Task[None]] = set()  # background work: version hashes, the canonicalizer warm-up
         started.push_async_callback(self._cancel_chores)  # pushed last: the first thing close() does
 
     # -- life cycle -------------------------------------------------------------------------
@@ -209,6 +209,7 @@ class Node:
             node._supervise(managed)
         if settings.spark.autostart:
             spark.ensure()
+        node._chore(resolver.canonicalizer.warm())
         log.info("node started", extra={"peer_id": identity.peer_id, "kubo": kubo.api_url})
         return node
 
@@ -260,7 +261,11 @@ class Node:
         """Once-per-version work a first query would otherwise pay (issue 18 item 7): the version's logical hash,
         in the background; for a snapshot dataset, of its state as queries read it (its projection, made now).
         A query that comes first shares the same computation (Datasets.version_hash)."""
-        task = asyncio.create_task(self._hash_version(head))
+        self._chore(self._hash_version(head))
+
+    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+        """Background work a request would otherwise wait for; kept referenced until it ends."""
+        task = asyncio.create_task(work)
         self._chores.add(task)
         task.add_done_callback(self._chores.discard)
 

@@ -197,3 +197,24 @@ def test_a_child_ends_when_its_node_is_killed() -> None:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(pid), "the canonicalizer child outlived its node"
+
+
+def test_warm_starts_one_child_that_the_first_statement_uses(loop: asyncio.AbstractEventLoop) -> None:
+    """A node warms its canonicalizer at start: the first query finds a child ready (no start, no first-use cost),
+    and a second warm-up does nothing."""
+    sandbox = Sandbox()
+    try:
+        loop.run_until_complete(sandbox.warm())
+        assert sandbox.child_calls == 1 and sandbox.memo_hits == 0
+        loop.run_until_complete(sandbox.warm())
+        assert sandbox.child_calls == 1
+        started = loop.run_until_complete(_children(sandbox))
+        got = loop.run_until_complete(sandbox.canonicalize(*SAMPLES[0]))
+        assert got == canonicalize(*SAMPLES[0])
+        assert sandbox.child_calls == 2 and loop.run_until_complete(_children(sandbox)) == started == 1
+    finally:
+        loop.run_until_complete(sandbox.close())
+
+
+async def _children(sandbox: Sandbox) -> int:
+    return len(sandbox._idle) + len(sandbox._busy)

@@ -1,0 +1,232 @@
+"""Benchmark: many full nodes on one machine (issue 21 item 5), and how each figure grows with their number.
+
+For each N of ``--sizes`` (default 3, 6, 12; a size the machine cannot hold is reported, not run): N full nodes
+(`cairn node start`, each its own home, managed Kubo and free ports; Spark only on the node that computes) in a
+**ring** (node i connects to node i+1 and the last to the first: degree 2, diameter N/2). All ingest the same
+small Parquet as ``bench``; every node trusts the computing node's key. Then:
+
+1. **Idle**: after ``--settle`` s, each node's RSS (the node process, and its Kubo) and its CPU share over
+   ``--idle`` s, node and Kubo together (Spark's worker, on one node only, is left out).
+2. **Announcement propagation**: node F (the "far" node, the one opposite node 0 on the ring) computes
+   ``--announces`` new queries; for each, every other node's claim is polled (10 ms) and its arrival taken as
+   the receiver's ``received`` stamp minus the an_0's own ``time`` (same clock): p50 and p99 over all
+   (node, announcement) pairs, and the time until the last node had it (p50 over announcements).
+3. **A far node's answer**: node 0, N/2 hops from F, asks the last of those queries (``trust: community``):
+   a peer hit, the claim heard by gossip, the data fetched from F's Kubo (wall ms, p50 of ``--asks`` fresh
+   queries, each first waited for at node 0).
+
+JSON on stdout: per N the figures, and ``growth``: each figure over its value at the smallest N. What grows with
+N is read against the model in docs/scaling.md.
+
+    .venv/bin/python scripts/bench/network_scale.py [--sizes 3,6,12] [--announces 5] [--asks 3] [--settle 10]
+        [--idle 10] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _procs import cpu_seconds
+from network import SMALL, SQL, BenchNode, Constants, announcement_stamp, descendants, generate_small, say
+
+POLL_S = 0.010
+MEM_PER_NODE_MB = 700  # node + Kubo, measured here with headroom: a size whose nodes would not fit is not run
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, round(q * (len(xs) - 1)))], 2)
+
+
+def rss_mb(pid: int | None) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def kubo_pid(node: BenchNode) -> int | None:
+    pid = node.info()["kubo"].get("pid")
+    return int(pid) if pid else None
+
+
+def start_ring(n: int, work: Path, data: Path) -> tuple[list[BenchNode], int]:
+    """N nodes in a ring; the index of the far node (the one that computes)."""
+    far = n // 2
+    nodes: list[BenchNode] = []
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    for i in range(n):
+        spark = {"CAIRN_SPARK_AUTOSTART": "true" if i == far else "false", "CAIRN_SPARK_WARMUP_ROWS": "0"}
+        nodes.append(BenchNode(f"n{i}", work / f"n{i}", {**base, **spark}).start())
+    key = nodes[far].info()["node_key"]
+    for i, node in enumerate(nodes):
+        node.ingest(data, SMALL)
+        if i != far:
+            node.cli("trust", "add", key)
+    for i, node in enumerate(nodes):
+        if n > 2 or i == 0:
+            node.cli("connect", nodes[(i + 1) % n].info()["p2p_addrs"][0])
+    return nodes, far
+
+
+def idle(nodes: list[BenchNode], settle: float, window: float) -> dict[str, Any]:
+    time.sleep(settle)
+    pids = {node.name: (node.proc.pid if node.proc else None, kubo_pid(node)) for node in nodes}
+    cpu0 = {name: [cpu_seconds(p) or 0.0 for p in ps] for name, ps in pids.items()}
+    t0 = time.monotonic()
+    time.sleep(window)
+    wall = time.monotonic() - t0
+    share = [
+        sum((cpu_seconds(p) or 0.0) - c for p, c in zip(ps, cpu0[name], strict=True)) / wall
+        for name, ps in pids.items()
+    ]
+    node_rss = [r for ps in pids.values() if (r := rss_mb(ps[0])) is not None]
+    kubo_rss = [r for ps in pids.values() if (r := rss_mb(ps[1])) is not None]
+    return {
+        "node_rss_mb_p50": round(statistics.median(node_rss), 1),
+        "node_rss_mb_max": round(max(node_rss), 1),
+        "kubo_rss_mb_p50": round(statistics.median(kubo_rss), 1),
+        "idle_cpu_percent_per_node_p50": round(statistics.median(share) * 100, 2),
+        "idle_cpu_percent_per_node_max": round(max(share) * 100, 2),
+    }
+
+
+def wait_everywhere(nodes: list[BenchNode], invocation: str, timeout: float = 30.0) -> list[BenchNode]:
+    """Until every node has the claim (or the deadline): the nodes that do not."""
+    pending = list(nodes)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        pending = [node for node in pending if node.claim_of(invocation) is None]
+        time.sleep(POLL_S)
+    return pending
+
+
+def propagation(nodes: list[BenchNode], far: int, consts: Constants, count: int) -> dict[str, Any]:
+    others = [node for i, node in enumerate(nodes) if i != far]
+    arrivals: list[float] = []
+    to_all: list[float] = []
+    missed = 0
+    for _ in range(count):
+        _, answer = nodes[far].query(SQL.format(c=consts.next()), SMALL, "self", "computed")
+        missing = wait_everywhere(others, answer["invocation"])
+        missed += len(missing)
+        times = []
+        for node in others:
+            with contextlib.suppress(Exception):
+                stamp = announcement_stamp(node, answer["invocation"])
+                if stamp:
+                    times.append((stamp[1] - stamp[0]) * 1000)
+        arrivals += times
+        if times and not missing:
+            to_all.append(max(times))
+        say(f"  announcement: reached {len(others) - len(missing)}/{len(others)}, last at {max(times or [0]):.1f} ms")
+    return {
+        "ms_p50": pct(arrivals, 0.5),
+        "ms_p99": pct(arrivals, 0.99),
+        "to_all_ms_p50": pct(to_all, 0.5),
+        "missed": missed,
+        "samples": len(arrivals),
+    }
+
+
+def far_answers(nodes: list[BenchNode], far: int, consts: Constants, asks: int) -> dict[str, Any]:
+    ms: list[float] = []
+    for _ in range(asks):
+        sql = SQL.format(c=consts.next())
+        _, answer = nodes[far].query(sql, SMALL, "self", "computed")
+        if wait_everywhere([nodes[0]], answer["invocation"]):
+            raise RuntimeError("node 0 never heard the far node's announcement")
+        took, _ = nodes[0].query(sql, SMALL, "community", "peer")
+        ms.append(took)
+        say(f"  node 0 answered from n{far} ({far} hops) in {took:.1f} ms")
+    return {"peer_hit_ms_p50": pct(ms, 0.5), "samples": [round(m, 1) for m in ms], "hops": far}
+
+
+def run_size(n: int, work: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
+    say(f"N = {n}: starting the ring…")
+    nodes: list[BenchNode] = []
+    try:
+        nodes, far = start_ring(n, work / f"ring{n}", data)
+        nodes[far].wait_spark()
+        consts = Constants()
+        nodes[far].query(SQL.format(c=consts.next()), SMALL, "self", "computed")  # Spark's first job: untimed
+        out = {"nodes": n, "topology": f"ring (degree 2, diameter {n // 2})", "far_node_hops": far}
+        out["idle"] = idle(nodes, args.settle, args.idle)
+        out["announcement"] = propagation(nodes, far, consts, args.announces)
+        out["far_answer"] = far_answers(nodes, far, consts, args.asks)
+        return out
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def growth(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    base = runs[0]
+    figures = {
+        "announcement_ms_p50": lambda r: r["announcement"]["ms_p50"],
+        "announcement_to_all_ms_p50": lambda r: r["announcement"]["to_all_ms_p50"],
+        "far_peer_hit_ms_p50": lambda r: r["far_answer"]["peer_hit_ms_p50"],
+        "node_rss_mb_p50": lambda r: r["idle"]["node_rss_mb_p50"],
+        "idle_cpu_percent_per_node_p50": lambda r: r["idle"]["idle_cpu_percent_per_node_p50"],
+    }
+    out: dict[str, Any] = {}
+    for name, get in figures.items():
+        b = get(base)
+        out[name] = {str(r["nodes"]): (round(get(r) / b, 2) if b and get(r) is not None else None) for r in runs}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--sizes", default="3,6,12")
+    ap.add_argument("--announces", type=int, default=5)
+    ap.add_argument("--asks", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=10.0)
+    ap.add_argument("--idle", type=float, default=10.0)
+    ap.add_argument("--rows", type=int, default=20000)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="cairn-scale-"))
+    data = work / "bench.parquet"
+    generate_small(data, args.rows)
+    avail_mb = int(Path("/proc/meminfo").read_text().split("MemAvailable:")[1].split()[0]) // 1024
+    runs, skipped = [], {}
+    try:
+        for n in [int(x) for x in args.sizes.split(",")]:
+            if n * MEM_PER_NODE_MB > avail_mb:
+                skipped[str(n)] = f"needs about {n * MEM_PER_NODE_MB} MB, {avail_mb} MB available"
+                continue
+            runs.append(run_size(n, work, data, args))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    leftovers = descendants(os.getpid())
+    out = {
+        "bench": "network_scale",
+        "machine": {"cpus": os.cpu_count(), "mem_available_mb": avail_mb, "loadavg_1m_end": os.getloadavg()[0]},
+        "runs": runs,
+        "skipped": skipped,
+        "growth_over_smallest": growth(runs) if runs else {},
+        "leftover_processes": leftovers,
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
