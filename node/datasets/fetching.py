@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from node.errors import InvalidInput, SliceCorrupt
+from node.errors import InvalidInput, SliceCorrupt, SliceFetchStopped
 from node.ipfs import KuboClient
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, cid_str
@@ -39,10 +39,6 @@ AHEAD = 2  # slices the cats may run ahead of the decoder (bytes on disk, bounde
 
 # A slice's rows: (slice index, its Arrow schema, its rows in order), called on a worker thread.
 SliceVisit = Callable[[int, pa.Schema, Iterable[pa.RecordBatch | pa.Table]], None]
-
-
-class _Stopped(Exception):
-    """Raised in the decoder's reads when the fetch it waits on failed or was given up."""
 
 
 class Arrival:
@@ -71,7 +67,7 @@ class Arrival:
         if self.failed is None:
             self._update(failed=e)
         if not self.settled.done():
-            self.settled.set_exception(e if isinstance(e, Exception) else _Stopped("cancelled"))
+            self.settled.set_exception(e if isinstance(e, Exception) else SliceFetchStopped("cancelled"))
             self.settled.exception()  # read here: the decoder may never look
 
     def close(self) -> None:
@@ -83,7 +79,7 @@ class Arrival:
     def _wait(self, ready: Callable[[], bool]) -> None:
         while not ready():  # the caller holds self._cond
             if self.failed is not None:
-                raise _Stopped(f"the fetch stopped: {self.failed!r}")
+                raise SliceFetchStopped(f"the fetch stopped: {self.failed!r}")
             self._cond.wait()
 
     def wait(self, ready: Callable[[], bool]) -> None:
@@ -97,7 +93,7 @@ class Arrival:
             end = min(pos + n, self.size or 0)
             self._wait(lambda: self.written >= end)
             if self.fd is None:
-                raise _Stopped("the scan ended")
+                raise SliceFetchStopped("the scan ended")
             return os.pread(self.fd, end - pos, pos) if end > pos else b""
 
 
@@ -252,7 +248,7 @@ def _decode(arrival: Arrival, visit: SliceVisit, i: int) -> None:
 def _batches(parquet: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
     try:
         yield from parquet.iter_batches(batch_size=BATCH_ROWS)
-    except (pa.ArrowException, OSError) as e:  # a failed fetch's _Stopped is neither: it passes as it is
+    except (pa.ArrowException, OSError) as e:  # a failed fetch's SliceFetchStopped is neither: it passes as it is
         raise InvalidInput(f"not a readable Parquet slice: {e}") from None
 
 
@@ -308,7 +304,7 @@ async def scan_slices(
         fetcher.cancel()
         for a in arrivals:
             if a is not None:
-                a.fail(_Stopped("the scan ended"))
+                a.fail(SliceFetchStopped("the scan ended"))
         await asyncio.gather(fetcher, return_exceptions=True)
         for a in arrivals:
             if a is not None:
