@@ -292,6 +292,11 @@ class SliceCorrupt(CairnError):
     status = 502
 
 
+class SliceFetchStopped(SliceCorrupt):
+    """A slice decoded while it arrives lost its bytes: its fetch failed or was given up (the fetch's own error,
+    which comes first, is what callers see; node/datasets/fetching.py)."""
+
+
 class PullRefused(CairnError):
     """Something a peer sent in a pull does not check out; the message names the CID that failed."""
 

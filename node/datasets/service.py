@@ -29,6 +29,7 @@ from node import clock, identity
 from node.datasets import merge as merging
 from node.datasets import projection as projecting
 from node.datasets.chain import SliceRef, Version, build_version
+from node.datasets.fetching import SliceVisit, fetch_file, scan_slices
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
 from node.datasets.slices import iter_slices, read_slice, read_slice_head, take_canonical, write_parquet_slice
@@ -41,7 +42,6 @@ from node.errors import (
     KuboError,
     NotFound,
     SchemaChangeRefused,
-    SliceCorrupt,
     did_you_mean,
     quote,
 )
@@ -706,22 +706,7 @@ class Datasets:
                 return path
             log.warning("cached slice has the wrong size: fetching it again", extra={"cid": cid_str(cid)})
             path.unlink(missing_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f"{cid_str(cid)}.", suffix=".part", dir=self.cache_dir)
-        tmp = Path(name)
-        hasher = UnixfsHasher()  # hashed as it streams in: no second pass before the rename
-        try:
-            with os.fdopen(fd, "wb") as f:
-                async for chunk in self.kubo.cat(cid, timeout=timeout):
-                    f.write(chunk)
-                    hasher.update(chunk)
-            got = hasher.cid()
-            if bytes(got) != bytes(cid):
-                raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
-            os.replace(tmp, path)
-        finally:
-            # after os.replace this is a no-op; on any failure it removes the temp (one local unlink: no thread)
-            tmp.unlink(missing_ok=True)  # noqa: ASYNC240
-        return path
+        return await fetch_file(self.kubo, cid, path, timeout=timeout)
 
     def cached(self, cid: CID) -> bool:
         """Whether the slice is in the CID-keyed cache (read without a fetch)."""
@@ -748,6 +733,26 @@ class Datasets:
                 Path(name).unlink(missing_ok=True)
 
         await asyncio.to_thread(write)
+
+    async def scan_slices(
+        self,
+        cids: list[CID],
+        visit: SliceVisit,
+        *,
+        timeout: float | None = None,
+        done: Callable[[int], None] | None = None,
+    ) -> None:
+        """Every slice's rows, in order, to ``visit`` (on a worker thread): cached slices read from the cache,
+        the others decoded while they are fetched into it (node/datasets/fetching.py)."""
+        await scan_slices(
+            self.kubo,
+            self.cache_dir,
+            cids,
+            visit,
+            lambda cid: self.read_cid(cid, timeout=timeout),
+            timeout=timeout,
+            done=done,
+        )
 
     async def file_cid(self, path: Path) -> CID:
         """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""

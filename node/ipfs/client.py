@@ -23,7 +23,7 @@ import base64
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -505,11 +505,15 @@ class KuboClient:
         *,
         timeout: float | None = None,
         offline: bool = False,
+        on_length: Callable[[int], None] | None = None,
     ) -> AsyncIterator[bytes]:
-        """The file's bytes, streamed; raises KuboTruncated if fewer than Kubo announced arrive."""
+        """The file's bytes, streamed; raises KuboTruncated if fewer than Kubo announced arrive. ``on_length`` is
+        told how many bytes Kubo announced (its ``X-Content-Length``) before the first byte is yielded."""
         params = [("arg", parse_cid(cid)), ("offset", offset), ("length", length), ("offline", offline or None)]
         async with self._post("cat", params, timeout=timeout, stream=True) as resp:
             announced = resp.headers.get("X-Content-Length")
+            if on_length is not None and announced is not None:
+                on_length(int(announced))
             received = 0
             async for chunk in resp.content.iter_any():
                 received += len(chunk)

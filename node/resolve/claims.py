@@ -21,14 +21,14 @@ What no check here can show is that the rows are the right answer: only recomput
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from node import clock
 from node.datasets import Datasets, LogicalHasher, canonical_type
-from node.errors import CairnError, ClaimRefused
+from node.errors import CairnError, ClaimRefused, InvalidInput
 from node.identity import public_key_from_did
 from node.index import ExecutionRow
 from node.ipfs import KuboClient
@@ -202,8 +202,9 @@ async def _hash_slices(
     progress: Callable[[], None] | None = None,
     src: Blocks | None = None,
 ) -> tuple[Structure, LogicalHasher]:
-    """Fetch, read and hash slices in order; slice i+1 transfers while slice i is decoded and hashed.
-    Every slice must have the first one's structure. A slice the lookup answer carried is cached from there."""
+    """Fetch, read and hash slices in order: each is decoded and hashed while its bytes arrive, and counts only
+    once they gave its CID (Datasets.scan_slices). Every slice must have the first one's structure. A slice the
+    lookup answer carried is cached from there."""
     for cid in cids:
         data = src.local(cid) if src is not None else None
         if data is not None:
@@ -212,27 +213,20 @@ async def _hash_slices(
             await src.reach()
     hasher: LogicalHasher | None = None
     structure: Structure | None = None
-    fetches = [asyncio.ensure_future(datasets.cid_path(cids[0], timeout=timeout))]
+
+    def visit(i: int, schema: pa.Schema, rows: Iterable[pa.RecordBatch | pa.Table]) -> None:
+        nonlocal hasher, structure
+        got = structure_of(schema)
+        if structure is not None and got != structure:
+            raise ClaimRefused(f"{what}: slice {cid_str(cids[i])} has structure {got.schema}, not {structure.schema}")
+        structure, hasher = got, hasher or LogicalHasher(schema)
+        for batch in rows:
+            hasher.update(batch)
+
     try:
-        for i, cid in enumerate(cids):
-            await fetches[i]
-            if i + 1 < len(cids):
-                fetches.append(asyncio.ensure_future(datasets.cid_path(cids[i + 1], timeout=timeout)))
-            try:
-                table = await datasets.read_cid(cid, timeout=timeout)
-            except CairnError as e:
-                raise ClaimRefused(f"{what}: slice {cid_str(cid)}: {e.message}") from None
-            got = structure_of(table.schema)
-            if structure is not None and got != structure:
-                raise ClaimRefused(f"{what}: slice {cid_str(cid)} has structure {got.schema}, not {structure.schema}")
-            structure, hasher = got, hasher or LogicalHasher(table.schema)
-            await asyncio.to_thread(hasher.update, table)
-            if progress is not None:
-                progress()
-    finally:
-        for f in fetches:
-            f.cancel()
-        await asyncio.gather(*fetches, return_exceptions=True)
+        await datasets.scan_slices(cids, visit, timeout=timeout, done=(lambda _: progress()) if progress else None)
+    except InvalidInput as e:  # names the slice that does not read
+        raise ClaimRefused(f"{what}: {e.message}") from None
     assert structure is not None and hasher is not None
     return structure, hasher
 

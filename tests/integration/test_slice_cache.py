@@ -1,11 +1,12 @@
 """The CID-keyed slice cache (issue 12 item 4) against a real Kubo: concurrent and cancelled fetches, hashing
-before the rename, and re-verification of a cached file that is suspect."""
+before the rename, and re-verification of a cached file that is suspect; slices decoded while they arrive, which
+count only once their bytes gave their CID (issue 18 item 5)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets import Datasets, SliceRef
+from node.datasets import Datasets, LogicalHasher, SliceRef
+from node.datasets.fetching import SliceVisit
+from node.datasets.logical_hash import logical_hash
 from node.datasets.slices import write_parquet_slice
-from node.errors import SliceCorrupt
+from node.errors import InvalidInput, SliceCorrupt
 from node.index import Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
@@ -142,6 +145,109 @@ async def test_unixfs_cid_of_a_two_level_tree_equals_kubo(kubo_client: KuboClien
     assert bytes(await _datasets(kubo_client, tmp_path / "home").file_cid(path)) == bytes(kubo_cid)
 
 
+def _big_slice(path: Path, rows: int = 200_000) -> pa.Table:
+    """A few MiB of Parquet in several row groups (ids and incompressible strings)."""
+    table = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "s": pa.array([os.urandom(12).hex() for _ in range(rows)]),
+        }
+    )
+    pq.write_table(table, str(path), row_group_size=rows // 4, compression="zstd")
+    return table
+
+
+def _hash_visit(hashers: dict[int, LogicalHasher], seen: list[int]) -> SliceVisit:
+    def visit(i: int, schema: pa.Schema, rows: Iterable[pa.RecordBatch | pa.Table]) -> None:
+        hashers[i] = LogicalHasher(schema)
+        for batch in rows:
+            hashers[i].update(batch)
+            seen.append(i)
+
+    return visit
+
+
+async def test_scan_decodes_a_slice_while_its_bytes_arrive(kubo_client: KuboClient, tmp_path: Path) -> None:
+    """The transfer of a slice is held at half its bytes until its first rows are decoded: they are (the footer is
+    asked first), the scan ends with every slice's rows hashed as pyarrow reads them, and the slices cached."""
+    big = _big_slice(tmp_path / "big.parquet")
+    small = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "s": pa.array(["a", "b", None])})
+    write_parquet_slice(small, str(tmp_path / "small.parquet"))
+    cids = [(await kubo_client.add(tmp_path / n, pin=True)).cid for n in ("big.parquet", "small.parquet")]
+    ds = _datasets(kubo_client, tmp_path / "home")
+    gated = _GatedKubo(kubo_client, (tmp_path / "big.parquet").stat().st_size // 2)
+    ds.kubo = gated  # type: ignore[assignment]
+    loop = asyncio.get_running_loop()
+    hashers: dict[int, LogicalHasher] = {}
+    seen: list[int] = []
+    visit = _hash_visit(hashers, seen)
+
+    def opening(i: int, schema: pa.Schema, rows: Iterable[pa.RecordBatch | pa.Table]) -> None:
+        def opened() -> Iterator[pa.RecordBatch | pa.Table]:
+            for n, batch in enumerate(rows):
+                yield batch
+                if n == 0:
+                    loop.call_soon_threadsafe(gated.decoded.set)
+
+        visit(i, schema, opened())
+
+    done: list[int] = []
+    await ds.scan_slices(cids, opening, timeout=60, done=done.append)
+    assert gated.held, "the transfer was held until the first rows were decoded"
+    assert done == [0, 1] and sorted(set(seen)) == [0, 1]
+    assert hashers[0].finish() == logical_hash(big) and hashers[1].finish() == logical_hash(small)
+    assert all(ds.cached(c) for c in cids) and _leftovers(ds) == []
+    # Cached now: read from the cache, same rows.
+    again: dict[int, LogicalHasher] = {}
+    await ds.scan_slices(cids, _hash_visit(again, []), timeout=60)
+    assert again[0].finish() == logical_hash(big)
+
+
+async def test_scan_refuses_bytes_that_do_not_give_the_cid(kubo_client: KuboClient, tmp_path: Path) -> None:
+    _big_slice(tmp_path / "big.parquet")
+    cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
+    ds = _datasets(kubo_client, tmp_path / "home")
+    ds.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
+    with pytest.raises(SliceCorrupt):
+        await ds.scan_slices([cid], _hash_visit({}, []), timeout=60)
+    assert not ds.cached(cid) and _leftovers(ds) == []
+
+
+async def test_scan_refuses_a_footer_that_is_not_the_files(kubo_client: KuboClient, tmp_path: Path) -> None:
+    """The footer is asked of Kubo apart from the file's bytes: one that is not their end is refused even though
+    the file's bytes give its CID."""
+    _big_slice(tmp_path / "big.parquet")
+    cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
+    ds = _datasets(kubo_client, tmp_path / "home")
+    ds.kubo = _TailLyingKubo(kubo_client)  # type: ignore[assignment]
+    with pytest.raises(SliceCorrupt, match="footer"):
+        await ds.scan_slices([cid], _hash_visit({}, []), timeout=60)
+    assert not ds.cached(cid) and _leftovers(ds) == []
+
+
+async def test_scan_of_bytes_that_are_not_parquet_names_the_slice(kubo_client: KuboClient, tmp_path: Path) -> None:
+    for size in (100, 3 * CHUNK_SIZE):  # a tail read from the file, and one asked of Kubo
+        cid = await _add_bytes(kubo_client, tmp_path / f"junk{size}.bin", os.urandom(size))
+        ds = _datasets(kubo_client, tmp_path / f"home{size}")
+        with pytest.raises(InvalidInput, match=f"slice {cid_str(cid)}: not a readable Parquet slice"):
+            await ds.scan_slices([cid], _hash_visit({}, []), timeout=60)
+        assert _leftovers(ds) == []
+
+
+async def test_cancelled_scan_leaves_nothing(kubo_client: KuboClient, tmp_path: Path) -> None:
+    _big_slice(tmp_path / "big.parquet")
+    cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
+    ds = _datasets(kubo_client, tmp_path / "home")
+    slow = _SlowKubo(kubo_client)
+    ds.kubo = slow  # type: ignore[assignment]
+    task = asyncio.ensure_future(ds.scan_slices([cid], _hash_visit({}, []), timeout=60))
+    await asyncio.wait_for(slow.first_chunk.wait(), 60)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _leftovers(ds) == [] and not ds.cached(cid)
+
+
 class _SlowKubo:
     """The real client, with ``cat`` slowed after its first chunk so a test can cancel mid-transfer."""
 
@@ -168,3 +274,31 @@ class _FlippingKubo(_SlowKubo):
             if first and chunk:
                 chunk, first = bytes([chunk[0] ^ 1]) + chunk[1:], False
             yield chunk
+
+
+class _GatedKubo(_SlowKubo):
+    """The real client, with a file's ``cat`` held once ``hold_at`` bytes are out until ``decoded`` is set (at
+    most 60 s: a decoder that needs the last byte first fails the test instead of hanging it)."""
+
+    def __init__(self, real: KuboClient, hold_at: int) -> None:
+        super().__init__(real)
+        self.hold_at, self.held = hold_at, False
+        self.decoded = asyncio.Event()
+
+    async def cat(self, cid: Any, **kw: Any) -> AsyncIterator[bytes]:
+        out = 0
+        async for chunk in self.real.cat(cid, **kw):
+            yield chunk
+            out += len(chunk)
+            if kw.get("offset") is None and out >= self.hold_at and not self.decoded.is_set():
+                await asyncio.wait_for(self.decoded.wait(), 60)
+                self.held = True
+
+
+class _TailLyingKubo(_SlowKubo):
+    """The real client, whose ``cat`` of a file's tail (an offset asked) answers other bytes than the file's."""
+
+    async def cat(self, cid: Any, **kw: Any) -> AsyncIterator[bytes]:
+        tail = kw.get("offset") is not None
+        async for chunk in self.real.cat(cid, **kw):
+            yield bytes(len(chunk) - 4) + chunk[-4:] if tail else chunk
