@@ -354,6 +354,7 @@ class Network:
             return
         if self.resolver.record_claim(peer, checked, data):
             self.accepted += 1
+            self.resolver.reach_ahead(checked)
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 

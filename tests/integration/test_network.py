@@ -41,6 +41,17 @@ def status(node: NodeProcess) -> dict[str, Any]:
     return node.get("/api/v0/node")[1]
 
 
+def kubo_swarm_peers(node: NodeProcess) -> set[str]:
+    """The peer ids the node's managed Kubo is connected to (its RPC, with the node's secret)."""
+    kubo = status(node)["kubo"]["api"]
+    secret = (node.home / "kubo.secret").read_text().strip()
+    req = urllib.request.Request(
+        kubo + "/api/v0/swarm/peers", method="POST", headers={"Authorization": f"Bearer {secret}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return {p["Peer"] for p in json.loads(r.read()).get("Peers") or []}
+
+
 def fetch(node: NodeProcess, path: str) -> bytes:
     with urllib.request.urlopen(node.api + path, timeout=60) as r:
         return r.read()
@@ -85,6 +96,9 @@ def test_peer_hit_without_spark_and_same_bytes(net: dict[str, NodeProcess]) -> N
     a, b = net["a"], net["b"]
     computed = ask(a)
     assert computed["source"] == "computed" and computed["trust"] == "computed" and computed["verified"] is True
+    # B trusts A's key: A's announcement alone makes B's Kubo dial A's, before B is asked anything.
+    a_kubo = {s.rsplit("/p2p/", 1)[-1] for s in status(a)["addresses"]["kubo_swarm"]}
+    poll(lambda: a_kubo & kubo_swarm_peers(b), 30, what="B's Kubo to dial A's ahead of need")
     answer = ask(b)
     assert answer["source"] == "peer", answer
     assert answer["peer"]["signer"] == status(a)["node_key"] and answer["peer"]["mode"] == "community"
