@@ -110,6 +110,7 @@ class Network:
         # asker that heard it checks its signature once (node/resolve/claims.py keeps checked bytes), and we sign
         # once (issue 18 item 4).
         self._signed: Lru[bytes] = Lru(CARRY_CACHE)
+        self._answers: Lru[tuple[bytes, list[tuple[CID, bytes]], bytes]] = Lru(CARRY_CACHE)  # 1.1.0 answers, encoded
         self.received = 0
         self.refused = 0
         self.accepted = 0  # announcements checked and stored (metrics: cairn_announcements_total)
@@ -397,7 +398,12 @@ class Network:
         if not row or not _ours(row):
             return encode([])
         an, blocks = await asyncio.gather(self._announcement(row), self._carry(row))
-        return encode([{"an": an, "blocks": [[c, d] for c, d in blocks]}])
+        hit = self._answers.get(row.execution)
+        if hit is not None and hit[0] == an and hit[1] is blocks:  # the same signed an_0, the same carried list
+            return hit[2]
+        answer = encode([{"an": an, "blocks": [[c, d] for c, d in blocks]}])
+        self._answers.put(row.execution, (an, blocks, answer))
+        return answer
 
     async def _carry(self, row: ExecutionRow) -> list[tuple[CID, bytes]]:
         """The claim's blocks an asker's checks read, in the order they read them, within
