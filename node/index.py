@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +101,13 @@ CREATE TABLE IF NOT EXISTS pending_pins (
     provide   INTEGER NOT NULL,         -- 1: also announced on the DHT once pinned
     added     REAL NOT NULL,
     PRIMARY KEY (cid, recursive)
+);
+-- The carried blocks a peer's answer was given with (the claim's objects, the question's), owed to our Kubo:
+-- written in the transaction that owes their pins, before the answer; put right after it, then deleted (issue 18).
+CREATE TABLE IF NOT EXISTS pending_blocks (
+    cid       TEXT PRIMARY KEY,
+    data      BLOB NOT NULL,
+    added     REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS version_facts (
     head         TEXT PRIMARY KEY,      -- a version (block CID)
@@ -263,12 +270,16 @@ class Index:
             self.generation += cur.rowcount
         return cur.rowcount == 1
 
-    def queue_pins(self, pins: list[tuple[str, bool, bool]]) -> None:
-        """Owe pins (cid, recursive, provide), in one transaction: all are queued or none."""
+    def queue_pins(self, pins: list[tuple[str, bool, bool]], blocks: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Owe pins (cid, recursive, provide), and the blocks (cid, bytes) to put before them, in one transaction:
+        all are queued or none."""
         now = clock.now()
         with self._locked():
             self._db.execute("BEGIN")
             try:
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO pending_blocks VALUES (?, ?, ?)", [(c, d, now) for c, d in blocks]
+                )
                 self._db.executemany(
                     "INSERT OR IGNORE INTO pending_pins VALUES (?, ?, ?, ?)",
                     [(c, int(r), int(p), now) for c, r, p in pins],
@@ -285,6 +296,18 @@ class Index:
                 "SELECT cid, recursive, provide FROM pending_pins ORDER BY added, rowid LIMIT ?", (limit,)
             ).fetchall()
         return [(c, bool(r), bool(p)) for c, r, p in rows]
+
+    def pending_blocks(self, limit: int = 1000) -> list[tuple[str, bytes]]:
+        """The owed blocks (cid, bytes), oldest first."""
+        with self._locked():
+            rows = self._db.execute(
+                "SELECT cid, data FROM pending_blocks ORDER BY added, rowid LIMIT ?", (limit,)
+            ).fetchall()
+        return [(c, bytes(d)) for c, d in rows]
+
+    def blocks_done(self, cids: Sequence[str]) -> None:
+        with self._locked():
+            self._db.executemany("DELETE FROM pending_blocks WHERE cid = ?", [(c,) for c in cids])
 
     def pin_done(self, cid: str, recursive: bool) -> None:
         with self._locked():

@@ -70,6 +70,9 @@ DEFAULT_LISTEN = ("/ip4/127.0.0.1/tcp/0",)
 MAX_PUBLISH_BYTES = 1_000_000
 #: Largest request or response frame of the request/response protocols.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+# A kept request stream (``reuse_streams``) idle longer than this is closed, not reused: under the answering
+# side's idle limit (its ``handler_timeout``, 30 s by default), after which it closes the stream itself.
+KEPT_IDLE = 20.0
 #: Largest inbound gossipsub RPC frame: a longer length prefix resets the stream before its body is read.
 MAX_INBOUND_RPC_BYTES = 1024 * 1024 + 64 * 1024
 
@@ -127,6 +130,8 @@ class P2PHost:
         self._topic_queues: dict[str, asyncio.Queue[tuple[str, bytes]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: dict[str, RequestHandler] = {}
+        self._reusable: set[str] = set()  # request protocols whose streams are kept per peer (trio side reads it)
+        self._kept: dict[tuple[str, str], _Kept] = {}  # (peer id, protocol) -> an idle stream kept open (trio side)
         self._on_connected: list[PeerCallback] = []
         self._on_disconnected: list[PeerCallback] = []
         self._addrs: list[str] = []
@@ -437,6 +442,9 @@ class P2PHost:
             return
         pid = pid_obj.to_base58()
         live = bool(self._host.get_network().get_connections(pid_obj))
+        if not live:  # its kept streams went with the connection
+            for key in [k for k in self._kept if k[0] == pid]:
+                del self._kept[key]
         flipped = self._table.set_connected(
             pid,
             live,
@@ -606,8 +614,16 @@ class P2PHost:
 
             self._bridge.run_soon(register)
 
+    def reuse_streams(self, *protocols: str) -> None:
+        """Keep one stream per peer open for requests on ``protocols`` and send the next request on it: a new
+        stream costs a multistream-select negotiation each time (4-7 ms, ../shared/NOTES.md), a kept one a
+        round trip. The answering side reads requests on a stream in turn (``_stream_handler``). One request
+        at a time on a kept stream (a concurrent one opens its own); a kept stream that fails is dropped and
+        the request sent again once on a new stream, so these protocols' requests must be idempotent."""
+        self._reusable.update(protocols)
+
     async def request(self, peer_id: str, protocol: str, data: bytes, timeout: float = 10.0) -> bytes:
-        """Send one request frame on a new stream and return the response frame.
+        """Send one request frame on a new stream (or a kept one: ``reuse_streams``) and return the response frame.
         :class:`P2PTimeout` past ``timeout`` seconds, :class:`P2PError` on any failure."""
         pid = _parse_peer_id(peer_id)
         data = bytes(data)
@@ -661,6 +677,11 @@ class P2PHost:
 
     async def _trio_request(self, pid: ID, protocol: str, data: bytes, timeout: float) -> bytes:
         with trio.fail_after(timeout):
+            key = (pid.to_base58(), protocol)
+            if protocol in self._reusable:
+                response = await self._on_kept(key, data)
+                if response is not None:
+                    return response
             stream = await self._host.new_stream(pid, [TProtocol(protocol)])
             try:
                 await stream.write(encode_varint_prefixed(data))
@@ -668,8 +689,42 @@ class P2PHost:
             except BaseException:
                 await _reset_stream(stream)
                 raise
-            await _close_stream(stream)
+            if protocol in self._reusable and key not in self._kept:
+                self._kept[key] = _Kept(stream, trio.current_time())
+            else:
+                await _close_stream(stream)
             return response
+
+    async def _on_kept(self, key: tuple[str, str], data: bytes) -> bytes | None:
+        """The answer to ``data`` on the kept stream of ``key``; None when there is none idle, or it failed (then
+        it is dropped: after a failure or a cancel, a late answer on it could be taken for the next one's)."""
+        kept = self._kept.get(key)
+        if kept is None or kept.busy:
+            return None
+        if trio.current_time() - kept.used > KEPT_IDLE:
+            self._drop_kept(key, kept)
+            await _close_stream(kept.stream)
+            return None
+        kept.busy = True
+        try:
+            await kept.stream.write(encode_varint_prefixed(data))
+            response = await _read_frame(kept.stream)
+        except Exception as e:  # noqa: BLE001 - closed by the peer (idle, restart), reset, connection gone
+            log.debug("kept %s stream to %s failed, a new one is opened: %s", key[1], key[0], one_line(e))
+            self._drop_kept(key, kept)
+            await _reset_stream(kept.stream)
+            return None
+        except BaseException:
+            self._drop_kept(key, kept)
+            await _reset_stream(kept.stream)
+            raise
+        kept.busy = False
+        kept.used = trio.current_time()
+        return response
+
+    def _drop_kept(self, key: tuple[str, str], kept: _Kept) -> None:
+        if self._kept.get(key) is kept:
+            del self._kept[key]
 
     def _stream_handler(self, protocol: str) -> Callable[[Any], Awaitable[None]]:
         async def handle(stream: Any) -> None:
@@ -702,6 +757,15 @@ class P2PHost:
 
 
 # ==================================================================== helpers
+
+
+class _Kept:
+    """A request stream kept open to one peer for one protocol (trio side); ``busy`` while a request is on it."""
+
+    def __init__(self, stream: Any, used: float) -> None:
+        self.stream = stream
+        self.used = used
+        self.busy = False
 
 
 class _Notifee(INotifee):

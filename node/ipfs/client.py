@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import aiohttp
 import blake3
@@ -53,6 +54,7 @@ DEFAULT_API = "http://127.0.0.1:5001"
 CHUNK_SIZE = 1 << 20  # UnixFS leaves: fixed 1 MiB chunks (DESIGN.md, bulk data)
 READ_SIZE = 1 << 20  # how much of a file we read at a time when uploading it
 SLACK = 2.0  # our own deadline trails Kubo's, so Kubo's error (with its message) wins the race
+T = TypeVar("T")
 
 Source = bytes | bytearray | memoryview | str | os.PathLike[str] | AsyncIterable[bytes]
 
@@ -160,6 +162,10 @@ def classify(path: str, message: str, code: int | None, http_status: int, timeou
     return KuboRPCError(path, message, code, http_status)
 
 
+# Set inside a write-behind task (``KuboClient.write_behind``): its own calls do not wait for it.
+_BEHIND: contextvars.ContextVar[bool] = contextvars.ContextVar("kubo_write_behind", default=False)
+
+
 class KuboClient:
     """One aiohttp session per client; every method is one RPC call (or a stream of one)."""
 
@@ -183,8 +189,23 @@ class KuboClient:
         self._provide_path: str | None = None  # learnt on first use: provide/once, else routing/provide
         self.calls: Counter[str] = Counter()  # RPC calls by path (metrics: cairn_kubo_calls_total)
         self.errors: Counter[str] = Counter()  # …of which failed (cairn_kubo_errors_total)
+        self._behind: set[asyncio.Task[Any]] = set()  # writes still running in the background (write_behind)
 
     # --- plumbing -------------------------------------------------------------------------
+
+    def write_behind(self, write: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``write`` (calls of this client) in the background: every call made on this client after this
+        one waits for it first, so that this node reads its own writes; the write's own calls do not wait.
+        Its failure is the caller's to handle (the task's result)."""
+
+        async def run() -> T:
+            _BEHIND.set(True)  # in this task's own context
+            return await write
+
+        task = asyncio.ensure_future(run())
+        self._behind.add(task)
+        task.add_done_callback(self._behind.discard)
+        return task
 
     @property
     def api_url(self) -> str:
@@ -224,6 +245,8 @@ class KuboClient:
         timeout: float | None = None,
         stream: bool = False,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
+        if self._behind and not _BEHIND.get():
+            await asyncio.wait(list(self._behind))  # not gather: a caller cancelled here must not cancel the writes
         limit = timeout if timeout is not None else (self.stream_timeout if stream else self.timeout)
         query = [(k, _param(v)) for k, v in params if v is not None]
         query.append(("timeout", _go_duration(limit)))

@@ -108,6 +108,11 @@ class Network:
         self.admission = Admission(_limits(settings))
         self._providers_cache: tuple[float, list[str]] | None = None
         self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
+        # Our signed an_0 per execution and providers: a lookup answer is the very announcement we gossiped, so an
+        # asker that heard it checks its signature once (node/resolve/claims.py keeps checked bytes), and we sign
+        # once (issue 18 item 4).
+        self._signed: Lru[bytes] = Lru(CARRY_CACHE)
+        self._answers: Lru[tuple[bytes, list[tuple[CID, bytes]], bytes]] = Lru(CARRY_CACHE)  # 1.1.0 answers, encoded
         self.received = 0
         self.refused = 0
         self.accepted = 0  # announcements checked and stored (metrics: cairn_announcements_total)
@@ -120,6 +125,8 @@ class Network:
         self.host.set_handler(LOOKUP_CARRYING, self._on_lookup_carrying)
         self.host.set_handler(CATCHUP, self._on_catchup)
         self.host.set_handler(HAVE, self._on_have)
+        # Lookups are idempotent reads: sent on a stream kept per peer, not a new one each (issue 18 item 4).
+        self.host.reuse_streams(LOOKUP_CARRYING, LOOKUP, HAVE)
         self.host.on_peer_connected(self._on_connected)
         try:
             await self.host.start()
@@ -166,7 +173,12 @@ class Network:
 
     async def _announcement(self, row: ExecutionRow, providers: list[str] | None = None) -> bytes:
         providers = await self._providers() if providers is None else providers
-        return self.resolver.announcement(row, providers).block().data
+        key = "\n".join([row.invocation, row.execution, row.receipt, row.logical_hash, str(row.rows), *providers])
+        key += f"\n{row.profile}"
+        if (data := self._signed.get(key)) is None:
+            data = self.resolver.announcement(row, providers).block().data
+            self._signed.put(key, data)
+        return data
 
     async def announce(self, row: ExecutionRow) -> None:
         if _ours(row) and self.settings.lookup_carry_bytes > 0:
@@ -389,7 +401,12 @@ class Network:
         if not row or not _ours(row):
             return encode([])
         an, blocks = await asyncio.gather(self._announcement(row), self._carry(row))
-        return encode([{"an": an, "blocks": [[c, d] for c, d in blocks]}])
+        hit = self._answers.get(row.execution)
+        if hit is not None and hit[0] == an and hit[1] is blocks:  # the same signed an_0, the same carried list
+            return hit[2]
+        answer = encode([{"an": an, "blocks": [[c, d] for c, d in blocks]}])
+        self._answers.put(row.execution, (an, blocks, answer))
+        return answer
 
     async def _carry(self, row: ExecutionRow) -> list[tuple[CID, bytes]]:
         """The claim's blocks an asker's checks read, in the order they read them, within

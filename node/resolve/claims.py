@@ -93,9 +93,29 @@ def _provider_ok(addr: object) -> bool:
     return isinstance(addr, str) and addr.startswith("/") and "/p2p/" in addr and len(addr) <= MAX_ADDR_LEN
 
 
+# Announcements that passed check_announcement, by their exact bytes: the check is a function of the bytes alone,
+# and a peer hit made it three times over the same ones (on gossip arrival, in the lookup answer, in the
+# resolver), ~1 ms each (issue 18 item 4). Refusals are not remembered: each is checked, logged and counted anew.
+_CHECKED: dict[bytes, Announcement] = {}
+CHECKED_MAX = 1024  # entries (each an an_0 of under 1 kB); the oldest half is dropped when full
+
+
 def check_announcement(data: bytes) -> Announcement:
     """An an_0 block as received: well-formed, with a bounded list of provider multiaddrs, signed by the key
     it names."""
+    data = bytes(data)
+    hit = _CHECKED.get(data)
+    if hit is not None:
+        return hit
+    an = _check_announcement(data)
+    if len(_CHECKED) >= CHECKED_MAX:
+        for old in list(_CHECKED)[: CHECKED_MAX // 2]:  # insertion order: the oldest first
+            del _CHECKED[old]
+    _CHECKED[data] = an
+    return an
+
+
+def _check_announcement(data: bytes) -> Announcement:
     try:
         obj = decode_object(decode(data))
     except CairnError as e:

@@ -90,6 +90,7 @@ PIN_RETRY = 10.0  # seconds before owed pins that failed are tried again
 PIN_DELAY = 0.2  # seconds between an answer and the pins it queued
 ROUTE_TTL = 60.0  # seconds a provider's Kubo, once dialled ahead of need, is not dialled again for another claim
 MAX_ROUTES = 1024
+BLOCKS_DELAY = 0.01  # seconds between a peer's answer and the put of the blocks it owed (reads of Kubo wait for it)
 _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
 
@@ -170,7 +171,7 @@ class Resolver:
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
         self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
-        self._reaching: set[asyncio.Future[bool]] = set()  # connects to a peer answer's providers, after answering
+        self._reaching: set[asyncio.Future[Any]] = set()  # after answering: connects to its providers, block puts
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
@@ -366,14 +367,16 @@ class Resolver:
     async def _keep_peer_answer(
         self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, peer: dict[str, Any]
     ) -> Outcome:
-        """Record a checked peer answer and answer: its pins and provides are owed in the index first (one
-        transaction), then drained in the background (docs/peers.md "Answer first"): a crash loses none."""
+        """Record a checked peer answer and answer: the blocks it was checked from, its pins and provides are
+        owed in the index first (one transaction), then put, pinned and provided in the background (docs/peers.md
+        "Answer first"): a crash loses none, and this node's later Kubo calls wait for the put."""
         label = "trusted-signer" if self._trusted(claim.signer) else "unverified"
         row = replace(got.row, query=cid_str(objects[-1].cid), trust=label)
-        # What we answer with is stored before answering: the carried blocks used, and the question itself, so
-        # that the record is whole here too.
-        await self._put_blocks([*got.carried, *((b.cid, b.data) for b in (*objects, iv_block))])
-        self._owe_pins(claim, got, provide=True)
+        # What we answer with is kept: the carried blocks used, and the question itself, so that the record is
+        # whole here too. Owed durably before answering, put into Kubo right after (its fsyncs took 6-10 ms of
+        # a 45 ms peer hit, issue 18 item 4); reads of our Kubo wait for that put (KuboClient.write_behind).
+        blocks = [*got.carried, *((b.cid, b.data) for b in (*objects, iv_block))]
+        self._owe_pins(claim, got, provide=True, blocks=blocks)
         self.index.add_execution(row)
         self._accept(claim)
         self._reach_later(claim.announcement.providers)
@@ -383,9 +386,7 @@ class Resolver:
     def _reach_later(self, providers: Sequence[str]) -> None:
         """Connect our Kubo to the claim's providers after answering: an answer from carried blocks never did,
         and what comes next (lineage, verify, a pipeline's next step) fetches the peer's other blocks by CID."""
-        task = asyncio.ensure_future(connect_providers(self.kubo, tuple(providers)))
-        self._reaching.add(task)
-        task.add_done_callback(self._reaching.discard)
+        self._keep_task(asyncio.ensure_future(connect_providers(self.kubo, tuple(providers))))
 
     async def _put_blocks(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
         """Blocks into our Kubo: one call per codec, the calls at once."""
@@ -394,11 +395,34 @@ class Resolver:
             by_codec.setdefault(cid.codec.name, []).append(data)
         await asyncio.gather(*(self.kubo.block_put_many(d, codec=c) for c, d in by_codec.items()))
 
-    def _owe_pins(self, claim: Claim, got: Verified, provide: bool) -> None:
-        """Queue what keeping a checked claim takes (before anything is answered with it), and drain it."""
+    def _owe_pins(self, claim: Claim, got: Verified, provide: bool, blocks: Sequence[tuple[CID, bytes]] = ()) -> None:
+        """Queue what keeping a checked claim takes (before anything is answered with it): the ``blocks`` to put
+        (put now, in the background), then pins; and drain it."""
         wanted = {bytes(got.receipt.execution), bytes(claim.announcement.receipt)} if provide else set()
-        self.index.queue_pins([(cid_str(c), rec, bytes(c) in wanted) for c, rec in got.pins])
+        pins = [(cid_str(c), rec, bytes(c) in wanted) for c, rec in got.pins]
+        self.index.queue_pins(pins, [(cid_str(c), d) for c, d in blocks])
+        if blocks:
+            self._keep_task(self.kubo.write_behind(self._put_owed_blocks(BLOCKS_DELAY)))
         self.drain_pins()
+
+    async def _put_owed_blocks(self, delay: float = 0.0) -> None:
+        """Put the blocks owed to our Kubo; those put leave the queue. A failed put (Kubo down or restarting)
+        leaves them owed: tried again before the next pins (``_drain_pins``) and at start. ``delay``: the answer
+        that owed them goes out first (its rows are read from the slice cache, not Kubo)."""
+        await asyncio.sleep(delay)
+        owed = self.index.pending_blocks()
+        if not owed:
+            return
+        try:
+            await self._put_blocks([(parse_cid(c), d) for c, d in owed])
+        except CairnError as e:
+            log.warning("owed blocks not put: tried again", extra={"blocks": len(owed), "reason": e.message})
+            return
+        self.index.blocks_done([c for c, _ in owed])
+
+    def _keep_task(self, task: asyncio.Task[Any]) -> None:
+        self._reaching.add(task)  # cancelled at stop (stop_pins); what it owed stays in the index
+        task.add_done_callback(self._reaching.discard)
 
     def drain_pins(self) -> None:
         """Start the background pinning of what the index says is owed, unless it runs (also at node start)."""
@@ -417,6 +441,7 @@ class Resolver:
         answer that queued them goes out first, its Kubo calls not queued behind the pins."""
         await asyncio.sleep(PIN_DELAY)
         while owed := self.index.pending_pins():
+            await self._put_owed_blocks()  # before the pins (a pin of a block not here would fetch it); at start too
             failed = False
             for cid, recursive, provide in owed:
                 try:
@@ -443,6 +468,7 @@ class Resolver:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
         large result that keeps flowing is fetched while a claim that stalls is given up; then we compute."""
+        asking = self._ask_peers(iv_block.cid, emit)  # first: the peers work on it while we build what to check
         want = asked(iv_block, cq.statement, ENGINE_HANDLE, [tuple(s.cid for s in v.slices) for v in versions])
         loop = asyncio.get_running_loop()
         try:
@@ -452,7 +478,7 @@ class Resolver:
                     with contextlib.suppress(RuntimeError):
                         deadline.reschedule(loop.time() + self.resolve_timeout)
 
-                for claim in await self._claims(iv_block.cid, emit):
+                for claim in await self._claims(iv_block.cid, asking):
                     if mode == "community" and not self._trusted(claim.signer):
                         self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
                         if hints is not None and _untrusted(claim.signer) not in hints:
@@ -483,10 +509,21 @@ class Resolver:
                     f"a peer claims this answer, but its data did not arrive within peers.resolve_timeout "
                     f"({self.resolve_timeout:g} s): computed here; is the peer's Kubo reachable from this one?"
                 )
+        finally:
+            if asking is not None:
+                asking.cancel()  # done by now, unless a failure or the deadline left it running
         return None
 
-    async def _claims(self, invocation: CID, emit: Event) -> list[Claim]:
-        """Claims about an invocation: those already received (gossip), then a lookup among peers."""
+    def _ask_peers(self, invocation: CID, emit: Event) -> asyncio.Future[Any] | None:
+        """Start the lookup among connected peers (None without a p2p host)."""
+        if self.lookup is None:
+            return None
+        emit("lookup", {})
+        return asyncio.ensure_future(self.lookup(invocation))
+
+    async def _claims(self, invocation: CID, asking: Awaitable[Any] | None) -> list[Claim]:
+        """Claims about an invocation: those already received (gossip), then the answers of the lookup among
+        peers (``asking``, started by the caller)."""
         found: dict[tuple[str, str], Claim] = {}
         rows = self.index.claims(cid_str(invocation))
         # A claim refused for what it is stays refused; one refused by policy (untrusted signer, bad score) is
@@ -498,9 +535,8 @@ class Resolver:
                     found[(row.signer, row.execution)] = Claim(row.peer, check_announcement(row.announcement))
                 except ClaimRefused:
                     continue
-        if self.lookup is not None:
-            emit("lookup", {})
-            for peer, answers in (await self.lookup(invocation)).items():
+        if asking is not None:
+            for peer, answers in (await asking).items():
                 for data, carried in answers:
                     try:
                         an = check_announcement(data)

@@ -86,6 +86,24 @@ async def test_block_put_pin(kubo_client: KuboClient) -> None:
     assert await kubo_client.pin_ls(cid) == {cid: "recursive"}
 
 
+async def test_a_write_behind_is_read_by_every_later_call(kubo_client: KuboClient) -> None:
+    """``write_behind``: the write runs in the background, and any later call of the client waits for it (the node
+    reads what it answered with); the write's own calls do not wait for themselves."""
+    data = os.urandom(100)
+    cid = blake3_cid(data, "raw")
+    started = asyncio.Event()
+
+    async def put_later() -> list[CID]:
+        started.set()
+        await asyncio.sleep(0.2)  # still writing when the read below is made
+        return await kubo_client.block_put_many([data], codec="raw")
+
+    task = kubo_client.write_behind(put_later())
+    await started.wait()
+    assert await kubo_client.block_get(cid, offline=True) == data
+    assert task.done() and await task == [cid]
+
+
 async def test_block_get_offline_missing_is_not_found(kubo_client: KuboClient) -> None:
     with pytest.raises(KuboNotFound, match="not found locally"):
         await kubo_client.block_get(blake3_cid(os.urandom(16), "raw"), offline=True)

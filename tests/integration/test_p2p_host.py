@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -286,6 +287,37 @@ async def test_request_response(make_host):
         await b.request(a.peer_id, "/cairn/test-broken/1", b"?", timeout=5)
     # The connection survives all of that.
     assert await b.request(a.peer_id, LOOKUP, b"again", timeout=5) == b"claims for again"
+
+
+async def test_kept_request_streams_give_each_request_its_own_answer(make_host):
+    """A protocol whose request streams are kept (``reuse_streams``, issue 18 item 4): requests one after another
+    go on one stream; at once, each on a stream of its own; after a timeout, the late answer is not taken for the
+    next request's; a stream the answering side closed (its idle limit) is replaced."""
+    a, b = await make_host(1, handler_timeout=1.0), await make_host(2)
+    b.reuse_streams(LOOKUP)
+    late = asyncio.Event()
+
+    async def answer(peer: str, request: bytes) -> bytes:
+        if request == b"slow":
+            await late.wait()
+        else:
+            await asyncio.sleep(random.random() * 0.01)  # answers at once finish in any order
+        return b"answer to " + request
+
+    a.set_handler(LOOKUP, answer)
+    await b.connect(a.addrs()[0])
+    for i in range(5):
+        assert await b.request(a.peer_id, LOOKUP, b"%d" % i, timeout=5) == b"answer to %d" % i
+    assert len(b._kept) == 1  # one stream carried all five
+    got = await asyncio.gather(*(b.request(a.peer_id, LOOKUP, b"c%d" % i, timeout=5) for i in range(10)))
+    assert got == [b"answer to c%d" % i for i in range(10)]
+    with pytest.raises(P2PTimeout):
+        await b.request(a.peer_id, LOOKUP, b"slow", timeout=0.3)
+    late.set()  # the slow request's answer may now arrive: on a stream that was dropped
+    assert await b.request(a.peer_id, LOOKUP, b"next", timeout=5) == b"answer to next"
+    await asyncio.sleep(1.5)  # idle past the answering side's handler_timeout: it closes the kept stream
+    assert await b.request(a.peer_id, LOOKUP, b"after idle", timeout=5) == b"answer to after idle"
+    assert await b.ask_all(LOOKUP, b"all", timeout=5) == {a.peer_id: b"answer to all"}
 
 
 async def test_ask_all_respects_the_deadline(make_host):

@@ -254,3 +254,24 @@ async def test_owed_pins_are_resumed_at_start(kubo_session: ManagedKubo, tmp_pat
 
         await until("the owed pin done", done)
         assert await node.kubo.pin_ls(cid, type="direct")
+
+
+async def test_owed_blocks_are_put_at_start(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A peer's answer owes its carried blocks to Kubo with its pins, in one transaction, before it is given;
+    they are put after it. Owed and not yet put when the node stopped (a crash): put at the next start, before
+    the pin that needs them, and then no longer owed."""
+    data = os.urandom(64)
+    cid = cid_for(data, "raw")
+    async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
+        await node.resolver.stop_pins()  # as if the node died right after answering: nothing drained
+        node.index.queue_pins([(cid_str(cid), False, False)], [(cid_str(cid), data)])
+        assert node.index.pending_blocks() == [(cid_str(cid), data)]
+        assert await absent(node, cid)
+    async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
+
+        async def done() -> bool:
+            return not node.index.pending_pins() and not node.index.pending_blocks()
+
+        await until("the owed block put and pinned", done)
+        assert not await absent(node, cid)
+        assert await node.kubo.pin_ls(cid, type="direct")

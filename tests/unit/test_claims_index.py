@@ -142,7 +142,7 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     index.set_claim_status("other", bad, "x", "accepted")
     index.set_claim_status("other", bad, "y", "refused", "lied")
     index.set_claim_status("other", bad, "z", "refused", "lied")
-    signers = [c.signer for c in await resolver._claims(inv, lambda kind, data: None)]
+    signers = [c.signer for c in await resolver._claims(inv, None)]
     assert signers[0] == good and set(signers) == {good, policy, new}  # lied: final; bad: 1 accepted, 2 refused
     assert index.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
     (row,) = [c for c in index.claims(cid_str(inv)) if c.signer == bad]
