@@ -109,6 +109,7 @@ class P2PHost:
         self.peer_id: str = self._id.to_base58()
         self._listen = list(listen) or list(DEFAULT_LISTEN)
         self._listen_ma = [_parse_listen_addr(a) for a in self._listen]
+        self._announce = [strip_p2p(a) for a in announce]  # what others are told to dial, when not the listen addrs
         self._bootstrap: list[PeerInfo] = [_parse_peer_addr(a) for a in bootstrap]
         self._mdns = mdns
         self._heartbeat = max(0.1, float(heartbeat_interval))
@@ -116,7 +117,6 @@ class P2PHost:
         self._dial_timeout = dial_timeout
         self._handler_timeout = handler_timeout
         self._redial_interval = redial_interval
-
         self._bridge = TrioThread(f"cairn-p2p-{self.peer_id[-6:]}")
         self._table = PeerTable(
             self.peer_id, Path(peerstore_path) if peerstore_path is not None else None, forget_after
@@ -135,7 +135,6 @@ class P2PHost:
         self._on_connected: list[PeerCallback] = []
         self._on_disconnected: list[PeerCallback] = []
         self._addrs: list[str] = []
-        self._announce = [strip_p2p(a) for a in announce]  # what others are told to dial, when not the listen addrs
         self._stopped = False
         #: Inbound gossip RPC frames refused (malformed, cut short or oversized): each resets that peer's stream.
         self.inbound_refused = 0
