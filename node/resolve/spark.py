@@ -108,6 +108,10 @@ def group_members(pgid: int) -> list[int]:
 
 
 class SparkWorker:
+    """The node's side of one worker process. ``mode`` (docs/spark.md "Modes"): ``local``, ``standalone``
+    (``master`` a cluster's) or ``connect`` (``remote`` an ``sc://`` server, ``token`` its token, handed over in the
+    environment and never shown)."""
+
     def __init__(
         self,
         socket_path: Path,
@@ -137,15 +141,9 @@ class SparkWorker:
         Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
         directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
         every (re)start and on stop.
-
-        ``mode`` (docs/spark.md "Modes"): ``local``, ``standalone`` (``master`` a cluster's) or ``connect``
-        (``remote`` an ``sc://`` server, ``token`` its token: handed over in the environment, never shown).
         """
         self.socket_path = Path(socket_path).absolute()
-        self.master = master
-        self.mode = mode
-        self.remote = remote
-        self._token = token
+        self.master, self.mode, self.remote, self._token = master, mode, remote, token  # see the class's docstring
         self.conf = dict(conf)
         stem = self.socket_path.stem
         self.log_path = Path(log_path) if log_path else self.socket_path.with_name(stem + ".log")
