@@ -134,3 +134,17 @@ async def test_connect_bad_token_is_a_clear_error(connect_port: int, worker_for:
     assert "did not answer within" not in message  # it failed at once, not at the start deadline
     assert TOKEN not in message and (not token or token not in message)
     assert TOKEN not in worker.log_path.read_text()
+
+
+async def test_connect_server_with_other_settings_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, worker_for: Any
+) -> None:
+    """A server whose answer-relevant setting differs (here ANSI off: quiet NULLs instead of errors) is refused at
+    start, naming the key: its answers would not be the ones every other peer computes."""
+    with connect_server(tmp_path_factory.mktemp("connect-other"), TOKEN, {"spark.sql.ansi.enabled": "false"}) as port:
+        worker = worker_for(port, TOKEN)
+        with pytest.raises(SparkStartError) as err:
+            await worker.start()
+    message = str(err.value)
+    assert "spark.sql.ansi.enabled='false', not 'true'" in message, message
+    assert TOKEN not in message
