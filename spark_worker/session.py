@@ -509,4 +509,5 @@ def remote_profile(spark: SparkSession) -> dict[str, Any]:
 def remote_pinner(spark: SparkSession) -> Callable[[], None]:
     """Like ``session_pinner``: every session-level FORCED setting set again, in one Connect config call."""
     values = {key: FORCED[key] for key in SESSION_FORCED}
-    return lambda: spark.conf._set_all(values, silent=False)  # type: ignore[attr-defined]
+    # type stubs name the classic RuntimeConfig; a Connect session has the batched _set_all
+    return lambda: spark.conf._set_all(values, silent=False)  # type: ignore[attr-defined]  # Connect-only method
