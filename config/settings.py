@@ -535,6 +535,8 @@ def _spark_mode_problem(sp: SparkSettings) -> tuple[str, bool, str]:
             return "spark.remote", False, "spark.remote must be sc://HOST:PORT with no ;parameters (token: spark.token)"
         if not sp.remote.startswith("sc://") or len(sp.remote) <= len("sc://"):
             return "spark.remote", False, f"spark.mode connect needs spark.remote sc://HOST:PORT, got {sp.remote!r}"
+        if sp.conf:  # the session lives on the server: its settings are the server's (checked at start)
+            return "spark.conf", False, "spark.conf does not apply in spark.mode connect: set it on the Connect server"
     return "spark.mode", True, ""
 
 

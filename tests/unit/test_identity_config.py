@@ -109,6 +109,10 @@ def test_every_setting_is_documented() -> None:
             {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "sc://localhost:15002/;token=hunter2"},
             "no ;parameters (token: spark.token)",
         ),
+        (
+            {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "sc://localhost:1", "CAIRN_SPARK_CONF": "a=b"},
+            "spark.conf does not apply in spark.mode connect",
+        ),
     ],
 )
 def test_spark_mode_needs_its_master(tmp_path: Path, env: dict[str, str], needle: str) -> None:
