@@ -477,6 +477,18 @@ def check_remote(spark: SparkSession) -> None:
                 f"the Spark Connect server runs with {key}={got!r}, not {want!r}: start it with "
                 f'--conf {key}=… (docs/spark.md "Modes"); its answers would not be reproducible'
             )
+    # As check_running does with a cluster's spark-defaults.conf: a key outside the allowlist can change answers.
+    for key in spark.conf.getAll:
+        if (
+            key not in FORCED
+            and key not in _SPARK_INTERNAL
+            and not allowed(key)
+            and not key.startswith("spark.connect.")
+        ):
+            raise ValueError(
+                f"the Spark Connect server sets {key}, which the Cairn Spark worker does not allow: "
+                f"it can change answers (docs/spark.md)"
+            )
     row = spark.sql(LOCALE_PROBE).collect()[0]
     if (row[0], row[1]) != LOCALE_WANT:
         raise ValueError(
