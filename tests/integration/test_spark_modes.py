@@ -148,3 +148,29 @@ async def test_connect_server_with_other_settings_is_refused(
     message = str(err.value)
     assert "spark.sql.ansi.enabled='false', not 'true'" in message, message
     assert TOKEN not in message
+
+
+async def test_connect_timeout_interrupts_the_server_job(connect_port: int, worker_for: Any, tmp_path: Path) -> None:
+    """A Connect job is cancelled through its operation tag (``interruptTag``): after a timeout the worker is free
+    again, long before the 4·10^10-comparison join could end, and answers the next job on the same server."""
+    import asyncio
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.errors import SparkTimeout
+
+    path = tmp_path / "cross.parquet"
+    pq.write_table(pa.table({"v": pa.array(range(200_000), pa.int64())}), path)
+    worker = worker_for(connect_port, TOKEN)
+    await worker.start()
+    inputs = {"a": ([path], ["col_0"]), "b": ([path], ["col_0"])}
+    with pytest.raises(SparkTimeout):
+        await worker.run("SELECT count(*) FROM a JOIN b ON a.col_0 < b.col_0", inputs, timeout=3.0, job_id="slow")
+    deadline = time.monotonic() + 60
+    while (stats := await worker.stats())["running"] is not None or stats["cancelled"] != 1:
+        assert time.monotonic() < deadline, f"the interrupted job did not end: {stats}"
+        await asyncio.sleep(0.1)
+    done = await worker.run("SELECT count(*) AS n FROM a", {"a": ([path], ["col_0"])})
+    assert done.table.column(0).to_pylist() == [200_000]
