@@ -430,6 +430,9 @@ def session_pinner(spark: SparkSession) -> Callable[[], None]:
 # (blocked by restricted mode) cannot read over Connect: a Turkish JVM maps these differently.
 LOCALE_PROBE = "SELECT upper('iş') AS u, lower('IŞ') AS l"
 LOCALE_WANT = ("IŞ", "iş")
+START_RETRIES = (
+    4  # an unreachable server: about 3 s of retries (50 ms x 4^n backoff, at most 2 s) before the start fails
+)
 
 
 def remote_url(remote: str, token: str | None) -> str:
@@ -445,13 +448,19 @@ def build_remote_session(remote: str, token: str | None) -> SparkSession:
 
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
     warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")  # pandas 3 "not yet supported"
     try:
         spark = SparkSession.builder.remote(remote_url(remote, token)).create()
+        client = spark.client  # a Connect session's gRPC client
+        # The client retries an unreachable server for 10+ minutes by default: a start gives up in seconds
+        # (START_RETRIES), jobs keep the default (they are bounded by spark.query_timeout).
+        client.set_retry_policies([DefaultPolicy(max_retries=START_RETRIES, max_backoff=2000)])
         spark.version  # noqa: B018 - the first RPC: a wrong or missing token fails here, at once
+        client.set_retry_policies([DefaultPolicy()])
     except PySparkException as e:
-        raise ValueError(f"the Spark Connect server at {remote} refused the session: {_grpc_why(e, token)}") from None
+        raise ValueError(f"no session on the Spark Connect server at {remote}: {_grpc_why(e, token)}") from None
     try:
         check_remote(spark)
     except ValueError:

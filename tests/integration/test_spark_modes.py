@@ -130,7 +130,7 @@ async def test_connect_bad_token_is_a_clear_error(connect_port: int, worker_for:
     with pytest.raises(SparkStartError) as err:
         await worker.start()
     message = str(err.value)
-    assert why in message and "refused the session" in message, message
+    assert why in message and "no session on the Spark Connect server" in message, message
     assert "did not answer within" not in message  # it failed at once, not at the start deadline
     assert TOKEN not in message and (not token or token not in message)
     assert TOKEN not in worker.log_path.read_text()
@@ -174,3 +174,16 @@ async def test_connect_timeout_interrupts_the_server_job(connect_port: int, work
         await asyncio.sleep(0.1)
     done = await worker.run("SELECT count(*) AS n FROM a", {"a": ([path], ["col_0"])})
     assert done.table.column(0).to_pylist() == [200_000]
+
+
+async def test_connect_server_unreachable_fails_the_start_in_seconds(worker_for: Any) -> None:
+    """No server on the port: the start gives up after a few retries (not the client's 10-minute default, not the
+    start deadline), with gRPC's reason."""
+    from tests.fixtures.spark_cluster import free_port
+
+    worker = worker_for(free_port(), TOKEN)
+    with pytest.raises(SparkStartError) as err:
+        await worker.start()
+    message = str(err.value)
+    assert "no session on the Spark Connect server" in message and "Connection refused" in message, message
+    assert "did not answer within" not in message and TOKEN not in message
