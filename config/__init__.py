@@ -15,6 +15,7 @@ from config.settings import (
     flight_port,
     iter_fields,
     load_settings,
+    spark_master_kind,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "flight_port",
     "iter_fields",
     "load_settings",
+    "spark_master_kind",
 ]

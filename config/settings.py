@@ -152,9 +152,25 @@ class DatasetSettings:
 
 @dataclass(frozen=True)
 class SparkSettings:
+    mode: str = _doc(
+        'Where Spark runs (docs/spark.md "Modes"): `local` (a warm local session in the worker process), '
+        "`standalone` (the worker's driver on a cluster master: `spark.master` = `spark://HOST:PORT`, `yarn` or "
+        "`k8s://…`), `connect` (a Spark Connect server at `spark.remote`).",
+        default="local",
+    )
     master: str = _doc(
-        "Spark master for the worker: `local[2]` (in-process, default), `spark://HOST:PORT` for a standalone cluster.",
+        "Spark master for the worker: `local[2]` (mode `local`, default); `spark://HOST:PORT`, `yarn` or "
+        "`k8s://https://HOST:PORT` (mode `standalone`).",
         default="local[2]",
+    )
+    remote: str = _doc(
+        "Mode `connect`: the Spark Connect server, `sc://HOST:PORT` (a token goes in `spark.token`, not here).",
+        default="",
+    )
+    token: str = _doc(
+        "Mode `connect`: the Spark Connect server's token (`spark.connect.authenticate.token`); never logged or shown. "
+        "The client sends it without TLS only to the host `localhost`.",
+        default="",
     )
     conf: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
         "Extra Spark settings as `key=value` items (the sandbox settings cannot be overridden).", default_factory=list
@@ -505,6 +521,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
         ("spark.max_queued_jobs", s.spark.max_queued_jobs >= 0, "spark.max_queued_jobs must not be negative"),
         ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
+        _spark_mode_problem(s.spark),
         (
             "ipfs.api_auth",
             not s.ipfs.api_auth or (bool(s.ipfs.api) and _auth_secret_ok(s.ipfs.api_auth)),
@@ -517,6 +534,46 @@ def _problem(s: Settings) -> tuple[str, str] | None:
 
 def _is_multiaddr(text: object) -> bool:
     return isinstance(text, str) and text.split("/")[1:2] in (["ip4"], ["ip6"], ["dns"], ["dns4"], ["dns6"])
+
+
+SPARK_MODES = ("local", "standalone", "connect")
+
+
+def spark_master_kind(master: str) -> str:
+    """``local``, ``spark`` (standalone), ``yarn``, ``k8s``, or ``""`` for a master no mode takes."""
+    m = master.strip()
+    if m == "local" or m.startswith("local["):
+        return "local"
+    if m.startswith("spark://") and len(m) > len("spark://"):
+        return "spark"
+    if m == "yarn":
+        return "yarn"
+    if m.startswith("k8s://") and len(m) > len("k8s://"):
+        return "k8s"
+    return ""
+
+
+def _spark_mode_problem(sp: SparkSettings) -> tuple[str, bool, str]:
+    """(key, ok, why) for ``spark.mode`` and the master or remote it needs. Never echoes ``spark.token``."""
+    kind = spark_master_kind(sp.master)
+    if sp.mode not in SPARK_MODES:
+        return "spark.mode", False, f"spark.mode must be local, standalone or connect, got {sp.mode!r}"
+    if sp.mode == "local" and kind != "local":
+        return "spark.master", False, f"spark.mode local needs a local[N] spark.master, got {sp.master!r}"
+    if sp.mode == "standalone" and kind not in ("spark", "yarn", "k8s"):
+        return (
+            "spark.master",
+            False,
+            f"spark.mode standalone needs spark.master spark://HOST:PORT, yarn or k8s://URL, got {sp.master!r}",
+        )
+    if sp.mode == "connect":
+        if ";" in sp.remote:  # parameters (a token among them) would be echoed; the token has its own setting
+            return "spark.remote", False, "spark.remote must be sc://HOST:PORT with no ;parameters (token: spark.token)"
+        if not sp.remote.startswith("sc://") or len(sp.remote) <= len("sc://"):
+            return "spark.remote", False, f"spark.mode connect needs spark.remote sc://HOST:PORT, got {sp.remote!r}"
+        if sp.conf:  # the session lives on the server: its settings are the server's (checked at start)
+            return "spark.conf", False, "spark.conf does not apply in spark.mode connect: set it on the Connect server"
+    return "spark.mode", True, ""
 
 
 def _is_ip(text: str) -> bool:

@@ -332,7 +332,10 @@ class Node:
             kubo["error"] = e.message
         spark: dict[str, Any] = {
             "state": self.spark_state(),
-            "master": self.settings.spark.master,
+            "mode": self.settings.spark.mode,
+            "master": self.settings.spark.remote
+            if self.settings.spark.mode == "connect"
+            else self.settings.spark.master,
             "pid": self.worker.pid,
             "jobs": self.worker.jobs_sent,
             "restarts": self.worker.restarts,
@@ -961,6 +964,9 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
     return SparkWorker(
         _socket_path(home.path),
         master=sp.master,
+        mode=sp.mode,
+        remote=sp.remote,
+        token=sp.token,
         conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
         log_path=home.logs / "spark.log",
         start_timeout=sp.start_timeout,

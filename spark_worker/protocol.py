@@ -70,3 +70,7 @@ def decode_header(body: bytes) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise ProtocolError("frame header is not a JSON object")
     return header
+
+
+# The environment variable that carries the Spark Connect token from the node to the worker (never argv).
+TOKEN_ENV = "CAIRN_SPARK_TOKEN"

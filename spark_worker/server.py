@@ -43,12 +43,21 @@ from spark_worker.protocol import (
     JOB_ID,
     PREFIX,
     PROTOCOL_VERSION,
+    TOKEN_ENV,
     ProtocolError,
     decode_header,
     decode_prefix,
     encode_frame,
 )
-from spark_worker.session import build_session, check_conf, engine_profile, session_pinner
+from spark_worker.session import (
+    build_remote_session,
+    build_session,
+    check_conf,
+    engine_profile,
+    remote_pinner,
+    remote_profile,
+    session_pinner,
+)
 
 log = logging.getLogger("spark_worker")
 
@@ -100,6 +109,7 @@ class Job:
     future: concurrent.futures.Future[tuple[dict[str, Any], Any]] = field(default_factory=concurrent.futures.Future)
     cancelled: threading.Event = field(default_factory=threading.Event)
     limits: budget.Limits = field(default_factory=budget.Limits)
+    spark: Any = None  # the session running it (a Connect job is cancelled through its own session's tag)
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
@@ -185,13 +195,20 @@ class Worker:
         max_jobs: int = 1,
         stall_s: float = 0.0,
         jit_rows: int = 0,
+        remote: str | None = None,
     ) -> None:
         self.spark = spark
-        self.sc = spark.sparkContext
+        # Spark Connect (spark.mode = connect): no local JVM or SparkContext; jobs are tagged, not grouped, and the
+        # plan checks that need the driver's JVM (guard, plan budget) cannot run here (docs/spark.md "Modes").
+        self.remote = remote
+        self.sc = None if remote else spark.sparkContext
         self.version = spark.version
-        self.master = self.sc.master  # cached: handler threads must not make py4j calls for ping/stats
-        self.profile = engine_profile(spark)  # answer-relevant versions and settings, sent with every ping
-        self.repin = session_pinner(spark)
+        self.master = (
+            remote or spark.sparkContext.master
+        )  # cached: handler threads must not make py4j calls for ping/stats
+        # answer-relevant versions and settings, sent with every ping
+        self.profile = remote_profile(spark) if remote else engine_profile(spark)
+        self.repin = self._pinner(spark)
         self.max_jobs = max_jobs
         self.stall_s = stall_s  # 0: no watchdog
         self.stalled = False
@@ -217,6 +234,9 @@ class Worker:
             threading.Thread(target=self._job_loop, args=(i,), name=f"spark-jobs-{i}", daemon=True)
             for i in range(max_jobs)
         ]
+
+    def _pinner(self, spark: Any) -> Any:
+        return remote_pinner(spark) if self.remote else session_pinner(spark)
 
     # --- the JVM -----------------------------------------------------------------------------
 
@@ -248,9 +268,9 @@ class Worker:
         import pyarrow as pa
 
         spark = spark or self.spark
-        sc = self.sc
+        job.spark = spark
         t0 = time.perf_counter()
-        sc.setJobGroup(job.id, f"cairn job {job.id}", interruptOnCancel=True)
+        self._tag(spark, job.id)
         (repin or self.repin)()  # a statement could have SET a forced setting
         created: list[str] = []
         try:
@@ -266,8 +286,9 @@ class Worker:
                 if job.cancelled.is_set():
                     raise Cancelled()
             result = spark.sql(job.statement)
-            guard.check(spark, result)  # the second wall: Spark's own plan (issue 12, spark_worker/guard.py)
-            budget.check_plan(spark, result, job.limits)  # refused before it runs (issue 15)
+            if not self.remote:  # both read the driver JVM's plan objects, which a Connect client has not
+                guard.check(spark, result)  # the second wall: Spark's own plan (issue 12, spark_worker/guard.py)
+                budget.check_plan(spark, result, job.limits)  # refused before it runs (issue 15)
             if job.cancelled.is_set():
                 raise Cancelled()
             table = result.toArrow()
@@ -281,7 +302,7 @@ class Worker:
                     spark.catalog.dropTempView(name)
                 except Exception as e:  # noqa: BLE001 - a failed drop must not hide the job's own error
                     log.warning("job %s: could not drop temp view %s: %s", job.id, name, one_line(str(e), first=True))
-            sc.setLocalProperty("spark.jobGroup.id", None)
+            self._untag(spark, job.id)
         t1 = time.perf_counter()
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -297,6 +318,29 @@ class Worker:
             "ipc_bytes": buf.size,
         }
         return header, buf
+
+    def _tag(self, spark: Any, job_id: str) -> None:
+        """Mark the Spark jobs this thread starts as ``job_id``'s: a job group, or a Connect operation tag."""
+        if self.remote:
+            spark.addTag(job_id)
+        else:
+            assert self.sc is not None
+            self.sc.setJobGroup(job_id, f"cairn job {job_id}", interruptOnCancel=True)
+
+    def _untag(self, spark: Any, job_id: str) -> None:
+        if self.remote:
+            spark.removeTag(job_id)
+        else:
+            assert self.sc is not None
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+
+    def _cancel_spark(self, job: Job) -> None:
+        if self.remote:
+            if job.spark is not None:
+                job.spark.interruptTag(job.id)
+        else:
+            assert self.sc is not None
+            self.sc.cancelJobGroup(job.id)
 
     def _classify(self, job: Job, exc: BaseException) -> dict[str, Any]:
         from pyspark.errors import AnalysisException, PySparkException
@@ -331,7 +375,7 @@ class Worker:
         spark, repin = self.spark, self.repin
         if slot:
             spark = self.spark.newSession()
-            repin = session_pinner(spark)
+            repin = self._pinner(spark)
         elif self.warmup:
             t0 = time.perf_counter()
             try:
@@ -412,7 +456,7 @@ class Worker:
         if warming is not None:
             warming.cancelled.set()
             try:
-                self.sc.cancelJobGroup(warming.id)
+                self._cancel_spark(warming)
             except Exception as e:  # noqa: BLE001
                 log.warning("could not stop the warm-up: %s", one_line(str(e), first=True))
 
@@ -422,7 +466,7 @@ class Worker:
             running = self.running.get(job.id) is job
         if running:
             try:
-                self.sc.cancelJobGroup(job.id)
+                self._cancel_spark(job)
             except Exception as e:  # noqa: BLE001
                 log.warning("job %s: cancel failed: %s", job.id, one_line(str(e), first=True))
 
@@ -494,6 +538,8 @@ class Worker:
             running = isinstance(job_id, str) and job_id in self.running
         if not running:
             return {"ok": True, "job": job_id, "running": False}
+        if self.sc is None:  # Connect: the server's status tracker is not reachable from a client
+            return {"ok": True, "job": job_id, "running": True}
         try:
             tracker = self.sc.statusTracker()
             stages = []
@@ -828,6 +874,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m spark_worker", description="Cairn's co-located Spark worker")
     p.add_argument("--socket", required=True, type=Path, help="Unix socket path to serve on (created mode 0600)")
     p.add_argument("--master", default="local[2]", help="spark.master (default local[2])")
+    p.add_argument(
+        "--mode", choices=("local", "standalone", "connect"), default="local", help="where Spark runs (default local)"
+    )
+    p.add_argument("--remote", default="", help=f"connect: the server, sc://HOST:PORT (token: ${TOKEN_ENV})")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
     p.add_argument("--log", type=Path, help="append stdout/stderr (the worker's and the JVM's) to this file")
     p.add_argument("--parent-pid", type=int, help="exit when the parent is no longer this process")
@@ -858,6 +908,20 @@ def _log_to(path: Path | None) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def _check_mode(args: argparse.Namespace) -> None:
+    """The master or remote the mode needs; ValueError says what is wrong (docs/spark.md "Modes")."""
+    master = args.master.strip()
+    if args.mode == "connect":
+        if not args.remote.startswith("sc://") or ";" in args.remote:
+            raise ValueError("--mode connect needs --remote sc://HOST:PORT (no ;parameters: the token is in the env)")
+        if args.conf:
+            raise ValueError("--mode connect takes no --conf: settings are the Connect server's own (checked at start)")
+    elif args.mode == "standalone" and not master.startswith(("spark://", "k8s://")) and master != "yarn":
+        raise ValueError(f"--mode standalone needs a spark://, yarn or k8s:// master, got {master!r}")
+    elif args.mode == "local" and not (master == "local" or master.startswith("local[")):
+        raise ValueError(f"--mode local needs a local[N] master, got {master!r}")
+
+
 def _spark_conf(items: list[str], master: str) -> dict[str, str]:
     """The --conf KEY=VALUE settings, checked; ValueError says what is wrong."""
     conf: dict[str, str] = {}
@@ -886,9 +950,10 @@ def _exit_on_signals() -> None:
 def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: socket.socket, ino: int) -> Worker | None:
     """Spark started and a worker on the listening socket; None if Spark did not start (logged)."""
     spark = None
+    token = os.environ.pop(TOKEN_ENV, None) or None  # read once, then gone from the environment
     try:
         t0 = time.perf_counter()
-        spark = build_session(args.master, conf)
+        spark = build_remote_session(args.remote, token) if args.mode == "connect" else build_session(args.master, conf)
         from pyspark.logger import PySparkLogger
 
         # PySpark logs every SQL error with its Java stack trace as JSON; the worker logs one line per job.
@@ -906,6 +971,7 @@ def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: sock
             max_jobs=args.max_jobs,
             stall_s=args.stall_timeout,
             jit_rows=0 if args.no_warmup else args.jit_warmup_rows,
+            remote=args.remote if args.mode == "connect" else None,
         )
         log.info("SparkSession %s started in %.0f ms", spark.version, started_ms)
         return worker
@@ -917,7 +983,8 @@ def _start_worker(args: argparse.Namespace, conf: dict[str, str], listener: sock
         _unlink_socket(args.socket, ino)
         stop_spark(spark)
         # Logged last: py4j logs noise while the JVM goes, and the node quotes the log's last lines.
-        log.error("Spark did not start: %s", one_line(str(e), first=True) or type(e).__name__)
+        why = one_line(str(e), first=True) or type(e).__name__
+        log.error("Spark did not start: %s", why.replace(token, "***") if token else why)
         return None
 
 
@@ -946,6 +1013,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--max-jobs must be 1 or more, got %d", args.max_jobs)
         return EXIT_USAGE
     try:
+        _check_mode(args)
         conf = _spark_conf(args.conf, args.master)
     except ValueError as e:
         log.error("%s", e)

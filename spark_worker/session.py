@@ -419,3 +419,116 @@ def session_pinner(spark: SparkSession) -> Callable[[], None]:
         props.setProperty(key, FORCED[key])
     jconf = spark._jsparkSession.sessionState().conf()
     return lambda: jconf.setConf(props)
+
+
+# --- Spark Connect (spark.mode = connect; docs/spark.md "Modes") ---------------------------------------------------
+# The session lives on the server: static settings cannot be set from here, so every FORCED one is read back from the
+# server and any difference refuses the start (an answer computed under other settings would not be reproducible).
+
+
+# Case mapping follows the server JVM's default locale (docs/spark.md, forced extraJavaOptions), which reflection
+# (blocked by restricted mode) cannot read over Connect: a Turkish JVM maps these differently.
+LOCALE_PROBE = "SELECT upper('iş') AS u, lower('IŞ') AS l"
+LOCALE_WANT = ("IŞ", "iş")
+START_RETRIES = (
+    4  # an unreachable server: about 3 s of retries (50 ms x 4^n backoff, at most 2 s) before the start fails
+)
+
+
+def remote_url(remote: str, token: str | None) -> str:
+    """``sc://host:port`` plus the token parameter. The URL is never logged: it holds the token."""
+    base = remote.rstrip("/")
+    return f"{base}/;token={token}" if token else base
+
+
+def build_remote_session(remote: str, token: str | None) -> SparkSession:
+    """A session on the Spark Connect server at ``remote``; ValueError (one line, no token) when the server's
+    settings are not Cairn's forced ones, or when it cannot be reached or refuses the token."""
+    import warnings
+
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")  # pandas 3 "not yet supported"
+    try:
+        spark = SparkSession.builder.remote(remote_url(remote, token)).create()
+        client = spark.client  # a Connect session's gRPC client
+        # The client retries an unreachable server for 10+ minutes by default: a start gives up in seconds
+        # (START_RETRIES), jobs keep the default (they are bounded by spark.query_timeout).
+        client.set_retry_policies([DefaultPolicy(max_retries=START_RETRIES, max_backoff=2000)])
+        spark.version  # noqa: B018 - the first RPC: a wrong or missing token fails here, at once
+        client.set_retry_policies([DefaultPolicy()])
+    except PySparkException as e:
+        raise ValueError(f"no session on the Spark Connect server at {remote}: {_grpc_why(e, token)}") from None
+    try:
+        check_remote(spark)
+    except ValueError:
+        spark.stop()
+        raise
+    return spark
+
+
+def _grpc_why(exc: BaseException, token: str | None) -> str:
+    """gRPC's own reason (``details = "…"``) if there is one, else the first line; never the token."""
+    text = str(exc)
+    m = re.search(r'details = "([^"]*)"', text)
+    why = m.group(1) if m else (text.strip().splitlines() or [type(exc).__name__])[0]
+    return why.replace(token, "***") if token else why
+
+
+def check_remote(spark: SparkSession) -> None:
+    """Refuse a Connect server whose settings differ from FORCED, or whose JVM case-maps with another locale."""
+    for key, want in FORCED.items():
+        got = read_remote(spark, key)
+        if got.lower() != want.lower() and not (key.endswith("extraJavaOptions") and got.endswith(" " + want)):
+            raise ValueError(
+                f"the Spark Connect server runs with {key}={got!r}, not {want!r}: start it with "
+                f'--conf {key}=… (docs/spark.md "Modes"); its answers would not be reproducible'
+            )
+    # As check_running does with a cluster's spark-defaults.conf: a key outside the allowlist can change answers.
+    for key in spark.conf.getAll:
+        if (
+            key not in FORCED
+            and key not in _SPARK_INTERNAL
+            and not allowed(key)
+            and not key.startswith("spark.connect.")
+        ):
+            raise ValueError(
+                f"the Spark Connect server sets {key}, which the Cairn Spark worker does not allow: "
+                f"it can change answers (docs/spark.md)"
+            )
+    row = spark.sql(LOCALE_PROBE).collect()[0]
+    if (row[0], row[1]) != LOCALE_WANT:
+        raise ValueError(
+            f"the Spark Connect server's JVM case-maps with another locale (upper('iş') = {row[0]!r}): "
+            f"start it with spark.driver.extraJavaOptions={JAVA_OPTIONS!r}"
+        )
+
+
+def read_remote(spark: SparkSession, key: str) -> str:
+    try:
+        return str(spark.conf.get(key))
+    except Exception:  # noqa: BLE001 - the server raises for a setting with no value
+        return UNSET
+
+
+def remote_profile(spark: SparkSession) -> dict[str, Any]:
+    """The engine profile of a Connect server: its Spark version and every FORCED setting as it reports them. The
+    server JVM's Java/Scala versions and properties cannot be read over Connect (restricted mode blocks reflection);
+    the locale and encodings are pinned through its extraJavaOptions, checked above."""
+    import pyarrow
+
+    return {
+        "engine": "spark",
+        "versions": {"spark": str(spark.version), "pyarrow": pyarrow.__version__},
+        "jvm": {},
+        "settings": {key: read_remote(spark, key) for key in sorted(FORCED)},
+    }
+
+
+def remote_pinner(spark: SparkSession) -> Callable[[], None]:
+    """Like ``session_pinner``: every session-level FORCED setting set again, in one Connect config call."""
+    values = {key: FORCED[key] for key in SESSION_FORCED}
+    # type stubs name the classic RuntimeConfig; a Connect session has the batched _set_all
+    return lambda: spark.conf._set_all(values, silent=False)  # type: ignore[attr-defined]  # Connect-only method

@@ -57,7 +57,7 @@ NODE_INFO = obj(
         "p2p_addrs": array(STR),
         "addresses": obj({"cairn_connect": array(STR), "kubo_swarm": array(STR)}),
         "uptime_s": NUM,
-        "spark": obj({"state": STR, "master": STR, "pid": maybe(INT), "jobs": INT, "restarts": INT}),
+        "spark": obj({"state": STR, "mode": STR, "master": STR, "pid": maybe(INT), "jobs": INT, "restarts": INT}),
         "kubo": obj(
             {"managed": BOOL, "state": STR, "api": STR},
             {"restarts": INT, "pid": maybe(INT), "version": STR, "peer_id": STR, "swarm": array(STR), "error": STR},

@@ -780,7 +780,7 @@ class Resolver:
                 iv_block.cid,
                 self.identity.node_key,
                 clock.utc_now_iso(),
-                engine_versions(cq),
+                {**engine_versions(cq), **self.worker.deployment},  # mode/master: absent in local mode
                 logical,
                 table.num_rows,
                 st_block.cid,

@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from config import spark_master_kind
 from node.errors import (
     SparkError,
     SparkQueueFull,
@@ -46,6 +47,7 @@ from node.errors import (
 from node.tally import Timings
 from spark_worker.protocol import (
     PREFIX,
+    TOKEN_ENV,
     ProtocolError,
     decode_header,
     decode_prefix,
@@ -106,6 +108,10 @@ def group_members(pgid: int) -> list[int]:
 
 
 class SparkWorker:
+    """The node's side of one worker process. ``mode`` (docs/spark.md "Modes"): ``local``, ``standalone``
+    (``master`` a cluster's) or ``connect`` (``remote`` an ``sc://`` server, ``token`` its token, handed over in the
+    environment and never shown)."""
+
     def __init__(
         self,
         socket_path: Path,
@@ -122,6 +128,9 @@ class SparkWorker:
         limits: Mapping[str, int] = _NO_LIMITS,
         stall_timeout: float = 0.0,
         jit_rows: int = 0,
+        mode: str = "local",
+        remote: str = "",
+        token: str = "",
     ) -> None:
         """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
         ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
@@ -134,7 +143,7 @@ class SparkWorker:
         every (re)start and on stop.
         """
         self.socket_path = Path(socket_path).absolute()
-        self.master = master
+        self.master, self.mode, self.remote, self._token = master, mode, remote, token  # see the class's docstring
         self.conf = dict(conf)
         stem = self.socket_path.stem
         self.log_path = Path(log_path) if log_path else self.socket_path.with_name(stem + ".log")
@@ -165,6 +174,17 @@ class SparkWorker:
         self._log_offset = 0
 
     # --- state -----------------------------------------------------------------------------
+
+    @property
+    def deployment(self) -> dict[str, str]:
+        """Where Spark runs, for receipts (rc_0 ``engine``): empty in local mode, so local receipts keep their
+        bytes; ``{"mode": "standalone", "master": "spark"|"yarn"|"k8s"}`` or ``{"mode": "connect", "master":
+        "connect"}`` otherwise. The kind only: never a host, port or token."""
+        if self.mode == "local":
+            return {}
+        if self.mode == "connect":
+            return {"mode": "connect", "master": "connect"}
+        return {"mode": self.mode, "master": spark_master_kind(self.master) or "other"}
 
     @property
     def pid(self) -> int | None:
@@ -225,14 +245,18 @@ class SparkWorker:
             str(self.socket_path),
             "--master",
             self.master,
+            "--mode",
+            self.mode,
+            *(("--remote", self.remote) if self.mode == "connect" else ()),
             "--log",
             str(self.log_path),
             "--parent-pid",
             str(os.getpid()),
         ]
         conf = dict(self.conf)
-        conf.setdefault("spark.local.dir", str(self.scratch / "local"))
-        conf.setdefault("spark.sql.warehouse.dir", str(self.scratch / "warehouse"))
+        if self.mode != "connect":  # a Connect server's settings are its own (the worker checks them)
+            conf.setdefault("spark.local.dir", str(self.scratch / "local"))
+            conf.setdefault("spark.sql.warehouse.dir", str(self.scratch / "warehouse"))
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
         if not self.warmup:
@@ -253,6 +277,9 @@ class SparkWorker:
         env["SPARK_SUBMIT_OPTS"] = " ".join(p for p in (env.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p)
         if self.master.strip().startswith("local"):
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        env.pop(TOKEN_ENV, None)
+        if self.mode == "connect" and self._token:
+            env[TOKEN_ENV] = self._token  # the environment, not argv: /proc/PID/cmdline is world-readable
         return env
 
     async def _launch(self) -> None:
@@ -347,6 +374,8 @@ class SparkWorker:
             (self.socket_path.parent, "<home>"),
         ):
             tail = tail.replace(str(folder), shown)
+        if self._token:
+            tail = tail.replace(self._token, "***")
         return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path.name} in the node's logs)"
 
     async def stop(self) -> None:

@@ -94,3 +94,47 @@ def test_every_setting_is_documented() -> None:
         assert f"`{key}`" in doc, key
         env = "CAIRN_" + key.replace(".", "_").upper()
         assert f"`{env}`" in doc, env
+
+
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ({"CAIRN_SPARK_MODE": "cluster"}, "spark.mode must be local, standalone or connect"),
+        ({"CAIRN_SPARK_MODE": "standalone"}, "spark.mode standalone needs spark.master spark://HOST:PORT"),
+        ({"CAIRN_SPARK_MASTER": "spark://10.0.0.5:7077"}, "spark.mode local needs a local[N] spark.master"),
+        ({"CAIRN_SPARK_MODE": "connect"}, "spark.mode connect needs spark.remote sc://HOST:PORT"),
+        (
+            {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "http://localhost:15002"},
+            "needs spark.remote sc://HOST:PORT",
+        ),
+        (
+            {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "sc://localhost:15002/;token=hunter2"},
+            "no ;parameters (token: spark.token)",
+        ),
+        (
+            {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "sc://localhost:1", "CAIRN_SPARK_CONF": "a=b"},
+            "spark.conf does not apply in spark.mode connect",
+        ),
+    ],
+)
+def test_spark_mode_needs_its_master(tmp_path: Path, env: dict[str, str], needle: str) -> None:
+    """docs/spark.md "Modes": each mode names what it needs; a token is never echoed."""
+    with pytest.raises(SettingsError) as e:
+        load_settings(tmp_path, env=env)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+    assert "hunter2" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"CAIRN_SPARK_MODE": "standalone", "CAIRN_SPARK_MASTER": "spark://127.0.0.1:7077"},
+        {"CAIRN_SPARK_MODE": "standalone", "CAIRN_SPARK_MASTER": "yarn"},
+        {"CAIRN_SPARK_MODE": "standalone", "CAIRN_SPARK_MASTER": "k8s://https://10.0.0.1:6443"},
+        {"CAIRN_SPARK_MODE": "connect", "CAIRN_SPARK_REMOTE": "sc://localhost:15002", "CAIRN_SPARK_TOKEN": "t"},
+    ],
+)
+def test_spark_modes_accepted(tmp_path: Path, env: dict[str, str]) -> None:
+    s = load_settings(tmp_path, env=env).spark
+    assert s.mode == env.get("CAIRN_SPARK_MODE", "local") and s.token == env.get("CAIRN_SPARK_TOKEN", "")

@@ -45,6 +45,9 @@ class FakeResolver:
         self.claims.put_nowait((peer, an))
         return True
 
+    def reach_ahead(self, an: Announcement) -> None:
+        """Dialling a trusted signer's providers ahead of need: Kubo's part, tested in test_network.py."""
+
 
 class FakeKubo:
     def __init__(self, up: bool) -> None:

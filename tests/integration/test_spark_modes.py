@@ -1,0 +1,189 @@
+"""Spark modes (issue 21 item 1; docs/spark.md "Modes"): the same miss answered in ``local``, ``standalone`` and
+``connect`` mode gives the same result slice CIDs, logical hash and ``ex_0`` CID.
+
+Real components only: a standalone master and one worker, and a Spark Connect server with a token, all started from
+the installed pyspark package on 127.0.0.1 (tests/fixtures/spark_cluster.py, stopped by PID); in-process nodes with
+a real Kubo. The receipt names the mode and the master kind, and only outside local mode (local receipts keep their
+bytes). A wrong or a missing Connect token fails the worker's start with Spark's one-line reason, at once (no wait
+for the start deadline), and the token shows nowhere.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from node.errors import SparkStartError
+from node.ipfs import ManagedKubo
+from node.resolve.spark import SparkWorker
+from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
+from tests.fixtures.spark_cluster import connect_server, standalone_cluster
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+SALES = (
+    b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\nnorth,apple,1\n"
+)
+# A shuffle (GROUP BY) and a sort: the plan shapes whose partitioning the forced settings pin.
+SQL = "SELECT region, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY region ORDER BY region"
+TOKEN = secrets.token_hex(16)
+
+
+async def _answer(node: InNode) -> dict[str, Any]:
+    """The miss's identities: result slices, logical hash, ex_0, and the receipt's ``engine`` map."""
+    from node.model import Receipt, decode, decode_object
+
+    answer = await ask(node[1], SQL)
+    assert answer["source"] == "computed", answer
+    resp = await node[1].get(f"/api/v0/executions/{answer['execution']}")
+    ex = await resp.json()
+    assert resp.status == 200, ex
+    block = await node[1].get(f"/ipfs/{answer['receipt']}", headers={"Accept": "application/vnd.ipld.raw"})
+    receipt = decode_object(decode(await block.read()))
+    assert isinstance(receipt, Receipt)
+    return {
+        "slices": ex["slices"],
+        "logicalHash": answer["logicalHash"],
+        "execution": answer["execution"],
+        "rows": answer["rows"],
+        "engine": receipt.engine,
+    }
+
+
+async def _miss(base: Path, kubo: ManagedKubo, **settings: Any) -> dict[str, Any]:
+    async with inprocess_node(base, kubo, **settings) as node:
+        await node[0].spark.ensure()
+        await add_csv(node[1], "sales", SALES)
+        return await _answer(node)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def local(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return await _miss(tmp_path_factory.mktemp("local") / "node", kubo_session)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with standalone_cluster(tmp_path_factory.mktemp("standalone")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    with connect_server(tmp_path_factory.mktemp("connect"), TOKEN) as port:
+        yield port
+
+
+async def test_local_receipt_names_no_mode(local: dict[str, Any]) -> None:
+    assert local["rows"] == [["east", 12, 1], ["north", 14, 3], ["south", 12, 2]]
+    assert "mode" not in local["engine"] and "master" not in local["engine"]  # local receipts keep their bytes
+
+
+async def test_standalone_answers_as_local(
+    local: dict[str, Any], cluster: str, kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    got = await _miss(tmp_path / "node", kubo_session, **{"spark.mode": "standalone", "spark.master": cluster})
+    for key in ("slices", "logicalHash", "execution", "rows"):
+        assert got[key] == local[key], key
+    assert got["engine"] == {**local["engine"], "mode": "standalone", "master": "spark"}
+
+
+async def test_connect_answers_as_local(
+    local: dict[str, Any], connect_port: int, kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    remote = f"sc://localhost:{connect_port}"
+    got = await _miss(
+        tmp_path / "node", kubo_session, **{"spark.mode": "connect", "spark.remote": remote, "spark.token": TOKEN}
+    )
+    for key in ("slices", "logicalHash", "execution", "rows"):
+        assert got[key] == local[key], key
+    assert got["engine"] == {**local["engine"], "mode": "connect", "master": "connect"}
+    assert TOKEN not in (tmp_path / "node" / "logs" / "spark.log").read_text()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def worker_for(tmp_path: Path) -> AsyncIterator[Any]:
+    made: list[SparkWorker] = []
+
+    def make(port: int, token: str) -> SparkWorker:
+        w = SparkWorker(tmp_path / "w.sock", mode="connect", remote=f"sc://localhost:{port}", token=token, warmup=False)
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        await w.stop()
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [("not-" + TOKEN, "Invalid authentication token"), ("", "No authentication token provided")],
+    ids=["wrong", "missing"],
+)
+async def test_connect_bad_token_is_a_clear_error(connect_port: int, worker_for: Any, token: str, why: str) -> None:
+    worker = worker_for(connect_port, token)
+    with pytest.raises(SparkStartError) as err:
+        await worker.start()
+    message = str(err.value)
+    assert why in message and "no session on the Spark Connect server" in message, message
+    assert "did not answer within" not in message  # it failed at once, not at the start deadline
+    assert TOKEN not in message and (not token or token not in message)
+    assert TOKEN not in worker.log_path.read_text()
+
+
+async def test_connect_server_with_other_settings_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, worker_for: Any
+) -> None:
+    """A server whose answer-relevant setting differs (here ANSI off: quiet NULLs instead of errors) is refused at
+    start, naming the key: its answers would not be the ones every other peer computes."""
+    with connect_server(tmp_path_factory.mktemp("connect-other"), TOKEN, {"spark.sql.ansi.enabled": "false"}) as port:
+        worker = worker_for(port, TOKEN)
+        with pytest.raises(SparkStartError) as err:
+            await worker.start()
+    message = str(err.value)
+    assert "spark.sql.ansi.enabled='false', not 'true'" in message, message
+    assert TOKEN not in message
+
+
+async def test_connect_timeout_interrupts_the_server_job(connect_port: int, worker_for: Any, tmp_path: Path) -> None:
+    """A Connect job is cancelled through its operation tag (``interruptTag``): after a timeout the worker is free
+    again, long before the 4·10^10-comparison join could end, and answers the next job on the same server."""
+    import asyncio
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from node.errors import SparkTimeout
+
+    path = tmp_path / "cross.parquet"
+    pq.write_table(pa.table({"v": pa.array(range(200_000), pa.int64())}), path)
+    worker = worker_for(connect_port, TOKEN)
+    await worker.start()
+    inputs = {"a": ([path], ["col_0"]), "b": ([path], ["col_0"])}
+    with pytest.raises(SparkTimeout):
+        await worker.run("SELECT count(*) FROM a JOIN b ON a.col_0 < b.col_0", inputs, timeout=3.0, job_id="slow")
+    deadline = time.monotonic() + 60
+    while (stats := await worker.stats())["running"] is not None or stats["cancelled"] != 1:
+        assert time.monotonic() < deadline, f"the interrupted job did not end: {stats}"
+        await asyncio.sleep(0.1)
+    done = await worker.run("SELECT count(*) AS n FROM a", {"a": ([path], ["col_0"])})
+    assert done.table.column(0).to_pylist() == [200_000]
+
+
+async def test_connect_server_unreachable_fails_the_start_in_seconds(worker_for: Any) -> None:
+    """No server on the port: the start gives up after a few retries (not the client's 10-minute default, not the
+    start deadline), with gRPC's reason."""
+    from tests.fixtures.spark_cluster import free_port
+
+    worker = worker_for(free_port(), TOKEN)
+    with pytest.raises(SparkStartError) as err:
+        await worker.start()
+    message = str(err.value)
+    assert "no session on the Spark Connect server" in message and "Connection refused" in message, message
+    assert "did not answer within" not in message and TOKEN not in message
