@@ -64,6 +64,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         signals.close()
         raise
     try:
+        node.warm_up()
         if settings.api.flight:  # before the HTTP API: node.json, written once that listens, names both
             face = flight.start(node, settings.api.host, flight_port(settings.api), node.home.token())
         runner = await _listen(node, settings)

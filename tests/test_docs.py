@@ -53,6 +53,7 @@ class Session:
     exact: str = r"^$"  # lines whose CIDs are the content's, the same on every node: compared as they are
     cwd_repo: bool = False  # run in the checkout (make), not in $HOME
     ports: dict[str, str] = field(default_factory=lambda: {"7420": "~/.cairn"})  # the doc's API ports: whose
+    spark: bool = False  # the nodes start their Spark worker at once (as `make run` does), not at the first query
 
 
 CITIES = r"printf 'id,city,pop\n1,Paris,2100000\n2,Lyon,520000\n3,Nice,340000\n' > cities.csv"
@@ -73,6 +74,7 @@ SESSIONS: dict[str, Session] = {
         ("README.md › What runs today #1",),
         setup=("cairn-wait-ready ~/.cairn",),
         exact=r"^(query|invocation|execution)\s",
+        spark=True,  # its /healthz shows the worker up, as after `make run`
     ),
     "readme-two-nodes": Session(
         ("README.md › Two nodes sharing one answer #1",),
@@ -235,8 +237,10 @@ class Shell:
     def path(self, home: str) -> Path:
         return self.home / home.removeprefix("~/")
 
-    def start_node(self, home: str, *flags: str) -> NodeProcess:
-        node = NodeProcess(self.path(home), env={"CAIRN_SPARK_WARMUP_ROWS": "0"}).start(*flags, timeout=120)
+    def start_node(self, home: str, *flags: str, spark: bool = False) -> NodeProcess:
+        # Spark starts at a session's first query, not with every node (most sessions run none).
+        env = {"CAIRN_SPARK_AUTOSTART": str(spark).lower(), "CAIRN_SPARK_WARMUP_ROWS": "0"}
+        node = NodeProcess(self.path(home), env=env).start(*flags, timeout=120)
         self.nodes[home] = node
         return node
 
@@ -395,7 +399,7 @@ def _prepare(shell: Shell, session: Session) -> None:
     if session.cwd_repo:
         shell.cwd = ROOT
     for home in session.nodes:
-        shell.start_node(home)
+        shell.start_node(home, spark=session.spark)
     for command in session.setup:
         if command.startswith("cairn-wait-ready "):
             _ready(shell, command.split()[1])

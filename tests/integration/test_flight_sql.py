@@ -27,7 +27,8 @@ from node.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
 from tests.fixtures.nodes import NodeProcess, poll, run_cli
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The async tests share the module's loop (and so its node); the two daemon tests are plain functions.
+aio = pytest.mark.asyncio(loop_scope="module")
 
 SALES = b"region,product,amount\nnorth,apple,10\nsouth,apple,7\nnorth,pear,3\neast,fig,12\nsouth,pear,5\n"
 SQL = "SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY region"
@@ -71,6 +72,7 @@ def meta(table: pa.Table) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cairn.")}
 
 
+@aio
 async def test_same_query_twice_second_is_a_hit(served: Any) -> None:
     (node, client), url = served
     token = node.home.token()
@@ -100,6 +102,7 @@ def statement(url: str, token: str, sql: str) -> tuple[fl.FlightInfo, pa.Table]:
         client.close()
 
 
+@aio
 async def test_a_plain_statement_answers_the_same_with_its_provenance(served: Any) -> None:
     (node, client), url = served
     sql = "SELECT product, SUM(amount) AS amount FROM sales WHERE amount > 4 GROUP BY product ORDER BY product"
@@ -112,6 +115,7 @@ async def test_a_plain_statement_answers_the_same_with_its_provenance(served: An
     assert info.schema.names == table.column_names == ["product", "amount"]
 
 
+@aio
 async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served: Any) -> None:
     (node, client), url = served
     miss = "SELECT product, COUNT(*) AS n FROM sales GROUP BY product ORDER BY product"
@@ -127,6 +131,7 @@ async def test_without_the_token_a_miss_is_unauthenticated_a_hit_is_open(served:
     assert meta(hit)["cairn.source"] == "local" and hit.num_rows == 3
 
 
+@aio
 async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo, tmp_path: Any) -> None:
     """Node B, asked over Flight SQL, answers from the claim of a peer whose key it trusts: B's Spark never runs."""
     (a, a_client), _ = served
@@ -155,6 +160,7 @@ async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo
         ("SELECT x FROM no_such_dataset", "no_such_dataset"),
     ],
 )
+@aio
 async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any, sql: str, says: str) -> None:
     (node, _), url = served
     token = node.home.token()
@@ -165,6 +171,7 @@ async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any,
     assert after.column("n").to_pylist() == [5]
 
 
+@aio
 async def test_a_stopping_node_refuses_new_statements(served: Any) -> None:
     """After the first Ctrl-C (node/daemon.py sets ``stopping``) a statement is UNAVAILABLE, as over HTTP (503)."""
     (node, _), url = served
@@ -177,6 +184,7 @@ async def test_a_stopping_node_refuses_new_statements(served: Any) -> None:
     assert "Unavailable" in str(e.value) and "the node is stopping" in str(e.value)
 
 
+@aio
 async def test_catalog_lists_datasets(served: Any) -> None:
     (node, _), url = served
 

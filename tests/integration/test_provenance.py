@@ -357,33 +357,6 @@ async def test_the_walk_is_cut_at_max_nodes(prov: dict[str, Any]) -> None:
     assert graph["cut"] == "deadline (0 s) reached" and [n["kind"] for n in graph["nodes"]] == ["receipt", "cut"]
 
 
-def _doc_commands(title: str) -> list[str]:
-    """The ``$ cairn …`` lines of a docs/provenance.md section."""
-    text = (ROOT / "docs" / "provenance.md").read_text()
-    section = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert section, f"docs/provenance.md has no '## {title}' section"
-    return re.findall(r"^\$ cairn (.+?)(?:\s+#.*)?$", section.group(1), re.M)
-
-
-async def test_documented_walkthrough(prov: dict[str, Any]) -> None:
-    """Every `cairn lineage` and `cairn verify` line of the docs runs (RECEIPT, EXECUTION, SLICE: this answer's);
-    the `add` and `query` lines are the ones the module's fixture ran."""
-    answer = prov["answer"]
-    names = {"RECEIPT": answer["receipt"], "EXECUTION": answer["execution"], "SLICE": answer["slices"][0]}
-    ran = set()
-    for title in ("Lineage", "Verify (offline)"):
-        for line in _doc_commands(title):
-            words = line.split()
-            if words[0] in ("add", "query"):
-                assert words[0] != "query" or SQL in line, line
-                continue
-            args = [names.get(w.rstrip("…"), w) for w in words]
-            code, out, err = await cli(prov["node"], *args)
-            assert code == 0, (line, out.decode(), err.decode())
-            ran.add(" ".join(w for w in words if w.startswith("-") or w in ("lineage", "verify")))
-    assert {"lineage", "lineage --format", "verify --offline", "verify --offline --recursive"} <= ran, ran
-
-
 async def test_a_result_is_a_verifiable_car_for_a_browser_and_a_plain_kubo(
     prov: dict[str, Any], kubo_binary: Path, tmp_path: Path
 ) -> None:

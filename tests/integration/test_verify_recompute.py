@@ -11,7 +11,6 @@ gets the answer from V, saying V verified it.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -256,35 +255,6 @@ async def test_recursive_recomputes_each_step_upstream(p: dict[str, Any]) -> Non
     assert out["summary"] == {"reproduced": 1, "diverged": 0, "could not run": 1} and not out["ok"]
     status, out = await _verify(client, later)  # without --recursive: that step only
     assert status == 200 and [s["receipt"] for s in out["executions"]] == [later]
-
-
-def _doc_section(title: str) -> str:
-    text = (ROOT / "docs" / "provenance.md").read_text()
-    section = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert section, f"docs/provenance.md has no '## {title}' section"
-    return section.group(1)
-
-
-async def test_documented_commands_run_and_say_reproduced(p: dict[str, Any]) -> None:
-    """Every `cairn verify` line of docs/provenance.md "Verify (recompute)" runs (RECEIPT, EXECUTION: this answer's;
-    an execution leads to its receipt) and exits 0; the first prints the lines the doc shows."""
-    node, answer = p["node"], p["answer"]
-    section = _doc_section("Verify (recompute)")
-    lines = re.findall(r"^\$ cairn (.+?)(?:\s+#.*)?$", section, re.M)
-    assert len(lines) == 2, lines
-    names = {"RECEIPT": answer["receipt"], "EXECUTION": answer["execution"]}
-    outputs = []
-    for line in lines:
-        args = [names.get(w.rstrip("…"), w) for w in line.split()]
-        code, out, err = await cli(node, *args)
-        assert code == 0, (line, out.decode(), err.decode())
-        outputs.append(out.decode())
-    text = outputs[0]
-    assert f"receipt {answer['receipt']}: reproduced" in text and "1 reproduced, 0 diverged, 0 could not run" in text
-    assert f"logical hash {answer['logicalHash']}, 3 rows (engine spark " in text
-    assert f"the same execution {answer['execution']}" in text and "(signed here, announced)" in text
-    shown = section.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
-    assert [ln.split(" ")[0] for ln in text.splitlines()] == [ln.split(" ")[0] for ln in shown[1:5]]
 
 
 async def test_bad_requests_are_clear_and_computing_needs_the_token(p: dict[str, Any]) -> None:
