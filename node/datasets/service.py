@@ -268,6 +268,7 @@ class Datasets:
         # Versions built from a head (a head names its whole chain, so a version never changes). Every query,
         # hits included, resolved its inputs by rebuilding them: every block's signature checked again.
         self._versions: OrderedDict[CID, Version] = OrderedDict()
+        self._building: dict[CID, asyncio.Future[Version]] = {}
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
         self._projections: OrderedDict[CID, projecting.Projection] = OrderedDict()  # same bound as versions
 
@@ -305,11 +306,38 @@ class Datasets:
     async def version(self, head: CID, timeout: float | None = None) -> Version:
         """The checked version whose head is ``head`` (remembered: the last ``_MEMO_VERSIONS`` built)."""
         v = self._versions.get(head)
-        if v is None:
-            v = self._versions[head] = await self._build_version(head, timeout)
-            while len(self._versions) > _MEMO_VERSIONS:
-                self._versions.popitem(last=False)
+        while v is None:
+            # One build per head even when callers overlap (a hit and a background announce after an ingest):
+            # later callers await the first one's build, and build again only if that caller was cancelled.
+            pending = self._building.get(head)
+            if pending is not None:
+                await asyncio.wait([pending])
+                if not pending.cancelled():
+                    return pending.result()
+                v = self._versions.get(head)
+                continue
+            v = await self._build_once(head, timeout)
         self._versions.move_to_end(head)
+        return v
+
+    async def _build_once(self, head: CID, timeout: float | None) -> Version:
+        fut: asyncio.Future[Version] = asyncio.get_running_loop().create_future()
+        self._building[head] = fut
+        try:
+            v = await self._build_version(head, timeout)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as e:
+            fut.set_exception(e)
+            fut.exception()  # marked retrieved: this caller raises it, any waiter gets it too
+            raise
+        finally:
+            del self._building[head]
+        fut.set_result(v)
+        self._versions[head] = v
+        while len(self._versions) > _MEMO_VERSIONS:
+            self._versions.popitem(last=False)
         return v
 
     async def _build_version(self, head: CID, timeout: float | None) -> Version:

@@ -208,3 +208,30 @@ async def test_a_dataset_version_is_built_once_per_head(inode: Any, monkeypatch:
     _, old = await node.datasets.resolve(cid_str(first[0][1].head))  # the frozen old version still resolves
     assert old.rows == 2
     assert builds.count(cid_str(first[0][1].head)) == 1
+
+
+async def test_overlapping_readers_of_a_head_share_one_build(inode: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest's background hash and a query both reading a new head built it twice (CI saw it); callers that
+    overlap now await one build, and a build whose caller is cancelled is done again by the next reader."""
+    node, client = inode
+    await add_csv(client, "overlap", b"id\n1\n2\n3\n")
+    row, v = await node.datasets.resolve("overlap")
+    builds: list[CID] = []
+    real = node.datasets._build_version
+
+    async def slow(head: CID, timeout: float | None) -> Any:
+        builds.append(head)
+        await asyncio.sleep(0.05)  # wide enough for every reader to arrive while it runs
+        return await real(head, timeout)
+
+    monkeypatch.setattr(node.datasets, "_build_version", slow)
+    node.datasets._versions.clear()
+    got = await asyncio.gather(*(node.datasets.version(v.head) for _ in range(10)))
+    assert builds == [v.head] and {g.rows for g in got} == {3}
+    node.datasets._versions.clear()
+    first = asyncio.create_task(node.datasets.version(v.head))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(node.datasets.version(v.head))
+    await asyncio.sleep(0.01)
+    first.cancel()
+    assert (await second).rows == 3 and first.cancelled() and builds == [v.head] * 3
