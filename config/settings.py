@@ -262,6 +262,12 @@ class PeerSettings:
         "carries in each lookup answer, so that the asker needs no fetch (at most 1048576; 0: none).",
         default=262144,
     )
+    fetch_ahead_bytes: int = _doc(
+        "Bytes of a trusted signer's new claim (the same small blocks a lookup answer carries) this node fetches "
+        "when its announcement arrives, so that answering from it later waits for no fetch, even when the signer "
+        "is many hops away (at most 1048576; 0: none, the blocks are fetched when asked).",
+        default=262144,
+    )
     resolve_timeout: float = _doc(
         "Seconds the whole network stage of a miss (lookup, connects, fetching and checking "
         "claims) may take before the node computes instead; each output slice that arrives "

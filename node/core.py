@@ -1007,6 +1007,7 @@ def _resolver(
         resolve_timeout=peers.resolve_timeout,
         worker_ready=spark.ready,
         canonicalizer=Sandbox(settings.query.canonicalize_timeout),
+        fetch_ahead_bytes=peers.fetch_ahead_bytes,
     )
 
 

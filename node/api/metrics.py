@@ -127,5 +127,9 @@ class _NodeCollector:
             ann.add_metric(["accepted"], n.network.accepted)
             for kind, count in n.network.counters().items():
                 ann.add_metric([f"refused:{kind}"], count)
-            out += [peers, ann]
+            ahead = CounterMetricFamily(
+                "cairn_claims_fetched_ahead", "Trusted signers' claims whose blocks were fetched before being asked"
+            )
+            ahead.add_metric([], n.resolver.ahead.fetched)
+            out += [peers, ann, ahead]
         return out

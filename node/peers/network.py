@@ -24,7 +24,6 @@ from typing import Any
 
 from config import PeerSettings
 from node.errors import (
-    CairnError,
     ClaimRefused,
     ConfigError,
     EncodingError,
@@ -39,17 +38,15 @@ from node.ipfs import KuboClient
 from node.model import (
     CID,
     Announcement,
-    Execution,
-    RecursiveDataEnvelope,
     cid_for,
     cid_str,
     decode,
-    decode_object,
     encode,
     parse_cid,
 )
 from node.peers.limits import Admission, Limits, Lru
 from node.resolve import Resolver
+from node.resolve.carry import CARRY_BLOCKS, CARRY_CAP, claim_blocks
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.addrs import reachability_order
@@ -60,8 +57,6 @@ log = logging.getLogger("cairn.network")
 TOPIC = "/cairn/executions/1"
 LOOKUP = "/cairn/lookup/1.0.0"
 LOOKUP_CARRYING = "/cairn/lookup/1.1.0"  # answers carry the claims' small blocks (docs/p2p.md)
-CARRY_CAP = 1024 * 1024  # carried bytes in one lookup answer, sent or read, whatever peers.lookup_carry_bytes says
-CARRY_BLOCKS = 64  # carried blocks per announcement, sent or read
 CARRY_CACHE = 64  # executions whose carried blocks are kept ready to send (immutable: a CID names them)
 CATCHUP = "/cairn/catchup/1.0.0"
 HAVE = "/cairn/have/1.0.0"
@@ -409,44 +404,25 @@ class Network:
         return answer
 
     async def _carry(self, row: ExecutionRow) -> list[tuple[CID, bytes]]:
-        """The claim's blocks an asker's checks read, in the order they read them, within
-        ``peers.lookup_carry_bytes``: receipt, execution, structure, envelopes, link lists, then output slices
-        while they fit. Read offline from our Kubo; what cannot be read is not carried (the asker fetches it)."""
+        """The claim's blocks an asker's checks read (node/resolve/carry.py), within ``peers.lookup_carry_bytes``.
+        Read offline from our Kubo; what cannot be read is not carried (the asker fetches it)."""
         if (hit := self._carry_cache.get(row.execution)) is not None:
             return hit
-        budget = max(0, min(self.settings.lookup_carry_bytes, CARRY_CAP))
-        if budget == 0:
-            return []
-        got: dict[bytes, bytes] = {}
 
-        async def one(cid: CID) -> None:
+        async def read(cid: CID) -> bytes | None:
             with contextlib.suppress(KuboError):
-                got[bytes(cid)] = await self.kubo.block_get(cid, timeout=5.0, offline=True)
+                return await self.kubo.block_get(cid, timeout=5.0, offline=True)
+            return None
 
-        async def level(cids: list[CID]) -> list[Any]:
-            await asyncio.gather(*(one(c) for c in cids if bytes(c) not in got))
-            return [_decoded(got.get(bytes(c)), c) for c in cids]
-
-        ex_cid = parse_cid(row.execution)
-        _, ex, _ = await level([parse_cid(row.receipt), ex_cid, parse_cid(row.structure)])
-        envs = [e for e in (ex.input, ex.output) if e is not None] if isinstance(ex, Execution) else []
-        lists = [e.content for e in await level(envs) if isinstance(e, RecursiveDataEnvelope)]
-        inner = [c for lst in await level(lists) if isinstance(lst, list) for c in lst if isinstance(c, CID)]
-        inputs = [c for c in inner if c.codec.name == "dag-cbor"][:CARRY_BLOCKS]  # the inputs' slice lists
-        await level(inputs)
-        out: list[tuple[CID, bytes]] = []
-        for cid in dict.fromkeys([parse_cid(row.receipt), ex_cid, parse_cid(row.structure), *envs, *lists, *inputs]):
-            data = got.get(bytes(cid))
-            if data is not None and len(data) <= budget and len(out) < CARRY_BLOCKS:
-                out.append((cid, data))
-                budget -= len(data)
-        for cid in (parse_cid(s) for s in row.slices):  # in order, while they fit: a large result's are fetched
-            await level([cid] if cid.codec.name == "raw" else [])
-            data = got.get(bytes(cid))
-            if data is None or len(data) > budget or len(out) >= CARRY_BLOCKS:
-                break
-            out.append((cid, data))
-            budget -= len(data)
+        slices = [parse_cid(s) for s in row.slices]
+        out = await claim_blocks(
+            read,
+            parse_cid(row.receipt),
+            parse_cid(row.execution),
+            self.settings.lookup_carry_bytes,
+            parse_cid(row.structure),
+            slices,
+        )
         self._carry_cache.put(row.execution, out)
         return out
 
@@ -519,17 +495,6 @@ class Network:
 def _not_cairn(e: P2PError) -> bool:
     """The peer answered, but not in Cairn's protocols (p2p words it so: docs/p2p.md)."""
     return "does not speak that protocol" in str(e)
-
-
-def _decoded(data: bytes | None, cid: CID) -> Any:
-    """A carried block as an object, to find the links to carry next; None when it is not one we follow."""
-    if data is None or cid.codec.name != "dag-cbor":
-        return None
-    try:
-        value = decode(data, cid.codec.code)
-        return value if isinstance(value, list) else decode_object(value)
-    except CairnError:
-        return None
 
 
 def _check(data: bytes) -> Announcement | ClaimRefused:

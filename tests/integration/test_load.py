@@ -215,7 +215,7 @@ async def test_overlapping_readers_of_a_head_share_one_build(inode: Any, monkeyp
     overlap now await one build, and a build whose caller is cancelled is done again by the next reader."""
     node, client = inode
     await add_csv(client, "overlap", b"id\n1\n2\n3\n")
-    row, v = await node.datasets.resolve("overlap")
+    _, v = await node.datasets.resolve("overlap")
     builds: list[CID] = []
     real = node.datasets._build_version
 

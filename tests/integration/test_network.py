@@ -113,6 +113,36 @@ def test_peer_hit_without_spark_and_same_bytes(net: dict[str, NodeProcess]) -> N
     assert b.get(f"/api/v0/executions/{answer['execution']}")[1]["trust"] == "trusted-signer"
 
 
+def _metric(node: NodeProcess, line_start: str) -> float:
+    """The sum of the node's /metrics samples whose line starts with ``line_start``."""
+    with urllib.request.urlopen(node.api + "/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(x.split()[-1]) for x in lines if x.startswith(line_start))
+
+
+def test_a_far_signers_claim_is_fetched_ahead(net: dict[str, NodeProcess]) -> None:
+    """B—A—C: C's announcements reach B through A, and no neighbour of B can carry their blocks in a lookup
+    answer. Once B trusts C, C's announcement makes B fetch the claim's small blocks at once, so that B's answer
+    from it fetches no block when asked (docs/scaling.md: a far node's answer waited ~0.1 s for bitswap)."""
+    b, c = net["b"], net["c"]
+    key = status(c)["node_key"]
+    assert status(c)["peer_id"] not in json.dumps(b.get("/api/v0/peers")[1]["peers"])  # not neighbours
+    r = b.cli("trust", "add", key)
+    assert r.returncode == 0, r.stderr.decode()
+    try:
+        ahead = _metric(b, "cairn_claims_fetched_ahead_total")
+        sql = "SELECT region, MAX(amount) AS top FROM sales GROUP BY region ORDER BY region"
+        computed = ask(c, sql, trust="self")
+        poll(lambda: _metric(b, "cairn_claims_fetched_ahead_total") > ahead, 30, 0.1, what="B to fetch C's claim")
+        gets = _metric(b, 'cairn_kubo_calls_total{call="block/get"}')
+        answer = ask(b, sql)
+        assert answer["source"] == "peer" and answer["peer"]["signer"] == key, answer
+        assert answer["execution"] == computed["execution"] and answer["rows"] == computed["rows"]
+        assert _metric(b, 'cairn_kubo_calls_total{call="block/get"}') == gets  # every block read was at hand
+    finally:
+        assert b.cli("trust", "rm", key).returncode == 0
+
+
 def test_verify_mode_recomputes_and_agrees(net: dict[str, NodeProcess]) -> None:
     a, c = net["a"], net["c"]
     sql = "SELECT product, COUNT(*) AS n FROM sales GROUP BY product ORDER BY product"

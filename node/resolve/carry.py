@@ -1,0 +1,156 @@
+"""A claim's small blocks: those an asker's checks (node/resolve/claims.py) read, in the order they read them.
+
+Gathered by the signer's node to carry in a lookup answer (node/peers/network.py, ``/cairn/lookup/1.1.0``), and by
+a node that hears a trusted signer's announcement to fetch them ahead of need (``FetchAhead``), so that an answer
+from a far node, one no neighbour can carry, does not wait for bitswap round trips one link level at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from node.errors import CairnError
+from node.ipfs import KuboClient
+from node.model import (
+    CID,
+    Announcement,
+    Execution,
+    Receipt,
+    RecursiveDataEnvelope,
+    cid_str,
+    decode,
+    decode_object,
+)
+from node.resolve.claims import connect_providers
+
+log = logging.getLogger("cairn.resolve")
+
+CARRY_CAP = 1024 * 1024  # carried bytes for one claim, whatever a setting says
+CARRY_BLOCKS = 64  # carried blocks per claim
+AHEAD_CLAIMS = 64  # claims whose blocks fetched ahead are kept (immutable: a CID names them)
+AHEAD_TASKS = 4  # fetches ahead at once; beyond, a claim is fetched when asked, as before
+AHEAD_TIMEOUT = 5.0  # seconds for any one block fetched ahead
+
+Read = Callable[[CID], Awaitable[bytes | None]]
+
+
+async def claim_blocks(
+    read: Read,
+    receipt: CID,
+    execution: CID,
+    budget: int,
+    structure: CID | None = None,
+    slices: list[CID] | None = None,
+) -> list[tuple[CID, bytes]]:
+    """Receipt, execution, structure, envelopes, link lists, then output slices while they fit in ``budget``
+    bytes (at most ``CARRY_BLOCKS`` blocks). ``structure`` and ``slices`` default to what the receipt and the
+    execution's output name. What ``read`` cannot give (None) is left out: the asker fetches it."""
+    budget = max(0, min(budget, CARRY_CAP))
+    if budget == 0:
+        return []
+    got: dict[bytes, bytes] = {}
+
+    async def level(cids: list[CID]) -> list[Any]:
+        async def one(cid: CID) -> None:
+            if (data := await read(cid)) is not None:
+                got[bytes(cid)] = data
+
+        await asyncio.gather(*(one(c) for c in cids if bytes(c) not in got))
+        return [_decoded(got.get(bytes(c)), c) for c in cids]
+
+    rc, ex, *_ = await level([receipt, execution, *([structure] if structure else [])])
+    if structure is None and isinstance(rc, Receipt):
+        structure = rc.structure
+        await level([structure])
+    envs = [e for e in (ex.input, ex.output) if e is not None] if isinstance(ex, Execution) else []
+    env_objs = await level(envs)
+    lists = [e.content for e in env_objs if isinstance(e, RecursiveDataEnvelope)]
+    contents = await level(lists)
+    inner = [c for lst in contents if isinstance(lst, list) for c in lst if isinstance(c, CID)]
+    inputs = [c for c in inner if c.codec.name == "dag-cbor"][:CARRY_BLOCKS]  # the inputs' slice lists
+    await level(inputs)
+    if slices is None:  # the output envelope's list: the result's slices
+        last = env_objs[-1] if isinstance(ex, Execution) and ex.output is not None else None
+        out_env = last if isinstance(last, RecursiveDataEnvelope) else None
+        out_list = _decoded(got.get(bytes(out_env.content)), out_env.content) if out_env else None
+        slices = [c for c in out_list if isinstance(c, CID)] if isinstance(out_list, list) else []
+    out: list[tuple[CID, bytes]] = []
+    small = [receipt, execution, *([structure] if structure else []), *envs, *lists, *inputs]
+    for cid in dict.fromkeys(small):
+        data = got.get(bytes(cid))
+        if data is not None and len(data) <= budget and len(out) < CARRY_BLOCKS:
+            out.append((cid, data))
+            budget -= len(data)
+    for cid in slices:  # in order, while they fit: a large result's are fetched
+        await level([cid] if cid.codec.name == "raw" else [])
+        data = got.get(bytes(cid))
+        if data is None or len(data) > budget or len(out) >= CARRY_BLOCKS:
+            break
+        out.append((cid, data))
+        budget -= len(data)
+    return out
+
+
+def _decoded(data: bytes | None, cid: CID) -> Any:
+    """A block as an object, to find the links to follow next; None when it is not one we follow."""
+    if data is None or cid.codec.name != "dag-cbor":
+        return None
+    try:
+        value = decode(data, cid.codec.code)
+        return value if isinstance(value, list) else decode_object(value)
+    except CairnError:
+        return None
+
+
+class FetchAhead:
+    """Blocks of trusted signers' new claims, fetched when the announcement arrives (gossip reaches every node;
+    a lookup answer with blocks comes only from the signer's neighbours). Bounded: ``AHEAD_TASKS`` fetches at
+    once, ``AHEAD_CLAIMS`` claims kept, ``budget`` bytes each; the blocks are hash-checked by the Kubo client
+    as they arrive and again, like carried ones, by the claim's checks when used."""
+
+    def __init__(self, kubo: KuboClient, budget: int) -> None:
+        self.kubo, self.budget = kubo, budget
+        self._kept: dict[str, Mapping[bytes, bytes]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+        self.fetched = 0  # claims whose blocks were fetched ahead (status, tests)
+
+    def blocks(self, execution: str) -> Mapping[bytes, bytes]:
+        return self._kept.get(execution, {})
+
+    def wanted(self, an: Announcement) -> bool:
+        """Whether ``start`` would fetch this claim's blocks now."""
+        return self.budget > 0 and cid_str(an.execution) not in self._kept and len(self._running) < AHEAD_TASKS
+
+    def start(self, an: Announcement) -> bool:
+        """Fetch the claim's blocks in the background; False when it was not started (see ``wanted``)."""
+        if not self.wanted(an):
+            return False
+        task = asyncio.ensure_future(self._fetch(an, cid_str(an.execution)))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return True
+
+    async def _fetch(self, an: Announcement, key: str) -> None:
+        await connect_providers(self.kubo, an.providers)
+
+        async def read(cid: CID) -> bytes | None:
+            with contextlib.suppress(CairnError):
+                return await self.kubo.block_get(cid, timeout=AHEAD_TIMEOUT)
+            return None
+
+        blocks = await claim_blocks(read, an.receipt, an.execution, self.budget)
+        if blocks:
+            self._kept[key] = {bytes(c): d for c, d in blocks}
+            while len(self._kept) > AHEAD_CLAIMS:
+                self._kept.pop(next(iter(self._kept)))
+            self.fetched += 1
+        log.debug("claim fetched ahead", extra={"execution": key, "blocks": len(blocks)})
+
+    async def stop(self) -> None:
+        for task in list(self._running):
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
