@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.inprocess",
     "tests.fixtures.spark",
     "tests.fixtures.netns",
+    "tests.fixtures.timing",
 ]
