@@ -22,6 +22,9 @@ import datetime
 import functools
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -90,6 +93,7 @@ CASES = _corpus()
 ACCEPTED = {(sql, repr(inputs)) for sql, inputs in corpus.ACCEPTED}
 # What the module saw, for test_the_oracle_compared_most_cases_exactly (runs last, in file order).
 SEEN: dict[str, set[int]] = {"exact": set(), "failed_alike": set(), "ran": set()}
+THREE = ThreadPoolExecutor(1, thread_name_prefix="spark-local3")  # local[3]'s jobs, beside local[1]'s
 
 
 @pytest.fixture(scope="module")
@@ -125,17 +129,55 @@ def _outcome(result: pa.Table | Failed) -> str:
     return f"failed {result.kind} {result.condition}: {result.message[:300]}" if isinstance(result, Failed) else "ran"
 
 
-def _check_on(
-    engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, data: dict, case: int
-) -> None:
+@dataclass
+class Answers:
+    """One data set's four answers: canonical and user's, in the plain layout (local[1]) and shuffled (local[3])."""
+
+    plain: dict[str, list[Path]]
+    c1: pa.Table | Failed
+    c3: pa.Table | Failed
+    u1: pa.Table | Failed
+    u3: pa.Table | Failed | None
+
+
+def _answers(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, case: int) -> dict:
+    """Both data sets' answers. Jobs are what this module costs, so local[3]'s run in a thread while local[1]'s
+    run here (two JVMs, two cores). The layout check needs ties (TIES: canonical on both layouts); the user's
+    answer in a second layout needs none (DISTINCT). On TIES the user's answer is compared as a multiset, so it
+    runs on the shuffled layout, which keeps both engines equally busy."""
     one, three = engines
-    tables = {alias: arrow_table(columns, data) for alias, columns in inputs.items()}
-    plain, shuffled = one.write(tables), three.write(tables, files=3, seed=case + 1)
-    # Jobs are what this test costs: the layout check needs ties (TIES), the user's second layout needs none.
-    c1 = one.run_canonical(q, plain)
-    c3 = three.run_canonical(q, shuffled) if data is TIES else c1
-    u1 = published_order(one.run_user(sql, inputs, plain), q.order_by)
-    u3 = published_order(three.run_user(sql, inputs, shuffled), q.order_by) if data is DISTINCT else None
+    layouts = {}
+    for name, data in DATA.items():
+        tables = {alias: arrow_table(columns, data) for alias, columns in inputs.items()}
+        layouts[name] = (one.write(tables), three.write(tables, files=3, seed=case + 1))
+
+    def on_three() -> tuple[pa.Table | Failed, pa.Table | Failed, pa.Table | Failed]:
+        return (
+            three.run_user(sql, inputs, layouts["distinct"][1]),
+            three.run_canonical(q, layouts["ties"][1]),
+            three.run_user(sql, inputs, layouts["ties"][1]),
+        )
+
+    pending = THREE.submit(on_three)
+    try:
+        c1 = {name: one.run_canonical(q, plain) for name, (plain, _) in layouts.items()}
+        u1_distinct = one.run_user(sql, inputs, layouts["distinct"][0])
+    finally:
+        u3_distinct, c3_ties, u1_ties = pending.result()
+    return {
+        "distinct": Answers(
+            layouts["distinct"][0],
+            c1["distinct"],
+            c1["distinct"],
+            published_order(u1_distinct, q.order_by),
+            published_order(u3_distinct, q.order_by),
+        ),
+        "ties": Answers(layouts["ties"][0], c1["ties"], c3_ties, published_order(u1_ties, q.order_by), None),
+    }
+
+
+def _check_on(one: Engine, sql: str, inputs: Inputs, q: CanonicalQuery, data: dict, r: Answers, case: int) -> None:
+    c1, c3, u1, u3 = r.c1, r.c3, r.u1, r.u3
     if isinstance(c1, Failed) or isinstance(u1, Failed):
         # Test data must not raise under ANSI; where it does (e.g. to_date on 'b'), both sides raise alike.
         assert not (isinstance(c1, Failed) and c1.kind == "analysis"), (
@@ -166,7 +208,7 @@ def _check_on(
     if keys and all(k.position is not None and not k.map_entries for k in keys):
         assert sorted_by(keys, rows(c1)), f"Spark's rows are not in the claimed order {keys}: {rows(c1)}"
         if re.search(r"\bLIMIT\b", q.statement):
-            _check_limit(one, sql, inputs, plain, keys, c1)
+            _check_limit(one, sql, inputs, r.plain, keys, c1)
 
 
 def _check_limit(one: Engine, sql: str, inputs: Inputs, paths: dict, keys: tuple[SortKey, ...], got: pa.Table) -> None:
@@ -190,9 +232,10 @@ def test_canonical_statement_gives_the_users_answer(engines: tuple[Engine, Engin
         return  # a corpus query made to be refused (test_query_canonical checks why)
     if (sql, repr(inputs)) in ACCEPTED:
         _check_accepted_form(q, inputs)
+    answers = _answers(engines, sql, inputs, q, case)
     for name, data in DATA.items():
         try:
-            _check_on(engines, sql, inputs, q, data, case)
+            _check_on(engines[0], sql, inputs, q, data, answers[name], case)
         except AssertionError as e:
             raise AssertionError(f"[{name} data] {sql}\n{e}") from None
 
