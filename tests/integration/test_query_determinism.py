@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from node.errors import QueryRefused
 from node.query import canonicalize
-from tests.fixtures.spark_oracle import Engine, Failed, column_table, rows
+from tests.fixtures.spark_oracle import Engine, Failed, column_table, rows, side_by_side
 
 T = [
     ("i", "int64"),
@@ -415,7 +415,7 @@ def test_accepted_queries_give_identical_rows_everywhere(workers: tuple[Engine, 
         return
     STATS["accepted"] += 1
     home, away, home_paths, away_paths = workers
-    h, a = home.run_canonical(q, home_paths), away.run_canonical(q, away_paths)
+    h, a = side_by_side(lambda: home.run_canonical(q, home_paths), lambda: away.run_canonical(q, away_paths))
     if isinstance(h, Failed) or isinstance(a, Failed):
         outcome = [(r.kind, r.condition) if isinstance(r, Failed) else "rows" for r in (h, a)]
         if outcome[0] == outcome[1]:

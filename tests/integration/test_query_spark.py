@@ -22,7 +22,6 @@ import datetime
 import functools
 import re
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from tests.fixtures.spark_oracle import (
     compare_by,
     published_order,
     rows,
+    side_by_side,
     sorted_by,
 )
 from tests.unit import test_query_canonical as corpus
@@ -93,7 +93,6 @@ CASES = _corpus()
 ACCEPTED = {(sql, repr(inputs)) for sql, inputs in corpus.ACCEPTED}
 # What the module saw, for test_the_oracle_compared_most_cases_exactly (runs last, in file order).
 SEEN: dict[str, set[int]] = {"exact": set(), "failed_alike": set(), "ran": set()}
-THREE = ThreadPoolExecutor(1, thread_name_prefix="spark-local3")  # local[3]'s jobs, beside local[1]'s
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +157,11 @@ def _answers(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: Canoni
             three.run_user(sql, inputs, layouts["ties"][1]),
         )
 
-    pending = THREE.submit(on_three)
-    try:
+    def on_one() -> tuple[dict[str, pa.Table | Failed], pa.Table | Failed]:
         c1 = {name: one.run_canonical(q, plain) for name, (plain, _) in layouts.items()}
-        u1_distinct = one.run_user(sql, inputs, layouts["distinct"][0])
-    finally:
-        u3_distinct, c3_ties, u1_ties = pending.result()
+        return c1, one.run_user(sql, inputs, layouts["distinct"][0])
+
+    (c1, u1_distinct), (u3_distinct, c3_ties, u1_ties) = side_by_side(on_one, on_three)
     return {
         "distinct": Answers(
             layouts["distinct"][0],

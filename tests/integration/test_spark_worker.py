@@ -11,11 +11,13 @@ import signal
 import sys
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import pytest_asyncio
 
 from node.errors import CairnError, SparkError, SparkStartError, SparkTimeout, SparkWorkerDied
 from node.resolve.spark import SparkWorker, group_members
@@ -79,6 +81,39 @@ async def _wait_for(worker: SparkWorker, predicate, what: str, timeout: float = 
             return stats
         assert time.monotonic() < deadline, f"timed out waiting for {what}: {stats}"
         await asyncio.sleep(0.05)
+
+
+async def _log_says(w: SparkWorker, *lines: str, timeout: float = 180.0) -> str:
+    """The worker's log once it holds one of ``lines`` (polled, with a deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = w.log_path.read_text(errors="replace") if w.log_path.exists() else ""
+        if any(line in text for line in lines):
+            return text
+        assert time.monotonic() < deadline, f"timed out waiting for {lines} in the worker's log:\n{text[-2000:]}"
+        await asyncio.sleep(0.1)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def worker(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[SparkWorker]:
+    """The module's worker, with the idle JIT warm-up on (as a daemon node runs it; the first test waits for its
+    end, so later tests meet a worker no warm-up disturbs): one JVM for both, instead of one more JVM."""
+    base = tmp_path_factory.mktemp("spark-worker")
+    w = SparkWorker(base / "w.sock", log_path=base / "worker.log", jit_rows=200_000)
+    await w.start()
+    try:
+        yield w
+    finally:
+        await w.stop()
+
+
+async def test_idle_jit_warm_up_runs_then_serves(worker: SparkWorker, data: Path) -> None:
+    """Issue 18 item 7: after the first warm-up, an idle worker runs the JIT warm-up to its end (first in file
+    order: no job has come yet to stop it)."""
+    text = await _log_says(worker, "JIT warm-up took", "JIT warm-up stopped")
+    assert "JIT warm-up took" in text, text[-2000:]
+    result = await worker.run("SELECT count(*) AS n, sum(col_1) AS s FROM a", sales(data))
+    assert result.table.to_pylist() == [{"n": 7, "s": 106}]
 
 
 async def test_ping_and_socket_mode(worker: SparkWorker) -> None:
@@ -243,30 +278,6 @@ async def test_worker_killed_mid_query_is_restarted(worker: SparkWorker, data: P
     assert worker.restarts == restarts + 1
     assert worker.pid != old_pid and worker.alive()
     assert _gone(old_pid) and _gone(old_jvm) and group_members(old_pid) == []
-
-
-async def _log_says(w: SparkWorker, *lines: str, timeout: float = 180.0) -> str:
-    """The worker's log once it holds one of ``lines`` (polled, with a deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        text = w.log_path.read_text(errors="replace") if w.log_path.exists() else ""
-        if any(line in text for line in lines):
-            return text
-        assert time.monotonic() < deadline, f"timed out waiting for {lines} in the worker's log:\n{text[-2000:]}"
-        await asyncio.sleep(0.1)
-
-
-async def test_idle_jit_warm_up_runs_then_serves(tmp_path: Path, data: Path) -> None:
-    """Issue 18 item 7: after the first warm-up, an idle worker runs the JIT warm-up to its end."""
-    w = SparkWorker(tmp_path / "jit.sock", jit_rows=200_000)
-    try:
-        await w.start()
-        text = await _log_says(w, "JIT warm-up took", "JIT warm-up stopped")
-        assert "JIT warm-up took" in text, text[-2000:]
-        result = await w.run("SELECT count(*) AS n, sum(col_1) AS s FROM a", sales(data))
-        assert result.table.to_pylist() == [{"n": 7, "s": 106}]
-    finally:
-        await w.stop()
 
 
 async def test_a_job_stops_the_jit_warm_up(tmp_path: Path, data: Path) -> None:
