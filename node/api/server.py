@@ -358,7 +358,9 @@ async def query(request: web.Request) -> web.Response:
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
-    trust, type_ref = body.get("trust"), body.get("type")
+    trust, type_ref, retry = body.get("trust"), body.get("type"), body.get("retry", False)
+    if not isinstance(retry, bool):  # a recorded failure computed again (docs/queries.md "Recorded failures")
+        raise InvalidInput('"retry" must be true or false')
     if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
     # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
@@ -379,9 +381,14 @@ async def query(request: web.Request) -> web.Response:
             f"trust {trust!r} is looser than this node's {node.settings.peers.trust!r}: it needs the node's API token"
         )
     if wait is False:
-        job = node.start_query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref)
+        job = node.start_query(
+            sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
+        )
         return _json(job, status=202)
-    return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref))
+    answer = await node.query(
+        sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
+    )
+    return _json(answer)
 
 
 # -- pipelines (docs/provenance.md "Pipelines") ------------------------------------------------------------
@@ -688,6 +695,7 @@ QUERY_BODY = {
         "wait": {"type": "boolean"},
         "trust": {"enum": [*TRUST_MODES, None]},  # null: the node's own mode (peers.trust), as when absent
         "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
+        "retry": {"type": "boolean"},  # compute again a recorded failure (docs/queries.md "Recorded failures")
     },
 }
 

@@ -356,6 +356,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     if to_stdout and fmt == "parquet" and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: not written to a terminal; use -o FILE or redirect stdout")
     body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
+    if args.retry:  # a recorded failure is computed again (docs/queries.md "Recorded failures")
+        body["retry"] = True
     if args.type is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         body["type"] = cid_str(parse_cid(args.type))
     client = NodeClient.for_home(_home(args))
@@ -654,6 +656,9 @@ def _add_query_command(sub: Subparsers) -> None:
         help="how to use peers' results (default: peers.trust)",
     )
     sp.add_argument("--type", metavar="TYPE_CID", help="the result must be a term of this Transform.Storage type")
+    sp.add_argument(
+        "--retry", action="store_true", help="compute again a query whose failure is recorded (here or by a peer)"
+    )
 
 
 def _add_peer_commands(sub: Subparsers) -> None:

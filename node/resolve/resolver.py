@@ -35,6 +35,8 @@ from node.errors import (
     InvalidObject,
     KuboError,
     QueryRefused,
+    RecordedFailure,
+    SparkError,
     Unauthorized,
 )
 from node.identity import Identity
@@ -46,6 +48,7 @@ from node.model import (
     Block,
     EngineProfile,
     Execution,
+    Failure,
     InputIdentity,
     Invocation,
     Query,
@@ -64,6 +67,7 @@ from node.query.sandbox import Sandbox
 from node.resolve.carry import FetchAhead
 from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, connect_providers, fetch_and_verify
 from node.resolve.empty_input import write_empty
+from node.resolve.failures import deterministic
 from node.resolve.spark import SparkWorker
 
 log = logging.getLogger("cairn.resolve")
@@ -166,7 +170,7 @@ class Resolver:
         self.identity = identity
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
-        self._inflight: dict[tuple[str, str, bool], asyncio.Future[Outcome]] = {}
+        self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
@@ -271,7 +275,9 @@ class Resolver:
         on_event: Event | None = None,
         trust: str | None = None,
         may_compute: bool = True,
+        retry: bool = False,
     ) -> Answer:
+        """``retry``: a recorded failure (here or a peer's) is not the answer: computed again (issue 22 item 1)."""
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
         mode = trust or self.trust_mode
@@ -288,17 +294,24 @@ class Resolver:
                 extra={"invocation": key, "trust": hit.trust, "mode": mode},
             )
             hit = None
+        if hit is not None and hit.failure is not None and retry:
+            hit = None
         outcome = Outcome(hit, "local", hit.trust) if hit is not None else None
         if outcome is None:
             # Identical invocations in flight share one resolution (single-flight); one that may not compute
             # is its own flight, so its refusal never reaches an asker that may.
-            fkey = (key, mode, may_compute)
+            fkey = (key, mode, may_compute, retry)
             flight = self._inflight.get(fkey)
             if flight is None:
-                flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit, may_compute))
+                flight = asyncio.ensure_future(
+                    self._miss(cq, objects, iv_block, versions, mode, emit, may_compute, retry)
+                )
                 self._inflight[fkey] = flight
                 flight.add_done_callback(lambda _: self._inflight.pop(fkey, None))
             outcome = await self._wait_flight(flight)
+        if outcome.row.failure is not None:
+            emit("failed", {"class": outcome.row.failure.error_class, "execution": outcome.row.execution})
+            raise recorded_failure(outcome.row, outcome.peer)
         return Answer(
             iv.query,
             iv_block.cid,
@@ -334,13 +347,16 @@ class Resolver:
         mode: str,
         emit: Event,
         may_compute: bool = True,
+        retry: bool = False,
     ) -> Outcome:
         """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute
-        (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
-        if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
+        (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``).
+        ``retry``: peers are not asked (their answer may be the recorded failure retried): computed here."""
+        if not may_compute and (mode in ("self", "verify") or retry):  # these answer a miss only by computing
             raise Unauthorized(_NEEDS_TOKEN)
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
-        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if mode != "self" else None
+        asks = mode != "self" and not retry
+        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if asks else None
         if found is None and not may_compute:
             raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
         if found is not None:
@@ -356,7 +372,7 @@ class Resolver:
             if mode == "verify":
                 await self._put_blocks(got.carried)
                 self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
-                mine = await self._compute(cq, objects, iv_block, versions, emit)
+                mine = await self._compute_judging(claim, got, cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
                     self._refuse(claim, "recomputed here: the logical hash differs")
                     return Outcome(mine, "computed", "computed")
@@ -366,6 +382,28 @@ class Resolver:
             return await self._keep_peer_answer(claim, got, objects, iv_block, peer)
         row = await self._compute(cq, objects, iv_block, versions, emit)
         return Outcome(row, "computed", "computed", hints=tuple(hints))
+
+    async def _compute_judging(
+        self,
+        claim: Claim,
+        got: Verified,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        emit: Event,
+    ) -> ExecutionRow:
+        """Compute to verify a claim; a failure recorded here judges a claim first: the same error class agrees
+        with a recorded failure, any other claim is refused (issue 22 item 1)."""
+        try:
+            return await self._compute(cq, objects, iv_block, versions, emit)
+        except RecordedFailure as e:
+            theirs = got.row.failure
+            if theirs is not None and theirs.error_class == e.error_class:
+                self._accept(claim)
+            else:
+                self._refuse(claim, f"recomputed here: it fails with {e.error_class}")
+            raise
 
     async def _keep_peer_answer(
         self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, peer: dict[str, Any]
@@ -637,6 +675,7 @@ class Resolver:
             tuple(providers),
             self.identity.node_key,
             clock.utc_now_iso(),
+            failure=row.failure.error_class if row.failure is not None else None,
         ).signed(self.identity.sign)
 
     async def recompute(
@@ -717,7 +756,14 @@ class Resolver:
         self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
     ) -> ExecutionRow:
         t0 = time.perf_counter()
-        result = await self._run_on_spark(cq.statement, versions, emit)
+        try:
+            result = await self._run_on_spark(cq.statement, versions, emit)
+        except SparkError as e:
+            cls = deterministic(e)
+            if cls is None:  # an accident of this run (timeout, dead worker, budget, …): never recorded
+                raise
+            failed = await self._publish_failure(cq, objects, iv_block, versions, e, cls, t0)
+            raise recorded_failure(failed, None, first=True) from None
         t1 = time.perf_counter()
         # Sorting a large result takes seconds (1M rows: 0.7 s; 200k lists: 1.5 s): not on the loop (issue 15).
         table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
@@ -818,6 +864,61 @@ class Resolver:
             return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    async def _publish_failure(
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        err: SparkError,
+        cls: str,
+        t0: float,
+    ) -> ExecutionRow:
+        """Store, pin, index and announce a deterministic failure as a result is (issue 22 item 1): an ex_0 with
+        exitStatus true and no output (Holium "Execution": exitStatus false is success), and a signed receipt
+        naming the error class, with no logical hash, 0 rows and the structure of no columns."""
+        ep_block = await self._profile_block(self.worker.profile)
+        st_block = block_of(Structure("parquet", ()))
+        ex_blocks = _execution_blocks(cq, versions, None)
+        ex = ex_blocks[-1]
+        failure = Failure(cls, err.sqlstate or "", err.message)
+        rc = Receipt(
+            ex.cid,
+            iv_block.cid,
+            self.identity.node_key,
+            clock.utc_now_iso(),
+            {**engine_versions(cq), **self.worker.deployment},
+            "",
+            0,
+            st_block.cid,
+            tuple(v.head for v in versions),
+            {"total_ms": round((time.perf_counter() - t0) * 1000, 3)},
+            profile=ep_block.cid,
+            failure=failure,
+        )
+        rc_block = block_of(rc.signed(self.identity.sign))
+        for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
+            await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+        await self._pin_receipt(rc_block.cid, rc)
+        row = ExecutionRow(
+            cid_str(iv_block.cid),
+            cid_str(objects[-1].cid),
+            cid_str(ex.cid),
+            cid_str(rc_block.cid),
+            "",
+            0,
+            cid_str(st_block.cid),
+            (),
+            "computed",
+            clock.now(),
+            trust="computed",
+            profile=cid_str(ep_block.cid),
+            failure=failure,
+        )
+        log.info("deterministic failure recorded", extra={"invocation": row.invocation, "class": cls})
+        await self._record(row, [ex.cid, rc_block.cid], own=True)
+        return row
 
     async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
         """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""
@@ -986,18 +1087,35 @@ def _untrusted(key: str) -> str:
     return f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
 
 
-def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID]) -> list[Block]:
-    """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last."""
+def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID] | None) -> list[Block]:
+    """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last.
+    ``slices`` None: the execution failed (exitStatus true, no output)."""
     sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
     in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
     in_root = block_of([b.cid for b in in_lists])
+    in_env = block_of(RecursiveDataEnvelope(in_root.cid))
+    if slices is None:
+        ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, True, None))
+        return [sql_leaf, mbe, *in_lists, in_root, in_env, ex]
     out_list = block_of(list(slices))
-    in_env, out_env = (
-        block_of(RecursiveDataEnvelope(in_root.cid)),
-        block_of(RecursiveDataEnvelope(out_list.cid)),
-    )
+    out_env = block_of(RecursiveDataEnvelope(out_list.cid))
     ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
     return [sql_leaf, mbe, *in_lists, in_root, out_list, in_env, out_env, ex]
+
+
+def recorded_failure(row: ExecutionRow, peer: Mapping[str, Any] | None, first: bool = False) -> RecordedFailure:
+    """The one-line 4xx a recorded failure answers with (docs/queries.md "Recorded failures")."""
+    f = row.failure
+    assert f is not None
+    by = f"recorded by peer signer {peer['signer']}" if peer else "failed here" if first else "recorded failure"
+    return RecordedFailure(
+        f"{by}: {f.error_class}{f' ({f.sqlstate})' if f.sqlstate else ''}: {f.message} [execution "
+        f"{row.execution}, receipt {row.receipt}]; it fails the same way on these inputs: "
+        f'--retry (API: "retry": true) computes it again',
+        error_class=f.error_class,
+        execution=row.execution,
+        receipt=row.receipt,
+    )
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
