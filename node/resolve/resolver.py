@@ -310,7 +310,6 @@ class Resolver:
                 flight.add_done_callback(lambda _: self._inflight.pop(fkey, None))
             outcome = await self._wait_flight(flight)
         if outcome.row.failure is not None:
-            emit("failed", {"class": outcome.row.failure.error_class, "execution": outcome.row.execution})
             raise recorded_failure(outcome.row, outcome.peer)
         return Answer(
             iv.query,
