@@ -507,6 +507,8 @@ class Node:
             "slices": list(row.slices),
             "source": row.source,
             "trust": row.trust,
+            # A recorded failure (docs/queries.md "Recorded failures"): {class, sqlstate, message}; null for a result
+            "failure": row.failure.to_ipld() if row.failure is not None else None,
             "signer": receipt.signer,
             "time": receipt.time,
             "engine": receipt.engine,

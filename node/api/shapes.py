@@ -171,6 +171,7 @@ EXECUTION = obj(
         "slices": array(CID),
         "source": STR,
         "trust": STR,
+        "failure": maybe(obj({"class": STR, "sqlstate": STR, "message": STR})),
         "signer": STR,
         "time": STR,
         "engine": {"type": "object", "additionalProperties": STR},

@@ -69,6 +69,9 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     assert isinstance(rc, Receipt) and rc.failure is not None and rc.failure.sqlstate == "22012"
     rc.verify(public_key_from_did(a.identity.node_key))
     assert cid_str(rc.execution) == row.execution and rc.signer == a.identity.node_key
+    resp = await pair["a_client"].get(f"/api/v0/executions/{row.execution}")
+    shown = await resp.json()
+    assert resp.status == 200 and shown["failure"]["class"] == "DIVIDE_BY_ZERO" and shown["slices"] == [], shown
     # Asked again on A: the record, at once, without Spark.
     again, took = await _failed(pair["a_client"])
     assert again.startswith("recorded failure: DIVIDE_BY_ZERO") and a.resolver.computed == 1 and took < 1.0
