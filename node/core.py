@@ -455,6 +455,8 @@ class Node:
             "inputs": answer.versions,
             "slices": list(row.slices),
             "peer": answer.peer,
+            # quorum:K (docs/peers.md "Quorum"): how many agree, who, and who differs; null in other modes
+            "quorum": (answer.peer or {}).get("quorum"),
             "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
             "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)

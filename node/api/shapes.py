@@ -123,6 +123,7 @@ QUERY_ANSWER = obj(
         "inputs": ANY,
         "slices": array(CID),
         "peer": maybe(STR),
+        "quorum": maybe(obj({"agree": INT, "signers": array(STR), "dissent": array(STR)})),
         "trust": STR,
         "verified": BOOL,
         "profile": maybe(CID),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import io
 import json
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable
@@ -530,6 +531,13 @@ def _global_options() -> argparse.ArgumentParser:
 _GLOBAL = _global_options()
 
 
+def _trust_mode(mode: str) -> str:
+    """A trust mode as --trust takes it: one of the four, or quorum:K[:communities] (docs/peers.md "Quorum")."""
+    if mode in ("self", "community", "verify", "any") or re.fullmatch(r"quorum:[0-9]+(:communities)?", mode):
+        return mode
+    raise argparse.ArgumentTypeError(f"{mode!r}: use self, community, verify, any or quorum:K[:communities]")
+
+
 def _command(
     parent: Subparsers, name: str, fn: Callable[[argparse.Namespace], int], help: str
 ) -> argparse.ArgumentParser:
@@ -652,7 +660,8 @@ def _add_query_command(sub: Subparsers) -> None:
     sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     sp.add_argument(
         "--trust",
-        choices=["self", "community", "verify", "any"],
+        type=_trust_mode,
+        metavar="{self,community,verify,any,quorum:K[:communities]}",
         help="how to use peers' results (default: peers.trust)",
     )
     sp.add_argument("--type", metavar="TYPE_CID", help="the result must be a term of this Transform.Storage type")

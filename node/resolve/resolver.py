@@ -64,6 +64,7 @@ from node.model import (
 from node.query import CanonicalQuery, SortKey
 from node.query.result_order import canonical_order
 from node.query.sandbox import Sandbox
+from node.resolve import quorum
 from node.resolve.carry import FetchAhead
 from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, connect_providers, fetch_and_verify
 from node.resolve.empty_input import write_empty
@@ -88,6 +89,20 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
     "any": TRUST_LABELS,
 }
 VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
+# quorum:K[:communities] (issue 22 item 2): a local row is used only if checked here; a peer's answer only when
+# K signers agree on it, counted again at each ask (node/resolve/quorum.py, docs/peers.md "Quorum").
+
+
+def accepts(mode: str) -> tuple[str, ...]:
+    """The stored trust labels a mode may answer with (quorum modes: only what was checked here)."""
+    return VERIFIED_LABELS if quorum.parse(mode) is not None else ACCEPTS[mode]
+
+
+def valid_mode(mode: str) -> bool:
+    """One of TRUST_MODES or a well-formed quorum:K[:communities] (a malformed quorum raises InvalidInput)."""
+    return mode in TRUST_MODES or quorum.parse(mode) is not None
+
+
 POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
 # Per peer, its answer's announcements, each with the blocks it carried (CID bytes → hash-checked bytes).
 Lookup = Callable[[CID], Awaitable[Mapping[str, Sequence[tuple[bytes, Mapping[bytes, bytes]]]]]]
@@ -281,14 +296,14 @@ class Resolver:
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
         mode = trust or self.trust_mode
-        if mode not in TRUST_MODES:
-            raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)}")
+        if not valid_mode(mode):
+            raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)} or quorum:K")
         cq, objects, iv, versions = await self.prepare(sql, inputs)
         iv_block = block_of(iv)
         key = cid_str(iv_block.cid)
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
         hit = self.index.execution(key)
-        if hit is not None and hit.trust not in ACCEPTS[mode]:
+        if hit is not None and hit.trust not in accepts(mode):
             log.info(
                 "local row too loosely checked for this request",
                 extra={"invocation": key, "trust": hit.trust, "mode": mode},
@@ -355,12 +370,13 @@ class Resolver:
             raise Unauthorized(_NEEDS_TOKEN)
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
         asks = mode != "self" and not retry
-        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if asks else None
+        tallied: list[quorum.Tally] = []  # the quorum count, in a quorum mode
+        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints, tallied) if asks else None
         if found is None and not may_compute:
             raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
         if found is not None:
             claim, got = found
-            peer = {
+            peer: dict[str, Any] = {
                 "peer": claim.peer,
                 "signer": claim.signer,
                 "mode": mode,
@@ -368,6 +384,9 @@ class Resolver:
             }
             if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
                 peer["verifies"] = cid_str(got.receipt.verifies)
+            if tallied:
+                t = tallied[0]
+                peer["quorum"] = {"agree": t.counted, "signers": list(t.agree), "dissent": list(t.dissent)}
             if mode == "verify":
                 await self._put_blocks(got.carried)
                 self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
@@ -505,6 +524,7 @@ class Resolver:
         mode: str,
         emit: Event,
         hints: list[str] | None = None,
+        tallied: list[quorum.Tally] | None = None,
     ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
@@ -519,7 +539,7 @@ class Resolver:
                     with contextlib.suppress(RuntimeError):
                         deadline.reschedule(loop.time() + self.resolve_timeout)
 
-                for claim in await self._claims(iv_block.cid, asking):
+                for claim in self._quorum(await self._claims(iv_block.cid, asking), mode, emit, hints, tallied):
                     if mode == "community" and not self._trusted(claim.signer):
                         self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
                         if hints is not None and _untrusted(claim.signer) not in hints:
@@ -554,6 +574,47 @@ class Resolver:
             if asking is not None:
                 asking.cancel()  # done by now, unless a failure or the deadline left it running
         return None
+
+    def _quorum(
+        self,
+        claims: list[Claim],
+        mode: str,
+        emit: Event,
+        hints: list[str] | None,
+        tallied: list[quorum.Tally] | None,
+    ) -> list[Claim]:
+        """In a quorum mode, the claims of the output K signers agree on (best first), none without a quorum; the
+        outvoted are refused, counted against their signers (not the peers that relayed them: gossip relays every
+        claim). Other modes: ``claims`` as they are."""
+        q = quorum.parse(mode)
+        if q is None:
+            return claims
+
+        def output(c: Claim) -> quorum.Output:
+            an = c.announcement
+            return (an.logical_hash if an.failure is None else f"failure:{an.failure}", an.rows)
+
+        communities: dict[str, set[str]] = {}
+        for key, community in self.index.trusted():
+            communities.setdefault(key, set()).add(community)
+        frozen = {k: frozenset(v) for k, v in communities.items()}
+        t = quorum.tally(((c.signer, output(c)) for c in claims), q, frozen)
+        if tallied is not None:
+            tallied.append(t)
+        emit("quorum", {"agree": t.counted, "k": q.k, "signers": list(t.agree), "dissent": list(t.dissent)})
+        if t.output is None:
+            if hints is not None and claims:
+                what = "communities" if q.communities else "signers"
+                hints.append(f"{mode}: {t.counted} {what} of {q.k} agree on one answer, {len(t.dissent)} differ")
+            return []
+        for c in claims:
+            if c.signer in t.dissent:
+                an = c.announcement
+                reason = f"outvoted under {mode}: {len(t.agree)} signers agree on another output"
+                log.warning("claim outvoted", extra={"signer": c.signer, "invocation": cid_str(an.invocation)})
+                self.record_claim(c.peer, an, an.block().data)
+                self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason)
+        return [c for c in claims if c.signer in t.agree and output(c) == t.output]
 
     def _ask_peers(self, invocation: CID, emit: Event) -> asyncio.Future[Any] | None:
         """Start the lookup among connected peers (None without a p2p host)."""
