@@ -1,4 +1,4 @@
-"""Reusing what the network knows, beyond results (issue 22): recorded failures across two nodes.
+"""Reusing what the network knows, beyond results (issue 22): recorded failures and quorum across two nodes.
 
 Two in-process nodes with peers on, each with a managed Kubo of its own (as test_verify_recompute's V and C):
 A computes on its real Spark worker; B trusts A's key and never starts Spark. A deterministic failure (ANSI
@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from node.identity import public_key_from_did
+from node.identity import generate, public_key_from_did
 from node.model import Execution, Receipt, block_of, cid_str, decode, decode_object, parse_cid
-from tests.fixtures.inprocess import add_csv, cli, inprocess_node, query
+from node.resolve.claims import check_announcement
+from tests.fixtures.inprocess import add_csv, cli, inprocess_node, query, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 NUMS = b"a,b\n6,3\n5,0\n8,2\n"
@@ -112,3 +114,46 @@ async def test_a_timeout_is_not_recorded(pair: dict[str, Any]) -> None:
 async def _invocation(node: Any, sql: str = DIVIDE) -> tuple[Any, str, Any]:
     cq, _, iv, versions = await node.resolver.prepare(sql, INPUTS)
     return cq, cid_str(block_of(iv).cid), versions
+
+
+async def test_quorum_needs_k_signers_and_outvotes_the_others(pair: dict[str, Any]) -> None:
+    """quorum:K on B: A's claim and a second signer's (the same execution, its own signed receipt, blocks in A's
+    Kubo, as a node that verified A's answer announces it) make 2; a third signer announcing another output is
+    outvoted: refused and scored down. quorum:3 and quorum:2:communities (both signers in one community) fall short
+    (B, asked without the token, may not compute, and says why), until the second signer's community is trusted."""
+    a, b, b_client = pair["a"], pair["b"], pair["b_client"]
+    sql = "SELECT b, a FROM nums"
+    status, computed = await query(pair["a_client"], {"sql": sql, "inputs": INPUTS})
+    assert status == 200 and computed["source"] == "computed", computed
+    iv = computed["invocation"]
+    seen = await wait_for(lambda: _claim_of(b, iv, a.identity.node_key), 30, "A's announcement on B")
+    honest = check_announcement(seen.announcement)
+    rc = decode_object(decode(await a.kubo.block_get(parse_cid(computed["receipt"]))))
+    assert isinstance(rc, Receipt)
+    second, third = generate(), generate()
+    rc2 = block_of(replace(rc, signer=second.node_key).signed(second.sign))
+    await a.kubo.block_put(rc2.data, codec=rc2.cid.codec.name)
+    for key, receipt, logical in ((second, rc2.cid, rc.logical_hash), (third, rc2.cid, "another-hash")):
+        an = replace(honest, receipt=receipt, logical_hash=logical, signer=key.node_key, sig=b"").signed(key.sign)
+        b.resolver.record_claim(seen.peer, an, block_of(an).data)  # as gossip records it on arrival
+    no_token = {"Authorization": ""}
+    for mode in ("quorum:3", "quorum:2:communities"):
+        resp = await b_client.post(
+            "/api/v0/query", json={"sql": sql, "inputs": INPUTS, "trust": mode}, headers=no_token
+        )
+        out = await resp.json()
+        assert resp.status == 401 and f"{mode}: " in out["error"]["message"] and "agree" in out["error"]["message"]
+    b.trust_add(second.node_key, "other")
+    # The outvoted claim is refused once for what it said (then it is no longer counted: dissent empty).
+    for mode, dissent in (("quorum:2", [third.node_key]), ("quorum:2:communities", [])):
+        status, got = await query(b_client, {"sql": sql, "inputs": INPUTS, "trust": mode})
+        assert status == 200 and got["source"] == "peer" and got["rows"] == computed["rows"], got
+        assert got["quorum"]["agree"] == 2 and got["quorum"]["dissent"] == dissent, got
+        assert set(got["quorum"]["signers"]) == {a.identity.node_key, second.node_key}
+    assert b.resolver.computed == 0 and b.index.signer_score(third.node_key)[1] >= 1  # outvoted: scored down
+    refused = [c for c in b.index.claims(iv) if c.signer == third.node_key]
+    assert refused and refused[0].status == "refused" and "outvoted" in refused[0].reason
+
+
+async def _claim_of(node: Any, invocation: str, signer: str) -> Any:
+    return next((c for c in node.index.claims(invocation) if c.signer == signer), None)
