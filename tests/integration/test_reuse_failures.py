@@ -74,6 +74,9 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     resp = await pair["a_client"].get(f"/api/v0/executions/{row.execution}")
     shown = await resp.json()
     assert resp.status == 200 and shown["failure"]["class"] == "DIVIDE_BY_ZERO" and shown["slices"] == [], shown
+    resp = await pair["a_client"].post("/api/v0/verify", json={"cid": row.receipt, "offline": True})
+    checked = await resp.json()
+    assert resp.status == 200 and checked["ok"], checked  # offline verify: the execution failed, as recorded
     # Asked again on A: the record, at once, without Spark.
     again, took = await _failed(pair["a_client"])
     assert again.startswith("recorded failure: DIVIDE_BY_ZERO") and a.resolver.computed == 1 and took < 1.0
