@@ -375,10 +375,12 @@ class Node:
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         may_compute: bool = True,
         type_ref: str | None = None,
+        retry: bool = False,
     ) -> dict[str, Any]:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
         ``may_compute`` False (an API client without the token): from the index or peers only. ``type_ref``: the
-        CID of the type the result must be a term of (checked before anything runs, and on the result)."""
+        CID of the type the result must be a term of (checked before anything runs, and on the result).
+        ``retry``: a recorded failure is computed again (docs/queries.md "Recorded failures")."""
         if self.stopping:
             raise NodeStopping("the node is stopping: it takes no new query")
         started = time.perf_counter()
@@ -386,7 +388,7 @@ class Node:
         # A plain request (no progress events, no declared type) asked before: the same local hit, unless the
         # index changed since (node/resolve/answers.py).
         key = key_of(sql, inputs, limit, trust or self.resolver.trust_mode, may_compute)
-        plain = on_event is None and type_ref is None
+        plain = on_event is None and type_ref is None and not retry
         generation = self.index.generation
         kept = self.answers.get(key, generation) if plain else None
         if kept is not None:
@@ -397,7 +399,7 @@ class Node:
         assert task is not None  # always called from a task: the HTTP handler's or a job's
         self._queries.add(task)
         try:
-            answer = await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref)
+            answer = await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref, retry)
         except CairnError:
             self.query_times.observe("refused", time.perf_counter() - started)
             raise
@@ -418,10 +420,13 @@ class Node:
         on_event: Callable[[str, dict[str, Any]], None] | None,
         may_compute: bool,
         type_ref: str | None,
+        retry: bool = False,
     ) -> dict[str, Any]:
         declared = await self.types.normal_form(parse_cid(type_ref)) if type_ref is not None else None
         with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
-            answer = await self.resolver.resolve(sql, inputs, on_event, trust=trust, may_compute=may_compute)
+            answer = await self.resolver.resolve(
+                sql, inputs, on_event, trust=trust, may_compute=may_compute, retry=retry
+            )
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
         self.index.set_output_names(row.execution, list(answer.output_names))
@@ -450,6 +455,8 @@ class Node:
             "inputs": answer.versions,
             "slices": list(row.slices),
             "peer": answer.peer,
+            # quorum:K (docs/peers.md "Quorum"): how many agree, who, and who differs; null in other modes
+            "quorum": (answer.peer or {}).get("quorum"),
             "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
             "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
             "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
@@ -465,12 +472,20 @@ class Node:
         trust: str | None = None,
         may_compute: bool = True,
         type_ref: str | None = None,
+        retry: bool = False,
     ) -> dict[str, Any]:
         if self.stopping:  # refused now (503), not as a job that fails at once
             raise NodeStopping("the node is stopping: it takes no new query")
         job = self.jobs.start(
             lambda emit: self.query(
-                sql, inputs, limit=limit, trust=trust, on_event=emit, may_compute=may_compute, type_ref=type_ref
+                sql,
+                inputs,
+                limit=limit,
+                trust=trust,
+                on_event=emit,
+                may_compute=may_compute,
+                type_ref=type_ref,
+                retry=retry,
             )
         )
         return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
@@ -494,6 +509,8 @@ class Node:
             "slices": list(row.slices),
             "source": row.source,
             "trust": row.trust,
+            # A recorded failure (docs/queries.md "Recorded failures"): {class, sqlstate, message}; null for a result
+            "failure": row.failure.to_ipld() if row.failure is not None else None,
             "signer": receipt.signer,
             "time": receipt.time,
             "engine": receipt.engine,

@@ -468,6 +468,18 @@ class SparkError(CairnError):
         self.sqlstate = sqlstate
 
 
+class RecordedFailure(CairnError):
+    """The invocation failed deterministically (a data error Spark raises under the pinned ANSI profile:
+    docs/queries.md "Recorded failures"): recorded as a failed ``ex_0`` with a signed receipt, and answered
+    again from that record, without Spark, until a request asks to retry."""
+
+    status = 422
+
+    def __init__(self, message: str, *, error_class: str, execution: str, receipt: str) -> None:
+        super().__init__(message)
+        self.error_class, self.execution, self.receipt = error_class, execution, receipt
+
+
 class SparkQueueFull(SparkError):
     """``spark.max_queued_jobs`` queries already wait for a free Spark slot: this one is refused at once instead of
     joining an unbounded queue (issue 15: each waiting miss holds a connection and memory)."""

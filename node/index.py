@@ -16,6 +16,7 @@ from pathlib import Path
 
 from node import clock
 from node.errors import InsufficientStorage
+from node.model import Failure
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS datasets (
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS executions (
     created      REAL NOT NULL,
     trust        TEXT NOT NULL DEFAULT 'unverified'  -- TRUST_LABELS: how it was checked when stored
     -- profile: added by _migrate (ep_0 CID of the engine that computed it; NULL if unknown)
+    -- failure: added by _migrate (JSON {class, sqlstate, message} of a recorded failure; NULL for a result)
 );
 CREATE TABLE IF NOT EXISTS divergences (
     invocation   TEXT NOT NULL,         -- an invocation we hold an answer for
@@ -156,6 +158,15 @@ class ExecutionRow:
     created: float
     trust: str = "computed"  # one of TRUST_LABELS
     profile: str | None = None  # ep_0 CID of the engine that computed it (None: not known here)
+    failure: Failure | None = None  # a recorded deterministic failure (issue 22 item 1): no slices, 0 rows
+
+
+def _failure_json(f: Failure | None) -> str | None:
+    return None if f is None else json.dumps([f.error_class, f.sqlstate, f.message])
+
+
+def _failure_of(text: str | None) -> Failure | None:
+    return None if text is None else Failure(*json.loads(text))
 
 
 @dataclass(frozen=True)
@@ -215,6 +226,8 @@ class Index:
             # An index from before trust labels: what we computed keeps "computed"; a peer's row is unverified.
             self._db.execute("ALTER TABLE executions ADD COLUMN trust TEXT NOT NULL DEFAULT 'unverified'")
             self._db.execute("UPDATE executions SET trust = 'computed' WHERE source = 'computed'")
+        if "failure" not in cols:
+            self._db.execute("ALTER TABLE executions ADD COLUMN failure TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -317,12 +330,14 @@ class Index:
         with self._locked():
             row = self._db.execute(
                 "SELECT invocation, query, execution, receipt, logical_hash, rows, structure, slices, source, created, "
-                "trust, profile FROM executions WHERE invocation = ?",
+                "trust, profile, failure FROM executions WHERE invocation = ?",
                 (invocation,),
             ).fetchone()
         if not row:
             return None
-        inv, query, execution, receipt, logical_hash, rows, structure, slices, source, created, trust, profile = row
+        inv, query, execution, receipt, logical_hash, rows, structure, slices, source, created, trust, profile, fail = (
+            row
+        )
         return ExecutionRow(
             inv,
             query,
@@ -336,20 +351,23 @@ class Index:
             created,
             trust,
             profile,
+            _failure_of(fail),
         )
 
     def add_execution(self, e: ExecutionRow) -> None:
         """First writer wins, except that a better-checked answer replaces a looser one (a row computed here
-        replaces a peer's unverified row): a stricter request that computed must find its own row."""
+        replaces a peer's unverified row): a stricter request that computed must find its own row. A result
+        computed here also replaces a recorded failure (a retry that succeeded: issue 22 item 1)."""
+        retried = int(e.failure is None and e.trust in ("computed", "recomputed-agreed"))
         with self._locked():
             self._db.execute(
                 "INSERT INTO executions (invocation, query, execution, receipt, logical_hash, rows, structure, "
-                "slices, source, created, trust, profile) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "slices, source, created, trust, profile, failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(invocation) DO UPDATE SET query = excluded.query, execution = excluded.execution, "
                 "receipt = excluded.receipt, logical_hash = excluded.logical_hash, rows = excluded.rows, "
                 "structure = excluded.structure, slices = excluded.slices, source = excluded.source, "
-                "created = excluded.created, trust = excluded.trust, profile = excluded.profile WHERE ? > "
-                + _STRENGTH_SQL,
+                "created = excluded.created, trust = excluded.trust, profile = excluded.profile, "
+                "failure = excluded.failure WHERE ? > " + _STRENGTH_SQL + " OR (? AND executions.failure IS NOT NULL)",
                 (
                     e.invocation,
                     e.query,
@@ -363,7 +381,9 @@ class Index:
                     e.created,
                     e.trust,
                     e.profile,
+                    _failure_json(e.failure),
                     trust_strength(e.trust),
+                    retried,
                 ),
             )
             self.generation += 1

@@ -47,7 +47,7 @@ from node.core import Node
 from node.datasets import ReadOptions
 from node.errors import CairnError, InsufficientStorage, InvalidInput, NotFound, TooLarge, Unauthorized
 from node.model import INT64_MAX, cid_str, dagjson, parse_cid
-from node.resolve.resolver import ACCEPTS, TRUST_MODES
+from node.resolve.resolver import TRUST_MODES, accepts, valid_mode
 
 log = logging.getLogger("cairn.api")
 
@@ -358,12 +358,14 @@ async def query(request: web.Request) -> web.Response:
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
-    trust, type_ref = body.get("trust"), body.get("type")
+    trust, type_ref, retry = body.get("trust"), body.get("type"), body.get("retry", False)
+    if not isinstance(retry, bool):  # a recorded failure computed again (docs/queries.md "Recorded failures")
+        raise InvalidInput('"retry" must be true or false')
     if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
     # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
-    if trust is not None and trust not in TRUST_MODES:
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}')
+    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
+        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
     if not isinstance(wait, bool):
         raise InvalidInput('"wait" must be true or false')
     if not isinstance(sql, str) or not sql.strip():
@@ -379,9 +381,14 @@ async def query(request: web.Request) -> web.Response:
             f"trust {trust!r} is looser than this node's {node.settings.peers.trust!r}: it needs the node's API token"
         )
     if wait is False:
-        job = node.start_query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref)
+        job = node.start_query(
+            sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
+        )
         return _json(job, status=202)
-    return _json(await node.query(sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref))
+    answer = await node.query(
+        sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
+    )
+    return _json(answer)
 
 
 # -- pipelines (docs/provenance.md "Pipelines") ------------------------------------------------------------
@@ -401,8 +408,8 @@ async def pipelines_post(request: web.Request) -> web.Response:
     source = text if spec is None else spec
     if (text is None) == (spec is None) or not isinstance(source, (str, dict)):
         raise InvalidInput('give the pipeline as "text" (the file, YAML or JSON) or as "pipeline" (a map), not both')
-    if trust is not None and trust not in TRUST_MODES:
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}')
+    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
+        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
     if not isinstance(wait, bool):
         raise InvalidInput('"wait" must be true or false')
     node = _node(request)
@@ -425,9 +432,11 @@ def _not_a_type_cid() -> NoReturn:
 
 def _looser(asked: str | None, own: str) -> bool:
     """Whether mode ``asked`` accepts a trust label the node's own mode does not (issue 15 item 1)."""
-    if asked is None or asked not in TRUST_MODES or own not in TRUST_MODES:
+    if asked is None or not valid_mode(asked) or not valid_mode(own):
         return False  # no mode asked, or an unknown one (the resolver refuses it with a 400)
-    return not set(ACCEPTS[asked]) <= set(ACCEPTS[own])
+    if asked.startswith("quorum:") and own in ("self", "verify"):
+        return True  # it takes peers' answers, which these modes never do
+    return not set(accepts(asked)) <= set(accepts(own))
 
 
 async def job_get(request: web.Request) -> web.Response:
@@ -678,6 +687,7 @@ _UPLOAD_PARAMS = (
     Param("keyword", "a keyword", repeated=True),
     Param("progress", "answer NDJSON progress lines, then the result", enum=("true", "false")),
 )
+QUORUM = r"^quorum:[0-9]+(:communities)?$"  # docs/peers.md "Quorum"
 QUERY_BODY = {
     "type": "object",
     "required": ["sql"],  # "inputs" defaults to {}: tables not declared are datasets of their names
@@ -686,8 +696,11 @@ QUERY_BODY = {
         "inputs": {"type": "object", "additionalProperties": _STR},
         "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
         "wait": {"type": "boolean"},
-        "trust": {"enum": [*TRUST_MODES, None]},  # null: the node's own mode (peers.trust), as when absent
+        "trust": {
+            "anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]
+        },  # null: the node's own mode (peers.trust), as when absent
         "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
+        "retry": {"type": "boolean"},  # compute again a recorded failure (docs/queries.md "Recorded failures")
     },
 }
 
@@ -696,7 +709,7 @@ PIPELINE_BODY = {
     "properties": {
         "text": {"type": "string"},  # the pipeline file as written (YAML or JSON)
         "pipeline": {"type": "object"},  # or its map
-        "trust": {"enum": [*TRUST_MODES, None]},
+        "trust": {"anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]},
         "wait": {"type": "boolean"},
     },
 }

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import io
 import json
+import re
 import sys
 import urllib.parse
 from collections.abc import Callable
@@ -356,6 +357,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     if to_stdout and fmt == "parquet" and sys.stdout.isatty():
         raise InvalidInput("Parquet is binary: not written to a terminal; use -o FILE or redirect stdout")
     body = {"sql": args.sql, "inputs": inputs, "limit": 0 if whole else args.limit, "trust": args.trust}
+    if args.retry:  # a recorded failure is computed again (docs/queries.md "Recorded failures")
+        body["retry"] = True
     if args.type is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         body["type"] = cid_str(parse_cid(args.type))
     client = NodeClient.for_home(_home(args))
@@ -528,6 +531,13 @@ def _global_options() -> argparse.ArgumentParser:
 _GLOBAL = _global_options()
 
 
+def _trust_mode(mode: str) -> str:
+    """A trust mode as --trust takes it: one of the four, or quorum:K[:communities] (docs/peers.md "Quorum")."""
+    if mode in ("self", "community", "verify", "any") or re.fullmatch(r"quorum:[0-9]+(:communities)?", mode):
+        return mode
+    raise argparse.ArgumentTypeError(f"{mode!r}: use self, community, verify, any or quorum:K[:communities]")
+
+
 def _command(
     parent: Subparsers, name: str, fn: Callable[[argparse.Namespace], int], help: str
 ) -> argparse.ArgumentParser:
@@ -650,10 +660,14 @@ def _add_query_command(sub: Subparsers) -> None:
     sp.add_argument("--json", action="store_true", help="print the answer as one JSON object")
     sp.add_argument(
         "--trust",
-        choices=["self", "community", "verify", "any"],
+        type=_trust_mode,
+        metavar="{self,community,verify,any,quorum:K[:communities]}",
         help="how to use peers' results (default: peers.trust)",
     )
     sp.add_argument("--type", metavar="TYPE_CID", help="the result must be a term of this Transform.Storage type")
+    sp.add_argument(
+        "--retry", action="store_true", help="compute again a query whose failure is recorded (here or by a peer)"
+    )
 
 
 def _add_peer_commands(sub: Subparsers) -> None:

@@ -47,7 +47,7 @@ from node.model.kinds import (
 )
 from node.model.metadata import EVENT_KINDS, MERGE_STRATEGIES, MetadataBlock
 from node.model.pipeline_run import PipelineRun, RunStep
-from node.model.query import Announcement, InputIdentity, Invocation, Query, Receipt
+from node.model.query import Announcement, Failure, InputIdentity, Invocation, Query, Receipt
 from node.model.selectors import (
     ExploreIndex,
     ExploreRange,
@@ -122,6 +122,7 @@ __all__ = [  # noqa: RUF022  grouped by the module each name comes from
     "InputIdentity",
     "Receipt",
     "Announcement",
+    "Failure",
     "EngineProfile",
     "PipelineRun",
     "RunStep",

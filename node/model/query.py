@@ -7,6 +7,11 @@
 - ``rc_0`` a signed receipt: who computed which execution (``ex_0``) for which invocation, on which dataset
   versions, with which engine (``profile``: link to the ``ep_0``, node/model/engine.py), giving which logical
   hash and row count, in how long.
+- A recorded failure (issue 22 item 1, docs/queries.md "Recorded failures"): an ``ex_0`` whose exitStatus is
+  true (Holium: ``false`` = success) and has no output, a receipt with ``failure`` (Spark's error class, its
+  SQLSTATE, its one-line message), an empty logical hash, 0 rows and the structure of no columns, and an
+  announcement with ``failure`` (the class). Receipts and announcements of results have no ``failure`` key and
+  keep their bytes and CIDs.
 """
 
 from __future__ import annotations
@@ -90,6 +95,23 @@ class Invocation(Kind):
         return {"query": want_link(m["query"], ctx.at("query")), "inputs": tuple(ins)}
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why an execution failed, in a receipt: Spark's error class (condition), SQLSTATE and message."""
+
+    error_class: str
+    sqlstate: str
+    message: str
+
+    def to_ipld(self) -> dict[str, Any]:
+        return {"class": self.error_class, "sqlstate": self.sqlstate, "message": self.message}
+
+    @classmethod
+    def parse(cls, v: Any, ctx: Ctx) -> Failure:
+        m = want_map(v, ctx, required=("class", "sqlstate", "message"))
+        return cls(*(want_str(m[k], ctx.at(k)) for k in ("class", "sqlstate", "message")))
+
+
 @register_kind
 @dataclass(frozen=True)
 class Receipt(Signed, Kind):
@@ -111,6 +133,8 @@ class Receipt(Signed, Kind):
     # A verification receipt (issue 17 item 2, docs/provenance.md "Verify (recompute)"): the rc_0 of another
     # signer this node recomputed and agreed with. Absent in every other receipt, which keep their CIDs.
     verifies: CID | None = None
+    # A recorded deterministic failure (issue 22 item 1): absent in receipts of results, which keep their CIDs.
+    failure: Failure | None = None
 
     def _unsigned(self) -> dict[str, Any]:
         out = {
@@ -129,6 +153,8 @@ class Receipt(Signed, Kind):
             out["profile"] = self.profile
         if self.verifies is not None:
             out["verifies"] = self.verifies
+        if self.failure is not None:
+            out["failure"] = self.failure.to_ipld()
         return out
 
     @classmethod
@@ -146,7 +172,7 @@ class Receipt(Signed, Kind):
             "timings",
             "sig",
         )
-        m = want_map(content, ctx, required=keys, optional=("profile", "verifies"))
+        m = want_map(content, ctx, required=keys, optional=("profile", "verifies", "failure"))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
@@ -174,6 +200,7 @@ class Receipt(Signed, Kind):
             "sig": m["sig"],
             "profile": None if profile is None else want_link(profile, ctx.at("profile")),
             "verifies": None if verifies is None else want_link(verifies, ctx.at("verifies")),
+            "failure": None if "failure" not in m else Failure.parse(m["failure"], ctx.at("failure")),
         }
 
     def _who(self) -> str:
@@ -201,9 +228,10 @@ class Announcement(Signed, Kind):
     signer: str
     time: str
     sig: bytes = b""
+    failure: str | None = None  # a recorded failure's error class (issue 22 item 1); absent for a result
 
     def _unsigned(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "invocation": self.invocation,
             "execution": self.execution,
             "receipt": self.receipt,
@@ -214,6 +242,9 @@ class Announcement(Signed, Kind):
             "signer": self.signer,
             "time": self.time,
         }
+        if self.failure is not None:
+            out["failure"] = self.failure
+        return out
 
     @classmethod
     def _parse(cls, content: Any, ctx: Ctx) -> dict[str, Any]:
@@ -229,13 +260,14 @@ class Announcement(Signed, Kind):
             "time",
             "sig",
         )
-        m = want_map(content, ctx, required=keys)
+        m = want_map(content, ctx, required=keys, optional=("failure",))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
         for k, v in engine.items():
             want_str(v, ctx.at("engine").at(k))
         return {
+            "failure": None if "failure" not in m else want_str(m["failure"], ctx.at("failure")),
             "invocation": want_link(m["invocation"], ctx.at("invocation")),
             "execution": want_link(m["execution"], ctx.at("execution")),
             "receipt": want_link(m["receipt"], ctx.at("receipt")),

@@ -255,6 +255,9 @@ class Checks:
     async def _execution(self, rc: Receipt, r: Report) -> None:
         ex = await self._ex(rc)
         r.add("block hash", rc.execution, OK, "execution block re-hashed against its CID")
+        if rc.failure is not None:  # a recorded failure (docs/queries.md "Recorded failures"): it must have failed
+            r.compare("execution failed, as its receipt records", rc.execution, True, ex.exit_status, "exitStatus")
+            return
         r.compare("execution succeeded", rc.execution, False, ex.exit_status, "exitStatus")
 
     async def _question(self, rc: Receipt, r: Report) -> None:
@@ -401,6 +404,9 @@ class Checks:
 
     async def _output(self, rc: Receipt, r: Report) -> None:
         ex = await self._ex(rc)
+        if rc.failure is not None and ex.output is None:  # a recorded failure has no output to hash
+            r.add("output", rc.execution, OK, f"none: the execution failed with {rc.failure.error_class}")
+            return
         if ex.output is None:
             r.add("output", rc.execution, FAILED, "the execution has no output")
             return

@@ -13,6 +13,9 @@ used only if every statement in it holds against what was fetched or what we bui
   fetched and hashed here, give the invocation input's abstract structure, logical hash and row count;
 - every output slice reads as Parquet whose structure is the receipt's ``st_0``, and the logical hash and row
   count of all output rows, recomputed here, equal the claim's.
+A claim of a recorded failure (issue 22 item 1; its ``an_0`` and ``rc_0`` name ``failure``) is checked the same
+way up to the execution: it failed (exitStatus true, no output), ran the bytecode asked over the inputs asked, and
+its error class is one this node records itself (node/resolve/failures.py); it claims no rows.
 Any failure refuses the claim with a reason naming the CID at fault, and leaves nothing usable in the index.
 What no check here can show is that the rows are the right answer: only recomputing does (trust mode
 ``verify``); a label says which of the two an answer had (docs/peers.md).
@@ -47,6 +50,7 @@ from node.model import (
     decode,
     decode_object,
 )
+from node.resolve.failures import recorded
 
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
 MAX_ADDR_LEN = 256
@@ -126,6 +130,8 @@ def _check_announcement(data: bytes) -> Announcement:
         raise ClaimRefused(f"announcement names {len(obj.providers)} providers (at most {MAX_PROVIDERS})")
     if not all(_provider_ok(a) for a in obj.providers):
         raise ClaimRefused("announcement has a provider that is not a /…/p2p/<peer id> multiaddr")
+    if obj.failure is not None and (obj.rows, obj.logical_hash) != (0, ""):
+        raise ClaimRefused("announcement of a failure claims rows")
     try:
         obj.verify(public_key_from_did(obj.signer))
     except CairnError as e:
@@ -309,6 +315,8 @@ async def fetch_and_verify(
     src = Blocks(kubo, carried, tuple(an.providers))
     try:
         rc = await _verified_receipt(src, an, timeout)
+        if rc.failure is not None:
+            return await _verified_failure(src, datasets, an, rc, want, timeout)
         output = await _verified_execution(src, datasets, rc, want, timeout)
         env = await _object(src, output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
@@ -352,9 +360,44 @@ async def _verified_receipt(src: Blocks, an: Announcement, timeout: float) -> Re
         an.rows,
     ):
         raise ClaimRefused(f"receipt {cid_str(an.receipt)} does not say what the announcement says")
+    if (rc.failure.error_class if rc.failure else None) != an.failure:
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)} and its announcement disagree on a failure")
     if rc.signer != an.signer:  # trust in a signer is trust in what it computed, not in what it relays
         raise ClaimRefused(f"receipt {cid_str(an.receipt)} is signed by {rc.signer}, the announcement by {an.signer}")
     return rc
+
+
+async def _verified_failure(
+    src: Blocks, datasets: Datasets, an: Announcement, rc: Receipt, want: Asked, timeout: float
+) -> Verified:
+    """A recorded failure: the execution failed, ran the asked bytecode over the asked inputs, and its class is
+    one this node would record (a peer cannot make us cache a timeout or an unknown class as a fact)."""
+    assert rc.failure is not None
+    if not recorded(rc.failure.error_class):
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {rc.failure.error_class!r} is not a deterministic failure")
+    ex = await _object(src, rc.execution, timeout, Execution)
+    assert isinstance(ex, Execution)
+    if not ex.exit_status or ex.output is not None:
+        raise ClaimRefused(f"execution {cid_str(rc.execution)} did not fail, its receipt says it did")
+    _check_bytecode(ex, rc.execution, want)
+    await _check_inputs(src, datasets, ex, rc.execution, want, timeout)
+    row = ExecutionRow(
+        cid_str(an.invocation),
+        "",
+        cid_str(rc.execution),
+        cid_str(an.receipt),
+        "",
+        0,
+        cid_str(rc.structure),
+        (),
+        "peer",
+        clock.now(),
+        trust="unverified",
+        profile=cid_str(rc.profile) if rc.profile else None,
+        failure=rc.failure,
+    )
+    pins = tuple((cid, False) for cid in (an.receipt, rc.execution, rc.structure))
+    return Verified(row, rc, pins, src.used_blocks())
 
 
 async def _verified_execution(src: Blocks, datasets: Datasets, rc: Receipt, want: Asked, timeout: float) -> CID:

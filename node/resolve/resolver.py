@@ -35,6 +35,8 @@ from node.errors import (
     InvalidObject,
     KuboError,
     QueryRefused,
+    RecordedFailure,
+    SparkError,
     Unauthorized,
 )
 from node.identity import Identity
@@ -46,6 +48,7 @@ from node.model import (
     Block,
     EngineProfile,
     Execution,
+    Failure,
     InputIdentity,
     Invocation,
     Query,
@@ -61,9 +64,11 @@ from node.model import (
 from node.query import CanonicalQuery, SortKey
 from node.query.result_order import canonical_order
 from node.query.sandbox import Sandbox
+from node.resolve import quorum
 from node.resolve.carry import FetchAhead
 from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, connect_providers, fetch_and_verify
 from node.resolve.empty_input import write_empty
+from node.resolve.failures import deterministic
 from node.resolve.spark import SparkWorker
 
 log = logging.getLogger("cairn.resolve")
@@ -84,6 +89,20 @@ ACCEPTS: dict[str, tuple[str, ...]] = {
     "any": TRUST_LABELS,
 }
 VERIFIED_LABELS = ("computed", "recomputed-agreed")  # "verified": true only for these
+# quorum:K[:communities] (issue 22 item 2): a local row is used only if checked here; a peer's answer only when
+# K signers agree on it, counted again at each ask (node/resolve/quorum.py, docs/peers.md "Quorum").
+
+
+def accepts(mode: str) -> tuple[str, ...]:
+    """The stored trust labels a mode may answer with (quorum modes: only what was checked here)."""
+    return VERIFIED_LABELS if quorum.parse(mode) is not None else ACCEPTS[mode]
+
+
+def valid_mode(mode: str) -> bool:
+    """One of TRUST_MODES or a well-formed quorum:K[:communities] (a malformed quorum raises InvalidInput)."""
+    return mode in TRUST_MODES or quorum.parse(mode) is not None
+
+
 POLICY = "policy: "  # a refusal reason that judges the signer or the mode, not the claim: not counted, not final
 # Per peer, its answer's announcements, each with the blocks it carried (CID bytes → hash-checked bytes).
 Lookup = Callable[[CID], Awaitable[Mapping[str, Sequence[tuple[bytes, Mapping[bytes, bytes]]]]]]
@@ -166,7 +185,7 @@ class Resolver:
         self.identity = identity
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
-        self._inflight: dict[tuple[str, str, bool], asyncio.Future[Outcome]] = {}
+        self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
@@ -271,34 +290,42 @@ class Resolver:
         on_event: Event | None = None,
         trust: str | None = None,
         may_compute: bool = True,
+        retry: bool = False,
     ) -> Answer:
+        """``retry``: a recorded failure (here or a peer's) is not the answer: computed again (issue 22 item 1)."""
         started = time.perf_counter()
         emit = on_event or (lambda kind, data: None)
         mode = trust or self.trust_mode
-        if mode not in TRUST_MODES:
-            raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)}")
+        if not valid_mode(mode):
+            raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)} or quorum:K")
         cq, objects, iv, versions = await self.prepare(sql, inputs)
         iv_block = block_of(iv)
         key = cid_str(iv_block.cid)
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
         hit = self.index.execution(key)
-        if hit is not None and hit.trust not in ACCEPTS[mode]:
+        if hit is not None and hit.trust not in accepts(mode):
             log.info(
                 "local row too loosely checked for this request",
                 extra={"invocation": key, "trust": hit.trust, "mode": mode},
             )
             hit = None
+        if hit is not None and hit.failure is not None and retry:
+            hit = None
         outcome = Outcome(hit, "local", hit.trust) if hit is not None else None
         if outcome is None:
             # Identical invocations in flight share one resolution (single-flight); one that may not compute
             # is its own flight, so its refusal never reaches an asker that may.
-            fkey = (key, mode, may_compute)
+            fkey = (key, mode, may_compute, retry)
             flight = self._inflight.get(fkey)
             if flight is None:
-                flight = asyncio.ensure_future(self._miss(cq, objects, iv_block, versions, mode, emit, may_compute))
+                flight = asyncio.ensure_future(
+                    self._miss(cq, objects, iv_block, versions, mode, emit, may_compute, retry)
+                )
                 self._inflight[fkey] = flight
                 flight.add_done_callback(lambda _: self._inflight.pop(fkey, None))
             outcome = await self._wait_flight(flight)
+        if outcome.row.failure is not None:
+            raise recorded_failure(outcome.row, outcome.peer)
         return Answer(
             iv.query,
             iv_block.cid,
@@ -334,18 +361,22 @@ class Resolver:
         mode: str,
         emit: Event,
         may_compute: bool = True,
+        retry: bool = False,
     ) -> Outcome:
         """Not in the index (or not checked enough for ``mode``): ask peers (per the trust policy), else compute
-        (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``)."""
-        if not may_compute and mode in ("self", "verify"):  # these modes answer a miss only by computing
+        (only if ``may_compute``: issue 15 item 1, computing needs the API token or ``api.open_compute``).
+        ``retry``: peers are not asked (their answer may be the recorded failure retried): computed here."""
+        if not may_compute and (mode in ("self", "verify") or retry):  # these answer a miss only by computing
             raise Unauthorized(_NEEDS_TOKEN)
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
-        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints) if mode != "self" else None
+        asks = mode != "self" and not retry
+        tallied: list[quorum.Tally] = []  # the quorum count, in a quorum mode
+        found = await self._from_peers(cq, iv_block, versions, mode, emit, hints, tallied) if asks else None
         if found is None and not may_compute:
             raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
         if found is not None:
             claim, got = found
-            peer = {
+            peer: dict[str, Any] = {
                 "peer": claim.peer,
                 "signer": claim.signer,
                 "mode": mode,
@@ -353,10 +384,13 @@ class Resolver:
             }
             if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
                 peer["verifies"] = cid_str(got.receipt.verifies)
+            if tallied:
+                t = tallied[0]
+                peer["quorum"] = {"agree": t.counted, "signers": list(t.agree), "dissent": list(t.dissent)}
             if mode == "verify":
                 await self._put_blocks(got.carried)
                 self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
-                mine = await self._compute(cq, objects, iv_block, versions, emit)
+                mine = await self._compute_judging(claim, got, cq, objects, iv_block, versions, emit)
                 if mine.logical_hash != got.row.logical_hash or mine.rows != got.row.rows:
                     self._refuse(claim, "recomputed here: the logical hash differs")
                     return Outcome(mine, "computed", "computed")
@@ -366,6 +400,28 @@ class Resolver:
             return await self._keep_peer_answer(claim, got, objects, iv_block, peer)
         row = await self._compute(cq, objects, iv_block, versions, emit)
         return Outcome(row, "computed", "computed", hints=tuple(hints))
+
+    async def _compute_judging(
+        self,
+        claim: Claim,
+        got: Verified,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        emit: Event,
+    ) -> ExecutionRow:
+        """Compute to verify a claim; a failure recorded here judges a claim first: the same error class agrees
+        with a recorded failure, any other claim is refused (issue 22 item 1)."""
+        try:
+            return await self._compute(cq, objects, iv_block, versions, emit)
+        except RecordedFailure as e:
+            theirs = got.row.failure
+            if theirs is not None and theirs.error_class == e.error_class:
+                self._accept(claim)
+            else:
+                self._refuse(claim, f"recomputed here: it fails with {e.error_class}")
+            raise
 
     async def _keep_peer_answer(
         self, claim: Claim, got: Verified, objects: list[Block], iv_block: Block, peer: dict[str, Any]
@@ -468,6 +524,7 @@ class Resolver:
         mode: str,
         emit: Event,
         hints: list[str] | None = None,
+        tallied: list[quorum.Tally] | None = None,
     ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
@@ -482,7 +539,7 @@ class Resolver:
                     with contextlib.suppress(RuntimeError):
                         deadline.reschedule(loop.time() + self.resolve_timeout)
 
-                for claim in await self._claims(iv_block.cid, asking):
+                for claim in self._quorum(await self._claims(iv_block.cid, asking), mode, emit, hints, tallied):
                     if mode == "community" and not self._trusted(claim.signer):
                         self._refuse(claim, f"{POLICY}signer is not in a trusted community", score=False)
                         if hints is not None and _untrusted(claim.signer) not in hints:
@@ -517,6 +574,47 @@ class Resolver:
             if asking is not None:
                 asking.cancel()  # done by now, unless a failure or the deadline left it running
         return None
+
+    def _quorum(
+        self,
+        claims: list[Claim],
+        mode: str,
+        emit: Event,
+        hints: list[str] | None,
+        tallied: list[quorum.Tally] | None,
+    ) -> list[Claim]:
+        """In a quorum mode, the claims of the output K signers agree on (best first), none without a quorum; the
+        outvoted are refused, counted against their signers (not the peers that relayed them: gossip relays every
+        claim). Other modes: ``claims`` as they are."""
+        q = quorum.parse(mode)
+        if q is None:
+            return claims
+
+        def output(c: Claim) -> quorum.Output:
+            an = c.announcement
+            return (an.logical_hash if an.failure is None else f"failure:{an.failure}", an.rows)
+
+        communities: dict[str, set[str]] = {}
+        for key, community in self.index.trusted():
+            communities.setdefault(key, set()).add(community)
+        frozen = {k: frozenset(v) for k, v in communities.items()}
+        t = quorum.tally(((c.signer, output(c)) for c in claims), q, frozen)
+        if tallied is not None:
+            tallied.append(t)
+        emit("quorum", {"agree": t.counted, "k": q.k, "signers": list(t.agree), "dissent": list(t.dissent)})
+        if t.output is None:
+            if hints is not None and claims:
+                what = "communities" if q.communities else "signers"
+                hints.append(f"{mode}: {t.counted} {what} of {q.k} agree on one answer, {len(t.dissent)} differ")
+            return []
+        for c in claims:
+            if c.signer in t.dissent:
+                an = c.announcement
+                reason = f"outvoted under {mode}: {len(t.agree)} signers agree on another output"
+                log.warning("claim outvoted", extra={"signer": c.signer, "invocation": cid_str(an.invocation)})
+                self.record_claim(c.peer, an, an.block().data)
+                self.index.set_claim_status(cid_str(an.invocation), an.signer, cid_str(an.execution), "refused", reason)
+        return [c for c in claims if c.signer in t.agree and output(c) == t.output]
 
     def _ask_peers(self, invocation: CID, emit: Event) -> asyncio.Future[Any] | None:
         """Start the lookup among connected peers (None without a p2p host)."""
@@ -637,6 +735,7 @@ class Resolver:
             tuple(providers),
             self.identity.node_key,
             clock.utc_now_iso(),
+            failure=row.failure.error_class if row.failure is not None else None,
         ).signed(self.identity.sign)
 
     async def recompute(
@@ -717,7 +816,14 @@ class Resolver:
         self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
     ) -> ExecutionRow:
         t0 = time.perf_counter()
-        result = await self._run_on_spark(cq.statement, versions, emit)
+        try:
+            result = await self._run_on_spark(cq.statement, versions, emit)
+        except SparkError as e:
+            cls = deterministic(e)
+            if cls is None:  # an accident of this run (timeout, dead worker, budget, …): never recorded
+                raise
+            failed = await self._publish_failure(cq, objects, iv_block, versions, e, cls, t0)
+            raise recorded_failure(failed, None, first=True) from None
         t1 = time.perf_counter()
         # Sorting a large result takes seconds (1M rows: 0.7 s; 200k lists: 1.5 s): not on the loop (issue 15).
         table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
@@ -818,6 +924,61 @@ class Resolver:
             return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    async def _publish_failure(
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        err: SparkError,
+        cls: str,
+        t0: float,
+    ) -> ExecutionRow:
+        """Store, pin, index and announce a deterministic failure as a result is (issue 22 item 1): an ex_0 with
+        exitStatus true and no output (Holium "Execution": exitStatus false is success), and a signed receipt
+        naming the error class, with no logical hash, 0 rows and the structure of no columns."""
+        ep_block = await self._profile_block(self.worker.profile)
+        st_block = block_of(Structure("parquet", ()))
+        ex_blocks = _execution_blocks(cq, versions, None)
+        ex = ex_blocks[-1]
+        failure = Failure(cls, err.sqlstate or "", err.message)
+        rc = Receipt(
+            ex.cid,
+            iv_block.cid,
+            self.identity.node_key,
+            clock.utc_now_iso(),
+            {**engine_versions(cq), **self.worker.deployment},
+            "",
+            0,
+            st_block.cid,
+            tuple(v.head for v in versions),
+            {"total_ms": round((time.perf_counter() - t0) * 1000, 3)},
+            profile=ep_block.cid,
+            failure=failure,
+        )
+        rc_block = block_of(rc.signed(self.identity.sign))
+        for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
+            await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+        await self._pin_receipt(rc_block.cid, rc)
+        row = ExecutionRow(
+            cid_str(iv_block.cid),
+            cid_str(objects[-1].cid),
+            cid_str(ex.cid),
+            cid_str(rc_block.cid),
+            "",
+            0,
+            cid_str(st_block.cid),
+            (),
+            "computed",
+            clock.now(),
+            trust="computed",
+            profile=cid_str(ep_block.cid),
+            failure=failure,
+        )
+        log.info("deterministic failure recorded", extra={"invocation": row.invocation, "class": cls})
+        await self._record(row, [ex.cid, rc_block.cid], own=True)
+        return row
 
     async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
         """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""
@@ -986,18 +1147,35 @@ def _untrusted(key: str) -> str:
     return f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
 
 
-def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID]) -> list[Block]:
-    """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last."""
+def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[CID] | None) -> list[Block]:
+    """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last.
+    ``slices`` None: the execution failed (exitStatus true, no output)."""
     sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
     in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
     in_root = block_of([b.cid for b in in_lists])
+    in_env = block_of(RecursiveDataEnvelope(in_root.cid))
+    if slices is None:
+        ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, True, None))
+        return [sql_leaf, mbe, *in_lists, in_root, in_env, ex]
     out_list = block_of(list(slices))
-    in_env, out_env = (
-        block_of(RecursiveDataEnvelope(in_root.cid)),
-        block_of(RecursiveDataEnvelope(out_list.cid)),
-    )
+    out_env = block_of(RecursiveDataEnvelope(out_list.cid))
     ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
     return [sql_leaf, mbe, *in_lists, in_root, out_list, in_env, out_env, ex]
+
+
+def recorded_failure(row: ExecutionRow, peer: Mapping[str, Any] | None, first: bool = False) -> RecordedFailure:
+    """The one-line 4xx a recorded failure answers with (docs/queries.md "Recorded failures")."""
+    f = row.failure
+    assert f is not None
+    by = f"recorded by peer signer {peer['signer']}" if peer else "failed here" if first else "recorded failure"
+    return RecordedFailure(
+        f"{by}: {f.error_class}{f' ({f.sqlstate})' if f.sqlstate else ''}: {f.message} [execution "
+        f"{row.execution}, receipt {row.receipt}]; it fails the same way on these inputs: "
+        f'--retry (API: "retry": true) computes it again',
+        error_class=f.error_class,
+        execution=row.execution,
+        receipt=row.receipt,
+    )
 
 
 def engine_versions(cq: CanonicalQuery) -> dict[str, str]:
