@@ -90,6 +90,17 @@ class Invocation(Kind):
         return {"query": want_link(m["query"], ctx.at("query")), "inputs": tuple(ins)}
 
 
+def _derived(value: Any, ctx: Ctx) -> dict[str, Any]:
+    """A receipt's optional ``derived: {execution, rule}`` as Receipt fields."""
+    if value is None:
+        return {}
+    m = want_map(value, ctx, required=("execution", "rule"))
+    return {
+        "derived_from": want_link(m["execution"], ctx.at("execution")),
+        "rewrite": want_str(m["rule"], ctx.at("rule")),
+    }
+
+
 @register_kind
 @dataclass(frozen=True)
 class Receipt(Signed, Kind):
@@ -111,6 +122,10 @@ class Receipt(Signed, Kind):
     # A verification receipt (issue 17 item 2, docs/provenance.md "Verify (recompute)"): the rc_0 of another
     # signer this node recomputed and agreed with. Absent in every other receipt, which keep their CIDs.
     verifies: CID | None = None
+    # An answer from a superset (issue 22 item 3, docs/queries.md "Answers from supersets"): the ex_0 whose result
+    # the statement was computed from, and the node.query.rewrite rule that proved it. Absent otherwise.
+    derived_from: CID | None = None
+    rewrite: str | None = None
 
     def _unsigned(self) -> dict[str, Any]:
         out = {
@@ -129,6 +144,8 @@ class Receipt(Signed, Kind):
             out["profile"] = self.profile
         if self.verifies is not None:
             out["verifies"] = self.verifies
+        if self.derived_from is not None:
+            out["derived"] = {"execution": self.derived_from, "rule": self.rewrite or ""}
         return out
 
     @classmethod
@@ -146,7 +163,7 @@ class Receipt(Signed, Kind):
             "timings",
             "sig",
         )
-        m = want_map(content, ctx, required=keys, optional=("profile", "verifies"))
+        m = want_map(content, ctx, required=keys, optional=("profile", "verifies", "derived"))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
@@ -174,6 +191,7 @@ class Receipt(Signed, Kind):
             "sig": m["sig"],
             "profile": None if profile is None else want_link(profile, ctx.at("profile")),
             "verifies": None if verifies is None else want_link(verifies, ctx.at("verifies")),
+            **_derived(m.get("derived"), ctx.at("derived")),
         }
 
     def _who(self) -> str:
