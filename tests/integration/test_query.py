@@ -443,6 +443,8 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
             assert (await _receipt(a, scratch["receipt"])).derived_from is None
         before = b[0].resolver.derived
         refused = await ask(b[1], "SELECT region, AVG(amount) FROM sales GROUP BY region")
-        assert refused["source"] == "computed" and b[0].resolver.derived == before
+        assert refused["source"] == "computed" and b[0].resolver.derived == before == 2
+        metrics = await (await b[1].get("/metrics")).text()
+        assert "\ncairn_answers_derived 2.0\n" in metrics
     finally:
         b[0].resolver.from_supersets = False
