@@ -36,8 +36,11 @@ from node.query.canonical import CanonicalQuery
 DIALECT = "spark"
 __all__ = ["Rewrite", "rewrite", "shape_key"]
 
-INTEGRAL = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"})
+INTEGRAL = frozenset({"int8", "int16", "int32", "int64"})
 ORDERED = INTEGRAL | {"date32", "utf8"}  # min/max roll up exactly; floats refused (NaN, -0.0)
+# Input types a cached result carries unchanged (Spark reads them as it writes them back): a column passed through
+# a cached result must mean the same to the new statement. Unsigned, timestamps, decimals, nested types: refused.
+CARRIED = ORDERED | {"float32", "float64", "bool"}
 _COMPARISONS: dict[type[exp.Expr], str] = {
     exp.EQ: "=",
     exp.NEQ: "!=",
@@ -225,7 +228,7 @@ def _select_project(c: exp.Select, n: exp.Select, types: tuple[str, ...]) -> Rew
     columns: dict[int, int] = {}
     for i, (_, e) in enumerate(outs):
         pos = _position(e)
-        if pos is None:
+        if pos is None or pos >= len(types) or types[pos] not in CARRIED:
             return None
         columns.setdefault(pos, i)
     if not _predicate_implied(c, n, types):
@@ -272,6 +275,8 @@ def _cached_parts(c: exp.Select, types: tuple[str, ...]) -> tuple[dict[int, int]
     for i, (_, e) in enumerate(outs):
         pos = _position(e)
         if pos is not None and pos in keys:
+            if pos >= len(types) or types[pos] not in CARRIED:
+                return None
             columns.setdefault(pos, i)
             continue
         key = _aggregate_key(e, types)

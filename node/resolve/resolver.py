@@ -753,16 +753,19 @@ class Resolver:
         statement), its receipt naming that execution and the rule; ``None`` when no candidate is proved."""
         for cached, rw, width in supersets.candidates(self.index, cq, versions):
             t0 = time.perf_counter()
-            paths = [await self.datasets.cid_path(CID.decode(s)) for s in cached.slices]
             emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
-            self.computed += 1
-            outputs = [f"col_{i}" for i in range(width)]
-            result = await self.worker.run(
-                rw.statement,
-                {"a": (paths, outputs)},
-                timeout=self.query_timeout,
-                on_progress=lambda p: emit("spark", p),
-            )
+            try:
+                paths = [await self.datasets.cid_path(CID.decode(s)) for s in cached.slices]
+                self.computed += 1
+                result = await self.worker.run(
+                    rw.statement,
+                    {"a": (paths, [f"col_{i}" for i in range(width)])},
+                    timeout=self.query_timeout,
+                    on_progress=lambda p: emit("spark", p),
+                )
+            except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
+                log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
+                continue
             table = await asyncio.to_thread(_canonical_order, result.table, None)
             timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
             derived = (CID.decode(cached.execution), rw.rule)

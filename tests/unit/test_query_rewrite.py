@@ -21,6 +21,7 @@ from node.query import CanonicalQuery, canonicalize
 from node.query.rewrite import Rewrite, _holds, implies, rewrite, shape_key
 
 COLUMNS = [("x", "int64"), ("y", "int32"), ("k", "int64"), ("s", "utf8"), ("f", "float64")]
+MORE = {"t": [*COLUMNS, ("u", "uint32"), ("ts", "timestamp[us]")]}
 INPUTS = {"t": COLUMNS}
 OPS = ["=", "!=", "<", "<=", ">", ">="]
 
@@ -124,6 +125,20 @@ def test_rules_are_taken_and_sound(cached: str, new: str, rule: str) -> None:
 @pytest.mark.parametrize(("cached", "new", "why"), REFUSED)
 def test_uncovered_queries_are_refused(cached: str, new: str, why: str) -> None:
     assert _rw(cached, new) is None, why
+
+
+@pytest.mark.parametrize(
+    ("cached", "new"),
+    [
+        ("SELECT x, u FROM t", "SELECT u FROM t WHERE x > 1"),
+        ("SELECT x, ts FROM t", "SELECT ts FROM t WHERE x > 1"),
+        ("SELECT x, u, count(*) FROM t GROUP BY x, u", "SELECT u, count(*) FROM t GROUP BY u"),
+        ("SELECT x, y, sum(u) FROM t GROUP BY x, y", "SELECT x, sum(u) FROM t GROUP BY x"),
+    ],
+)
+def test_columns_whose_type_a_result_may_not_carry_are_refused(cached: str, new: str) -> None:
+    """Spark reads uint32 as bigint and timestamps by its own rules: a cached column must mean what the input did."""
+    assert rewrite(canonicalize(cached, MORE), canonicalize(new, MORE)) is None
 
 
 def test_shape_key_strips_selection_and_projection() -> None:
