@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +18,12 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from node.datasets import Version
+from node.index import ExecutionRow, Index
+from node.model import block_of
 from node.query import CanonicalQuery, canonicalize
 from node.query.rewrite import Rewrite, _holds, implies, rewrite, shape_key
+from node.resolve import supersets
 
 COLUMNS = [("x", "int64"), ("y", "int32"), ("k", "int64"), ("s", "utf8"), ("f", "float64")]
 MORE = {"t": [*COLUMNS, ("u", "uint32"), ("ts", "timestamp[us]")]}
@@ -206,3 +211,22 @@ def _pair(draw: st.DrawFn) -> tuple[str, str]:
 @given(_pair(), _rows)
 def test_no_unsound_rewrite_is_taken(pair: tuple[str, str], table: list[tuple[Any, ...]]) -> None:
     check_sound(pair[0], pair[1], table)
+
+
+def _row(invocation: str, trust: str) -> ExecutionRow:
+    return ExecutionRow(invocation, "qy", f"ex-{invocation}", "rc", "h", 1, "st", (), "computed", 0.0, trust)
+
+
+def test_candidates_are_local_computed_rows_over_the_same_versions(tmp_path: Path) -> None:
+    """node.resolve.supersets over a real index: same shape and a proved rule; a peer's row is never a superset."""
+    index = Index(tmp_path / "index.db")
+    here, other = [Version(block_of({"v": 1}).cid, [])], [Version(block_of({"v": 2}).cid, [])]
+    wide, narrow = _q("SELECT x, y, k FROM t"), _q("SELECT x FROM t WHERE k < 10")
+    for invocation, trust in (("mine", "computed"), ("theirs", "unverified")):
+        index.add_execution(_row(invocation, trust))
+        index.add_shape(supersets.shape_of(wide, here) or "", invocation, wide.statement, 3, 0.0)
+    found = [(row.invocation, rw.rule, width) for row, rw, width in supersets.candidates(index, narrow, here)]
+    assert found == [("mine", "select-project", 3)]
+    assert list(supersets.candidates(index, narrow, other)) == []  # another version: another shape
+    assert supersets.shape_of(_q("SELECT x FROM t ORDER BY x"), here) is None
+    index.close()
