@@ -372,10 +372,14 @@ def test_rewrites_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) ->
     assert taken == {"select-project", "rollup"}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
-@given(rewrite_cases._pair(), rewrite_cases._rows)
+def _taken(pair: tuple[str, str]) -> bool:
+    return rewrite_cases._rw(*pair) is not None
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+@given(rewrite_cases._pair().filter(_taken), rewrite_cases._rows)
 def test_generated_rewrites_give_the_from_scratch_bytes(
     engines: tuple[Engine, Engine], pair: tuple[str, str], values: list[tuple[Any, ...]]
 ) -> None:
-    """A few generated pairs on Spark (most are refused by the rules and cost nothing: ~1 in 7 runs Spark)."""
+    """A few generated pairs a rule takes (the SQLite property test runs hundreds), on Spark: byte-identical."""
     _check_rewrite_bytes(engines, pair[0], pair[1], _rewrite_table(values))
