@@ -118,6 +118,10 @@ REFUSED = [  # (cached, new, why)
     ),
     ("SELECT x, sum(k) FROM t GROUP BY x", "SELECT y, sum(k) FROM t GROUP BY y", "y is not a cached key"),
     ("SELECT x, k FROM t", "SELECT t.x, t.k FROM t JOIN t AS u ON t.x = u.x", "two inputs"),
+    ("SELECT x, k FROM t", "SELECT x FROM t WHERE x IN (SELECT k FROM t)", "a nested query"),
+    ("SELECT x, y, sum(k) FROM t GROUP BY GROUPING SETS ((x, y), (x))", "SELECT x, sum(k) FROM t GROUP BY x", "sets"),
+    ("SELECT x, y, sum(k) FROM t GROUP BY x, y", "SELECT x, sum(k) FROM t GROUP BY ROLLUP (x)", "ROLLUP"),
+    ("SELECT x, f, count(*) FROM t GROUP BY x, f", "SELECT f, count(*) FROM t GROUP BY f", "a float key"),
 ]
 
 
