@@ -221,6 +221,12 @@ class QuerySettings:
         "`too-complex`.",
         default=5.0,
     )
+    answer_from_supersets: bool = _doc(
+        "Answer a query by rewriting it over a result this node computed earlier from the same input versions "
+        "when a sound rule proves it a restriction (filter, projection, aggregate roll-up), instead of reading "
+        'the inputs (docs/queries.md "Answers from supersets").',
+        default=False,
+    )
     lineage_max_nodes: int = _doc(
         "Nodes a lineage walk (and `verify --recursive`) visits at most; past it the answer is cut.", default=500
     )

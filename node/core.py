@@ -1025,6 +1025,7 @@ def _resolver(
         worker_ready=spark.ready,
         canonicalizer=Sandbox(settings.query.canonicalize_timeout),
         fetch_ahead_bytes=peers.fetch_ahead_bytes,
+        from_supersets=settings.query.answer_from_supersets,
     )
 
 

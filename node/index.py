@@ -116,6 +116,14 @@ CREATE TABLE IF NOT EXISTS version_facts (
     logical_hash TEXT NOT NULL,         -- over all rows of the version, in order
     rows         INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS shapes (
+    shape        TEXT NOT NULL,         -- node.resolve.supersets.shape_of: input versions + structures
+    invocation   TEXT NOT NULL,         -- an execution computed here over them (a candidate superset)
+    statement    TEXT NOT NULL,         -- its canonical statement
+    outputs      INTEGER NOT NULL,      -- its number of output columns
+    created      REAL NOT NULL,
+    PRIMARY KEY (shape, invocation)
+);
 """
 
 
@@ -568,6 +576,23 @@ class Index:
         outputs are positional (_0, _1, …), these are what `/data` shows. The first query to ask wins."""
         with self._locked():
             self._db.execute("INSERT OR IGNORE INTO output_names VALUES (?, ?)", (execution, json.dumps(names)))
+
+    # -- answers from supersets (node.resolve.supersets, docs/queries.md "Answers from supersets") ------------
+
+    def add_shape(self, shape: str, invocation: str, statement: str, outputs: int, now: float) -> None:
+        with self._locked():
+            self._db.execute(
+                "INSERT OR IGNORE INTO shapes VALUES (?, ?, ?, ?, ?)", (shape, invocation, statement, outputs, now)
+            )
+
+    def shape_candidates(self, shape: str, limit: int = 32) -> list[tuple[str, str, int]]:
+        """``(invocation, statement, outputs)`` of the executions over ``shape``, newest first."""
+        with self._locked():
+            rows = self._db.execute(
+                "SELECT invocation, statement, outputs FROM shapes WHERE shape = ? ORDER BY created DESC LIMIT ?",
+                (shape, limit),
+            ).fetchall()
+        return [(str(a), str(b), int(c)) for a, b, c in rows]
 
     # -- provenance (node.provenance: docs/provenance.md "Lineage") --------------------------------
 

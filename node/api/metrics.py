@@ -37,6 +37,9 @@ class Metrics:
         self.executions = Gauge("cairn_executions", "Executions in the index", registry=r)
         self.datasets = Gauge("cairn_datasets", "Datasets in the index", registry=r)
         self.divergences = Gauge("cairn_divergences", "Peers' answers that disagree with ours", registry=r)
+        self.derived = Gauge(
+            "cairn_answers_derived", "Answers computed from a cached superset's result since start", registry=r
+        )
         # Inbound peer input refused, by kind (docs/peers.md "Floods and quotas"), and peers' claims stored.
         self.peer_refused = Gauge("cairn_peer_refused", "Peer messages refused", ["kind"], registry=r)
         self.peer_claims = Gauge("cairn_peer_claims", "Peers' claims stored", ["status"], registry=r)
@@ -69,6 +72,7 @@ class Metrics:
         self.executions.set(n.index.count("executions"))
         self.datasets.set(n.index.count("datasets"))
         self.divergences.set(n.index.count("divergences"))
+        self.derived.set(n.resolver.derived)
         try:
             self.repo_bytes.set(await n.kubo.repo_size(timeout=2.0))
         except CairnError:  # Kubo down or slow: the last value stays, cairn_kubo_up says why

@@ -112,6 +112,17 @@ class Failure:
         return cls(*(want_str(m[k], ctx.at(k)) for k in ("class", "sqlstate", "message")))
 
 
+def _derived(value: Any, ctx: Ctx) -> dict[str, Any]:
+    """A receipt's optional ``derived: {execution, rule}`` as Receipt fields."""
+    if value is None:
+        return {}
+    m = want_map(value, ctx, required=("execution", "rule"))
+    return {
+        "derived_from": want_link(m["execution"], ctx.at("execution")),
+        "rewrite": want_str(m["rule"], ctx.at("rule")),
+    }
+
+
 @register_kind
 @dataclass(frozen=True)
 class Receipt(Signed, Kind):
@@ -135,6 +146,10 @@ class Receipt(Signed, Kind):
     verifies: CID | None = None
     # A recorded deterministic failure (issue 22 item 1): absent in receipts of results, which keep their CIDs.
     failure: Failure | None = None
+    # An answer from a superset (issue 22 item 3, docs/queries.md "Answers from supersets"): the ex_0 whose result
+    # the statement was computed from, and the node.query.rewrite rule that proved it. Absent otherwise.
+    derived_from: CID | None = None
+    rewrite: str | None = None
 
     def _unsigned(self) -> dict[str, Any]:
         out = {
@@ -155,6 +170,8 @@ class Receipt(Signed, Kind):
             out["verifies"] = self.verifies
         if self.failure is not None:
             out["failure"] = self.failure.to_ipld()
+        if self.derived_from is not None:
+            out["derived"] = {"execution": self.derived_from, "rule": self.rewrite or ""}
         return out
 
     @classmethod
@@ -172,7 +189,7 @@ class Receipt(Signed, Kind):
             "timings",
             "sig",
         )
-        m = want_map(content, ctx, required=keys, optional=("profile", "verifies", "failure"))
+        m = want_map(content, ctx, required=keys, optional=("profile", "verifies", "failure", "derived"))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
@@ -201,6 +218,7 @@ class Receipt(Signed, Kind):
             "profile": None if profile is None else want_link(profile, ctx.at("profile")),
             "verifies": None if verifies is None else want_link(verifies, ctx.at("verifies")),
             "failure": None if "failure" not in m else Failure.parse(m["failure"], ctx.at("failure")),
+            **_derived(m.get("derived"), ctx.at("derived")),
         }
 
     def _who(self) -> str:

@@ -64,7 +64,7 @@ from node.model import (
 from node.query import CanonicalQuery, SortKey
 from node.query.result_order import canonical_order
 from node.query.sandbox import Sandbox
-from node.resolve import quorum
+from node.resolve import quorum, supersets
 from node.resolve.carry import FetchAhead
 from node.resolve.claims import Verified, asked, bytecode_of, check_announcement, connect_providers, fetch_and_verify
 from node.resolve.empty_input import write_empty
@@ -171,6 +171,7 @@ class Resolver:
         worker_ready: Callable[[Event], Awaitable[None]] | None = None,
         canonicalizer: Sandbox | None = None,
         fetch_ahead_bytes: int = 0,
+        from_supersets: bool = False,
     ) -> None:
         # Off the event loop, bounded, refusals remembered (issue 15; docs/queries.md "Limits"). Started lazily.
         self.canonicalizer = canonicalizer or Sandbox()
@@ -185,6 +186,8 @@ class Resolver:
         self.identity = identity
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
+        self.from_supersets = from_supersets  # query.answer_from_supersets
+        self.derived = 0  # answers computed from a cached superset's result (issue 22 item 3)
         self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
@@ -369,6 +372,10 @@ class Resolver:
         if not may_compute and (mode in ("self", "verify") or retry):  # these answer a miss only by computing
             raise Unauthorized(_NEEDS_TOKEN)
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
+        if may_compute and self.from_supersets and not retry:  # a cached superset's result: ours, small, here
+            derived = await self._from_superset(cq, objects, iv_block, versions, emit)
+            if derived is not None:
+                return Outcome(derived, "computed", "computed")
         asks = mode != "self" and not retry
         tallied: list[quorum.Tally] = []  # the quorum count, in a quorum mode
         found = await self._from_peers(cq, iv_block, versions, mode, emit, hints, tallied) if asks else None
@@ -841,7 +848,40 @@ class Resolver:
         log.info(
             "computed", extra={"invocation": row.invocation, "rows": row.rows, "compute_ms": round((t1 - t0) * 1000, 1)}
         )
+        supersets.remember(self.index, cq, versions, row)
         return row
+
+    async def _from_superset(
+        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
+    ) -> ExecutionRow | None:
+        """The answer computed on Spark from a cached superset's result slices (node.query.rewrite proves the
+        statement), its receipt naming that execution and the rule; ``None`` when no candidate is proved."""
+        for cached, rw, width in supersets.candidates(self.index, cq, versions):
+            t0 = time.perf_counter()
+            emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
+            try:
+                paths = [await self.datasets.cid_path(CID.decode(s)) for s in cached.slices]
+                self.computed += 1
+                result = await self.worker.run(
+                    rw.statement,
+                    {"a": (paths, [f"col_{i}" for i in range(width)])},
+                    timeout=self.query_timeout,
+                    on_progress=lambda p: emit("spark", p),
+                )
+            except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
+                log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
+                continue
+            table = await asyncio.to_thread(_canonical_order, result.table, None)
+            timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+            derived = (CID.decode(cached.execution), rw.rule)
+            row = await self._publish(
+                cq, objects, iv_block, versions, table, timings, t0, result.profile, derived=derived
+            )
+            self.derived += 1
+            log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
+            supersets.remember(self.index, cq, versions, row)
+            return row
+        return None
 
     async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
         """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""
@@ -875,9 +915,11 @@ class Resolver:
         t0: float,
         profile: Mapping[str, Any],
         claim: tuple[CID, Receipt] | None = None,
+        derived: tuple[CID, str] | None = None,
     ) -> ExecutionRow:
         """Store, pin, index and announce our result. ``claim`` (a receipt being verified, and its CID): our
-        receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``."""
+        receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``. ``derived``:
+        the execution and rewrite rule an answer from a superset was computed from (receipt ``derived``)."""
         ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
@@ -887,19 +929,13 @@ class Resolver:
             ex = ex_blocks[-1]
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
             agrees = claim is not None and (claim[1].logical_hash, claim[1].rows) == (logical, table.num_rows)
-            rc = Receipt(
-                ex.cid,
-                iv_block.cid,
-                self.identity.node_key,
-                clock.utc_now_iso(),
-                {**engine_versions(cq), **self.worker.deployment},  # mode/master: absent in local mode
-                logical,
-                table.num_rows,
-                st_block.cid,
-                tuple(v.head for v in versions),
-                timings,
+            rc = self._receipt(cq, ex.cid, iv_block.cid, logical, table.num_rows, st_block.cid, versions, timings)
+            rc = replace(
+                rc,
                 profile=ep_block.cid,
                 verifies=claim[0] if claim is not None and agrees else None,
+                derived_from=derived[0] if derived else None,
+                rewrite=derived[1] if derived else None,
             )
             rc_block = block_of(rc.signed(self.identity.sign))
             for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
@@ -979,6 +1015,31 @@ class Resolver:
         log.info("deterministic failure recorded", extra={"invocation": row.invocation, "class": cls})
         await self._record(row, [ex.cid, rc_block.cid], own=True)
         return row
+
+    def _receipt(
+        self,
+        cq: CanonicalQuery,
+        ex: CID,
+        iv: CID,
+        logical: str,
+        rows: int,
+        structure: CID,
+        versions: list[Version],
+        timings: dict[str, float],
+    ) -> Receipt:
+        """Our unsigned receipt for an execution (``_publish`` adds profile, verifies and derived)."""
+        return Receipt(
+            ex,
+            iv,
+            self.identity.node_key,
+            clock.utc_now_iso(),
+            {**engine_versions(cq), **self.worker.deployment},  # mode/master: absent in local mode
+            logical,
+            rows,
+            structure,
+            tuple(v.head for v in versions),
+            timings,
+        )
 
     async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
         """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""

@@ -16,6 +16,7 @@ import pytest
 import pytest_asyncio
 
 from node.ipfs import ManagedKubo
+from node.model import cid_str, decode, decode_object
 from tests.fixtures.inprocess import InNode, add_csv, ask, cli, inprocess_node, query, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the nodes and their workers live for the module
@@ -404,3 +405,46 @@ async def test_metrics_move_with_real_misses_hits_and_refusals(nodes: Any) -> No
         v for (n, _), v in before.items() if n == "cairn_kubo_calls_total"
     )
     assert after[("cairn_kubo_repo_bytes", ())] > 0 and ("cairn_jobs_running", ()) in after
+
+
+async def _receipt(node: InNode, cid: str) -> Any:
+    resp = await node[0].kubo.block_get(cid)
+    return decode_object(decode(resp))
+
+
+async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_dir: Path) -> None:
+    """query.answer_from_supersets (issue 22 item 3) on node b: a filter+projection and a roll-up are computed from
+    b's cached supersets (receipt ``derived``), with the execution (slices, logical hash) node a computes from the
+    base data; a query no rule covers reads the base data. Oracle for the rows: DuckDB over the CSV."""
+    a, b = nodes
+    b[0].resolver.from_supersets = True
+    try:
+        pairs = [
+            (
+                "SELECT product, amount, region FROM sales WHERE amount < 100",
+                "SELECT region, amount FROM sales WHERE amount < 10 AND amount > 1",
+                "select-project",
+            ),
+            (
+                "SELECT region, product, SUM(amount), COUNT(*), MAX(amount) FROM sales GROUP BY region, product",
+                "SELECT region, MAX(amount), COUNT(*), SUM(amount) FROM sales GROUP BY region",
+                "rollup",
+            ),
+        ]
+        for cached_sql, new_sql, rule in pairs:
+            cached = await ask(b[1], cached_sql)
+            derived = await ask(b[1], new_sql)
+            scratch = await ask(a[1], new_sql)
+            assert (cached["source"], derived["source"], scratch["source"]) == ("computed",) * 3
+            assert sorted(derived["rows"]) == sorted(duck(csv_dir, new_sql))
+            assert (derived["execution"], derived["logicalHash"]) == (scratch["execution"], scratch["logicalHash"])
+            rc = await _receipt(b, derived["receipt"])
+            assert (cid_str(rc.derived_from), rc.rewrite) == (cached["execution"], rule)
+            assert (await _receipt(a, scratch["receipt"])).derived_from is None
+        before = b[0].resolver.derived
+        refused = await ask(b[1], "SELECT region, AVG(amount) FROM sales GROUP BY region")
+        assert refused["source"] == "computed" and b[0].resolver.derived == before == 2
+        metrics = await (await b[1].get("/metrics")).text()
+        assert "\ncairn_answers_derived 2.0\n" in metrics
+    finally:
+        b[0].resolver.from_supersets = False

@@ -38,3 +38,15 @@ def test_the_signature_covers_verifies() -> None:
     moved = Receipt(**{**signed.__dict__, "verifies": LINK})
     with pytest.raises(InvalidObject, match="signature"):
         moved.verify(public_key_from_did(key.node_key))
+
+
+def test_a_derived_receipt_names_its_superset_and_rule_and_others_keep_their_bytes() -> None:
+    """rc_0 ``derived`` (issue 22 item 3): written only for an answer computed from a cached superset's result."""
+    new = Receipt(**{**_receipt().__dict__, "derived_from": CHECKED, "rewrite": "rollup"})
+    content = new.to_ipld()["content"]
+    assert content["derived"] == {"execution": CHECKED, "rule": "rollup"} and CHECKED in new.links()
+    back = decode_object(decode(block_of(new).data))
+    assert (back.derived_from, back.rewrite) == (CHECKED, "rollup")
+    assert "derived" not in _receipt().to_ipld()["content"] and block_of(new).cid != block_of(_receipt()).cid
+    with pytest.raises(InvalidObject, match="derived"):
+        decode_object({**new.to_ipld(), "content": {**content, "derived": {"execution": CHECKED}}})
