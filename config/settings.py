@@ -225,7 +225,7 @@ class QuerySettings:
         "Answer a query by rewriting it over a result this node computed earlier from the same input versions "
         "when a sound rule proves it a restriction (filter, projection, aggregate roll-up), instead of reading "
         'the inputs (docs/queries.md "Answers from supersets").',
-        default=False,
+        default=True,
     )
     lineage_max_nodes: int = _doc(
         "Nodes a lineage walk (and `verify --recursive`) visits at most; past it the answer is cut.", default=500

@@ -417,7 +417,8 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
     b's cached supersets (receipt ``derived``), with the execution (slices, logical hash) node a computes from the
     base data; a query no rule covers reads the base data. Oracle for the rows: DuckDB over the CSV."""
     a, b = nodes
-    b[0].resolver.from_supersets = True
+    was = a[0].resolver.from_supersets, b[0].resolver.from_supersets
+    a[0].resolver.from_supersets, b[0].resolver.from_supersets = False, True  # a computes from the base data
     try:
         pairs = [
             (
@@ -447,4 +448,4 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
         metrics = await (await b[1].get("/metrics")).text()
         assert "\ncairn_answers_derived 2.0\n" in metrics
     finally:
-        b[0].resolver.from_supersets = False
+        a[0].resolver.from_supersets, b[0].resolver.from_supersets = was
