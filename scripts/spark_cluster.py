@@ -217,7 +217,7 @@ def start_connect(work: Path, token: str | None, extra: dict[str, str] | None = 
 # --- the command line: processes that outlive it, known by their PID files ------------------------------------
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -233,9 +233,9 @@ def stop_pid(pid: int, timeout: float = 15.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
         deadline = time.monotonic() + wait
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if not _alive(pid):
+        if not alive(pid):
             return
 
 
@@ -262,7 +262,7 @@ def cli_start(state: Path, workers: int, connect: bool, token: str | None) -> di
 def cli_status(state: Path) -> dict[str, object]:
     pids = {p.stem: int(p.read_text()) for p in sorted(state.glob("*.pid"))}
     settings = json.loads((state / "settings.json").read_text()) if (state / "settings.json").exists() else {}
-    return {"processes": {name: {"pid": pid, "alive": _alive(pid)} for name, pid in pids.items()}, **settings}
+    return {"processes": {name: {"pid": pid, "alive": alive(pid)} for name, pid in pids.items()}, **settings}
 
 
 def cli_stop(state: Path) -> dict[str, object]:

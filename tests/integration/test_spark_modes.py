@@ -25,7 +25,7 @@ from node.errors import SparkStartError
 from node.ipfs import ManagedKubo
 from node.resolve.spark import SparkWorker
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
-from tests.fixtures.spark_cluster import connect_server
+from tests.fixtures.spark_cluster import alive, connect_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +118,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         stopped = _script("stop", "--state", str(state))["stopped"]
         assert set(stopped) == {"master", "worker-0"}
-        assert not any(Path(f"/proc/{pid}").exists() for pid in stopped.values())
+        assert not any(alive(pid) for pid in stopped.values())  # gone, or a zombie left for its reaper
 
 
 @pytest.fixture(scope="module")
