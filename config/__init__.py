@@ -16,6 +16,7 @@ from config.settings import (
     iter_fields,
     load_settings,
     spark_master_kind,
+    staging_problem,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "iter_fields",
     "load_settings",
     "spark_master_kind",
+    "staging_problem",
 ]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 DEFAULT_API_PORT = 7420
 
@@ -170,6 +171,13 @@ class SparkSettings:
     token: str = _doc(
         "Mode `connect`: the Spark Connect server's token (`spark.connect.authenticate.token`); never logged or shown. "
         "The client sends it without TLS only to the host `localhost`.",
+        default="",
+    )
+    staging: str = _doc(
+        'A location the node and every Spark executor share (docs/scaling.md "Staging"): `file:///shared/dir`, '
+        "`hdfs://NAMENODE/dir` or `s3a://BUCKET/dir`. Each input slice is copied there once, under its CID "
+        "(`<cid>.parquet`, never overwritten, checked before use; nodes may share it), and Spark reads it there. "
+        "Empty: Spark reads the node's own slice cache (fine in `local` mode and on one machine).",
         default="",
     )
     conf: list[str] = _doc(  # noqa: RUF009  _doc is dataclasses.field with a doc
@@ -534,6 +542,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("spark.max_queued_jobs", s.spark.max_queued_jobs >= 0, "spark.max_queued_jobs must not be negative"),
         ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
         _spark_mode_problem(s.spark),
+        ("spark.staging", not staging_problem(s.spark.staging), staging_problem(s.spark.staging)),
         (
             "ipfs.api_auth",
             not s.ipfs.api_auth or (bool(s.ipfs.api) and _auth_secret_ok(s.ipfs.api_auth)),
@@ -562,6 +571,25 @@ def spark_master_kind(master: str) -> str:
         return "yarn"
     if m.startswith("k8s://") and len(m) > len("k8s://"):
         return "k8s"
+    return ""
+
+
+STAGING_SCHEMES = ("file", "hdfs", "s3a")
+
+
+def staging_problem(url: str) -> str:
+    """Why ``url`` is not a ``spark.staging`` location (``""``: it is one, or empty: no staging)."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme not in STAGING_SCHEMES:
+        return f"spark.staging must be file:///ABSOLUTE/PATH, hdfs://HOST/DIR or s3a://BUCKET/DIR, got {url!r}"
+    if parts.scheme == "file" and (parts.netloc or not parts.path.startswith("/")):
+        return f"spark.staging file:// needs an absolute path and no host (file:///shared/dir), got {url!r}"
+    if parts.scheme != "file" and not (parts.netloc and parts.path.strip("/")):
+        return f"spark.staging {parts.scheme}:// needs a host or bucket and a folder, got {url!r}"
+    if parts.query or parts.fragment or any(c in url for c in "*?[]{}"):
+        return f"spark.staging must have no ?query, #fragment or glob characters, got {url!r}"
     return ""
 
 

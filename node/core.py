@@ -61,6 +61,7 @@ from node.query.sandbox import Sandbox
 from node.resolve import Jobs, Resolver, SparkWorker
 from node.resolve.answers import AnswerCache, key_of
 from node.resolve.claims import connect_providers
+from node.resolve.staging import Staging
 from node.tally import Timings
 from node.types import TypeChecks
 
@@ -1026,6 +1027,7 @@ def _resolver(
         canonicalizer=Sandbox(settings.query.canonicalize_timeout),
         fetch_ahead_bytes=peers.fetch_ahead_bytes,
         from_supersets=settings.query.answer_from_supersets,
+        staging=Staging(settings.spark.staging) if settings.spark.staging else None,
     )
 
 

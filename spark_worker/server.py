@@ -168,8 +168,11 @@ def _parse_job(req: dict[str, Any]) -> Job:
         if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
             raise RequestError(f"run: input {name!r} needs a non-empty list of Parquet file paths")
         for p in paths:
-            if not p.startswith("/") or GLOB_CHARS.intersection(p) or "\0" in p:
-                raise RequestError(f"run: input {name!r}: path {p!r} must be absolute and hold no glob characters")
+            # A local file, or a slice staged on HDFS or S3 (spark.staging, node/resolve/staging.py).
+            if not p.startswith(("/", "hdfs://", "s3a://")) or GLOB_CHARS.intersection(p) or "\0" in p:
+                raise RequestError(
+                    f"run: input {name!r}: path {p!r} must be absolute (or hdfs://, s3a://) with no glob characters"
+                )
         if not isinstance(columns, list) or not columns or not all(isinstance(c, str) and c for c in columns):
             raise RequestError(f"run: input {name!r} needs a non-empty list of column names")
         if len({c.lower() for c in columns}) != len(columns):

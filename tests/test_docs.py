@@ -36,6 +36,11 @@ ELSEWHERE = {
     "demo.md › Demo: three nodes, one answer #1": (
         "`make setup` is the first thing `make test` runs; tests/integration/test_demo.py runs scripts/demo.sh"
     ),
+    "scaling.md › A local cluster to try it #1": (
+        "starts JVMs (a master and workers, or a Connect server): tests/integration/test_spark_modes.py's `cluster` "
+        "fixture runs this script's start, status and stop; `--connect` starts what its connect_server fixture does "
+        "(the same start_connect)"
+    ),
     "container.md › Three nodes: `docker-compose.yml` #1": (
         "no Docker daemon or compose plugin on these machines: tests/integration/test_container_steps.py runs "
         "the image's steps as a script and lints the Dockerfile with hadolint"

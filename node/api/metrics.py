@@ -121,6 +121,12 @@ class _NodeCollector:
             _histogram("cairn_query_seconds", "Query latency in the node, by source", "source", q),
             _counter("cairn_spark_jobs_run", "Spark jobs run, by outcome", "outcome", n.worker.job_times.counts),
             _histogram("cairn_spark_job_seconds", "Spark job wall time, by outcome", "outcome", n.worker.job_times),
+            _counter(
+                "cairn_spark_staged",
+                "Input slices in spark.staging, by outcome: written there by this node, or reused (found, checked)",
+                "outcome",
+                {"written": 0, "reused": 0, **(st.counts if (st := n.resolver.staging) else {})},
+            ),
             _counter("cairn_kubo_calls", "Kubo RPC calls, by call", "call", dict(n.kubo.calls)),
             _counter("cairn_kubo_errors", "Kubo RPC calls that failed, by call", "call", dict(n.kubo.errors)),
             GaugeMetricFamily("cairn_jobs_running", "Query, verify and pipeline jobs running", value=n.jobs.live()),

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from node import clock, values
-from node.datasets import Datasets, LogicalHasher, Version, canonical_type
+from node.datasets import Datasets, LogicalHasher, SliceRef, Version, canonical_type
 from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import (
     CairnError,
@@ -70,6 +70,7 @@ from node.resolve.claims import Verified, asked, bytecode_of, check_announcement
 from node.resolve.empty_input import write_empty
 from node.resolve.failures import deterministic
 from node.resolve.spark import SparkWorker
+from node.resolve.staging import Staging
 
 log = logging.getLogger("cairn.resolve")
 
@@ -172,6 +173,7 @@ class Resolver:
         canonicalizer: Sandbox | None = None,
         fetch_ahead_bytes: int = 0,
         from_supersets: bool = False,
+        staging: Staging | None = None,
     ) -> None:
         # Off the event loop, bounded, refusals remembered (issue 15; docs/queries.md "Limits"). Started lazily.
         self.canonicalizer = canonicalizer or Sandbox()
@@ -191,6 +193,7 @@ class Resolver:
         self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
+        self.staging = staging  # spark.staging: where Spark reads the inputs (None: the node's slice cache)
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
@@ -860,7 +863,10 @@ class Resolver:
             t0 = time.perf_counter()
             emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
             try:
-                paths = [await self.datasets.cid_path(CID.decode(s)) for s in cached.slices]
+                paths = [
+                    await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s))
+                    for s in cached.slices
+                ]
                 self.computed += 1
                 result = await self.worker.run(
                     rw.statement,
@@ -887,11 +893,12 @@ class Resolver:
         """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""
         work = Path(tempfile.mkdtemp(prefix="inputs-", dir=self.work_dir))
         try:
-            inputs: dict[str, tuple[list[Path], list[str]]] = {}
+            inputs: dict[str, tuple[list[Path | str], list[str]]] = {}
             for i, v in enumerate(versions):
-                paths = [await self.datasets.slice_path(s) for s in v.slices]
+                paths: list[Path | str] = [await self._input_path(s) for s in v.slices]
                 if not paths:  # a version with no rows is a table of 0 rows: an empty file of its structure
-                    paths = [write_empty(work / f"empty-{i}.parquet", _structure(v).schema)]
+                    empty = write_empty(work / f"empty-{i}.parquet", _structure(v).schema)
+                    paths = [await self.staging.stage(empty) if self.staging else empty]
                 names = [f"col_{j}" for j in range(len(_structure(v).schema))]
                 inputs[chr(ord("a") + i)] = (paths, names)
             if self.worker_ready is not None:
@@ -903,6 +910,14 @@ class Resolver:
             )
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    async def _input_path(self, s: SliceRef) -> Path | str:
+        """Where Spark reads the slice: the node's cache, or (``spark.staging``) the shared copy of it."""
+        return await self._staged(await self.datasets.slice_path(s), s.cid)
+
+    async def _staged(self, local: Path, cid: CID) -> Path | str:
+        """``local`` itself, or (``spark.staging``) its shared copy where executors read it."""
+        return await self.staging.stage(local, cid) if self.staging is not None else local
 
     async def _publish(
         self,

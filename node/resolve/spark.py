@@ -26,7 +26,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _NO_LIMITS: Mapping[str, int] = MappingProxyType({})
 _job_ids = itertools.count(1)
+REMOTE_SCHEMES = ("hdfs://", "s3a://")  # spark.staging locations Spark reads under their own scheme
 PROGRESS_EVERY_S = 0.5
 _PROGRESS_KEYS = ("running", "stages", "stages_done", "tasks", "tasks_done", "tasks_running")
 
@@ -552,7 +553,7 @@ class SparkWorker:
     async def run(
         self,
         statement: str,
-        inputs: Mapping[str, tuple[list[Path], list[str]]],
+        inputs: Mapping[str, tuple[Sequence[Path | str], list[str]]],
         *,
         timeout: float | None = None,
         job_id: str | None = None,
@@ -579,7 +580,7 @@ class SparkWorker:
     async def _run(
         self,
         statement: str,
-        inputs: Mapping[str, tuple[list[Path], list[str]]],
+        inputs: Mapping[str, tuple[Sequence[Path | str], list[str]]],
         timeout: float | None,
         job_id: str | None,
         on_progress: Callable[[dict[str, Any]], None] | None,
@@ -654,22 +655,29 @@ class SparkWorker:
         )
 
 
-def _hide_paths(message: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> str:
+def _hide_paths(message: str, inputs: Mapping[str, tuple[Sequence[Path | str], list[str]]]) -> str:
     """``message`` with the folders of the input slices (and their file: URLs) replaced by ``<slices>``."""
-    folders = {os.path.dirname(os.path.abspath(p)) for paths, _ in inputs.values() for p in paths}
+    folders = {_spark_path(p).rsplit("/", 1)[0] for paths, _ in inputs.values() for p in paths}
     for folder in sorted(folders, key=len, reverse=True):
         message = message.replace("file://" + folder, "<slices>").replace("file:" + folder, "<slices>")
         message = message.replace(folder, "<slices>")
     return message
 
 
-def _run_request(job: str, statement: str, inputs: Mapping[str, tuple[list[Path], list[str]]]) -> dict[str, Any]:
+def _spark_path(p: Path | str) -> str:
+    """A local file as an absolute path; a staged one on ``hdfs://`` or ``s3a://`` (node/resolve/staging.py) as is."""
+    return p if isinstance(p, str) and p.startswith(REMOTE_SCHEMES) else os.path.abspath(p)
+
+
+def _run_request(
+    job: str, statement: str, inputs: Mapping[str, tuple[Sequence[Path | str], list[str]]]
+) -> dict[str, Any]:
     return {
         "op": "run",
         "job": job,
         "statement": statement,
         "inputs": {
-            name: {"paths": [os.path.abspath(p) for p in paths], "columns": list(columns)}
+            name: {"paths": [_spark_path(p) for p in paths], "columns": list(columns)}
             for name, (paths, columns) in inputs.items()
         },
     }

@@ -38,6 +38,11 @@ Ratios (DESIGN.md "Targets"): ``ratio_miss_over_warm_spark`` = p50 miss / p50 wa
 ``ratio_warm_spark_over_hit`` = p50 warm Spark / p50 hit (≥ 400).
 
     .venv/bin/python scripts/bench/query.py [--rows 10000000] [--hits 200] [--misses 9] [--warm-misses 4]
+    .venv/bin/python scripts/bench/query.py --modes local,standalone,connect --rows 200000 --misses 5
+
+``--modes`` (issue 21 item 3) instead times, per Spark mode, a fresh node's misses and bare Spark's run of the same
+statements in the same mode (same files; a standalone master + 1 worker or a Connect server from
+scripts/spark_cluster.py; the node's inputs staged in ``spark.staging``), and prints their p50s and ratio.
                                             [--quiet-wait SECONDS] [--keep]
 """
 
@@ -1012,6 +1017,116 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
     return {"p50": p50(samples), "samples": samples, "version": duckdb.__version__}, "measured"
 
 
+# --------------------------------------------------------------------------- --modes (issue 21 item 3)
+
+MODES = ("local", "standalone", "connect")
+
+
+def _mode_cluster(mode: str, work: Path, token: str) -> tuple[list[Any], dict[str, str]]:
+    """The Spark a mode runs on, from scripts/spark_cluster.py, and the node's settings for it (as env)."""
+    cluster = importlib.import_module("scripts.spark_cluster")  # by name: mypy sees scripts/ files as top-level
+
+    (work / mode).mkdir(parents=True, exist_ok=True)
+    staging = {"CAIRN_SPARK_STAGING": f"file://{work / 'staging'}"}  # executors read the slices there
+    if mode == "standalone":
+        procs, url = cluster.start_standalone(work / mode, 1)
+        return procs, {**staging, "CAIRN_SPARK_MODE": mode, "CAIRN_SPARK_MASTER": url}
+    if mode == "connect":
+        server, port = cluster.start_connect(work / mode, token)
+        remote = f"sc://localhost:{port}"
+        return [server], {**staging, "CAIRN_SPARK_MODE": mode, "CAIRN_SPARK_REMOTE": remote, "CAIRN_SPARK_TOKEN": token}
+    return [], {}
+
+
+def _mode_misses(work: Path, parquet: Path, mode: str, env_extra: dict[str, str], consts: list[str]) -> dict[str, Any]:
+    """A fresh node in ``mode``: ingest, then every constant as a miss (the first len-``timed`` untimed)."""
+    home = work / f"home-{mode}"
+    env = {**os.environ, "IPFS_TELEMETRY": "off", "CAIRN_SPARK_AUTOSTART": "true", "CAIRN_LOG_FORMAT": "json"}
+    env.update(CAIRN_HOME=str(home), CAIRN_SPARK_WARMUP_ROWS="200000", **env_extra)  # the same JIT warm-up in each
+    node = BenchNode(home, env)
+    try:
+        node.start()
+        added = ingest(node, parquet)
+        node.wait_spark()
+        api = Api(node.api, (node.home / "api.token").read_text().strip())
+        try:
+            ms = [_miss(api, c)["client_ms"] for c in consts]
+        finally:
+            api.close()
+    finally:
+        node.stop()
+    paths = [home / "cache" / "slices" / f"{s['cid']}.parquet" for s in added["slices"]]
+    return {"ms": ms, "paths": paths}
+
+
+def _bare_session(mode: str, work: Path, env_extra: dict[str, str], token: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    from spark_worker.session import effective_conf
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if mode == "connect":
+        return SparkSession.builder.remote(f"{env_extra['CAIRN_SPARK_REMOTE']}/;token={token}").getOrCreate()
+    master = env_extra.get("CAIRN_SPARK_MASTER", "local[2]")
+    extra = {"spark.local.dir": str(work / f"bare-{mode}"), "spark.app.name": f"cairn-bench-bare-{mode}"}
+    if mode == "standalone":
+        extra.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    builder = SparkSession.builder
+    for k, v in effective_conf(master, extra).items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def _bare_spark(spark: Any, paths: list[Path], consts: list[str]) -> list[float]:
+    """Bare Spark: read the same files, register ``t``, run, collect as Arrow (as _Baseline.plain)."""
+    out = []
+    for c in consts:
+        t0 = time.perf_counter()
+        spark.read.parquet(*map(str, paths)).toDF("id", "k", "v", "s").createOrReplaceTempView("t")
+        spark.sql(SQL.format(c=c)).toArrow()
+        out.append(round((time.perf_counter() - t0) * 1000, 1))
+    return out
+
+
+def bench_modes(args: argparse.Namespace) -> dict[str, Any]:
+    """For each mode: a node's miss latency and bare Spark's in the same mode, same files, same constants."""
+    consts = constants(args.warm_misses + args.misses)
+    n_warm = args.warm_misses
+    token = secrets.token_hex(16)
+    work = Path(tempfile.mkdtemp(prefix="cairn-bench-modes-"))
+    out: dict[str, Any] = {"rows": args.rows, "warm": n_warm, "timed": args.misses, "modes": {}}
+    try:
+        parquet = work / "input.parquet"
+        generate_parquet(parquet, args.rows)
+        for mode in args.modes.split(","):
+            say(f"mode {mode}…")
+            procs, env_extra = _mode_cluster(mode, work, token)
+            try:
+                node = _mode_misses(work, parquet, mode, env_extra, consts)
+                spark = _bare_session(mode, work, env_extra, token)
+                try:
+                    # The warm constants twice: the node's worker also ran its JIT warm-up before them.
+                    bare = _bare_spark(spark, node["paths"], consts[:n_warm] + consts)[n_warm:]
+                finally:
+                    spark.stop()
+            finally:
+                for p in reversed(procs):
+                    p.stop()
+            miss, base = p50(node["ms"][n_warm:]), p50(bare[n_warm:])
+            out["modes"][mode] = {
+                "miss_p50_ms": miss,
+                "bare_spark_p50_ms": base,
+                "ratio_miss_over_bare_spark": round(miss / base, 2),
+                "miss_ms": node["ms"][n_warm:],
+                "bare_spark_ms": bare[n_warm:],
+            }
+            say(f"mode {mode}: miss p50 {miss:.0f} ms, bare Spark p50 {base:.0f} ms")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+    return out
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -1051,6 +1166,13 @@ def _parse_args() -> argparse.Namespace:
         "use < 10%% of the CPUs (default 0: do not wait)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (Parquet, home, logs)")
+    parser.add_argument(
+        "--modes",
+        default="",
+        metavar="M,M",
+        help="instead: misses vs bare Spark in each Spark mode (local,standalone,connect), clusters started by "
+        "scripts/spark_cluster.py, inputs staged (spark.staging); prints that JSON",
+    )
     args = parser.parse_args()
     if args.rows < 1000 or args.hits < 1 or args.misses < 1 or args.warm_misses < 0:
         parser.error("--rows ≥ 1000, --hits and --misses ≥ 1, --warm-misses ≥ 0")
@@ -1230,6 +1352,9 @@ def main() -> None:
     args = _parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (finally blocks) on SIGTERM too
     _import_node_code()
+    if args.modes:
+        print(json.dumps({**bench_modes(args), "git": git_state()}, indent=2))
+        return
     git = git_state()
     load_before = os.getloadavg()[0]
     QUIET["max_wait_s"] = args.quiet_wait

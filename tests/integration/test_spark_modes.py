@@ -10,7 +10,10 @@ for the start deadline), and the token shows nowhere.
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,9 @@ from node.errors import SparkStartError
 from node.ipfs import ManagedKubo
 from node.resolve.spark import SparkWorker
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
-from tests.fixtures.spark_cluster import connect_server, standalone_cluster
+from tests.fixtures.spark_cluster import alive, connect_server
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -55,22 +60,65 @@ async def _answer(node: InNode) -> dict[str, Any]:
     }
 
 
-async def _miss(base: Path, kubo: ManagedKubo, **settings: Any) -> dict[str, Any]:
+async def _miss(base: Path, kubo: ManagedKubo, staging: Path, **settings: Any) -> dict[str, Any]:
+    """A miss on a fresh node whose Spark reads its inputs from ``staging`` (spark.staging, shared by every node of
+    the module: issue 21 item 2), over 3 input slices of 2 rows."""
+    settings = {"spark.staging": f"file://{staging}", "datasets.rows_per_slice": 2, **settings}
     async with inprocess_node(base, kubo, **settings) as node:
         await node[0].spark.ensure()
         await add_csv(node[1], "sales", SALES)
-        return await _answer(node)
+        got = await _answer(node)
+        assert node[0].resolver.staging is not None
+        got["staged"] = dict(node[0].resolver.staging.counts)
+        resp = await node[1].get("/metrics")
+        got["metrics"] = [ln for ln in (await resp.text()).splitlines() if ln.startswith("cairn_spark_staged_total")]
+        return got
+
+
+def _files(staging: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in staging.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def staging(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("staging")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def local(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return await _miss(tmp_path_factory.mktemp("local") / "node", kubo_session)
+async def local(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFactory, staging: Path) -> dict[str, Any]:
+    got = await _miss(tmp_path_factory.mktemp("local") / "node", kubo_session, staging)
+    got["files"] = _files(staging)
+    return got
+
+
+def _script(*args: str) -> dict[str, Any]:
+    """scripts/spark_cluster.py's command line, as a user runs it (docs/scaling.md "Real clusters")."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "spark_cluster.py"), *args],
+        check=False,
+        capture_output=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout)
+    return out
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with standalone_cluster(tmp_path_factory.mktemp("standalone")) as url:
-        yield url
+    """The standalone cluster started by the script's CLI (the processes outlive it: PID files), stopped by it."""
+    state = tmp_path_factory.mktemp("standalone")
+    started = _script("start", "--state", str(state), "--workers", "1")
+    try:
+        assert started["spark.mode"] == "standalone" and started["spark.master"].startswith("spark://127.0.0.1:")
+        status = _script("status", "--state", str(state))
+        assert set(status["processes"]) == {"master", "worker-0"}, status
+        assert all(p["alive"] for p in status["processes"].values()), status
+        yield started["spark.master"]
+    finally:
+        stopped = _script("stop", "--state", str(state))["stopped"]
+        assert set(stopped) == {"master", "worker-0"}
+        assert not any(alive(pid) for pid in stopped.values())  # gone, or a zombie left for its reaper
 
 
 @pytest.fixture(scope="module")
@@ -82,26 +130,35 @@ def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 async def test_local_receipt_names_no_mode(local: dict[str, Any]) -> None:
     assert local["rows"] == [["east", 12, 1], ["north", 14, 3], ["south", 12, 2]]
     assert "mode" not in local["engine"] and "master" not in local["engine"]  # local receipts keep their bytes
+    # The first node wrote each of the 3 input slices to the staging directory, once, under its CID.
+    assert local["staged"] == {"written": 3}, local["staged"]
+    assert len(local["files"]) == 3 and all(n.startswith("baf") and n.endswith(".parquet") for n in local["files"])
+    assert 'cairn_spark_staged_total{outcome="written"} 3.0' in local["metrics"], local["metrics"]
 
 
 async def test_standalone_answers_as_local(
-    local: dict[str, Any], cluster: str, kubo_session: ManagedKubo, tmp_path: Path
+    local: dict[str, Any], cluster: str, kubo_session: ManagedKubo, tmp_path: Path, staging: Path
 ) -> None:
-    got = await _miss(tmp_path / "node", kubo_session, **{"spark.mode": "standalone", "spark.master": cluster})
+    """A second node, the same staging directory, the same dataset: the cluster's executor (a process of its own)
+    reads the slices the first node staged; none is written again (same inode and mtime; the counter)."""
+    got = await _miss(tmp_path / "node", kubo_session, staging, **{"spark.mode": "standalone", "spark.master": cluster})
     for key in ("slices", "logicalHash", "execution", "rows"):
         assert got[key] == local[key], key
+    assert got["staged"] == {"reused": 3}, got["staged"]
+    assert 'cairn_spark_staged_total{outcome="written"} 0.0' in got["metrics"], got["metrics"]
+    assert _files(staging) == local["files"]
     assert got["engine"] == {**local["engine"], "mode": "standalone", "master": "spark"}
 
 
 async def test_connect_answers_as_local(
-    local: dict[str, Any], connect_port: int, kubo_session: ManagedKubo, tmp_path: Path
+    local: dict[str, Any], connect_port: int, kubo_session: ManagedKubo, tmp_path: Path, staging: Path
 ) -> None:
     remote = f"sc://localhost:{connect_port}"
-    got = await _miss(
-        tmp_path / "node", kubo_session, **{"spark.mode": "connect", "spark.remote": remote, "spark.token": TOKEN}
-    )
+    settings = {"spark.mode": "connect", "spark.remote": remote, "spark.token": TOKEN}
+    got = await _miss(tmp_path / "node", kubo_session, staging, **settings)
     for key in ("slices", "logicalHash", "execution", "rows"):
         assert got[key] == local[key], key
+    assert got["staged"] == {"reused": 3} and _files(staging) == local["files"]  # the server read the staged files
     assert got["engine"] == {**local["engine"], "mode": "connect", "master": "connect"}
     assert TOKEN not in (tmp_path / "node" / "logs" / "spark.log").read_text()
 
