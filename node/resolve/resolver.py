@@ -861,12 +861,14 @@ class Resolver:
         statement), its receipt naming that execution and the rule; ``None`` when no candidate is proved."""
         for cached, rw, width in supersets.candidates(self.index, cq, versions):
             t0 = time.perf_counter()
-            emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
             try:
                 paths = [
                     await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s))
                     for s in cached.slices
                 ]
+                if self.worker_ready is not None:  # after a restart the worker may not be up yet
+                    await self.worker_ready(emit)
+                emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
                 self.computed += 1
                 result = await self.worker.run(
                     rw.statement,
