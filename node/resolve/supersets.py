@@ -41,8 +41,8 @@ def candidates(
     index: Index, cq: CanonicalQuery, versions: Sequence[Version]
 ) -> Iterator[tuple[ExecutionRow, Rewrite, int]]:
     """Cached executions over ``cq``'s shape that a rule proves can answer it, with the rewrite and the cached
-    result's number of columns; only rows this
-    node computed (trust ``computed``): a peer's unverified result must not become our computed answer."""
+    result's number of columns; only results this node computed (trust ``computed``): a peer's unverified result
+    must not become our computed answer."""
     shape = shape_of(cq, versions)
     if shape is None:
         return
@@ -52,5 +52,5 @@ def candidates(
         if found is None:
             continue
         row = index.execution(invocation)
-        if row is not None and row.trust == "computed":
+        if row is not None and row.trust == "computed" and row.failure is None:  # a recorded failure has no rows
             yield row, found, outputs
