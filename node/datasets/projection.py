@@ -35,7 +35,7 @@ from node.datasets.chain import SliceRef, Version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slices import iter_slices, write_parquet_slice
 from node.errors import CairnError
-from node.ipfs.unixfs import UnixfsHasher
+from node.ipfs.unixfs import file_cid
 from node.model import CID, Structure, block_of, cid_str, parse_cid
 
 CHANGELOG = "/changelog"  # REF + this: the raw changelog of a snapshot version, op and all
@@ -174,8 +174,6 @@ def expected(v: Version, tables: list[pa.Table], work: Path) -> Expected:
     written = write_state(state(tables, v.merge["primaryKey"]), work)
     cids = []
     for path, _, _ in written.files:
-        hasher = UnixfsHasher()
-        hasher.update(path.read_bytes())
-        cids.append(hasher.cid())
+        cids.append(file_cid(path))
     abstract = block_of(projected_structure(v.structure).abstract()).cid
     return Expected(cids, abstract, written.logical_hash, written.rows)

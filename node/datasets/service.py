@@ -49,7 +49,7 @@ from node.index import DatasetRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.client import AddResult as AddedFile
-from node.ipfs.unixfs import UnixfsHasher
+from node.ipfs.unixfs import bytes_cid, file_cid
 from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 from node.model.names import check_dataset_name
 
@@ -746,9 +746,7 @@ class Datasets:
         path = self.cache_dir / f"{cid_str(cid)}.parquet"
         if path.exists() or len(data) > CHUNK_SIZE:
             return
-        hasher = UnixfsHasher()
-        hasher.update(data)
-        if bytes(hasher.cid()) != bytes(cid):
+        if bytes(bytes_cid(data)) != bytes(cid):
             return  # not this file's bytes: cid_path fetches it as usual
 
         def write() -> None:
@@ -785,14 +783,7 @@ class Datasets:
     async def file_cid(self, path: Path) -> CID:
         """The UnixFS CID of a local file, as Kubo's add with Cairn's parameters gives it (node/ipfs/unixfs.py)."""
 
-        def run() -> CID:
-            hasher = UnixfsHasher()
-            with open(path, "rb") as f:
-                while block := f.read(CHUNK_SIZE):
-                    hasher.update(block)
-            return hasher.cid()
-
-        return await asyncio.to_thread(run)
+        return await asyncio.to_thread(file_cid, path)
 
     async def read_cid(self, cid: CID, *, size: int | None = None, timeout: float | None = None) -> pa.Table:
         """Read a cached slice; if it does not read as Parquet, re-hash the cached file (the suspicion), drop it

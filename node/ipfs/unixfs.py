@@ -8,6 +8,9 @@ over the file and no round trip to Kubo. ``tests/integration/test_slice_cache.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import blake3
 from multiformats import CID
 
@@ -84,6 +87,27 @@ class UnixfsHasher:
         if len(self._leaves) == 1:
             return self._leaves[0].cid
         return _balanced(self._leaves).cid
+
+
+def bytes_cid(data: bytes | memoryview) -> CID:
+    """The UnixFS CID of ``data`` held in memory."""
+    hasher = UnixfsHasher()
+    hasher.update(data)
+    return hasher.cid()
+
+
+def read_cid(read: Callable[[int], bytes]) -> CID:
+    """The UnixFS CID of what ``read(n)`` gives until it gives nothing (a file object's ``read``)."""
+    hasher = UnixfsHasher()
+    while piece := read(CHUNK):
+        hasher.update(piece)
+    return hasher.cid()
+
+
+def file_cid(path: Path) -> CID:
+    """The UnixFS CID of a local file (read in 1 MiB pieces: flat memory)."""
+    with open(path, "rb") as f:
+        return read_cid(f.read)
 
 
 def _balanced(leaves: list[_Node]) -> _Node:

@@ -859,7 +859,7 @@ class Resolver:
     ) -> ExecutionRow | None:
         """The answer computed on Spark from a cached superset's result slices (node.query.rewrite proves the
         statement), its receipt naming that execution and the rule; ``None`` when no candidate is proved."""
-        for cached, rw, width in supersets.candidates(self.index, cq, versions):
+        async for cached, rw, width in supersets.candidates(self.index, cq, versions):
             t0 = time.perf_counter()
             try:
                 paths = [

@@ -31,22 +31,10 @@ from multiformats import CID
 
 from config import staging_problem
 from node.errors import SliceCorrupt
-from node.ipfs.unixfs import UnixfsHasher
+from node.ipfs.unixfs import file_cid, read_cid
 from node.model import cid_str
 
 _READ = 1 << 20
-
-
-def _hash_cid(read: Any) -> CID:
-    hasher = UnixfsHasher()
-    while chunk := read(_READ):
-        hasher.update(chunk)
-    return hasher.cid()
-
-
-def _file_cid(path: Path) -> CID:
-    with open(path, "rb") as f:
-        return _hash_cid(f.read)
 
 
 class Staging:
@@ -69,7 +57,7 @@ class Staging:
         """The path Spark reads for the file ``local`` (the slice ``cid``; None: hashed here, as for an empty input
         made on the spot), staged first if it is not there. Raises SliceCorrupt if a staged file is not ``cid``."""
         if cid is None:
-            cid = await asyncio.to_thread(_file_cid, local)
+            cid = await asyncio.to_thread(file_cid, local)
         name = f"{cid_str(cid)}.parquet"
         if self.root is not None:
             return await asyncio.to_thread(self._stage_file, local, cid, name)
@@ -119,7 +107,7 @@ class Staging:
             raise SliceCorrupt(f"the staged file {name} has {size} bytes, the slice {want}: not used (remove it)")
         if name not in self._checked:
             with opener() as f:
-                got = _hash_cid(f.read)
+                got = read_cid(f.read)
             if bytes(got) != bytes(cid):
                 raise SliceCorrupt(f"the staged file {name} gives {cid_str(got)}: not used (remove it)")
             self._checked.add(name)

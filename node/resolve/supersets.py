@@ -9,9 +9,10 @@ not asked for shapes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from node import clock
 from node.datasets import Version
@@ -37,20 +38,30 @@ def remember(index: Index, cq: CanonicalQuery, versions: Sequence[Version], row:
         index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now())
 
 
-def candidates(
+async def candidates(
     index: Index, cq: CanonicalQuery, versions: Sequence[Version]
-) -> Iterator[tuple[ExecutionRow, Rewrite, int]]:
+) -> AsyncIterator[tuple[ExecutionRow, Rewrite, int]]:
     """Cached executions over ``cq``'s shape that a rule proves can answer it, with the rewrite and the cached
     result's number of columns; only results this node computed (trust ``computed``): a peer's unverified result
-    must not become our computed answer."""
+    must not become our computed answer. The proofs (sqlglot parses) run in a thread, off the event loop; the
+    index is read here, on the loop's thread (its SQLite connection is that thread's)."""
     shape = shape_of(cq, versions)
     if shape is None:
         return
-    for invocation, statement, outputs in index.shape_candidates(shape):
-        cached = CanonicalQuery(statement, cq.inputs, cq.input_types, tuple(f"_{i}" for i in range(outputs)), None)
-        found = rewrite(cached, cq)
-        if found is None:
-            continue
+    listed = index.shape_candidates(shape)
+    if not listed:
+        return
+
+    def prove() -> list[tuple[str, Rewrite, int]]:
+        proved = []
+        for invocation, statement, outputs in listed:
+            names = tuple(f"_{i}" for i in range(outputs))
+            found = rewrite(CanonicalQuery(statement, cq.inputs, cq.input_types, names, None), cq)
+            if found is not None:
+                proved.append((invocation, found, outputs))
+        return proved
+
+    for invocation, found, outputs in await asyncio.to_thread(prove):
         row = index.execution(invocation)
         if row is not None and row.trust == "computed" and row.failure is None:  # a recorded failure has no rows
             yield row, found, outputs

@@ -8,6 +8,7 @@ statement over the cached query's result. Byte identity on the real engine is te
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -229,8 +230,13 @@ def test_candidates_are_local_computed_rows_over_the_same_versions(tmp_path: Pat
     for invocation, trust in (("mine", "computed"), ("theirs", "unverified")):
         index.add_execution(_row(invocation, trust))
         index.add_shape(supersets.shape_of(wide, here) or "", invocation, wide.statement, 3, 0.0)
-    found = [(row.invocation, rw.rule, width) for row, rw, width in supersets.candidates(index, narrow, here)]
-    assert found == [("mine", "select-project", 3)]
-    assert list(supersets.candidates(index, narrow, other)) == []  # another version: another shape
+
+    async def found(versions: list[Version]) -> list[tuple[str, str, int]]:
+        return [
+            (row.invocation, rw.rule, width) async for row, rw, width in supersets.candidates(index, narrow, versions)
+        ]
+
+    assert asyncio.run(found(here)) == [("mine", "select-project", 3)]
+    assert asyncio.run(found(other)) == []  # another version: another shape
     assert supersets.shape_of(_q("SELECT x FROM t ORDER BY x"), here) is None
     index.close()
