@@ -61,8 +61,9 @@ from node.model import (
     decode_object,
     parse_cid,
 )
-from node.query import CanonicalQuery, SortKey
+from node.query import CanonicalQuery, SortKey, arrow_eval
 from node.query.result_order import canonical_order
+from node.query.rewrite import Rewrite
 from node.query.sandbox import Sandbox
 from node.resolve import quorum, supersets
 from node.resolve.carry import FetchAhead
@@ -73,6 +74,8 @@ from node.resolve.spark import SparkWorker
 from node.resolve.staging import Staging
 
 log = logging.getLogger("cairn.resolve")
+# A cached result at most this long is read into the node to derive an answer with Arrow (node.query.arrow_eval).
+ARROW_EVAL_MAX_ROWS = 1_000_000
 
 ENGINE_HANDLE = "cairn.spark-sql"  # the ex_0 handle: the engine entry point that ran the bytecode
 MAX_PREPARED = 1024  # questions remembered (statement + versions → canonical form, qy_0, iv_0)
@@ -857,39 +860,68 @@ class Resolver:
     async def _from_superset(
         self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
     ) -> ExecutionRow | None:
-        """The answer computed on Spark from a cached superset's result slices (node.query.rewrite proves the
-        statement), its receipt naming that execution and the rule; ``None`` when no candidate is proved."""
+        """The answer computed from a cached superset's result slices (node.query.rewrite proves the statement): in
+        the node with Arrow when node.query.arrow_eval can compute Spark's exact result, else on Spark; its receipt
+        names that execution and the rule. ``None`` when no candidate is proved."""
         async for cached, rw, width in supersets.candidates(self.index, cq, versions):
             t0 = time.perf_counter()
             try:
-                paths = [
-                    await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s))
-                    for s in cached.slices
-                ]
-                if self.worker_ready is not None:  # after a restart the worker may not be up yet
-                    await self.worker_ready(emit)
-                emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
-                self.computed += 1
-                result = await self.worker.run(
-                    rw.statement,
-                    {"a": (paths, [f"col_{i}" for i in range(width)])},
-                    timeout=self.query_timeout,
-                    on_progress=lambda p: emit("spark", p),
-                )
+                found = await self._derive_here(cached, rw, width, emit)
+                if found is None:
+                    found = await self._derive_on_spark(cached, rw, width, emit)
             except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
                 log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
                 continue
-            table = await asyncio.to_thread(_canonical_order, result.table, None)
-            timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+            table, timings, profile = found
             derived = (CID.decode(cached.execution), rw.rule)
-            row = await self._publish(
-                cq, objects, iv_block, versions, table, timings, t0, result.profile, derived=derived
-            )
+            row = await self._publish(cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived)
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
             supersets.remember(self.index, cq, versions, row)
             return row
         return None
+
+    async def _derive_here(
+        self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
+    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any]] | None:
+        """The rewritten statement evaluated in the node (node.query.arrow_eval), for a small cached result whose
+        statement is in the subset Arrow computes exactly as Spark; ``None`` otherwise. Receipt timings: ``arrow_ms``
+        (no Spark job ran); the engine profile stays the worker's, whose semantics the result has."""
+        if cached.rows > ARROW_EVAL_MAX_ROWS or not self.worker.profile:
+            return None
+        tables = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
+        t1 = time.perf_counter()
+
+        def run() -> pa.Table | None:
+            whole = pa.concat_tables(tables).rename_columns([f"col_{i}" for i in range(width)])
+            result = arrow_eval.evaluate(rw.statement, whole)
+            return None if result is None else _canonical_order(result, None)
+
+        table = await asyncio.to_thread(run)
+        if table is None:
+            return None
+        emit("computing", {"engine": "arrow", "derived_from": cached.execution, "rule": rw.rule})
+        self.computed += 1
+        return table, {"arrow_ms": round((time.perf_counter() - t1) * 1000, 3)}, self.worker.profile
+
+    async def _derive_on_spark(
+        self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
+    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any]]:
+        """The rewritten statement run on the Spark worker over the cached result's (staged) slices."""
+        paths = [await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s)) for s in cached.slices]
+        if self.worker_ready is not None:  # after a restart the worker may not be up yet
+            await self.worker_ready(emit)
+        emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
+        self.computed += 1
+        result = await self.worker.run(
+            rw.statement,
+            {"a": (paths, [f"col_{i}" for i in range(width)])},
+            timeout=self.query_timeout,
+            on_progress=lambda p: emit("spark", p),
+        )
+        table = await asyncio.to_thread(_canonical_order, result.table, None)
+        timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+        return table, timings, result.profile
 
     async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
         """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""

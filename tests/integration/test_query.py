@@ -415,7 +415,9 @@ async def _receipt(node: InNode, cid: str) -> Any:
 async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_dir: Path) -> None:
     """query.answer_from_supersets (issue 22 item 3) on node b: a filter+projection and a roll-up are computed from
     b's cached supersets (receipt ``derived``), with the execution (slices, logical hash) node a computes from the
-    base data; a query no rule covers reads the base data. Oracle for the rows: DuckDB over the CSV."""
+    base data: in b with Arrow where node.query.arrow_eval computes the rewritten statement (receipt timings
+    ``arrow_ms``, no Spark job), else on Spark (a scalar expression); a query no rule covers reads the base data.
+    Oracle for the rows: DuckDB over the CSV."""
     a, b = nodes
     was = a[0].resolver.from_supersets, b[0].resolver.from_supersets
     a[0].resolver.from_supersets, b[0].resolver.from_supersets = False, True  # a computes from the base data
@@ -425,15 +427,24 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
                 "SELECT product, amount, region FROM sales WHERE amount < 100",
                 "SELECT region, amount FROM sales WHERE amount < 10 AND amount > 1",
                 "select-project",
+                "arrow_ms",
+            ),
+            (
+                "SELECT product, amount, region FROM sales WHERE amount < 90",
+                "SELECT region, amount * 2 FROM sales WHERE amount < 50",
+                "select-project",
+                "compute_ms",
             ),
             (
                 "SELECT region, product, SUM(amount), COUNT(*), MAX(amount) FROM sales GROUP BY region, product",
                 "SELECT region, MAX(amount), COUNT(*), SUM(amount) FROM sales GROUP BY region",
                 "rollup",
+                "arrow_ms",
             ),
         ]
-        for cached_sql, new_sql, rule in pairs:
+        for cached_sql, new_sql, rule, evaluated in pairs:
             cached = await ask(b[1], cached_sql)
+            jobs = b[0].resolver.worker.jobs_sent
             derived = await ask(b[1], new_sql)
             scratch = await ask(a[1], new_sql)
             assert (cached["source"], derived["source"], scratch["source"]) == ("computed",) * 3
@@ -441,11 +452,13 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
             assert (derived["execution"], derived["logicalHash"]) == (scratch["execution"], scratch["logicalHash"])
             rc = await _receipt(b, derived["receipt"])
             assert (cid_str(rc.derived_from), rc.rewrite) == (cached["execution"], rule)
+            assert evaluated in rc.timings and jobs + (evaluated == "compute_ms") == b[0].resolver.worker.jobs_sent
             assert (await _receipt(a, scratch["receipt"])).derived_from is None
         before = b[0].resolver.derived
         refused = await ask(b[1], "SELECT region, AVG(amount) FROM sales GROUP BY region")
-        assert refused["source"] == "computed" and b[0].resolver.derived == before == 2
+        # 4: the three asked to be, and the second pair's cached query (a restriction of the first's)
+        assert refused["source"] == "computed" and b[0].resolver.derived == before == 4
         metrics = await (await b[1].get("/metrics")).text()
-        assert "\ncairn_answers_derived 2.0\n" in metrics
+        assert "\ncairn_answers_derived 4.0\n" in metrics
     finally:
         a[0].resolver.from_supersets, b[0].resolver.from_supersets = was

@@ -33,9 +33,9 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 
 from node.datasets.logical_hash import LogicalHasher
-from node.datasets.slices import write_parquet_slice
+from node.datasets.slices import read_slice, write_parquet_slice
 from node.errors import QueryRefused
-from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, canonicalize
+from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, arrow_eval, canonicalize
 from node.query.rewrite import rewrite
 from tests.fixtures.spark_oracle import (
     ARROW,
@@ -389,13 +389,21 @@ def _check_rewrite_bytes(engines: tuple[Engine, Engine], cached: str, new: str, 
     assert isinstance(cached_result, pa.Table), cached_result
     path = one.base / f"cached-{len(list(one.base.iterdir()))}.parquet"
     write_parquet_slice(cached_result, str(path))
-    derived = published_order(
-        one.run(r.statement, {"a": ([path], [f"col_{i}" for i in range(len(c.output_names))])}), None
-    )
+    width = len(c.output_names)
+    derived = published_order(one.run(r.statement, {"a": ([path], [f"col_{i}" for i in range(width)])}), None)
     scratch = three.run_canonical(n, three.write({"t": table}, files=3, seed=7))
     assert isinstance(derived, pa.Table) and isinstance(scratch, pa.Table), (derived, scratch)
     assert _published_bytes(derived) == _published_bytes(scratch), (cached, new, r, rows(derived), rows(scratch))
+    # The same statement computed in the node with Arrow (node.query.arrow_eval), where it can: Spark's bytes.
+    here = arrow_eval.evaluate(r.statement, read_slice(path).rename_columns([f"col_{i}" for i in range(width)]))
+    if here is not None:
+        EVALUATED.append(r.rule)
+        here = published_order(here, None)
+        assert _published_bytes(here) == _published_bytes(scratch), (cached, new, r, rows(here), rows(scratch))
     return r.rule
+
+
+EVALUATED: list[str] = []  # rewrites node.query.arrow_eval computed (compared with Spark's bytes above)
 
 
 def _rewrite_table(values: list[tuple[Any, ...]]) -> pa.Table:
@@ -411,6 +419,7 @@ def test_rewrites_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) ->
     cases = [rewrite_cases.TAKEN[i] for i in (1, 3, 5)]  # few: each is three Spark jobs (suite budget)
     taken = {_check_rewrite_bytes(engines, cached, new, table) for cached, new, _ in cases}
     assert taken == {"select-project", "rollup"}
+    assert set(EVALUATED) == taken, EVALUATED  # Arrow's answers were compared too, for both rules
 
 
 def _taken(pair: tuple[str, str]) -> bool:
