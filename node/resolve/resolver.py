@@ -883,11 +883,11 @@ class Resolver:
 
     async def _derive_here(
         self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
-    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any]] | None:
+    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any] | Block] | None:
         """The rewritten statement evaluated in the node (node.query.arrow_eval), for a small cached result whose
         statement is in the subset Arrow computes exactly as Spark; ``None`` otherwise. Receipt timings: ``arrow_ms``
-        (no Spark job ran); the engine profile stays the worker's, whose semantics the result has."""
-        if cached.rows > ARROW_EVAL_MAX_ROWS or not self.worker.profile:
+        (no Spark job ran); the engine profile (an ep_0 block) is the cached execution's."""
+        if cached.rows > ARROW_EVAL_MAX_ROWS or (cached.profile is None and not self.worker.profile):
             return None
         tables = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
         t1 = time.perf_counter()
@@ -902,11 +902,18 @@ class Resolver:
             return None
         emit("computing", {"engine": "arrow", "derived_from": cached.execution, "rule": rw.rule})
         self.computed += 1
-        return table, {"arrow_ms": round((time.perf_counter() - t1) * 1000, 3)}, self.worker.profile
+        timings = {"arrow_ms": round((time.perf_counter() - t1) * 1000, 3)}
+        if cached.profile is None:  # a result from before engine profiles: the running worker's
+            return table, timings, self.worker.profile
+        # The cached execution's engine profile: its semantics are the answer's, and no worker need be up.
+        cid = CID.decode(cached.profile)
+        block = Block(cid, await self.kubo.block_get(cid, offline=True, timeout=10.0))
+        block.verify()
+        return table, timings, block
 
     async def _derive_on_spark(
         self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
-    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any]]:
+    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any] | Block]:
         """The rewritten statement run on the Spark worker over the cached result's (staged) slices."""
         paths = [await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s)) for s in cached.slices]
         if self.worker_ready is not None:  # after a restart the worker may not be up yet
@@ -962,14 +969,14 @@ class Resolver:
         table: pa.Table,
         timings: dict[str, float],
         t0: float,
-        profile: Mapping[str, Any],
+        profile: Mapping[str, Any] | Block,
         claim: tuple[CID, Receipt] | None = None,
         derived: tuple[CID, str] | None = None,
     ) -> ExecutionRow:
         """Store, pin, index and announce our result. ``claim`` (a receipt being verified, and its CID): our
         receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``. ``derived``:
         the execution and rewrite rule an answer from a superset was computed from (receipt ``derived``)."""
-        ep_block = await self._profile_block(profile)
+        ep_block = profile if isinstance(profile, Block) else await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
             slices, files, logical = await self._write_result(table, work)
