@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import functools
 import importlib.metadata
+import itertools
 import logging
 import os
 import shutil
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from node.model import (
     parse_cid,
 )
 from node.query import CanonicalQuery, SortKey
-from node.query.result_order import canonical_order
+from node.query.result_order import canonical_indices
 from node.query.sandbox import Sandbox
 from node.resolve import quorum, supersets
 from node.resolve.carry import FetchAhead
@@ -778,11 +779,12 @@ class Resolver:
             )
         t0 = time.perf_counter()
         result = await self._run_on_spark(cq.statement, versions, emit)
-        table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
+        table = result.table
+        order = await asyncio.to_thread(_canonical_indices, table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
         timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
         return await self._publish(
-            cq, [*abstract, qy_block], iv_block, versions, table, timings, t0, result.profile, claim
+            cq, [*abstract, qy_block], iv_block, versions, table, timings, t0, result.profile, claim, order=order
         )
 
     def judge(self, claim: tuple[CID, Receipt], agreed: bool, ours: ExecutionRow) -> None:
@@ -836,7 +838,8 @@ class Resolver:
             raise recorded_failure(failed, None, first=True) from None
         t1 = time.perf_counter()
         # Sorting a large result takes seconds (1M rows: 0.7 s; 200k lists: 1.5 s): not on the loop (issue 15).
-        table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
+        table = result.table
+        order = await asyncio.to_thread(_canonical_indices, table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
         row = await self._publish(
             cq,
@@ -847,6 +850,7 @@ class Resolver:
             {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)},
             t0,
             result.profile,
+            order=order,
         )
         log.info(
             "computed", extra={"invocation": row.invocation, "rows": row.rows, "compute_ms": round((t1 - t0) * 1000, 1)}
@@ -879,11 +883,12 @@ class Resolver:
             except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
                 log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
                 continue
-            table = await asyncio.to_thread(_canonical_order, result.table, None)
+            table = result.table
+            order = await asyncio.to_thread(_canonical_indices, table, None)
             timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
             derived = (CID.decode(cached.execution), rw.rule)
             row = await self._publish(
-                cq, objects, iv_block, versions, table, timings, t0, result.profile, derived=derived
+                cq, objects, iv_block, versions, table, timings, t0, result.profile, derived=derived, order=order
             )
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
@@ -933,14 +938,16 @@ class Resolver:
         profile: Mapping[str, Any],
         claim: tuple[CID, Receipt] | None = None,
         derived: tuple[CID, str] | None = None,
+        order: pa.Array | None = None,
     ) -> ExecutionRow:
-        """Store, pin, index and announce our result. ``claim`` (a receipt being verified, and its CID): our
+        """Store, pin, index and announce our result (``table``'s rows in the order of the indices ``order``, or as
+        they are). ``claim`` (a receipt being verified, and its CID): our
         receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``. ``derived``:
         the execution and rewrite rule an answer from a superset was computed from (receipt ``derived``)."""
         ep_block = await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
-            slices, files, logical = await self._write_result(table, work)
+            slices, files, logical = await self._write_result(table, work, order)
             st_block = block_of(Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema)))
             ex_blocks = _execution_blocks(cq, versions, slices)
             ex = ex_blocks[-1]
@@ -1058,14 +1065,32 @@ class Resolver:
             timings,
         )
 
-    async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
-        """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""
+    async def _write_result(
+        self, table: pa.Table, work: Path, order: pa.Array | None = None
+    ) -> tuple[list[CID], list[tuple[Path, CID]], str]:
+        """The result (its rows in the order of the indices ``order``, or as they are) cut into Parquet slices stored
+        (unpinned) in Kubo: their CIDs, local files, logical hash. Rows are taken a slice at a time: the sorted result
+        is never held whole beside the result (issue 21 item 2)."""
         slices: list[CID] = []
         files: list[tuple[Path, CID]] = []
         hasher = LogicalHasher(table.schema)
-        for n, part in enumerate(iter_slices(table.to_batches(), table.schema, self.rows_per_slice)):
+        size = self.rows_per_slice
+
+        def cut(n: int, part: pa.Table | None) -> pa.Table:
+            if part is None:  # the n-th slice's rows, taken (in this thread) in order
+                assert order is not None
+                part = table.take(order.slice(n * size, size))
+            write_parquet_slice(part, str(work / f"out-{n}.parquet"))
+            return part
+
+        parts: Iterable[pa.Table | None] = (
+            iter_slices(table.to_batches(), table.schema, size)
+            if order is None
+            else itertools.repeat(None, -(-table.num_rows // size))
+        )
+        for n, item in enumerate(parts):
             path = work / f"out-{n}.parquet"
-            await asyncio.to_thread(write_parquet_slice, part, str(path))
+            part = await asyncio.to_thread(cut, n, item)
             hasher.update(part)
             added = await self.kubo.add(path, pin=False)
             slices.append(added.cid)
@@ -1268,11 +1293,17 @@ def _pyspark_version() -> str:
 
 def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Table:
     """Rows in canonical order (DESIGN.md): the query's total ORDER BY if it has one, else all columns."""
+    indices = _canonical_indices(table, order_by)
+    return table if indices is None else table.take(indices)
+
+
+def _canonical_indices(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Array | None:
+    """The indices that put ``table``'s rows in canonical order (``_canonical_order``); None: they are in it."""
     if order_by:
         # The canonicalizer completed the statement's ORDER BY to a total order: Spark's order is canonical.
-        return table
+        return None
     try:  # every column, nested ones by their canonical byte encoding (docs/queries.md "Order")
-        return canonical_order(table)
+        return canonical_indices(table)
     except (pa.ArrowException, TypeError) as e:  # a result type with no canonical order: say so, not a 500
         raise InvalidInput(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None
 
