@@ -191,11 +191,12 @@ class SparkSettings:
         "Seconds one Spark job may run before it is cancelled (504); the wall-time budget of a query.", default=300.0
     )
     max_result_rows: int = _doc(
-        "Rows a Spark result may have; a larger result is refused (400) before it leaves the worker.",
+        "Rows a Spark result may have; a larger one is refused (400) while it streams, before the batch passing it.",
         default=10_000_000,
     )
     max_result_bytes: int = _doc(
-        "Bytes (Arrow IPC) a Spark result may have; a larger result is refused (400) before it leaves the worker.",
+        "Bytes (Arrow IPC) a Spark result may have; a larger one is refused (400) while it streams, before the batch "
+        "passing it.",
         default=1 << 30,
     )
     max_plan_bytes: int = _doc(

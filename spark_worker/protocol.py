@@ -12,7 +12,8 @@ Requests and answers (see docs/spark.md):
 - ``{"op": "ping"}`` → ``{"ok": true, "spark": "4.3.0", "jobs": n, "protocol": 1, "pid": …, "jvm_pid": …,
   "profile": {"engine", "versions", "jvm", "settings"}}`` (the engine profile: spark_worker.session.engine_profile)
 - ``{"op": "run", "job": id, "statement": sql, "inputs": {name: {"paths": […], "columns": […]}}}``
-  → ``{"ok": true, "job": id, "rows": n, "elapsed_ms": …, "ipc_bytes": …}`` + Arrow IPC stream
+  → ``{"batch": 0}`` + Arrow IPC stream, ``{"batch": 1}`` + …, then
+  ``{"ok": true, "job": id, "rows": n, "elapsed_ms": …, "ipc_ms": …, "ipc_bytes": …, "batches": n, "order": […]}``
 - ``{"op": "stats"}`` → ``{"ok": true, "jobs": n, "failed": n, "succeeded": n, "cancelled": n, "running": id|null, …}``
 - a run may carry ``"limits": {"rows": n, "bytes": n, "plan_bytes": n}`` (0: none; spark_worker/budget.py)
 - any failure → ``{"ok": false, "error": "<one line>", "kind": "analysis"|"runtime"|"request"|"cancelled"|
@@ -27,11 +28,11 @@ import re
 import struct
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a run's result streams as batch frames before its answer
 
 PREFIX = struct.Struct(">IQ")
 MAX_HEADER = 64 * 1024 * 1024  # a statement plus its input file lists; far above any real request
-MAX_PAYLOAD = 1 << 40  # sanity bound only: results are held in memory on both sides anyway
+MAX_PAYLOAD = 1 << 40  # sanity bound only: a payload is one batch of a result
 
 # Names the worker accepts (the node sends canonical names: inputs a, b, …, columns col_0, …).
 INPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import ctypes
+import functools
 import logging
 import os
 import queue
@@ -31,12 +32,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from node.errors import one_line
-from spark_worker import budget, guard
+from spark_worker import budget, guard, results
 from spark_worker.protocol import (
     GLOB_CHARS,
     INPUT_NAME,
@@ -92,6 +94,10 @@ class Cancelled(Exception):
     pass
 
 
+class ClientGone(Cancelled):
+    """Sending the result failed: the client went away (its job is cancelled)."""
+
+
 def _read_input(spark: Any, paths: list[str]) -> Any:
     """An input's files as one DataFrame. A dataset's schema only grows by columns appended at the
     end (ODF "Schema Evolution", docs/datasets.md), so its last file has every column: all files are
@@ -110,6 +116,39 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     limits: budget.Limits = field(default_factory=budget.Limits)
     spark: Any = None  # the session running it (a Connect job is cancelled through its own session's tag)
+    # Sends one frame to the client (header, payload), from the job thread while the result streams; None: the
+    # result is dropped (a warm-up)
+    send: Callable[[dict[str, Any], Any], None] | None = None
+
+
+class _Batches:
+    """Sends a job's result batch by batch (an Arrow IPC stream of one batch per frame), within its budgets."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.rows = self.bytes = self.frames = 0
+        self.seconds = 0.0  # serialising and sending
+
+    def __call__(self, batch: Any) -> None:
+        import pyarrow as pa
+
+        t0 = time.perf_counter()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        buf = sink.getvalue()
+        self.rows += batch.num_rows
+        self.bytes += buf.size
+        budget.check_result(self.rows, self.bytes, self.job.limits)  # before this batch is served
+        if self.job.cancelled.is_set():
+            raise Cancelled()
+        if self.job.send is not None:
+            try:
+                self.job.send({"batch": self.frames}, buf)
+            except OSError as e:
+                raise ClientGone(f"job {self.job.id}: the client went away") from e
+        self.frames += 1
+        self.seconds += time.perf_counter() - t0
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
@@ -266,16 +305,15 @@ class Worker:
     # --- jobs ----------------------------------------------------------------------------------
 
     def execute(self, job: Job, spark: Any = None, repin: Any = None) -> tuple[dict[str, Any], Any]:
-        """Run one job in this thread (on ``spark``, a session of this thread's own); returns the answer
-        header and the Arrow IPC buffer."""
-        import pyarrow as pa
-
+        """Run one job in this thread (on ``spark``, a session of this thread's own), sending its result batch by
+        batch (``job.send``, spark_worker/results.py); returns the answer header (and None: the payload went)."""
         spark = spark or self.spark
         job.spark = spark
         t0 = time.perf_counter()
         self._tag(spark, job.id)
         (repin or self.repin)()  # a statement could have SET a forced setting
         created: list[str] = []
+        sender = _Batches(job)
         try:
             for name, (paths, columns) in job.inputs.items():
                 df = _read_input(spark, paths)
@@ -294,8 +332,9 @@ class Worker:
                 budget.check_plan(spark, result, job.limits)  # refused before it runs (issue 15)
             if job.cancelled.is_set():
                 raise Cancelled()
-            table = result.toArrow()
-            budget.check_result(table.num_rows, 0, job.limits)
+            order = results.send_result(
+                result, sender, remote=bool(self.remote), cancel=lambda: self._cancel_spark(job)
+            )
             elapsed_ms = (time.perf_counter() - t0) * 1000
             if job.cancelled.is_set():
                 raise Cancelled()
@@ -306,21 +345,18 @@ class Worker:
                 except Exception as e:  # noqa: BLE001 - a failed drop must not hide the job's own error
                     log.warning("job %s: could not drop temp view %s: %s", job.id, name, one_line(str(e), first=True))
             self._untag(spark, job.id)
-        t1 = time.perf_counter()
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        buf = sink.getvalue()
-        budget.check_result(table.num_rows, buf.size, job.limits)  # before anything is served
         header = {
             "ok": True,
             "job": job.id,
-            "rows": table.num_rows,
+            "rows": sender.rows,
             "elapsed_ms": round(elapsed_ms, 3),
-            "ipc_ms": round((time.perf_counter() - t1) * 1000, 3),
-            "ipc_bytes": buf.size,
+            "ipc_ms": round(sender.seconds * 1000, 3),
+            "ipc_bytes": sender.bytes,
+            "batches": sender.frames,
         }
-        return header, buf
+        if order is not None:
+            header["order"] = order
+        return header, None
 
     def _tag(self, spark: Any, job_id: str) -> None:
         """Mark the Spark jobs this thread starts as ``job_id``'s: a job group, or a Connect operation tag."""
@@ -588,6 +624,7 @@ class Worker:
             finally:
                 os.close(done_w)
 
+        job.send = functools.partial(self._send, conn)  # the result's batches go from the job thread
         try:
             job.future.add_done_callback(wake)
             self.jobs.put(job)

@@ -38,8 +38,7 @@ ELSEWHERE = {
     ),
     "scaling.md › A local cluster to try it #1": (
         "starts JVMs (a master and workers, or a Connect server): tests/integration/test_spark_modes.py's `cluster` "
-        "fixture runs this script's start, status and stop; `--connect` starts what its connect_server fixture does "
-        "(the same start_connect)"
+        "fixture runs this script's start, status and stop, and its `connect_port` fixture the same with `--connect`"
     ),
     "container.md › Three nodes: `docker-compose.yml` #1": (
         "no Docker daemon or compose plugin on these machines: tests/integration/test_container_steps.py runs "

@@ -28,14 +28,20 @@ import pyarrow.compute as pc
 
 def canonical_order(table: pa.Table) -> pa.Table:
     """``table``'s rows in the canonical order (see the module's docstring)."""
+    indices = canonical_indices(table)
+    return table if indices is None else table.take(indices)
+
+
+def canonical_indices(table: pa.Table) -> pa.Array | None:
+    """The row indices that put ``table`` in the canonical order (None: fewer than 2 rows). Taking them a slice at a
+    time, not the whole table at once, never holds a second copy of a large result (issue 21 item 2)."""
     if table.num_rows < 2:
-        return table
+        return None
     keys: list[pa.Array] = []
     for column in table.columns:
         keys.extend(sort_keys(column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)))
     names = [f"k{i}" for i in range(len(keys))]
-    indices = pc.sort_indices(pa.table(keys, names=names), sort_keys=[(n, "ascending", "at_end") for n in names])
-    return table.take(indices)
+    return pc.sort_indices(pa.table(keys, names=names), sort_keys=[(n, "ascending", "at_end") for n in names])
 
 
 def sort_keys(array: pa.Array) -> list[pa.Array]:

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import functools
 import importlib.metadata
+import itertools
 import logging
 import os
 import shutil
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from node.model import (
     parse_cid,
 )
 from node.query import CanonicalQuery, SortKey, arrow_eval
-from node.query.result_order import canonical_order
+from node.query.result_order import canonical_indices
 from node.query.rewrite import Rewrite
 from node.query.sandbox import Sandbox
 from node.resolve import quorum, supersets
@@ -74,6 +75,9 @@ from node.resolve.spark import SparkWorker
 from node.resolve.staging import Staging
 
 log = logging.getLogger("cairn.resolve")
+# A derived answer: its rows, receipt timings, engine profile (the worker's report, or an ep_0 block), and the
+# indices that put the rows in canonical order (None: they are in it).
+Derived = tuple[pa.Table, dict[str, float], Mapping[str, Any] | Block, pa.Array | None]
 # A cached result at most this long is read into the node to derive an answer with Arrow (node.query.arrow_eval).
 ARROW_EVAL_MAX_ROWS = 1_000_000
 
@@ -781,11 +785,12 @@ class Resolver:
             )
         t0 = time.perf_counter()
         result = await self._run_on_spark(cq.statement, versions, emit)
-        table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
+        table = result.table
+        order = await asyncio.to_thread(_canonical_indices, table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
         timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
         return await self._publish(
-            cq, [*abstract, qy_block], iv_block, versions, table, timings, t0, result.profile, claim
+            cq, [*abstract, qy_block], iv_block, versions, table, timings, t0, result.profile, claim, order=order
         )
 
     def judge(self, claim: tuple[CID, Receipt], agreed: bool, ours: ExecutionRow) -> None:
@@ -839,7 +844,8 @@ class Resolver:
             raise recorded_failure(failed, None, first=True) from None
         t1 = time.perf_counter()
         # Sorting a large result takes seconds (1M rows: 0.7 s; 200k lists: 1.5 s): not on the loop (issue 15).
-        table = await asyncio.to_thread(_canonical_order, result.table, cq.order_by)
+        table = result.table
+        order = await asyncio.to_thread(_canonical_indices, table, cq.order_by)
         emit("publishing", {"rows": table.num_rows})
         row = await self._publish(
             cq,
@@ -850,6 +856,7 @@ class Resolver:
             {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)},
             t0,
             result.profile,
+            order=order,
         )
         log.info(
             "computed", extra={"invocation": row.invocation, "rows": row.rows, "compute_ms": round((t1 - t0) * 1000, 1)}
@@ -872,18 +879,18 @@ class Resolver:
             except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
                 log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
                 continue
-            table, timings, profile = found
+            table, timings, profile, order = found
             derived = (CID.decode(cached.execution), rw.rule)
-            row = await self._publish(cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived)
+            row = await self._publish(
+                cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
+            )
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
             supersets.remember(self.index, cq, versions, row)
             return row
         return None
 
-    async def _derive_here(
-        self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
-    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any] | Block] | None:
+    async def _derive_here(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived | None:
         """The rewritten statement evaluated in the node (node.query.arrow_eval), for a small cached result whose
         statement is in the subset Arrow computes exactly as Spark; ``None`` otherwise. Receipt timings: ``arrow_ms``
         (no Spark job ran); the engine profile (an ep_0 block) is the cached execution's."""
@@ -904,16 +911,14 @@ class Resolver:
         self.computed += 1
         timings = {"arrow_ms": round((time.perf_counter() - t1) * 1000, 3)}
         if cached.profile is None:  # a result from before engine profiles: the running worker's
-            return table, timings, self.worker.profile
+            return table, timings, self.worker.profile, None
         # The cached execution's engine profile: its semantics are the answer's, and no worker need be up.
         cid = CID.decode(cached.profile)
         block = Block(cid, await self.kubo.block_get(cid, offline=True, timeout=10.0))
         block.verify()
-        return table, timings, block
+        return table, timings, block, None
 
-    async def _derive_on_spark(
-        self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event
-    ) -> tuple[pa.Table, dict[str, float], Mapping[str, Any] | Block]:
+    async def _derive_on_spark(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived:
         """The rewritten statement run on the Spark worker over the cached result's (staged) slices."""
         paths = [await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s)) for s in cached.slices]
         if self.worker_ready is not None:  # after a restart the worker may not be up yet
@@ -926,9 +931,9 @@ class Resolver:
             timeout=self.query_timeout,
             on_progress=lambda p: emit("spark", p),
         )
-        table = await asyncio.to_thread(_canonical_order, result.table, None)
+        order = await asyncio.to_thread(_canonical_indices, result.table, None)
         timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
-        return table, timings, result.profile
+        return result.table, timings, result.profile, order
 
     async def _run_on_spark(self, statement: str, versions: list[Version], emit: Event) -> Any:
         """Run the canonical statement over the versions' slices, as tables ``a, b, …`` of columns ``col_i``."""
@@ -972,14 +977,16 @@ class Resolver:
         profile: Mapping[str, Any] | Block,
         claim: tuple[CID, Receipt] | None = None,
         derived: tuple[CID, str] | None = None,
+        order: pa.Array | None = None,
     ) -> ExecutionRow:
-        """Store, pin, index and announce our result. ``claim`` (a receipt being verified, and its CID): our
+        """Store, pin, index and announce our result (``table``'s rows in the order of the indices ``order``, or as
+        they are). ``claim`` (a receipt being verified, and its CID): our
         receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``. ``derived``:
         the execution and rewrite rule an answer from a superset was computed from (receipt ``derived``)."""
         ep_block = profile if isinstance(profile, Block) else await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
-            slices, files, logical = await self._write_result(table, work)
+            slices, files, logical = await self._write_result(table, work, order)
             st_block = block_of(Structure("parquet", tuple((f.name, canonical_type(f.type)) for f in table.schema)))
             ex_blocks = _execution_blocks(cq, versions, slices)
             ex = ex_blocks[-1]
@@ -1097,14 +1104,32 @@ class Resolver:
             timings,
         )
 
-    async def _write_result(self, table: pa.Table, work: Path) -> tuple[list[CID], list[tuple[Path, CID]], str]:
-        """The result cut into Parquet slices stored (unpinned) in Kubo: their CIDs, local files, logical hash."""
+    async def _write_result(
+        self, table: pa.Table, work: Path, order: pa.Array | None = None
+    ) -> tuple[list[CID], list[tuple[Path, CID]], str]:
+        """The result (its rows in the order of the indices ``order``, or as they are) cut into Parquet slices stored
+        (unpinned) in Kubo: their CIDs, local files, logical hash. Rows are taken a slice at a time: the sorted result
+        is never held whole beside the result (issue 21 item 2)."""
         slices: list[CID] = []
         files: list[tuple[Path, CID]] = []
         hasher = LogicalHasher(table.schema)
-        for n, part in enumerate(iter_slices(table.to_batches(), table.schema, self.rows_per_slice)):
+        size = self.rows_per_slice
+
+        def cut(n: int, part: pa.Table | None) -> pa.Table:
+            if part is None:  # the n-th slice's rows, taken (in this thread) in order
+                assert order is not None
+                part = table.take(order.slice(n * size, size))
+            write_parquet_slice(part, str(work / f"out-{n}.parquet"))
+            return part
+
+        parts: Iterable[pa.Table | None] = (
+            iter_slices(table.to_batches(), table.schema, size)
+            if order is None
+            else itertools.repeat(None, -(-table.num_rows // size))
+        )
+        for n, item in enumerate(parts):
             path = work / f"out-{n}.parquet"
-            await asyncio.to_thread(write_parquet_slice, part, str(path))
+            part = await asyncio.to_thread(cut, n, item)
             hasher.update(part)
             added = await self.kubo.add(path, pin=False)
             slices.append(added.cid)
@@ -1307,11 +1332,17 @@ def _pyspark_version() -> str:
 
 def _canonical_order(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Table:
     """Rows in canonical order (DESIGN.md): the query's total ORDER BY if it has one, else all columns."""
+    indices = _canonical_indices(table, order_by)
+    return table if indices is None else table.take(indices)
+
+
+def _canonical_indices(table: pa.Table, order_by: tuple[SortKey, ...] | None) -> pa.Array | None:
+    """The indices that put ``table``'s rows in canonical order (``_canonical_order``); None: they are in it."""
     if order_by:
         # The canonicalizer completed the statement's ORDER BY to a total order: Spark's order is canonical.
-        return table
+        return None
     try:  # every column, nested ones by their canonical byte encoding (docs/queries.md "Order")
-        return canonical_order(table)
+        return canonical_indices(table)
     except (pa.ArrowException, TypeError) as e:  # a result type with no canonical order: say so, not a 500
         raise InvalidInput(f"cannot put the result in canonical order ({e}); add an ORDER BY") from None
 

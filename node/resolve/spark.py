@@ -479,9 +479,10 @@ class SparkWorker:
     # --- calls -----------------------------------------------------------------------------
 
     async def _exchange(
-        self, header: dict[str, Any], *, on_sent: Any = None
+        self, header: dict[str, Any], *, on_sent: Any = None, batches: list[pa.RecordBatch] | None = None
     ) -> tuple[dict[str, Any], pa.Buffer | None]:
-        """One request/answer on a fresh connection (closed on return, error or cancellation)."""
+        """One request/answer on a fresh connection (closed on return, error or cancellation). ``batches``: a run's
+        result batches, received before its answer (spark_worker.protocol), are appended there."""
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
@@ -490,11 +491,18 @@ class SparkWorker:
             await loop.sock_sendall(sock, encode_frame(header))
             if on_sent is not None:
                 on_sent()
-            prefix = await self._recv_exact(loop, sock, PREFIX.size)
-            header_len, payload_len = decode_prefix(bytes(prefix))
-            answer = decode_header(bytes(await self._recv_exact(loop, sock, header_len)))
-            payload = pa.py_buffer(await self._recv_exact(loop, sock, payload_len)) if payload_len else None
-            return answer, payload
+            while True:
+                prefix = await self._recv_exact(loop, sock, PREFIX.size)
+                header_len, payload_len = decode_prefix(bytes(prefix))
+                answer = decode_header(bytes(await self._recv_exact(loop, sock, header_len)))
+                payload = pa.py_buffer(await self._recv_exact(loop, sock, payload_len)) if payload_len else None
+                if batches is None or "batch" not in answer:
+                    return answer, payload
+                if answer["batch"] != len(batches) or payload is None:
+                    raise ProtocolError(
+                        f"batch frame {answer['batch']!r} with {payload_len} bytes, expected {len(batches)}"
+                    )
+                batches.append(_own_batch(payload))
         finally:
             sock.close()
 
@@ -600,9 +608,10 @@ class SparkWorker:
 
             t0 = time.perf_counter()
             watch = asyncio.ensure_future(self._report_progress(job, on_progress)) if on_progress else None
+            batches: list[pa.RecordBatch] = []
             try:
                 async with asyncio.timeout(timeout):
-                    header, payload = await self._exchange(request, on_sent=mark_sent)
+                    header, _ = await self._exchange(request, on_sent=mark_sent, batches=batches)
             except TimeoutError:
                 # Our closed connection tells the worker to cancel the job.
                 raise SparkTimeout(
@@ -616,7 +625,7 @@ class SparkWorker:
             if header.get("kind") == "died":
                 raise await self._jvm_died(proc, header)
             try:
-                table = _answer_table(header, payload, job)
+                table = _answer_table(header, batches, job)
             except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown (issue 16)
                 e.args = (_hide_paths(e.message, inputs), *e.args[1:])
                 raise
@@ -683,9 +692,40 @@ def _run_request(
     }
 
 
-def _answer_table(header: dict[str, Any], payload: pa.Buffer | None, job: str) -> pa.Table:
-    """The result table of a worker's answer, or the error the answer reports."""
+def _own_batch(payload: pa.Buffer) -> pa.RecordBatch:
+    """The one record batch of a batch frame, each column copied into its own memory: the frame's buffer is freed at
+    once, and the columns can later be made one chunk each while freeing the batches column by column
+    (``_one_chunk_columns``: the result held about once, not twice; issue 21 item 2)."""
+    try:
+        batch = pa.ipc.open_stream(payload).read_next_batch()
+    except (pa.ArrowInvalid, StopIteration) as e:
+        raise ProtocolError(f"a batch frame is not one Arrow record batch: {e}") from None
+    return pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in batch.columns], schema=batch.schema)
+
+
+def _one_chunk_columns(holder: list[list[pa.RecordBatch]], schema: pa.Schema) -> pa.Table:
+    """The batches in ``holder`` (its only item, taken out) as a table of one chunk per column, each column's chunks
+    freed as soon as its one-chunk copy exists (sorting and taking from one chunk is the fast path)."""
+    batches = holder.pop()
+    pending: list[list[pa.Array] | None] = [[b.column(i) for b in batches] for i in range(len(schema))]
+    del batches
+    columns = []
+    for i in range(len(pending)):
+        chunks = pending[i]
+        pending[i] = None
+        assert chunks is not None
+        try:
+            columns.append(chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks))
+        except (pa.ArrowInvalid, pa.ArrowCapacityError):  # over 2 GiB of values in a 32-bit-offset column
+            columns.append(pa.chunked_array(chunks, schema.field(i).type))
+        del chunks
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _answer_table(header: dict[str, Any], batches: list[pa.RecordBatch], job: str) -> pa.Table:
+    """The result table of a worker's answer (its batches, in the answer's ``order``), or the error it reports."""
     if not header.get("ok"):
+        batches.clear()
         if header.get("kind") == "refused":
             raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
         raise SparkError(
@@ -694,6 +734,16 @@ def _answer_table(header: dict[str, Any], payload: pa.Buffer | None, job: str) -
             condition=header.get("condition"),
             sqlstate=header.get("sqlstate"),
         )
-    if payload is None:
-        raise SparkError(f"the Spark worker sent no result for job {job}", kind="worker")
-    return pa.ipc.open_stream(payload).read_all()
+    order = header.get("order")
+    if not batches or header.get("batches") != len(batches):
+        raise SparkError(f"the Spark worker sent {len(batches)} of the result's batches for job {job}", kind="worker")
+    if order is not None:
+        if not isinstance(order, list) or sorted(order) != list(range(len(batches))):
+            raise SparkError(f"the Spark worker sent a bad batch order for job {job}", kind="worker")
+        batches[:] = [batches[i] for i in order]
+    schema = batches[0].schema
+    if any(not b.schema.equals(schema) for b in batches):
+        raise SparkError(f"the Spark worker sent batches of different schemas for job {job}", kind="worker")
+    holder = [batches[:]]
+    batches.clear()
+    return _one_chunk_columns(holder, schema)

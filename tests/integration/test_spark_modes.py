@@ -11,6 +11,7 @@ for the start deadline), and the token shows nowhere.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -91,13 +92,14 @@ async def local(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFact
     return got
 
 
-def _script(*args: str) -> dict[str, Any]:
+def _script(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """scripts/spark_cluster.py's command line, as a user runs it (docs/scaling.md "Real clusters")."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "spark_cluster.py"), *args],
         check=False,
         capture_output=True,
         timeout=180,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     out: dict[str, Any] = json.loads(done.stdout)
@@ -123,8 +125,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    with connect_server(tmp_path_factory.mktemp("connect"), TOKEN) as port:
-        yield port
+    """The Connect server started by the script's CLI (``start --connect``, the token in its environment, never on
+    its command line), checked with ``status``, stopped with ``stop``: the one server this module's tests share."""
+    state = tmp_path_factory.mktemp("connect")
+    started = _script("start", "--state", str(state), "--connect", env={"CAIRN_SPARK_TOKEN": TOKEN})
+    try:
+        assert started["spark.mode"] == "connect" and started["spark.remote"].startswith("sc://localhost:"), started
+        assert TOKEN not in json.dumps(started)  # the settings it prints name the token, never show it
+        status = _script("status", "--state", str(state))
+        assert len(status["processes"]) == 1 and all(p["alive"] for p in status["processes"].values()), status
+        yield int(started["spark.remote"].rsplit(":", 1)[1])
+    finally:
+        stopped = _script("stop", "--state", str(state))["stopped"]
+        assert len(stopped) == 1 and not any(alive(pid) for pid in stopped.values())
 
 
 async def test_local_receipt_names_no_mode(local: dict[str, Any]) -> None:
