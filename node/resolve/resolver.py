@@ -190,6 +190,7 @@ class Resolver:
         self.rows_per_slice = rows_per_slice
         self.from_supersets = from_supersets  # query.answer_from_supersets
         self.derived = 0  # answers computed from a cached superset's result (issue 22 item 3)
+        self.forwarded = 0  # answers brought forward over appended slices from an older version's (item 4)
         self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
@@ -377,6 +378,8 @@ class Resolver:
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
         if may_compute and self.from_supersets and not retry:  # a cached superset's result: ours, small, here
             derived = await self._from_superset(cq, objects, iv_block, versions, emit)
+            if derived is None:
+                derived = await self._from_append(cq, objects, iv_block, versions, emit)
             if derived is not None:
                 return Outcome(derived, "computed", "computed")
         asks = mode != "self" and not retry
@@ -887,6 +890,46 @@ class Resolver:
             )
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
+            supersets.remember(self.index, cq, versions, row)
+            return row
+        return None
+
+    async def _from_append(
+        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
+    ) -> ExecutionRow | None:
+        """The answer brought forward from our result of the same statement over an older version: Spark runs it
+        over the appended slices only and merges (node.query.rewrite.forward); receipt ``derived`` names the old
+        execution with rule ``append``. ``None`` when there is none or the merge fails (then computed in full)."""
+        for cached, rw, width, fresh in supersets.appended(self.index, cq, versions):
+            t0 = time.perf_counter()
+            try:
+                old = [
+                    await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s))
+                    for s in cached.slices
+                ]
+                new = [await self._input_path(s) for s in fresh]
+                names = [f"col_{j}" for j in range(len(_structure(versions[0]).schema))]
+                if self.worker_ready is not None:
+                    await self.worker_ready(emit)
+                emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
+                self.computed += 1
+                result = await self.worker.run(
+                    rw.statement,
+                    {"a": (new, names), "b": (old, [f"col_{i}" for i in range(width)])},
+                    timeout=self.query_timeout,
+                    on_progress=lambda p: emit("spark", p),
+                )
+            except CairnError as e:  # e.g. an ANSI overflow of a partial sum: the full computation still answers
+                log.warning("forwarded answer failed", extra={"from": cached.execution, "error": str(e)})
+                continue
+            table = await asyncio.to_thread(_canonical_order, result.table, None)
+            timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+            derived = (CID.decode(cached.execution), rw.rule)
+            row = await self._publish(
+                cq, objects, iv_block, versions, table, timings, t0, result.profile, derived=derived
+            )
+            self.forwarded += 1
+            log.info("forwarded", extra={"invocation": row.invocation, "from": cached.execution, "slices": len(fresh)})
             supersets.remember(self.index, cq, versions, row)
             return row
         return None
