@@ -154,6 +154,37 @@ def phase(node: BenchNode, consts: list[int], warm: int, derived: bool) -> dict[
     return out
 
 
+def make_report(
+    args: argparse.Namespace, on: dict[str, Any], off: dict[str, Any], append: dict[str, Any], step: int
+) -> dict[str, Any]:
+    """The JSON printed: per rule and for the appends, the timings, ratios, targets and whether they are met."""
+    ratios = {rule: round(off[rule]["p50_ms"] / on[rule]["p50_ms"], 2) for rule in CASES}
+    incremental = round(append["full"]["p50_ms"] / append["incremental"]["p50_ms"], 2)
+    return {
+        "rows": args.rows,
+        "asks": args.asks,
+        "superset": on,
+        "base_data": off,
+        "ratio_miss_over_superset": ratios,
+        "targets": {
+            "ratio_miss_over_superset": TARGET_SUPERSET_RATIO,
+            "ratio_full_over_incremental": TARGET_INCREMENTAL_RATIO,
+        },
+        "meets": {
+            **{rule: r >= TARGET_SUPERSET_RATIO for rule, r in ratios.items()},
+            "append": incremental >= TARGET_INCREMENTAL_RATIO,
+        },
+        "append": {
+            "rows_per_append": step,
+            "statement": APPEND_SQL,
+            **append,
+            "ratio_full_over_incremental": incremental,
+        },
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "git": git_state(),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -187,32 +218,7 @@ def main() -> None:
             off_append = append_phase(node, work, args.rows + n * step, step, n, args.warm, on=False)
         finally:
             node.stop()
-        ratios = {rule: round(off[rule]["p50_ms"] / on[rule]["p50_ms"], 2) for rule in CASES}
-        incremental = round(off_append["p50_ms"] / on_append["p50_ms"], 2)
-        report = {
-            "rows": args.rows,
-            "asks": args.asks,
-            "superset": on,
-            "base_data": off,
-            "ratio_miss_over_superset": ratios,
-            "targets": {
-                "ratio_miss_over_superset": TARGET_SUPERSET_RATIO,
-                "ratio_full_over_incremental": TARGET_INCREMENTAL_RATIO,
-            },
-            "meets": {
-                **{rule: r >= TARGET_SUPERSET_RATIO for rule, r in ratios.items()},
-                "append": incremental >= TARGET_INCREMENTAL_RATIO,
-            },
-            "append": {
-                "rows_per_append": step,
-                "statement": APPEND_SQL,
-                "incremental": on_append,
-                "full": off_append,
-                "ratio_full_over_incremental": incremental,
-            },
-            "load_avg_1m_after": round(os.getloadavg()[0], 2),
-            "git": git_state(),
-        }
+        report = make_report(args, on, off, {"incremental": on_append, "full": off_append}, step)
         print(json.dumps(report, indent=2))
     finally:
         if args.keep:
