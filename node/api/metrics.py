@@ -40,6 +40,11 @@ class Metrics:
         self.derived = Gauge(
             "cairn_answers_derived", "Answers computed from a cached superset's result since start", registry=r
         )
+        self.forwarded = Gauge(
+            "cairn_answers_forwarded",
+            "Answers brought forward over appended slices from an older version's result since start",
+            registry=r,
+        )
         # Inbound peer input refused, by kind (docs/peers.md "Floods and quotas"), and peers' claims stored.
         self.peer_refused = Gauge("cairn_peer_refused", "Peer messages refused", ["kind"], registry=r)
         self.peer_claims = Gauge("cairn_peer_claims", "Peers' claims stored", ["status"], registry=r)
@@ -73,6 +78,7 @@ class Metrics:
         self.datasets.set(n.index.count("datasets"))
         self.divergences.set(n.index.count("divergences"))
         self.derived.set(n.resolver.derived)
+        self.forwarded.set(n.resolver.forwarded)
         try:
             self.repo_bytes.set(await n.kubo.repo_size(timeout=2.0))
         except CairnError:  # Kubo down or slow: the last value stays, cairn_kubo_up says why

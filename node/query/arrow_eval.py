@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "forward"]
 
 _INTEGER = (pa.types.is_int8, pa.types.is_int16, pa.types.is_int32, pa.types.is_int64)
 _OPS: dict[type[exp.Expr], str] = {
@@ -210,3 +210,40 @@ def _options(function: str) -> pc.FunctionOptions:
     if function == "count":
         return pc.CountOptions(mode="only_valid")
     return pc.ScalarAggregateOptions(skip_nulls=True, min_count=1)
+
+
+_AGAIN: dict[type[exp.Expr], str] = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: "MIN", exp.Max: "MAX"}
+
+
+def forward(statement: str, old: pa.Table, new: pa.Table) -> pa.Table | None:
+    """``statement``'s result over old rows ∪ ``new`` rows, from its result ``old`` over the old rows (columns
+    ``_i``) and the appended rows ``new`` (columns ``col_j``): node.query.rewrite.forward's decomposition computed
+    here (issue 22 item 4). The statement over ``new``, then, with a GROUP BY, the union re-aggregated by the same keys
+    (``COUNT`` and ``SUM`` by ``SUM``, ``MIN``, ``MAX``); without one, the union itself. ``None`` outside the subset
+    or when the two parts' types differ (Spark's union would widen them)."""
+    part = evaluate(statement, new)
+    if part is None or part.schema != old.schema:
+        return None
+    union = pa.concat_tables([old, part])
+    tree = sqlglot.parse_one(statement, read="spark")
+    group = tree.args.get("group")
+    if group is None:
+        return union
+    assert isinstance(tree, exp.Select)  # evaluate took it
+    outs = _outputs(tree)
+    assert outs is not None
+    keys = {g.sql(dialect="spark") for g in group.expressions}
+    merged, by = [], []
+    for i, (alias, e) in enumerate(outs):
+        if e.sql(dialect="spark") in keys:
+            merged.append(f"a.col_{i} AS {alias}")
+            by.append(f"a.col_{i}")
+            continue
+        again = _AGAIN.get(type(e))
+        if again is None:
+            return None
+        merged.append(f"{again}(a.col_{i}) AS {alias}")
+    if len(by) != len(keys):
+        return None  # a key not shown: its groups cannot be told apart in the union
+    renamed = union.rename_columns([f"col_{i}" for i in range(union.num_columns)])
+    return evaluate(f"SELECT {', '.join(merged)} FROM a GROUP BY {', '.join(by)}", renamed)

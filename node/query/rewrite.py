@@ -20,6 +20,22 @@ atom of the new WHERE's conjunction):
   non-integral columns (float addition is not associative; decimal sums widen their type again), ``min``/``max``
   over floats (NaN, -0.0), ``avg`` (Spark averages integers in double: a roll-up from exact sums may differ in
   the last bit), and an empty GROUP BY (over no rows ``count`` is 0 but ``SUM`` of no counts is NULL).
+
+Appends (issue 22 item 4, ``forward``): the same statement Q over a version that extends the cached one by AddData
+blocks only reads the rows old ∪ new (a multiset). ``forward(Q)`` returns a statement over table ``b`` (the cached
+result, columns ``col_i`` = outputs ``_i``) and table ``a`` (the *new* slices only, as Q reads its input):
+
+- ``append`` for a selection+projection Q (no aggregate, no GROUP BY; DISTINCT, LIMIT, ORDER BY, windows,
+  subqueries, joins refused by ``_select``): each output row depends on one input row only, so
+  Q(old ∪ new) = Q(old) ∪ Q(new) as multisets; the canonical writer orders all rows, so the bytes are equal.
+- ``append`` for a GROUP BY Q whose keys are plain columns, all of them outputs (float keys refused, as in
+  ``rollup``), and whose other outputs are exactly ``rollup``'s allowlist (``count``; ``sum`` over integral
+  columns; ``min``/``max`` over ordered types): a group of old ∪ new is the union of its old and new parts, so
+  re-aggregating Q(old) ∪ Q(new) by the same keys gives it (count and sum → SUM, min → MIN, max → MAX). Types:
+  ``count`` and integral ``sum`` are bigint, and SUM of bigint is bigint; MIN/MAX keep their type. Refused: an
+  empty GROUP BY (one row over no rows: a new part with no rows would still add a row), ``avg``, float/decimal sums,
+  HAVING. A row-wise WHERE is applied to both parts alike. An ANSI overflow of a partial sum fails the merge and
+  the resolver computes from scratch instead: an error costs time, never different bytes.
 """
 
 from __future__ import annotations
@@ -34,7 +50,7 @@ from node.query.canonical import CanonicalQuery
 
 # The plain Spark dialect: Cairn's own (node.query.dialect) parses calls into opaque SparkCall nodes.
 DIALECT = "spark"
-__all__ = ["Rewrite", "rewrite", "shape_key"]
+__all__ = ["Rewrite", "forward", "rewrite", "shape_key"]
 
 INTEGRAL = frozenset({"int8", "int16", "int32", "int64"})
 ORDERED = INTEGRAL | {"date32", "utf8"}  # min/max roll up exactly; floats refused (NaN, -0.0)
@@ -311,3 +327,56 @@ def _rollup(c: exp.Select, n: exp.Select, types: tuple[str, ...]) -> Rewrite | N
     # Only key columns may be left (WHERE, GROUP BY, outputs): a filter on a key filters whole groups.
     remapped = _remap(out, columns)
     return None if remapped is None else Rewrite("rollup", remapped.sql(dialect=DIALECT))
+
+
+def forward(q: CanonicalQuery) -> Rewrite | None:
+    """The statement bringing ``q``'s cached result (table ``b``) forward over appended slices (table ``a``), or
+    ``None`` when ``q`` is not decomposable (module docstring, "Appends")."""
+    if shape_key(q) is None or q.order_by is not None:
+        return None
+    tree, outs = _select(q.statement), None
+    if tree is not None:
+        outs = _outputs(tree)
+    if tree is None or outs is None or any(isinstance(x, _NONDETERMINISTIC) for x in tree.walk()):
+        return None
+    old = ", ".join(f"b.col_{i} AS {alias}" for i, (alias, _) in enumerate(outs))
+    union = f"SELECT {old} FROM b UNION ALL {q.statement}"
+    group = tree.args.get("group")
+    if group is None:
+        if any(isinstance(x, exp.AggFunc) for x in tree.walk()):
+            return None  # an aggregate over the whole input: one row, not a union of rows
+        return Rewrite("append", union)
+    keys = _forward_keys(tree, q.input_types[0])
+    if keys is None:
+        return None
+    merged = []
+    for alias, e in outs:
+        pos = _position(e)
+        if pos is not None and pos in keys:
+            merged.append(f"u.{alias} AS {alias}")
+        elif _aggregate_key(e, q.input_types[0]) is not None:
+            merged.append(f"{_ROLLUP[type(e)].__name__.upper()}(u.{alias}) AS {alias}")
+        else:
+            return None
+    by = ", ".join(f"u.{keys[p]}" for p in sorted(keys))
+    return Rewrite("append", f"SELECT {', '.join(merged)} FROM ({union}) AS u GROUP BY {by}")
+
+
+_NONDETERMINISTIC = (exp.Rand, exp.Randn, exp.Uuid)
+
+
+def _forward_keys(tree: exp.Select, types: tuple[str, ...]) -> dict[int, str] | None:
+    """GROUP BY input positions → the output alias showing each (every key shown, plain, not a float)."""
+    group = tree.args["group"]
+    if not group.expressions or group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        return None
+    positions = [_position(g) for g in group.expressions]
+    shown: dict[int, str] = {}
+    for e in tree.expressions:
+        pos = _position(e.this)
+        if pos is not None and pos in positions:
+            shown.setdefault(pos, e.alias)
+    for pos in positions:
+        if pos is None or pos not in shown or pos >= len(types) or types[pos] not in CARRIED - {"float32", "float64"}:
+            return None
+    return shown

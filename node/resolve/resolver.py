@@ -197,6 +197,7 @@ class Resolver:
         self.rows_per_slice = rows_per_slice
         self.from_supersets = from_supersets  # query.answer_from_supersets
         self.derived = 0  # answers computed from a cached superset's result (issue 22 item 3)
+        self.forwarded = 0  # answers brought forward over appended slices from an older version's (item 4)
         self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
         self._waiting: dict[asyncio.Future[Outcome], int] = {}  # callers awaiting each flight
         self.computed = 0  # Spark jobs this resolver started
@@ -384,6 +385,8 @@ class Resolver:
         hints: list[str] = []  # what peers had that could not be used, and what to do: said in the answer
         if may_compute and self.from_supersets and not retry:  # a cached superset's result: ours, small, here
             derived = await self._from_superset(cq, objects, iv_block, versions, emit)
+            if derived is None:
+                derived = await self._from_append(cq, objects, iv_block, versions, emit)
             if derived is not None:
                 return Outcome(derived, "computed", "computed")
         asks = mode != "self" and not retry
@@ -913,10 +916,7 @@ class Resolver:
         if cached.profile is None:  # a result from before engine profiles: the running worker's
             return table, timings, self.worker.profile, None
         # The cached execution's engine profile: its semantics are the answer's, and no worker need be up.
-        cid = CID.decode(cached.profile)
-        block = Block(cid, await self.kubo.block_get(cid, offline=True, timeout=10.0))
-        block.verify()
-        return table, timings, block, None
+        return table, timings, await self._profile_of(cached), None
 
     async def _derive_on_spark(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived:
         """The rewritten statement run on the Spark worker over the cached result's (staged) slices."""
@@ -928,6 +928,91 @@ class Resolver:
         result = await self.worker.run(
             rw.statement,
             {"a": (paths, [f"col_{i}" for i in range(width)])},
+            timeout=self.query_timeout,
+            on_progress=lambda p: emit("spark", p),
+        )
+        order = await asyncio.to_thread(_canonical_indices, result.table, None)
+        timings = {"compute_ms": round(result.elapsed_ms, 3), "engine_round_trip_ms": round(result.total_ms, 3)}
+        return result.table, timings, result.profile, order
+
+    async def _from_append(
+        self, cq: CanonicalQuery, objects: list[Block], iv_block: Block, versions: list[Version], emit: Event
+    ) -> ExecutionRow | None:
+        """The answer brought forward from our result of the same statement over an older version: computed over
+        the appended slices only and merged (node.query.rewrite.forward), in the node with Arrow where
+        node.query.arrow_eval computes it exactly, else on Spark; receipt ``derived`` names the old execution with
+        rule ``append``. ``None`` when there is none or the merge fails (then computed in full)."""
+        for cached, rw, width, fresh in supersets.appended(self.index, cq, versions):
+            t0 = time.perf_counter()
+            names = [f"col_{j}" for j in range(len(_structure(versions[0]).schema))]
+            try:
+                found = await self._forward_here(cq, cached, fresh, names, emit)
+                if found is None:
+                    found = await self._forward_on_spark(cached, rw, width, fresh, names, emit)
+            except CairnError as e:  # e.g. an ANSI overflow of a partial sum: the full computation still answers
+                log.warning("forwarded answer failed", extra={"from": cached.execution, "error": str(e)})
+                continue
+            table, timings, profile, order = found
+            derived = (CID.decode(cached.execution), rw.rule)
+            row = await self._publish(
+                cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
+            )
+            self.forwarded += 1
+            log.info("forwarded", extra={"invocation": row.invocation, "from": cached.execution, "slices": len(fresh)})
+            supersets.remember(self.index, cq, versions, row)
+            return row
+        return None
+
+    async def _forward_here(
+        self, cq: CanonicalQuery, cached: ExecutionRow, fresh: list[SliceRef], names: list[str], emit: Event
+    ) -> Derived | None:
+        """The forwarded answer computed in the node with Arrow (node.query.arrow_eval.forward), when the old result
+        and the appended rows are small and the statement is in Arrow's exact subset; ``None`` otherwise."""
+        if cached.rows > ARROW_EVAL_MAX_ROWS or sum(s.rows for s in fresh) > ARROW_EVAL_MAX_ROWS:
+            return None
+        if cached.profile is None:
+            return None
+        old = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
+        new = [await self.datasets.read_cid(s.cid, size=s.size) for s in fresh]
+        t1 = time.perf_counter()
+
+        def run() -> pa.Table | None:
+            try:
+                appended = pa.concat_tables(new).rename_columns(names)
+            except pa.ArrowInvalid:  # slices of differing schemas: Spark reads them under the last one's
+                return None
+            result = arrow_eval.forward(cq.statement, pa.concat_tables(old), appended)
+            return None if result is None else _canonical_order(result, None)
+
+        table = await asyncio.to_thread(run)
+        if table is None:
+            return None
+        emit("computing", {"engine": "arrow", "derived_from": cached.execution, "rule": "append"})
+        self.computed += 1
+        timings = {"arrow_ms": round((time.perf_counter() - t1) * 1000, 3)}
+        return table, timings, await self._profile_of(cached), None
+
+    async def _profile_of(self, cached: ExecutionRow) -> Block:
+        """The ep_0 block of a cached execution's engine profile (pinned with its receipt), checked."""
+        assert cached.profile is not None
+        cid = CID.decode(cached.profile)
+        block = Block(cid, await self.kubo.block_get(cid, offline=True, timeout=10.0))
+        block.verify()
+        return block
+
+    async def _forward_on_spark(
+        self, cached: ExecutionRow, rw: Rewrite, width: int, fresh: list[SliceRef], names: list[str], emit: Event
+    ) -> Derived:
+        """The forward statement on the Spark worker: the appended slices as ``a``, the old result as ``b``."""
+        old = [await self._staged(await self.datasets.cid_path(CID.decode(s)), CID.decode(s)) for s in cached.slices]
+        new = [await self._input_path(s) for s in fresh]
+        if self.worker_ready is not None:
+            await self.worker_ready(emit)
+        emit("computing", {"engine": "spark", "derived_from": cached.execution, "rule": rw.rule})
+        self.computed += 1
+        result = await self.worker.run(
+            rw.statement,
+            {"a": (new, names), "b": (old, [f"col_{i}" for i in range(width)])},
             timeout=self.query_timeout,
             on_progress=lambda p: emit("spark", p),
         )

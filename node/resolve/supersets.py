@@ -5,6 +5,10 @@ selection and projection stripped). A new query over the same shape is tried aga
 ``node.query.rewrite.rewrite``; the first rule that proves a rewrite gives the statement the resolver runs on the
 Spark worker over the candidate's result slices (so the bytes are the canonical writer's). Local only: peers are
 not asked for shapes.
+
+Appends (issue 22 item 4, ``appended``): the same statement's result over a version the queried one extends by
+AddData blocks only (found by the shape of that older head) is brought forward by ``node.query.rewrite.forward``
+over the appended slices alone.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+
+from multiformats import CID
 
 from node import clock
-from node.datasets import Version
+from node.datasets import SliceRef, Version
 from node.index import ExecutionRow, Index
 from node.model import cid_str
 from node.query import CanonicalQuery
-from node.query.rewrite import Rewrite, rewrite, shape_key
+from node.query.rewrite import Rewrite, forward, rewrite, shape_key
 
 
 def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
@@ -27,7 +33,11 @@ def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
     types = shape_key(cq)
     if types is None or cq.order_by is not None:
         return None
-    blob = json.dumps({"types": types, "versions": [cid_str(v.head) for v in versions]}, separators=(",", ":"))
+    return _shape(types, [v.head for v in versions])
+
+
+def _shape(types: tuple[tuple[str, ...], ...], heads: Sequence[CID]) -> str:
+    blob = json.dumps({"types": types, "versions": [cid_str(h) for h in heads]}, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -65,3 +75,26 @@ async def candidates(
         row = index.execution(invocation)
         if row is not None and row.trust == "computed" and row.failure is None:  # a recorded failure has no rows
             yield row, found, outputs
+
+
+def appended(
+    index: Index, cq: CanonicalQuery, versions: Sequence[Version]
+) -> Iterator[tuple[ExecutionRow, Rewrite, int, list[SliceRef]]]:
+    """Our computed results of ``cq``'s very statement over an older head of its one input that the queried version
+    extends by AddData blocks only (append merges, no schema change nor retraction), nearest first: each with the
+    ``forward`` statement, the cached result's number of columns and the slices appended since."""
+    rw = forward(cq)
+    if rw is None or len(versions) != 1:
+        return
+    v = versions[0]
+    for k in range(1, len(v.blocks)):
+        _, block = v.blocks[k - 1]
+        if block.kind != "AddData" or block.event.get("merge", {}).get("strategy") != "append":
+            return  # only appends lie between: anything else changes what the old rows mean
+        since = block.event["offsets"][0]
+        fresh = [s for s in v.slices if s.offset >= since]
+        shape = _shape(cq.input_types, [v.blocks[k][0]])
+        for invocation, statement, outputs in index.shape_candidates(shape):
+            row = index.execution(invocation) if statement == cq.statement else None
+            if row is not None and row.trust == "computed" and row.failure is None and fresh:
+                yield row, rw, outputs, fresh

@@ -15,7 +15,13 @@ Prints one JSON object on stdout (progress goes to stderr):
 4. Stops the node by PID (it stops its Kubo and Spark worker) and removes the temp dir (unless ``--keep``).
 
 ``ratio_miss_over_superset`` = p50 from the base data / p50 from the superset, per rule (target ≥ 20).
-Appends brought forward without a recompute (issue 22 item 4) are not built yet: ``append`` is ``null``.
+
+Appends (issue 22 item 4), in each phase after the rules: ``--warm`` + ``--asks`` rounds of *append 1 % new rows*
+(``--rows`` / 100, new ids) then ``APPEND_SQL`` (the rollup's cached aggregate) over the new version, timed. With
+supersets on each answer must be brought forward from the previous version's (``cairn_answers_forwarded`` moves
+by one): Spark reads the new slice and the old result only; off, Spark reads the whole dataset.
+``append.ratio_full_over_incremental`` = p50 full / p50 incremental (target ≥ 10). The dataset grows 1 % a round
+in both phases alike.
 
     .venv/bin/python scripts/bench/reuse.py [--rows 10000000] [--asks 5] [--warm 2] [--keep]
 """
@@ -27,6 +33,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +41,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from query import DATASET, Api, BenchNode, generate_parquet, git_state, ingest, p50
+from query import DATASET, STRINGS, Api, BenchNode, cairn_argv, generate_parquet, git_state, ingest, p50
 
 TARGET_SUPERSET_RATIO = 20
 TARGET_INCREMENTAL_RATIO = 10
@@ -51,18 +61,64 @@ CASES = {
     ),
 }
 
+APPEND_SQL = CASES["rollup"][0]  # GROUP BY k, s with COUNT, SUM, MAX: decomposable (node.query.rewrite.forward)
+
 
 def say(msg: str) -> None:
     print(f"[reuse bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def derived_count(api: Api) -> float:
-    """The node's ``cairn_answers_derived`` (Prometheus text, so not through ``Api``'s JSON)."""
+def derived_count(api: Api, metric: str = "cairn_answers_derived") -> float:
+    """The node's ``metric`` (Prometheus text, so not through ``Api``'s JSON)."""
     with urllib.request.urlopen(f"http://{api.host}:{api.port}/metrics", timeout=30) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("cairn_answers_derived "):
+            if line.startswith(f"{metric} "):
                 return float(line.split()[1])
     return 0.0
+
+
+def append_rows(node: BenchNode, work: Path, start: int, rows: int) -> None:
+    """Append ``rows`` new rows (ids from ``start``; k, v, s as query.py's generator makes them) to the dataset."""
+    ids = range(start, start + rows)
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "k": pa.array([i % 1000 for i in ids], pa.int64()),
+            "v": pa.array([((i * 2654435761) & 0xFFFFFFFF) / 2**32 for i in ids], pa.float64()),
+            "s": pa.array([STRINGS[i % len(STRINGS)] for i in ids], pa.string()),
+        }
+    )
+    path = work / f"append-{start}.parquet"
+    pq.write_table(table, path)
+    argv = [*cairn_argv(), "--home", str(node.home), "add", str(path), "--to", DATASET, "--json"]
+    out = subprocess.run(argv, env=node.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(
+            f"cairn add --to exited with {out.returncode}: {out.stderr.decode(errors='replace')[-2000:]}"
+        )
+    path.unlink()
+
+
+def append_phase(
+    node: BenchNode, work: Path, start: int, rows: int, rounds: int, warm: int, on: bool
+) -> dict[str, Any]:
+    """Per round: append ``rows`` rows, then ``APPEND_SQL`` over the new version, timed (the first ``warm`` not)."""
+    api = Api(node.api, (node.home / "api.token").read_text().strip())
+    times = []
+    try:
+        for i in range(rounds):
+            append_rows(node, work, start + i * rows, rows)
+            before = derived_count(api, "cairn_answers_forwarded")
+            ms, answer = ask(api, APPEND_SQL)
+            moved = derived_count(api, "cairn_answers_forwarded") - before
+            if moved != (1 if on else 0):
+                raise RuntimeError(f"append round {i}: forwarded moved by {moved}, expected forwarded={on}")
+            say(f"append round {i}: {ms:.0f} ms ({answer['row_count']} rows, {'incremental' if on else 'full'})")
+            if i >= warm:
+                times.append(round(ms, 1))
+    finally:
+        api.close()
+    return {"ms": times, "p50_ms": p50(times)}
 
 
 def ask(api: Api, sql: str) -> tuple[float, dict[str, Any]]:
@@ -98,6 +154,37 @@ def phase(node: BenchNode, consts: list[int], warm: int, derived: bool) -> dict[
     return out
 
 
+def make_report(
+    args: argparse.Namespace, on: dict[str, Any], off: dict[str, Any], append: dict[str, Any], step: int
+) -> dict[str, Any]:
+    """The JSON printed: per rule and for the appends, the timings, ratios, targets and whether they are met."""
+    ratios = {rule: round(off[rule]["p50_ms"] / on[rule]["p50_ms"], 2) for rule in CASES}
+    incremental = round(append["full"]["p50_ms"] / append["incremental"]["p50_ms"], 2)
+    return {
+        "rows": args.rows,
+        "asks": args.asks,
+        "superset": on,
+        "base_data": off,
+        "ratio_miss_over_superset": ratios,
+        "targets": {
+            "ratio_miss_over_superset": TARGET_SUPERSET_RATIO,
+            "ratio_full_over_incremental": TARGET_INCREMENTAL_RATIO,
+        },
+        "meets": {
+            **{rule: r >= TARGET_SUPERSET_RATIO for rule, r in ratios.items()},
+            "append": incremental >= TARGET_INCREMENTAL_RATIO,
+        },
+        "append": {
+            "rows_per_append": step,
+            "statement": APPEND_SQL,
+            **append,
+            "ratio_full_over_incremental": incremental,
+        },
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "git": git_state(),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -110,6 +197,7 @@ def main() -> None:
     on_consts, off_consts = list(range(10, 10 + n)), list(range(10 + n, 10 + 2 * n))  # new invocations each
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-reuse-"))
     home = work / "home"
+    step = max(1, args.rows // 100)  # 1 % new rows per append
     env = {**os.environ, "IPFS_TELEMETRY": "off", "CAIRN_SPARK_AUTOSTART": "true", "CAIRN_HOME": str(home)}
     try:
         parquet = work / "input.parquet"
@@ -120,27 +208,17 @@ def main() -> None:
             node.start()
             ingest(node, parquet)
             on = phase(node, on_consts, args.warm, derived=True)
+            on_append = append_phase(node, work, args.rows, step, n, args.warm, on=True)
         finally:
             node.stop()
         node = BenchNode(home, {**env, "CAIRN_QUERY_ANSWER_FROM_SUPERSETS": "false"})
         try:
             node.start()
             off = phase(node, off_consts, args.warm, derived=False)
+            off_append = append_phase(node, work, args.rows + n * step, step, n, args.warm, on=False)
         finally:
             node.stop()
-        ratios = {rule: round(off[rule]["p50_ms"] / on[rule]["p50_ms"], 2) for rule in CASES}
-        report = {
-            "rows": args.rows,
-            "asks": args.asks,
-            "superset": on,
-            "base_data": off,
-            "ratio_miss_over_superset": ratios,
-            "targets": {"ratio_miss_over_superset": TARGET_SUPERSET_RATIO, "ratio_full_over_incremental": None},
-            "meets": {rule: r >= TARGET_SUPERSET_RATIO for rule, r in ratios.items()},
-            "append": None,  # issue 22 item 4: not built yet
-            "load_avg_1m_after": round(os.getloadavg()[0], 2),
-            "git": git_state(),
-        }
+        report = make_report(args, on, off, {"incremental": on_append, "full": off_append}, step)
         print(json.dumps(report, indent=2))
     finally:
         if args.keep:

@@ -36,7 +36,7 @@ from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slices import read_slice, write_parquet_slice
 from node.errors import QueryRefused
 from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, arrow_eval, canonicalize
-from node.query.rewrite import rewrite
+from node.query.rewrite import forward, rewrite
 from tests.fixtures.spark_oracle import (
     ARROW,
     Engine,
@@ -433,3 +433,47 @@ def test_generated_rewrites_give_the_from_scratch_bytes(
 ) -> None:
     """A few generated pairs a rule takes (the SQLite property test runs hundreds), on Spark: byte-identical."""
     _check_rewrite_bytes(engines, pair[0], pair[1], _rewrite_table(values))
+
+
+def test_appends_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) -> None:
+    """rewrite.forward (issue 22 item 4) on real Spark: the statement's published result over the first rows (table
+    ``b``) brought forward over the appended rows alone (table ``a``) gives the bytes, types and logical hash of the
+    statement from scratch over all rows (local[3], shuffled over three files); so does Arrow's forward in the node
+    where it computes the statement."""
+    one, three = engines
+    table = _rewrite_table(rewrite_cases.TABLE)
+    old, new = table.slice(0, 4), table.slice(4)
+    for sql in (
+        "SELECT x + 1, s, k FROM t WHERE k < 10",
+        "SELECT x, sum(k), count(*), count(k), min(s), max(y) FROM t WHERE y > 0 GROUP BY x",
+    ):
+        q = canonicalize(sql, {"t": rewrite_cases.COLUMNS})
+        r = forward(q)
+        assert r is not None and r.rule == "append"
+        cached = one.run_canonical(q, one.write({"t": old}))
+        assert isinstance(cached, pa.Table), cached
+        path = one.base / f"cached-{len(list(one.base.iterdir()))}.parquet"
+        write_parquet_slice(cached, str(path))
+        names = [c for c, _ in q.abstract_inputs[0][1]]
+        views = {
+            "a": (one.write({"t": new})["t"], names),
+            "b": ([path], [f"col_{i}" for i in range(cached.num_columns)]),
+        }
+        merged = published_order(one.run(r.statement, views), None)
+        scratch = three.run_canonical(q, three.write({"t": table}, files=3, seed=7))
+        assert isinstance(merged, pa.Table) and isinstance(scratch, pa.Table), (merged, scratch)
+        assert merged.schema.types == scratch.schema.types, (merged.schema, scratch.schema)  # nullability aside
+        assert _published_bytes(merged) == _published_bytes(scratch), (
+            sql,
+            rows(merged),
+            rows(scratch),
+        )
+        # In the node with Arrow (node.query.arrow_eval.forward) where it can: the same bytes.
+        here = arrow_eval.forward(q.statement, read_slice(path), new.rename_columns(names))
+        if here is not None:
+            FORWARDED_HERE.append(sql)
+            assert _published_bytes(published_order(here, None)) == _published_bytes(scratch), (sql, rows(here))
+    assert len(FORWARDED_HERE) == 1  # the GROUP BY (the first has an expression: Spark only)
+
+
+FORWARDED_HERE: list[str] = []
