@@ -282,7 +282,8 @@ class PeerSettings:
     fetch_ahead_bytes: int = _doc(
         "Bytes of a trusted signer's new claim (the same small blocks a lookup answer carries) this node fetches "
         "when its announcement arrives, so that answering from it later waits for no fetch, even when the signer "
-        "is many hops away (at most 1048576; 0: none, the blocks are fetched when asked).",
+        "is many hops away (not when the signer's node is a connected peer: its lookup answer carries them; at "
+        "most 1048576; 0: none, the blocks are fetched when asked).",
         default=262144,
     )
     resolve_timeout: float = _doc(

@@ -361,7 +361,8 @@ class Network:
             return
         if self.resolver.record_claim(peer, checked, data):
             self.accepted += 1
-            self.resolver.reach_ahead(checked)
+            # Gossip names its publisher, the signer's node: connected, its lookup answer carries the blocks.
+            self.resolver.reach_ahead(checked, near=not bulk and peer in self.host.connected_peers())
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 

@@ -651,6 +651,7 @@ class Resolver:
         # A claim refused for what it is stays refused; one refused by policy (untrusted signer, bad score) is
         # looked at again: another mode, or a better score, may allow it.
         refused = {(r.signer, r.execution) for r in rows if r.status == "refused" and not r.reason.startswith(POLICY)}
+        await self.ahead.settle([r.execution for r in rows])  # the lookup (``asking``) runs meanwhile
         for row in rows:
             if (row.signer, row.execution) not in refused:
                 try:
@@ -705,21 +706,22 @@ class Resolver:
             )
         )
 
-    def reach_ahead(self, an: Announcement) -> None:
+    def reach_ahead(self, an: Announcement, near: bool = False) -> None:
         """A trusted signer's new claim: fetch its small blocks now, in the background (``FetchAhead``: which
         connects our Kubo to its providers first), so that the first answer taken from a peer we never fetched
         from waits neither for that connection (about 0.5 s here) nor for bitswap round trips (about 0.1 s from a
         node 6 hops away, docs/scaling.md). When no fetch starts (off, or too many at once), only connect: once
-        per provider per ``ROUTE_TTL``. Never for untrusted signers, so a flood cannot make our Kubo dial for it."""
+        per provider per ``ROUTE_TTL``. Never for untrusted signers, so a flood cannot make our Kubo dial for it.
+        ``near``: the signer's node is a connected peer, whose lookup answer carries the blocks: only connect."""
         now = time.monotonic()
         peers = {p.rsplit("/p2p/", 1)[-1] for p in an.providers}
         fresh = all(now - self._routes.get(p, -ROUTE_TTL) < ROUTE_TTL for p in peers)
-        if not peers or (fresh and not self.ahead.wanted(an)) or not self._trusted(an.signer):
+        if not peers or (fresh and not self.ahead.wanted(an, near)) or not self._trusted(an.signer):
             return
         if len(self._routes) >= MAX_ROUTES:
             self._routes = {p: t for p, t in self._routes.items() if now - t < ROUTE_TTL}
         self._routes.update(dict.fromkeys(peers, now))
-        if not self.ahead.start(an):
+        if not self.ahead.start(an, near):
             self._reach_later(an.providers)
 
     def _trusted(self, signer: str) -> bool:

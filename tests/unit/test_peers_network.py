@@ -45,7 +45,7 @@ class FakeResolver:
         self.claims.put_nowait((peer, an))
         return True
 
-    def reach_ahead(self, an: Announcement) -> None:
+    def reach_ahead(self, an: Announcement, near: bool = False) -> None:
         """Dialling a trusted signer's providers ahead of need: Kubo's part, tested in test_network.py."""
 
 
