@@ -884,14 +884,9 @@ class Resolver:
             except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
                 log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
                 continue
-            table, timings, profile, order = found
-            derived = (CID.decode(cached.execution), rw.rule)
-            row = await self._publish(
-                cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
-            )
+            row = await self._publish_derived(cq, objects, iv_block, versions, cached, rw.rule, found, t0)
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
-            supersets.remember(self.index, cq, versions, row)
             return row
         return None
 
@@ -954,16 +949,32 @@ class Resolver:
             except CairnError as e:  # e.g. an ANSI overflow of a partial sum: the full computation still answers
                 log.warning("forwarded answer failed", extra={"from": cached.execution, "error": str(e)})
                 continue
-            table, timings, profile, order = found
-            derived = (CID.decode(cached.execution), rw.rule)
-            row = await self._publish(
-                cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
-            )
+            row = await self._publish_derived(cq, objects, iv_block, versions, cached, rw.rule, found, t0)
             self.forwarded += 1
             log.info("forwarded", extra={"invocation": row.invocation, "from": cached.execution, "slices": len(fresh)})
-            supersets.remember(self.index, cq, versions, row)
             return row
         return None
+
+    async def _publish_derived(
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        cached: ExecutionRow,
+        rule: str,
+        found: Derived,
+        t0: float,
+    ) -> ExecutionRow:
+        """Publish an answer computed from ``cached``'s result by ``rule`` (receipt ``derived``), and index it as a
+        superset of later queries."""
+        table, timings, profile, order = found
+        derived = (CID.decode(cached.execution), rule)
+        row = await self._publish(
+            cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
+        )
+        supersets.remember(self.index, cq, versions, row)
+        return row
 
     async def _forward_here(
         self, cq: CanonicalQuery, cached: ExecutionRow, fresh: list[SliceRef], names: list[str], emit: Event
