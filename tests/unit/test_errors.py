@@ -43,6 +43,7 @@ ALLOWED = {
     "spark_worker.server.RequestError": "control flow in the worker: answered as an error frame of kind 'request'",
     "spark_worker.server.InputMismatch": "control flow in the worker: answered as an error frame of kind 'analysis'",
     "spark_worker.server.Cancelled": "control flow in the worker: answered as an error frame of kind 'cancelled'",
+    "spark_worker.server.ClientGone": "a Cancelled: the node went away while result batches were sent; its job ends",
 }
 
 MULTI = "first line\n  second\tline\r\nthird"
