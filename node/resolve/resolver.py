@@ -966,14 +966,17 @@ class Resolver:
         found: Derived,
         t0: float,
     ) -> ExecutionRow:
-        """Publish an answer computed from ``cached``'s result by ``rule`` (receipt ``derived``), and index it as a
-        superset of later queries."""
+        """Publish an answer computed from ``cached``'s result by ``rule`` (receipt ``derived``). A forwarded answer
+        is indexed as a superset of later queries (nothing else covers its version); one derived from a superset is
+        not: its source answers all it can, and restrictions remembered would push that source out of the bounded
+        candidate list (``Index.shape_candidates``)."""
         table, timings, profile, order = found
         derived = (CID.decode(cached.execution), rule)
         row = await self._publish(
             cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
         )
-        supersets.remember(self.index, cq, versions, row)
+        if rule == "append":
+            supersets.remember(self.index, cq, versions, row)
         return row
 
     async def _forward_here(

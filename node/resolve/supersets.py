@@ -52,8 +52,8 @@ async def candidates(
     index: Index, cq: CanonicalQuery, versions: Sequence[Version]
 ) -> AsyncIterator[tuple[ExecutionRow, Rewrite, int]]:
     """Cached executions over ``cq``'s shape that a rule proves can answer it, with the rewrite and the cached
-    result's number of columns; only results this node computed (trust ``computed``): a peer's unverified result
-    must not become our computed answer. The proofs (sqlglot parses) run in a thread, off the event loop; the
+    result's number of columns, the smallest result first; only results this node computed (trust ``computed``): a
+    peer's unverified result must not become our computed answer. The proofs (sqlglot parses) run in a thread, off the event loop; the
     index is read here, on the loop's thread (its SQLite connection is that thread's)."""
     shape = shape_of(cq, versions)
     if shape is None:
@@ -71,10 +71,13 @@ async def candidates(
                 proved.append((invocation, found, outputs))
         return proved
 
+    usable = []
     for invocation, found, outputs in await asyncio.to_thread(prove):
         row = index.execution(invocation)
         if row is not None and row.trust == "computed" and row.failure is None:  # a recorded failure has no rows
-            yield row, found, outputs
+            usable.append((row, found, outputs))
+    for row, found, outputs in sorted(usable, key=lambda u: u[0].rows):  # the smallest result is the cheapest
+        yield row, found, outputs
 
 
 def appended(

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 import pytest_asyncio
+from multiformats import CID
 
 from node.ipfs import ManagedKubo
 from node.model import cid_str, decode, decode_object
@@ -451,7 +452,10 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
             assert sorted(derived["rows"]) == sorted(duck(csv_dir, new_sql))
             assert (derived["execution"], derived["logicalHash"]) == (scratch["execution"], scratch["logicalHash"])
             rc = await _receipt(b, derived["receipt"])
-            assert (cid_str(rc.derived_from), rc.rewrite) == (cached["execution"], rule)
+            # A derived answer is no candidate itself (its source answers all it can): the second pair's cached
+            # query is a restriction of the first's, so the second's answer comes from the first's result.
+            source = (await _receipt(b, cached["receipt"])).derived_from or CID.decode(cached["execution"])
+            assert (rc.derived_from, rc.rewrite) == (source, rule)
             assert evaluated in rc.timings and jobs + (evaluated == "compute_ms") == b[0].resolver.worker.jobs_sent
             assert (await _receipt(a, scratch["receipt"])).derived_from is None
         before = b[0].resolver.derived
@@ -462,6 +466,26 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
         assert "\ncairn_answers_derived 4.0\n" in metrics
     finally:
         a[0].resolver.from_supersets, b[0].resolver.from_supersets = was
+
+
+async def test_more_restrictions_than_the_candidate_window_are_all_derived(nodes: Any, csv_dir: Path) -> None:
+    """Derived answers are not remembered as candidates (issue 22 item 3): 40 restrictions of one cached roll-up,
+    more than ``Index.shape_candidates`` lists, are each derived from it, none computed from the base data."""
+    b = nodes[1]
+    was, b[0].resolver.from_supersets = b[0].resolver.from_supersets, True
+    try:
+        # over `renamed`: no other test caches a result of this shape there
+        roll_up = "SELECT zone, qty, item, COUNT(*) FROM renamed GROUP BY zone, qty, item"
+        cached = await ask(b[1], roll_up, renamed="renamed")
+        before, jobs = b[0].resolver.derived, b[0].resolver.worker.jobs_sent
+        for c in range(40):
+            sql = f"SELECT item, COUNT(*) FROM renamed WHERE qty < {c} GROUP BY item"
+            derived = await ask(b[1], sql, renamed="renamed")
+            assert sorted(derived["rows"]) == sorted(duck(csv_dir, sql)), sql
+            assert (await _receipt(b, derived["receipt"])).derived_from == CID.decode(cached["execution"]), sql
+        assert (b[0].resolver.derived, b[0].resolver.worker.jobs_sent) == (before + 40, jobs)
+    finally:
+        b[0].resolver.from_supersets = was
 
 
 async def test_an_appended_version_is_answered_from_the_old_result(nodes: Any) -> None:
