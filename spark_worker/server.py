@@ -72,6 +72,7 @@ MAX_CONNECTIONS = 32
 MAX_INPUTS = 64
 CANCEL_REPEAT_S = 0.5  # a cancel sent before the job's Spark job exists is repeated until the job ends
 STOP_GRACE_S = 10.0
+WARMUP_STOP_GRACE_S = 1.0  # per step of a stop that finds only a warm-up running
 
 PR_SET_PDEATHSIG = 1
 
@@ -263,6 +264,7 @@ class Worker:
         self.jit_rows = jit_rows  # rows of the idle JIT warm-up (0: none)
         self.warming: Job | None = None  # the idle warm-up's job while it runs: a real job cancels it
         self.job_came = threading.Event()  # a real job was asked for: the idle warm-up stops, or never starts
+        self.warming_up = threading.Event()  # slot 0 is in its warm-ups: a stop need not wait for them
         self.exit_code = EXIT_OK
         self.stopping = threading.Event()
         self.counters = {"jobs": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
@@ -416,14 +418,17 @@ class Worker:
             spark = self.spark.newSession()
             repin = self._pinner(spark)
         elif self.warmup:
+            self.warming_up.set()
             t0 = time.perf_counter()
             try:
                 _warm_up(self)
                 log.info("warm-up query took %.0f ms", (time.perf_counter() - t0) * 1000)
             except Exception as e:  # noqa: BLE001 - a failed warm-up only costs the first job time
-                log.warning("warm-up query failed: %s", one_line(str(e), first=True))
-            if self.jit_rows:
+                if not self.stopping.is_set():
+                    log.warning("warm-up query failed: %s", one_line(str(e), first=True))
+            if self.jit_rows and not self.stopping.is_set():
                 _jit_warm_up(self)
+            self.warming_up.clear()
         while True:
             job = self.jobs.get()
             if job is None:
@@ -726,12 +731,17 @@ class Worker:
                 job.future.set_result((_error("the worker is stopping", "cancelled"), None))
         for job in running:
             self.cancel(job)
-        deadline = time.monotonic() + STOP_GRACE_S
+        self.stop_warming()
+        # Only a warm-up running: nothing of value is lost by not waiting for it (a cold first query's planning
+        # cannot be cancelled, and a stop waited 10 s for it: every short-lived worker paid that).
+        warming = self.warming_up.is_set() and not running
+        grace = WARMUP_STOP_GRACE_S if warming else STOP_GRACE_S
+        deadline = time.monotonic() + grace
         for _ in self.job_threads:
             self.jobs.put(None)
         for t in self.job_threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        stop_spark(self.spark)
+        stop_spark(self.spark, grace)
 
 
 def _unlink_socket(path: Path, ino: int) -> None:
@@ -743,8 +753,8 @@ def _unlink_socket(path: Path, ino: int) -> None:
         pass
 
 
-def stop_spark(spark: Any) -> None:
-    """Stop the session (bounded), then make sure the JVM has exited."""
+def stop_spark(spark: Any, grace: float = STOP_GRACE_S) -> None:
+    """Stop the session (bounded by ``grace`` seconds, twice), then make sure the JVM has exited."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
@@ -752,15 +762,15 @@ def stop_spark(spark: Any) -> None:
     if spark is not None:
         t = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
         t.start()
-        t.join(STOP_GRACE_S)
+        t.join(grace)
         if t.is_alive():
-            log.warning("spark.stop() did not return in %.0f s", STOP_GRACE_S)
+            log.warning("spark.stop() did not return in %.0f s", grace)
     if proc is not None and proc.poll() is None:
         # The gateway JVM exits by itself when its stdin closes (PySpark's design).
         try:
             if proc.stdin is not None:
                 proc.stdin.close()
-            proc.wait(STOP_GRACE_S)
+            proc.wait(grace)
         except Exception:  # noqa: BLE001 - TimeoutExpired or a broken pipe
             log.warning("the JVM (pid %d) did not exit; killing it", proc.pid)
             proc.kill()

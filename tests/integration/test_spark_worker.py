@@ -296,6 +296,20 @@ async def test_a_job_stops_the_jit_warm_up(tmp_path: Path, data: Path) -> None:
         await w.stop()
 
 
+async def test_a_stop_does_not_wait_for_the_warm_up(tmp_path: Path) -> None:
+    """A worker stopped while it warms up exits without finishing the warm-ups (a stop used to wait up to 10 s
+    for a cold first query's planning: every short-lived worker paid it). A warm-up that ended before the stop is
+    fine; none ends after it."""
+    w = SparkWorker(tmp_path / "cold.sock", jit_rows=4_000_000)
+    await w.start()
+    await w.stop()
+    text = w.log_path.read_text(errors="replace")
+    assert "stopping" in text and "exited" in text, text[-2000:]
+    after = text[text.index("stopping") :]
+    assert "warm-up query took" not in after and "JIT warm-up took" not in after, after[-2000:]
+    assert w.last_exit == 0 and w.pid is not None and _gone(w.pid)
+
+
 async def test_forced_settings_cannot_be_overridden(tmp_path: Path) -> None:
     w = SparkWorker(tmp_path / "bad.sock", conf={"spark.sql.restrictedMode.enabled": "false"})
     t0 = time.monotonic()
