@@ -123,6 +123,7 @@ CREATE TABLE IF NOT EXISTS shapes (
     statement    TEXT NOT NULL,         -- its canonical statement
     outputs      INTEGER NOT NULL,      -- its number of output columns
     created      REAL NOT NULL,
+    public       TEXT,                  -- supersets.public_shape: the shape its announcement names (NULL: none)
     PRIMARY KEY (shape, invocation)
 );
 CREATE INDEX IF NOT EXISTS shapes_by_invocation ON shapes (invocation);
@@ -242,6 +243,8 @@ class Index:
         if "shape" not in {r[1] for r in self._db.execute("PRAGMA table_info(claims)")}:
             self._db.execute("ALTER TABLE claims ADD COLUMN shape TEXT")
         self._db.execute("CREATE INDEX IF NOT EXISTS claims_by_shape ON claims (shape, received)")
+        if "public" not in {r[1] for r in self._db.execute("PRAGMA table_info(shapes)")}:
+            self._db.execute("ALTER TABLE shapes ADD COLUMN public TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -586,10 +589,13 @@ class Index:
 
     # -- answers from supersets (node.resolve.supersets, docs/queries.md "Answers from supersets") ------------
 
-    def add_shape(self, shape: str, invocation: str, statement: str, outputs: int, now: float) -> None:
+    def add_shape(
+        self, shape: str, invocation: str, statement: str, outputs: int, now: float, public: str | None = None
+    ) -> None:
         with self._locked():
             self._db.execute(
-                "INSERT OR IGNORE INTO shapes VALUES (?, ?, ?, ?, ?)", (shape, invocation, statement, outputs, now)
+                "INSERT OR IGNORE INTO shapes VALUES (?, ?, ?, ?, ?, ?)",
+                (shape, invocation, statement, outputs, now, public),
             )
 
     def shape_candidates(self, shape: str, limit: int = 32) -> list[tuple[str, str, int]]:
@@ -602,9 +608,11 @@ class Index:
         return [(str(a), str(b), int(c)) for a, b, c in rows]
 
     def shape_of(self, invocation: str) -> str | None:
-        """The shape a result computed here was indexed under (``add_shape``), if any: its announcement names it."""
+        """The public shape of a result computed here (``add_shape``), if any: its announcement names it."""
         with self._locked():
-            row = self._db.execute("SELECT shape FROM shapes WHERE invocation = ? LIMIT 1", (invocation,)).fetchone()
+            row = self._db.execute(
+                "SELECT public FROM shapes WHERE invocation = ? AND public IS NOT NULL LIMIT 1", (invocation,)
+            ).fetchone()
         return str(row[0]) if row else None
 
     def shape_claims(self, shape: str, limit: int = 64) -> list[ClaimRow]:

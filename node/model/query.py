@@ -255,9 +255,9 @@ class Announcement(Signed, Kind):
     time: str
     sig: bytes = b""
     failure: str | None = None  # a recorded failure's error class (issue 22 item 1); absent for a result
-    # The result's abstract query shape (node.resolve.supersets.shape_of: a SHA-256 hex digest of its input
-    # versions and structures, selection and projection stripped), so that peers find it as a candidate superset of
-    # their queries (issue 22 item 3). Absent for failures and results no rewrite rule could use; signed when present.
+    # The result's abstract query shape (node.resolve.supersets.public_shape: a SHA-256 hex digest of its inputs'
+    # content identities and types, selection and projection stripped), so that peers find it as a candidate
+    # superset of their queries (issue 22 item 3). Absent for failures and results no rule can use; signed if present.
     shape: str | None = None
 
     def _unsigned(self) -> dict[str, Any]:

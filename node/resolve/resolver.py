@@ -910,7 +910,8 @@ class Resolver:
         proved (``_peer_candidate``) and obtained as a peer hit of its invocation, with all its checks under
         ``mode``. The answer carries the trust its source was accepted with and says whose it is (``peer``,
         with ``derived``). ``None``: no candidate was proved and obtained (then computed)."""
-        shape = supersets.shape_of(cq, versions)
+        iv = decode_object(decode(iv_block.data))
+        shape = supersets.public_shape(cq, iv) if isinstance(iv, Invocation) else None
         if shape is None:
             return None
         listed = supersets.peer_candidates(
@@ -1241,7 +1242,8 @@ class Resolver:
                 profile=cid_str(ep_block.cid),
             )
             if remember:  # before it is announced: the announcement names the shape
-                supersets.remember(self.index, cq, versions, row)
+                iv = decode_object(decode(iv_block.data))
+                supersets.remember(self.index, cq, versions, row, iv if isinstance(iv, Invocation) else None)
             return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -5,9 +5,10 @@ selection and projection stripped). A new query over the same shape is tried aga
 ``node.query.rewrite.rewrite``; the first rule that proves a rewrite gives the statement the resolver runs on the
 Spark worker over the candidate's result slices (so the bytes are the canonical writer's).
 
-Peers' results: an announcement (an_0) of a result its signer computed names the result's shape (``shape_of``),
-recorded with the claim. On a miss no local candidate answers, the resolver tries the newest claims of the query's
-shape (``peer_candidates``, at most ``MAX_PEER_CANDIDATES``): it reads the claim's statement (``peer_statement``:
+Peers' results: an announcement (an_0) of a result its signer computed names the result's shape
+(``public_shape``: over the inputs' content, not their version heads), recorded with the claim. On a miss no local
+candidate answers, the resolver tries the newest claims of the query's shape (``peer_candidates``, at most
+``MAX_PEER_CANDIDATES``): it reads the claim's statement (``peer_statement``:
 its iv_0 and qy_0, carried by a lookup or fetched with a short deadline), proves the rewrite, obtains the peer's
 result through the peer path with every check of the request's trust mode, and derives from it.
 
@@ -47,16 +48,32 @@ def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
     return _shape(types, [v.head for v in versions])
 
 
+def public_shape(cq: CanonicalQuery, iv: Invocation) -> str | None:
+    """The shape peers share (an announcement's ``shape``): ``cq``'s types over the inputs' content identities (an
+    iv_0's structure, logical hash and rows) rather than version heads, which differ between nodes that ingested the
+    same data (DESIGN.md "Deterministic queries": an input's identity is its content, not who published it)."""
+    types = shape_key(cq)
+    if types is None or cq.order_by is not None:
+        return None
+    inputs = [[cid_str(i.structure), i.logical_hash, i.rows] for i in iv.inputs]
+    blob = json.dumps({"types": types, "inputs": inputs}, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def _shape(types: tuple[tuple[str, ...], ...], heads: Sequence[CID]) -> str:
     blob = json.dumps({"types": types, "versions": [cid_str(h) for h in heads]}, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def remember(index: Index, cq: CanonicalQuery, versions: Sequence[Version], row: ExecutionRow) -> None:
-    """Index a result computed here as a candidate superset of later queries."""
+def remember(
+    index: Index, cq: CanonicalQuery, versions: Sequence[Version], row: ExecutionRow, iv: Invocation | None = None
+) -> None:
+    """Index a result computed here as a candidate superset of later queries, with the shape its announcement
+    names (``public_shape`` of its invocation ``iv``)."""
     shape = shape_of(cq, versions)
     if shape is not None:
-        index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now())
+        public = public_shape(cq, iv) if iv is not None else None
+        index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now(), public)
 
 
 async def candidates(
