@@ -12,7 +12,7 @@ import pytest
 from node.errors import ClaimRefused
 from node.identity import generate
 from node.index import ClaimRow, Index
-from node.model import Announcement, Invocation, block_of, cid_for, decode, decode_object, encode
+from node.model import Announcement, Invocation, block_of, cid_for, decode, encode
 from node.model.query import InputIdentity
 from node.query import CanonicalQuery, canonicalize
 from node.resolve import supersets
@@ -151,9 +151,3 @@ def test_an_index_from_before_shapes_were_announced_is_migrated(tmp_path: Path) 
     assert index.add_claim(_claim("new", "did:key:a", 2.0))
     assert [c.invocation for c in index.shape_claims(SHAPE)] == ["new"]
     index.close()
-
-
-def test_an_invocation_round_trips_for_the_statement_check() -> None:
-    """``peer_statement`` compares the candidate's iv_0 inputs with ours: equal identities compare equal."""
-    iv = _iv("h1")
-    assert decode_object(decode(block_of(iv).data)) == iv
