@@ -233,8 +233,9 @@ class QuerySettings:
     answer_from_supersets: bool = _doc(
         "Answer a query by rewriting it over a result this node computed earlier from the same input versions "
         "when a sound rule proves it a restriction (filter, projection, aggregate roll-up), instead of reading "
-        'the inputs (docs/queries.md "Answers from supersets"); and answer the same statement over a version that '
-        "only appended slices to one answered here by computing over the new slices and merging "
+        'the inputs (docs/queries.md "Answers from supersets"), or over a peer\'s announced result of the same shape '
+        'under the request\'s trust mode (docs/reuse.md "Answers from supersets"); and answer the same statement '
+        "over a version that only appended slices to one answered here by computing over the new slices and merging "
         '(docs/reuse.md "Appends").',
         default=True,
     )

@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS claims (
     received     REAL NOT NULL,
     status       TEXT NOT NULL,         -- pending | accepted | refused
     reason       TEXT NOT NULL DEFAULT '',
+    shape        TEXT,                  -- the an_0's shape (a candidate superset of our queries), NULL: none
     PRIMARY KEY (invocation, signer, execution)
 );
 CREATE INDEX IF NOT EXISTS claims_by_peer ON claims (peer, received);
@@ -122,8 +123,10 @@ CREATE TABLE IF NOT EXISTS shapes (
     statement    TEXT NOT NULL,         -- its canonical statement
     outputs      INTEGER NOT NULL,      -- its number of output columns
     created      REAL NOT NULL,
+    public       TEXT,                  -- supersets.public_shape: the shape its announcement names (NULL: none)
     PRIMARY KEY (shape, invocation)
 );
+CREATE INDEX IF NOT EXISTS shapes_by_invocation ON shapes (invocation);
 """
 
 
@@ -209,6 +212,7 @@ class ClaimRow:
     received: float
     status: str
     reason: str
+    shape: str | None = None  # the announcement's query shape (issue 22 item 3), if it names one
 
 
 class Index:
@@ -236,6 +240,11 @@ class Index:
             self._db.execute("UPDATE executions SET trust = 'computed' WHERE source = 'computed'")
         if "failure" not in cols:
             self._db.execute("ALTER TABLE executions ADD COLUMN failure TEXT")
+        if "shape" not in {r[1] for r in self._db.execute("PRAGMA table_info(claims)")}:
+            self._db.execute("ALTER TABLE claims ADD COLUMN shape TEXT")
+        self._db.execute("CREATE INDEX IF NOT EXISTS claims_by_shape ON claims (shape, received)")
+        if "public" not in {r[1] for r in self._db.execute("PRAGMA table_info(shapes)")}:
+            self._db.execute("ALTER TABLE shapes ADD COLUMN public TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -463,7 +472,7 @@ class Index:
         """Record a claim as received (a refusal is recorded too, never as usable). False if known."""
         with self._locked():
             cur = self._db.execute(
-                "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.invocation,
                     c.signer,
@@ -476,6 +485,7 @@ class Index:
                     c.received,
                     c.status,
                     c.reason,
+                    c.shape,
                 ),
             )
         return cur.rowcount == 1
@@ -579,10 +589,13 @@ class Index:
 
     # -- answers from supersets (node.resolve.supersets, docs/queries.md "Answers from supersets") ------------
 
-    def add_shape(self, shape: str, invocation: str, statement: str, outputs: int, now: float) -> None:
+    def add_shape(
+        self, shape: str, invocation: str, statement: str, outputs: int, now: float, public: str | None = None
+    ) -> None:
         with self._locked():
             self._db.execute(
-                "INSERT OR IGNORE INTO shapes VALUES (?, ?, ?, ?, ?)", (shape, invocation, statement, outputs, now)
+                "INSERT OR IGNORE INTO shapes VALUES (?, ?, ?, ?, ?, ?)",
+                (shape, invocation, statement, outputs, now, public),
             )
 
     def shape_candidates(self, shape: str, limit: int = 32) -> list[tuple[str, str, int]]:
@@ -593,6 +606,22 @@ class Index:
                 (shape, limit),
             ).fetchall()
         return [(str(a), str(b), int(c)) for a, b, c in rows]
+
+    def shape_of(self, invocation: str) -> str | None:
+        """The public shape of a result computed here (``add_shape``), if any: its announcement names it."""
+        with self._locked():
+            row = self._db.execute(
+                "SELECT public FROM shapes WHERE invocation = ? AND public IS NOT NULL LIMIT 1", (invocation,)
+            ).fetchone()
+        return str(row[0]) if row else None
+
+    def shape_claims(self, shape: str, limit: int = 64) -> list[ClaimRow]:
+        """Peers' claims whose announcement names ``shape`` (candidate supersets), newest first."""
+        with self._locked():
+            rows = self._db.execute(
+                "SELECT * FROM claims WHERE shape = ? ORDER BY received DESC LIMIT ?", (shape, limit)
+            ).fetchall()
+        return [ClaimRow(*r) for r in rows]
 
     # -- provenance (node.provenance: docs/provenance.md "Lineage") --------------------------------
 

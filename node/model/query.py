@@ -225,6 +225,14 @@ class Receipt(Signed, Kind):
         return f"{self.typed_version} by {self.signer}"
 
 
+def _shape_digest(value: Any, ctx: Ctx) -> str:
+    """An announcement's ``shape``: 64 lowercase hex digits (a SHA-256 digest), nothing else."""
+    v = want_str(value, ctx)
+    if len(v) != 64 or v.strip("0123456789abcdef"):
+        raise ctx.wrong("a SHA-256 hex digest", v)
+    return v
+
+
 @register_kind
 @dataclass(frozen=True)
 class Announcement(Signed, Kind):
@@ -247,6 +255,10 @@ class Announcement(Signed, Kind):
     time: str
     sig: bytes = b""
     failure: str | None = None  # a recorded failure's error class (issue 22 item 1); absent for a result
+    # The result's abstract query shape (node.resolve.supersets.public_shape: a SHA-256 hex digest of its inputs'
+    # content identities and types, selection and projection stripped), so that peers find it as a candidate
+    # superset of their queries (issue 22 item 3). Absent for failures and results no rule can use; signed if present.
+    shape: str | None = None
 
     def _unsigned(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -262,6 +274,8 @@ class Announcement(Signed, Kind):
         }
         if self.failure is not None:
             out["failure"] = self.failure
+        if self.shape is not None:
+            out["shape"] = self.shape
         return out
 
     @classmethod
@@ -278,7 +292,7 @@ class Announcement(Signed, Kind):
             "time",
             "sig",
         )
-        m = want_map(content, ctx, required=keys, optional=("failure",))
+        m = want_map(content, ctx, required=keys, optional=("failure", "shape"))
         if not isinstance(m["sig"], bytes):
             raise ctx.at("sig").wrong("bytes", m["sig"])
         engine = want_map(m["engine"], ctx.at("engine"), optional=None)
@@ -286,6 +300,7 @@ class Announcement(Signed, Kind):
             want_str(v, ctx.at("engine").at(k))
         return {
             "failure": None if "failure" not in m else want_str(m["failure"], ctx.at("failure")),
+            "shape": None if "shape" not in m else _shape_digest(m["shape"], ctx.at("shape")),
             "invocation": want_link(m["invocation"], ctx.at("invocation")),
             "execution": want_link(m["execution"], ctx.at("execution")),
             "receipt": want_link(m["receipt"], ctx.at("receipt")),

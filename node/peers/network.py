@@ -176,7 +176,9 @@ class Network:
         return data
 
     async def announce(self, row: ExecutionRow) -> None:
-        if _ours(row) and self.settings.lookup_carry_bytes > 0:
+        if not _ours(row):  # e.g. an answer derived from a peer's result: never signed for here
+            return
+        if self.settings.lookup_carry_bytes > 0:
             self._spawn(self._carry(row))  # ready before the first lookup for it: a peer hit waits on no block read
         try:
             await self.host.publish(TOPIC, await self._announcement(row))

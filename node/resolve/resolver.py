@@ -64,7 +64,7 @@ from node.model import (
 )
 from node.query import CanonicalQuery, SortKey, arrow_eval
 from node.query.result_order import canonical_indices
-from node.query.rewrite import Rewrite
+from node.query.rewrite import Rewrite, rewrite
 from node.query.sandbox import Sandbox
 from node.resolve import quorum, supersets
 from node.resolve.carry import FetchAhead
@@ -394,19 +394,13 @@ class Resolver:
         found = await self._from_peers(cq, iv_block, versions, mode, emit, hints, tallied) if asks else None
         if found is None and not may_compute:
             raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
+        if found is None and asks and mode != "verify" and self.from_supersets:  # a peer's superset, derived here
+            via = await self._from_peer_superset(cq, objects, iv_block, versions, mode, emit, hints)
+            if via is not None:
+                return via
         if found is not None:
             claim, got = found
-            peer: dict[str, Any] = {
-                "peer": claim.peer,
-                "signer": claim.signer,
-                "mode": mode,
-                "receipt": cid_str(claim.announcement.receipt),
-            }
-            if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
-                peer["verifies"] = cid_str(got.receipt.verifies)
-            if tallied:
-                t = tallied[0]
-                peer["quorum"] = {"agree": t.counted, "signers": list(t.agree), "dissent": list(t.dissent)}
+            peer = _peer_part(claim, got, mode, tallied)
             if mode == "verify":
                 await self._put_blocks(got.carried)
                 self._owe_pins(claim, got, provide=False)  # kept as before: the claim checked is what we compare
@@ -545,11 +539,13 @@ class Resolver:
         emit: Event,
         hints: list[str] | None = None,
         tallied: list[quorum.Tally] | None = None,
+        asked_already: asyncio.Future[Any] | None = None,
     ) -> tuple[Claim, Verified] | None:
         """The first claim that passes every check, all within ``resolve_timeout`` (DESIGN.md "Resolving a
         query": bounded deadline). Each output slice that arrives and checks out pushes the deadline on, so a
-        large result that keeps flowing is fetched while a claim that stalls is given up; then we compute."""
-        asking = self._ask_peers(iv_block.cid, emit)  # first: the peers work on it while we build what to check
+        large result that keeps flowing is fetched while a claim that stalls is given up; then we compute.
+        ``asked_already``: the lookup's answers, when the caller asked already (a peer's candidate superset)."""
+        asking = asked_already or self._ask_peers(iv_block.cid, emit)  # first: peers work while we build the checks
         want = asked(iv_block, cq.statement, ENGINE_HANDLE, [tuple(s.cid for s in v.slices) for v in versions])
         loop = asyncio.get_running_loop()
         try:
@@ -703,6 +699,7 @@ class Resolver:
                 clock.now(),
                 "pending",
                 "",
+                an.shape,
             )
         )
 
@@ -758,6 +755,8 @@ class Resolver:
             self.identity.node_key,
             clock.utc_now_iso(),
             failure=row.failure.error_class if row.failure is not None else None,
+            # Only a result computed here is indexed by shape (supersets.remember): a failure never is.
+            shape=self.index.shape_of(row.invocation) if row.failure is None else None,
         ).signed(self.identity.sign)
 
     async def recompute(
@@ -862,11 +861,11 @@ class Resolver:
             t0,
             result.profile,
             order=order,
+            remember=True,
         )
         log.info(
             "computed", extra={"invocation": row.invocation, "rows": row.rows, "compute_ms": round((t1 - t0) * 1000, 1)}
         )
-        supersets.remember(self.index, cq, versions, row)
         return row
 
     async def _from_superset(
@@ -877,18 +876,130 @@ class Resolver:
         names that execution and the rule. ``None`` when no candidate is proved."""
         async for cached, rw, width in supersets.candidates(self.index, cq, versions):
             t0 = time.perf_counter()
-            try:
-                found = await self._derive_here(cached, rw, width, emit)
-                if found is None:
-                    found = await self._derive_on_spark(cached, rw, width, emit)
-            except CairnError as e:  # the inputs still answer: a failed derivation costs time, not the query
-                log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
+            found = await self._derive(cached, rw, width, emit)
+            if found is None:
                 continue
             row = await self._publish_derived(cq, objects, iv_block, versions, cached, rw.rule, found, t0)
             self.derived += 1
             log.info("derived", extra={"invocation": row.invocation, "from": cached.execution, "rule": rw.rule})
             return row
         return None
+
+    async def _derive(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived | None:
+        """``rw`` over ``cached``'s result: with Arrow in the node where it computes it exactly, else on Spark;
+        ``None`` when that fails (the inputs still answer: a failed derivation costs time, not the query)."""
+        try:
+            found = await self._derive_here(cached, rw, width, emit)
+            return found if found is not None else await self._derive_on_spark(cached, rw, width, emit)
+        except CairnError as e:
+            log.warning("derived answer failed", extra={"from": cached.execution, "error": str(e)})
+            return None
+
+    async def _from_peer_superset(
+        self,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        mode: str,
+        emit: Event,
+        hints: list[str],
+    ) -> Outcome | None:
+        """The answer derived from a peer's result whose announcement names this query's shape (issue 22 item 3,
+        docs/reuse.md "Answers from supersets"): the newest such claims (``supersets.peer_candidates``), each
+        proved (``_peer_candidate``) and obtained as a peer hit of its invocation, with all its checks under
+        ``mode``. The answer carries the trust its source was accepted with and says whose it is (``peer``,
+        with ``derived``). ``None``: no candidate was proved and obtained (then computed)."""
+        iv = decode_object(decode(iv_block.data))
+        shape = supersets.public_shape(cq, iv) if isinstance(iv, Invocation) else None
+        if shape is None:
+            return None
+        listed = supersets.peer_candidates(
+            self.index.shape_claims(shape),
+            self.identity.node_key,
+            cid_str(iv_block.cid),
+            lambda c: c.status != "refused" or c.reason.startswith(POLICY),
+        )
+        for claim in listed:
+            t0 = time.perf_counter()
+            got = await self._peer_candidate(claim, cq, objects, iv_block, versions, mode, emit, hints)
+            if got is None:
+                continue
+            source, rw, width = got
+            found = await self._derive(source.row, rw, width, emit)
+            if found is None:
+                continue
+            row = await self._publish_derived(
+                cq, objects, iv_block, versions, source.row, rw.rule, found, t0, trust=source.trust
+            )
+            self.derived += 1
+            log.info("derived from a peer's result", extra={"invocation": row.invocation, "from": claim.execution})
+            derived = {"execution": source.row.execution, "invocation": source.row.invocation, "rule": rw.rule}
+            return Outcome(row, "peer", row.trust, {**(source.peer or {}), "derived": derived})
+        return None
+
+    async def _peer_candidate(
+        self,
+        claim: ClaimRow,
+        cq: CanonicalQuery,
+        objects: list[Block],
+        iv_block: Block,
+        versions: list[Version],
+        mode: str,
+        emit: Event,
+        hints: list[str],
+    ) -> tuple[Outcome, Rewrite, int] | None:
+        """A peer's candidate superset, proved to answer ``cq`` and obtained: held here already (a peer hit kept,
+        checked enough for ``mode``), else looked up and fetched as a peer hit of its invocation is (every check,
+        quorum, community, refusals and scores). With the rewrite and its result's number of columns."""
+        ours = decode_object(decode(iv_block.data))
+        assert isinstance(ours, Invocation)
+        hit = self.index.execution(claim.invocation)
+        held = hit is not None and hit.trust in accepts(mode) and hit.failure is None
+        asking = None if held else self._ask_peers(CID.decode(claim.invocation), emit)
+        answers = await asking if asking is not None else {}
+        carried = {k: v for items in answers.values() for _, blocks in items for k, v in blocks.items()}
+        try:
+            providers = () if held else check_announcement(claim.announcement).providers
+        except ClaimRefused:
+            return None
+        read = await supersets.peer_statement(self.kubo, claim, carried, tuple(providers), ours)
+        proved = None if read is None else await self._prove(read[2], cq)
+        if read is None or proved is None:
+            return None
+        cand_iv, cand_qy, qy = read
+        rw, width = proved
+        if held and hit is not None:  # a peer's result kept here (an earlier peer hit or derivation)
+            peer = {"peer": claim.peer, "signer": claim.signer, "mode": mode, "receipt": hit.receipt}
+            return Outcome(hit, "local", hit.trust, peer), rw, width
+        want_cq = replace(cq, statement=qy.statement)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        done.set_result(answers)
+        tallied: list[quorum.Tally] = []
+        found = await self._from_peers(want_cq, cand_iv, versions, mode, emit, hints, tallied, done)
+        if found is None:
+            return None
+        c, got = found
+        cand_objects = [*objects[:-1], cand_qy]
+        return await self._keep_peer_answer(c, got, cand_objects, cand_iv, _peer_part(c, got, mode, tallied)), rw, width
+
+    async def _prove(self, qy: Query, cq: CanonicalQuery) -> tuple[Rewrite, int] | None:
+        """The rewrite of ``cq`` over the result of a peer's query ``qy`` (same inputs), and that result's number of
+        columns; ``None`` unless a rule proves it. A peer's statement is parsed only once this node's canonicalizer
+        (its checks and limits, issue 15) gives it back unchanged, as ``recompute`` requires."""
+        schemas = {
+            chr(ord("a") + i): [(f"col_{j}", t) for j, t in enumerate(ts)] for i, ts in enumerate(cq.input_types)
+        }
+        try:
+            theirs = await self.canonicalizer.canonicalize(qy.statement, schemas)
+        except CairnError as e:
+            log.info("a peer's candidate superset is not canonical here", extra={"error": str(e)})
+            return None
+        if theirs.statement != qy.statement or theirs.order_by is not None:
+            return None
+        cand = CanonicalQuery(qy.statement, cq.inputs, cq.input_types, theirs.output_names, None)
+        found = await asyncio.to_thread(rewrite, cand, cq)
+        return None if found is None else (found, len(theirs.output_names))
 
     async def _derive_here(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived | None:
         """The rewritten statement evaluated in the node (node.query.arrow_eval), for a small cached result whose
@@ -965,19 +1076,29 @@ class Resolver:
         rule: str,
         found: Derived,
         t0: float,
+        trust: str = "computed",
     ) -> ExecutionRow:
         """Publish an answer computed from ``cached``'s result by ``rule`` (receipt ``derived``). A forwarded answer
         is indexed as a superset of later queries (nothing else covers its version); one derived from a superset is
         not: its source answers all it can, and restrictions remembered would push that source out of the bounded
-        candidate list (``Index.shape_candidates``)."""
+        candidate list (``Index.shape_candidates``). ``trust``: a peer's result's label, for an answer derived from
+        it (never "computed": docs/peers.md "Trust labels"); such a row is neither announced nor a candidate."""
         table, timings, profile, order = found
         derived = (CID.decode(cached.execution), rule)
-        row = await self._publish(
-            cq, objects, iv_block, versions, table, timings, t0, profile, derived=derived, order=order
+        return await self._publish(
+            cq,
+            objects,
+            iv_block,
+            versions,
+            table,
+            timings,
+            t0,
+            profile,
+            derived=derived,
+            order=order,
+            remember=rule == "append",
+            trust=trust,
         )
-        if rule == "append":
-            supersets.remember(self.index, cq, versions, row)
-        return row
 
     async def _forward_here(
         self, cq: CanonicalQuery, cached: ExecutionRow, fresh: list[SliceRef], names: list[str], emit: Event
@@ -1012,7 +1133,8 @@ class Resolver:
         """The ep_0 block of a cached execution's engine profile (pinned with its receipt), checked."""
         assert cached.profile is not None
         cid = CID.decode(cached.profile)
-        block = Block(cid, await self.kubo.block_get(cid, offline=True, timeout=10.0))
+        # A peer's result's profile was not fetched by its checks: then from the network (its receipt names it).
+        block = Block(cid, await self.kubo.block_get(cid, offline=cached.source != "peer", timeout=10.0))
         block.verify()
         return block
 
@@ -1079,11 +1201,13 @@ class Resolver:
         claim: tuple[CID, Receipt] | None = None,
         derived: tuple[CID, str] | None = None,
         order: pa.Array | None = None,
+        remember: bool = False,
+        trust: str = "computed",
     ) -> ExecutionRow:
         """Store, pin, index and announce our result (``table``'s rows in the order of the indices ``order``, or as
-        they are). ``claim`` (a receipt being verified, and its CID): our
-        receipt ``verifies`` it when our result agrees, and is then labelled ``recomputed-agreed``. ``derived``:
-        the execution and rewrite rule an answer from a superset was computed from (receipt ``derived``)."""
+        they are). ``claim`` (a receipt being verified, and its CID): our receipt ``verifies`` it when our result
+        agrees, and is then labelled ``recomputed-agreed``. ``derived``: the execution and rule an answer from a
+        superset came from (receipt ``derived``), ``trust`` its label if a peer's. ``remember``: index its shape."""
         ep_block = profile if isinstance(profile, Block) else await self._profile_block(profile)
         work = Path(tempfile.mkdtemp(prefix="result-", dir=self.work_dir))
         try:
@@ -1094,17 +1218,13 @@ class Resolver:
             timings = {**timings, "total_ms": round((time.perf_counter() - t0) * 1000, 3)}
             agrees = claim is not None and (claim[1].logical_hash, claim[1].rows) == (logical, table.num_rows)
             rc = self._receipt(cq, ex.cid, iv_block.cid, logical, table.num_rows, st_block.cid, versions, timings)
-            rc = replace(
-                rc,
-                profile=ep_block.cid,
-                verifies=claim[0] if claim is not None and agrees else None,
-                derived_from=derived[0] if derived else None,
-                rewrite=derived[1] if derived else None,
-            )
+            came, rule = derived if derived else (None, None)
+            rc = replace(rc, profile=ep_block.cid, verifies=claim[0] if claim and agrees else None, derived_from=came)
+            rc = replace(rc, rewrite=rule)
             rc_block = block_of(rc.signed(self.identity.sign))
             for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
                 await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
-            await self._pin_receipt(rc_block.cid, rc)
+            await self._pin_receipt(rc_block.cid, rc, foreign=trust not in VERIFIED_LABELS)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(
@@ -1118,9 +1238,12 @@ class Resolver:
                 tuple(cid_str(c) for c in slices),
                 "computed",
                 clock.now(),
-                trust="recomputed-agreed" if rc.verifies is not None else "computed",
+                trust="recomputed-agreed" if rc.verifies is not None else trust,
                 profile=cid_str(ep_block.cid),
             )
+            if remember:  # before it is announced: the announcement names the shape
+                iv = decode_object(decode(iv_block.data))
+                supersets.remember(self.index, cq, versions, row, iv if isinstance(iv, Invocation) else None)
             return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -1249,21 +1372,24 @@ class Resolver:
         self.index.add_execution(row)
         await self._provide(provide)
         stored = self.index.execution(row.invocation) or row
-        if self.on_published is not None:
+        # Derived from a peer's unchecked result: not signed for to peers (network._ours, docs/peers.md).
+        if self.on_published is not None and row.trust in VERIFIED_LABELS:
             await self.on_published(row if own else stored)
         return row if own else stored
 
-    async def _pin_receipt(self, cid: CID, rc: Receipt) -> None:
+    async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False) -> None:
         """The receipt links everything: one recursive pin keeps result, execution and sources together. A
         verification receipt also links the receipt it verifies, whose own links (its signer's engine profile)
-        this node may not hold: that one is pinned alone, so pinning never waits on the network."""
-        if rc.verifies is None:
+        this node may not hold: that one is pinned alone, so pinning never waits on the network. ``foreign``: the
+        receipt is derived from a peer's execution, whose DAG (its bytecode, …) this node may not hold either: it
+        is not pinned here (the peer hit that brought it owes the pins of what was used)."""
+        if rc.verifies is None and not foreign:
             await self.kubo.pin_add(cid, recursive=True)
             return
         own = [rc.execution, rc.invocation, rc.structure, *rc.versions, *([rc.profile] if rc.profile else [])]
         for link in own:
             await self.kubo.pin_add(link, recursive=True)
-        for alone in (rc.verifies, cid):
+        for alone in (*([rc.verifies] if rc.verifies is not None else []), cid):
             try:
                 await self.kubo.pin_add(alone, recursive=False)
             except KuboError as e:  # our own receipt, verified again: kept already, with all it links
@@ -1459,3 +1585,19 @@ def _structure(v: Version) -> Structure:
     if v.structure is None:
         raise InvalidInput(f"dataset version {cid_str(v.head)} has no schema yet: add rows before querying it")
     return v.structure
+
+
+def _peer_part(claim: Claim, got: Verified, mode: str, tallied: list[quorum.Tally]) -> dict[str, Any]:
+    """An answer's ``peer``: which peer, which signer, which mode, which receipt (and quorum, verifies)."""
+    peer: dict[str, Any] = {
+        "peer": claim.peer,
+        "signer": claim.signer,
+        "mode": mode,
+        "receipt": cid_str(claim.announcement.receipt),
+    }
+    if got.receipt.verifies is not None:  # the signer recomputed another's receipt and agreed
+        peer["verifies"] = cid_str(got.receipt.verifies)
+    if tallied:
+        t = tallied[0]
+        peer["quorum"] = {"agree": t.counted, "signers": list(t.agree), "dissent": list(t.dissent)}
+    return peer

@@ -3,8 +3,14 @@
 Every result computed here is indexed by its *shape* (``shape_of``: the input versions and structures, with the
 selection and projection stripped). A new query over the same shape is tried against each candidate with
 ``node.query.rewrite.rewrite``; the first rule that proves a rewrite gives the statement the resolver runs on the
-Spark worker over the candidate's result slices (so the bytes are the canonical writer's). Local only: peers are
-not asked for shapes.
+Spark worker over the candidate's result slices (so the bytes are the canonical writer's).
+
+Peers' results: an announcement (an_0) of a result its signer computed names the result's shape
+(``public_shape``: over the inputs' content, not their version heads), recorded with the claim. On a miss no local
+candidate answers, the resolver tries the newest claims of the query's shape (``peer_candidates``, at most
+``MAX_PEER_CANDIDATES``): it reads the claim's statement (``peer_statement``:
+its iv_0 and qy_0, carried by a lookup or fetched with a short deadline), proves the rewrite, obtains the peer's
+result through the peer path with every check of the request's trust mode, and derives from it.
 
 Appends (issue 22 item 4, ``appended``): the same statement's result over a version the queried one extends by
 AddData blocks only (found by the shape of that older head) is brought forward by ``node.query.rewrite.forward``
@@ -16,16 +22,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 
 from multiformats import CID
 
 from node import clock
 from node.datasets import SliceRef, Version
-from node.index import ExecutionRow, Index
-from node.model import cid_str
+from node.errors import CairnError
+from node.index import ClaimRow, ExecutionRow, Index
+from node.ipfs import KuboClient
+from node.model import Block, Invocation, Query, cid_str, decode, decode_object
 from node.query import CanonicalQuery
 from node.query.rewrite import Rewrite, forward, rewrite, shape_key
+from node.resolve.claims import Blocks
+
+MAX_PEER_CANDIDATES = 4  # peers' candidate supersets tried for one miss, newest first: a bound on the time spent
+STATEMENT_TIMEOUT = 3.0  # seconds for each of a peer candidate's iv_0 and qy_0 not carried by its lookup answer
 
 
 def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
@@ -36,16 +48,32 @@ def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
     return _shape(types, [v.head for v in versions])
 
 
+def public_shape(cq: CanonicalQuery, iv: Invocation) -> str | None:
+    """The shape peers share (an announcement's ``shape``): ``cq``'s types over the inputs' content identities (an
+    iv_0's structure, logical hash and rows) rather than version heads, which differ between nodes that ingested the
+    same data (DESIGN.md "Deterministic queries": an input's identity is its content, not who published it)."""
+    types = shape_key(cq)
+    if types is None or cq.order_by is not None:
+        return None
+    inputs = [[cid_str(i.structure), i.logical_hash, i.rows] for i in iv.inputs]
+    blob = json.dumps({"types": types, "inputs": inputs}, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def _shape(types: tuple[tuple[str, ...], ...], heads: Sequence[CID]) -> str:
     blob = json.dumps({"types": types, "versions": [cid_str(h) for h in heads]}, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def remember(index: Index, cq: CanonicalQuery, versions: Sequence[Version], row: ExecutionRow) -> None:
-    """Index a result computed here as a candidate superset of later queries."""
+def remember(
+    index: Index, cq: CanonicalQuery, versions: Sequence[Version], row: ExecutionRow, iv: Invocation | None = None
+) -> None:
+    """Index a result computed here as a candidate superset of later queries, with the shape its announcement
+    names (``public_shape`` of its invocation ``iv``)."""
     shape = shape_of(cq, versions)
     if shape is not None:
-        index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now())
+        public = public_shape(cq, iv) if iv is not None else None
+        index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now(), public)
 
 
 async def candidates(
@@ -53,8 +81,9 @@ async def candidates(
 ) -> AsyncIterator[tuple[ExecutionRow, Rewrite, int]]:
     """Cached executions over ``cq``'s shape that a rule proves can answer it, with the rewrite and the cached
     result's number of columns, the smallest result first; only results this node computed (trust ``computed``): a
-    peer's unverified result must not become our computed answer. The proofs (sqlglot parses) run in a thread, off the event loop; the
-    index is read here, on the loop's thread (its SQLite connection is that thread's)."""
+    peer's unverified result must not become our computed answer (peers' results: ``peer_candidates``). The proofs
+    (sqlglot parses) run in a thread, off the event loop; the index is read here, on the loop's thread (its SQLite
+    connection is that thread's)."""
     shape = shape_of(cq, versions)
     if shape is None:
         return
@@ -101,3 +130,45 @@ def appended(
             row = index.execution(invocation) if statement == cq.statement else None
             if row is not None and row.trust == "computed" and row.failure is None and fresh:
                 yield row, rw, outputs, fresh
+
+
+def peer_candidates(
+    claims: Sequence[ClaimRow], own: str, invocation: str, usable: Callable[[ClaimRow], bool]
+) -> list[ClaimRow]:
+    """The peers' claims of a shape worth trying for ``invocation``: newest first, one per invocation, at most
+    ``MAX_PEER_CANDIDATES``; never our own signer's (ours are local candidates), never ``invocation`` itself (the
+    peer lookup of the exact question came first), never a claim ``usable`` rejects (refused for what it is)."""
+    seen: set[str] = set()
+    out: list[ClaimRow] = []
+    for c in sorted(claims, key=lambda c: c.received, reverse=True):
+        if c.signer == own or c.invocation == invocation or c.invocation in seen or not usable(c):
+            continue
+        seen.add(c.invocation)
+        out.append(c)
+        if len(out) == MAX_PEER_CANDIDATES:
+            break
+    return out
+
+
+async def peer_statement(
+    kubo: KuboClient, claim: ClaimRow, carried: Mapping[bytes, bytes], providers: tuple[str, ...], ours: Invocation
+) -> tuple[Block, Block, Query] | None:
+    """A peer candidate's iv_0 block, qy_0 block and query, read from the blocks its lookup answer carried, else our
+    Kubo (its providers dialled first) within ``STATEMENT_TIMEOUT`` each; ``None`` when they cannot be read, are not
+    an invocation and its query, or name other inputs than ``ours`` (a claimed shape is a hint, checked here)."""
+    src = Blocks(kubo, carried, providers)
+    try:
+        iv_cid = CID.decode(claim.invocation)
+        iv_block = Block(iv_cid, await src.get(iv_cid, STATEMENT_TIMEOUT))
+        iv_block.verify()
+        iv = decode_object(decode(iv_block.data, iv_cid.codec.code))
+        if not isinstance(iv, Invocation) or iv.inputs != ours.inputs:
+            return None
+        qy_block = Block(iv.query, await src.get(iv.query, STATEMENT_TIMEOUT))
+        qy_block.verify()
+        qy = decode_object(decode(qy_block.data, iv.query.codec.code))
+    except (CairnError, ValueError):
+        return None
+    if not isinstance(qy, Query) or list(qy.inputs) != [i.structure for i in ours.inputs]:
+        return None
+    return iv_block, qy_block, qy

@@ -578,3 +578,44 @@ def test_stricter_request_never_receives_a_trusted_signer_row(net: dict[str, Nod
     assert status(b)["spark"]["jobs"] >= 1
     after = ask(b)  # the row computed here replaced the looser one
     assert after["source"] == "local" and after["trust"] == "computed" and after["verified"] is True
+
+
+def test_a_restriction_is_derived_from_a_peers_announced_superset(net: dict[str, NodeProcess], tmp_path: Any) -> None:
+    """Issue 22 item 3, peers' shapes (docs/reuse.md "Answers from supersets"): A computes a roll-up, whose
+    announcement names its shape; B, which never computed it, asks a coarser roll-up and derives it from A's result
+    (receipt ``derived``: A's execution, rule ``rollup``) with Arrow, no Spark job, labelled with the trust A's result
+    was taken with (``trusted-signer``, never "computed") and A as its source. Under trust ``self`` B computes from the
+    base data instead: the same execution and logical hash. Oracle for the rows: DuckDB over the same CSV."""
+    import duckdb
+
+    a, b = net["a"], net["b"]
+    roll_up = "SELECT region, product, COUNT(*), SUM(amount) FROM sales GROUP BY region, product"
+    coarser = "SELECT region, SUM(amount), COUNT(*) FROM sales GROUP BY region"
+    cached = ask(a, roll_up)
+    assert cached["source"] == "computed", cached
+    poll(
+        lambda: any(c["execution"] == cached["execution"] for c in b.get("/api/v0/announcements")[1]["claims"]),
+        30,
+        what="A's announcement of the roll-up at B",
+    )
+    jobs = status(b)["spark"]["jobs"]
+    derived = ask(b, coarser)
+    assert derived["source"] == "peer" and derived["trust"] == "trusted-signer" and not derived["verified"], derived
+    assert derived["peer"]["signer"] == status(a)["node_key"] and derived["peer"]["receipt"] == cached["receipt"]
+    source = {"execution": cached["execution"], "invocation": cached["invocation"], "rule": "rollup"}
+    assert derived["peer"]["derived"] == source
+    assert status(b)["spark"]["jobs"] == jobs  # derived in the node with Arrow: no Spark job on B
+    csv = tmp_path / "sales.csv"
+    csv.write_bytes(SALES)
+    oracle = duckdb.sql(f"SELECT region, SUM(amount), COUNT(*) FROM read_csv('{csv}') GROUP BY region").fetchall()
+    assert sorted(map(tuple, derived["rows"])) == sorted(oracle)
+    rc = b.get(f"/api/v0/dag/{derived['receipt']}")[1]["content"]
+    assert rc["derived"] == {"execution": {"/": cached["execution"]}, "rule": "rollup"} and "arrow_ms" in rc["timings"]
+    assert b.get(f"/api/v0/executions/{derived['execution']}")[1]["trust"] == "trusted-signer"
+    scratch = ask(b, coarser, trust="self")  # never from a peer's result: computed here from the base data
+    assert (scratch["source"], scratch["trust"], scratch["peer"]) == ("computed", "computed", None), scratch
+    assert (scratch["execution"], scratch["logicalHash"]) == (derived["execution"], derived["logicalHash"])
+    assert (
+        "derived" not in b.get(f"/api/v0/dag/{scratch['receipt']}")[1]["content"]
+        and status(b)["spark"]["jobs"] == jobs + 1
+    )

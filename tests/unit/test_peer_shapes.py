@@ -1,0 +1,153 @@
+"""Peers' shapes (issue 22 item 3, last sentence): the an_0 ``shape`` field, its record with the claim, and which
+peers' claims a miss tries as candidate supersets (node.resolve.supersets)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from node.errors import ClaimRefused
+from node.identity import generate
+from node.index import ClaimRow, Index
+from node.model import Announcement, Invocation, block_of, cid_for, decode, encode
+from node.model.query import InputIdentity
+from node.query import CanonicalQuery, canonicalize
+from node.resolve import supersets
+from node.resolve.claims import check_announcement
+
+PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
+SHAPE = "ab" * 32
+INPUTS = {"t": [("k", "utf8"), ("s", "utf8"), ("x", "int64")]}
+
+
+def _an(shape: str | None, failure: str | None = None) -> Announcement:
+    who = generate()
+    c = cid_for(b"x")
+    return Announcement(
+        c,
+        c,
+        c,
+        "" if failure else "f1e20" + "00" * 32,
+        0 if failure else 1,
+        {"name": "spark"},
+        (f"/ip4/127.0.0.1/tcp/4001/p2p/{PEER}",),
+        who.node_key,
+        "2026-01-01T00:00:00Z",
+        failure=failure,
+        shape=shape,
+    ).signed(who.sign)
+
+
+def test_the_shape_round_trips_signed() -> None:
+    data = block_of(_an(SHAPE)).data
+    assert decode(data)["content"]["shape"] == SHAPE
+    assert check_announcement(data).shape == SHAPE
+
+
+def test_the_signature_covers_the_shape() -> None:
+    an = _an(SHAPE)
+    for other in ("cd" * 32, None):  # changed, or stripped: either breaks the signature
+        forged = block_of(replace(an, shape=other)).data
+        with pytest.raises(ClaimRefused, match="bad signature"):
+            check_announcement(forged)
+
+
+def test_an_announcement_without_a_shape_keeps_its_bytes_and_parses() -> None:
+    """Old announcements (and failures, and results no rule can use) have no ``shape`` key at all."""
+    an = _an(None)
+    data = block_of(an).data
+    assert "shape" not in decode(data)["content"]
+    assert check_announcement(data).shape is None
+    assert check_announcement(block_of(_an(None, failure="DIVIDE_BY_ZERO")).data).shape is None
+
+
+@pytest.mark.parametrize("bad", ["", "AB" * 32, "ab" * 31, "zz" * 32, 7])
+def test_a_malformed_shape_is_refused(bad: object) -> None:
+    obj = decode(block_of(_an(SHAPE)).data)
+    obj["content"]["shape"] = bad
+    with pytest.raises(ClaimRefused, match="not an announcement"):
+        check_announcement(encode(obj))
+
+
+def _iv(logical: str) -> Invocation:
+    c = cid_for(b"st")
+    return Invocation(cid_for(b"qy"), (InputIdentity(c, logical, 6),))
+
+
+def _q(sql: str) -> CanonicalQuery:
+    return canonicalize(sql, INPUTS)
+
+
+def test_the_public_shape_is_the_inputs_content_not_their_versions() -> None:
+    """Two nodes that ingested the same CSV hold different version heads but the same input identities: the shape
+    they announce is equal; other data, or another input structure of the query, gives another."""
+    roll_up, coarser = _q("SELECT k, s, COUNT(*) FROM t GROUP BY k, s"), _q("SELECT k, COUNT(*) FROM t GROUP BY k")
+    same = supersets.public_shape(roll_up, _iv("h1"))
+    assert same is not None and len(same) == 64
+    assert supersets.public_shape(coarser, _iv("h1")) == same  # the shape strips what the query selects
+    assert supersets.public_shape(roll_up, _iv("h2")) != same
+    assert supersets.public_shape(_q("SELECT k FROM t ORDER BY k"), _iv("h1")) is None
+
+
+def _claim(invocation: str, signer: str, received: float, status: str = "pending", reason: str = "") -> ClaimRow:
+    return ClaimRow(invocation, signer, f"ex-{invocation}", "rc", "h", 1, PEER, b"", received, status, reason, SHAPE)
+
+
+def test_peer_candidates_newest_first_bounded_one_per_invocation() -> None:
+    claims = [
+        _claim("old", "did:key:a", 1.0),
+        _claim("mine", "did:key:me", 9.0),  # our own: a local candidate already
+        _claim("asked", "did:key:a", 8.0),  # the question itself: the exact lookup came first
+        _claim("bad", "did:key:a", 7.0, "refused", "the data does not match"),
+        _claim("twice", "did:key:b", 6.0),
+        _claim("twice", "did:key:a", 5.0),  # the same invocation by another signer: the peer path tries both
+        *(_claim(f"n{i}", "did:key:c", 4.0 - i / 10) for i in range(5)),
+    ]
+
+    def usable(c: ClaimRow) -> bool:
+        return c.status != "refused" or c.reason.startswith("policy: ")
+
+    got = supersets.peer_candidates(claims, "did:key:me", "asked", usable)
+    assert [c.invocation for c in got] == ["twice", "n0", "n1", "n2"]
+    assert len(got) == supersets.MAX_PEER_CANDIDATES
+    policy = _claim("untrusted", "did:key:d", 10.0, "refused", "policy: signer is not in a trusted community")
+    assert supersets.peer_candidates([policy], "did:key:me", "asked", usable) == [policy]  # another mode may allow
+
+
+def test_claims_are_recorded_and_found_by_shape(tmp_path: Path) -> None:
+    index = Index(tmp_path / "index.db")
+    assert index.add_claim(_claim("inv", "did:key:a", 1.0))
+    assert index.add_claim(replace(_claim("other", "did:key:a", 2.0), shape=None))
+    assert [c.invocation for c in index.shape_claims(SHAPE)] == ["inv"]
+    index.add_shape("local", "mine", "SELECT 1", 1, 0.0, SHAPE)
+    index.add_shape("local", "unannounced", "SELECT 1", 1, 0.0)
+    assert (index.shape_of("mine"), index.shape_of("unannounced")) == (SHAPE, None)
+    index.close()
+
+
+def test_an_index_from_before_shapes_were_announced_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE claims (invocation TEXT NOT NULL, signer TEXT NOT NULL, execution TEXT NOT NULL, receipt TEXT "
+        "NOT NULL, logical_hash TEXT NOT NULL, rows INTEGER NOT NULL, peer TEXT NOT NULL, announcement BLOB NOT NULL, "
+        "received REAL NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', "
+        "PRIMARY KEY (invocation, signer, execution))"
+    )
+    db.execute("INSERT INTO claims VALUES ('inv', 's', 'ex', 'rc', 'h', 1, 'p', x'00', 1.0, 'pending', '')")
+    db.execute(
+        "CREATE TABLE shapes (shape TEXT NOT NULL, invocation TEXT NOT NULL, statement TEXT NOT NULL, outputs "
+        "INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY (shape, invocation))"
+    )
+    db.execute("INSERT INTO shapes VALUES ('local', 'mine', 'SELECT 1', 1, 0.0)")
+    db.commit()
+    db.close()
+    index = Index(path)
+    assert [c.shape for c in index.claims("inv")] == [None]  # kept, with no shape
+    assert index.shape_of("mine") is None
+    assert index.add_claim(_claim("new", "did:key:a", 2.0))
+    assert [c.invocation for c in index.shape_claims(SHAPE)] == ["new"]
+    index.close()
