@@ -463,10 +463,10 @@ class Resolver:
 
     async def _put_blocks(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
         """Blocks into our Kubo: one call per codec, the calls at once."""
-        by_codec: dict[str, list[bytes]] = {}
-        for cid, data in blocks:
-            by_codec.setdefault(cid.codec.name, []).append(data)
-        await asyncio.gather(*(self.kubo.block_put_many(d, codec=c) for c, d in by_codec.items()))
+        by_codec: dict[str, dict[bytes, bytes]] = {}
+        for cid, data in blocks:  # once each: a self-join names one structure twice
+            by_codec.setdefault(cid.codec.name, {})[bytes(cid)] = data
+        await asyncio.gather(*(self.kubo.block_put_many(list(d.values()), codec=c) for c, d in by_codec.items()))
 
     def _owe_pins(self, claim: Claim, got: Verified, provide: bool, blocks: Sequence[tuple[CID, bytes]] = ()) -> None:
         """Queue what keeping a checked claim takes (before anything is answered with it): the ``blocks`` to put
@@ -1222,8 +1222,8 @@ class Resolver:
             rc = replace(rc, profile=ep_block.cid, verifies=claim[0] if claim and agrees else None, derived_from=came)
             rc = replace(rc, rewrite=rule)
             rc_block = block_of(rc.signed(self.identity.sign))
-            for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
-                await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+            # One call per codec, at once (13 calls one after the other took 20-26 ms of a derived answer's ~100)
+            await self._put_blocks([(b.cid, b.data) for b in [*objects, iv_block, st_block, *ex_blocks, rc_block]])
             await self._pin_receipt(rc_block.cid, rc, foreign=trust not in VERIFIED_LABELS)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
@@ -1281,8 +1281,7 @@ class Resolver:
             failure=failure,
         )
         rc_block = block_of(rc.signed(self.identity.sign))
-        for blk in [*objects, iv_block, st_block, *ex_blocks, rc_block]:
-            await self.kubo.block_put(blk.data, codec=blk.cid.codec.name)
+        await self._put_blocks([(b.cid, b.data) for b in [*objects, iv_block, st_block, *ex_blocks, rc_block]])
         await self._pin_receipt(rc_block.cid, rc)
         row = ExecutionRow(
             cid_str(iv_block.cid),
