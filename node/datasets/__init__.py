@@ -1,6 +1,6 @@
 """Datasets: ingest, structures, metadata chains, logical hashes, reading and pulling versions."""
 
-from node.datasets.chain import SliceRef, Version, build_version
+from node.datasets.chain import SliceRef, Version, appends, build_version
 from node.datasets.logical_hash import LogicalHash, LogicalHasher, canonical_type
 from node.datasets.readers import ReadOptions, open_input
 from node.datasets.service import AddResult, Datasets
@@ -16,6 +16,7 @@ __all__ = [
     "ReadOptions",
     "SliceRef",
     "Version",
+    "appends",
     "block_of_dataset",
     "build_version",
     "canonical_type",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,18 @@ class Version:
     @property
     def seq(self) -> int:
         return self.blocks[0][1].seq
+
+
+def appends(v: Version) -> Iterator[tuple[CID, list[SliceRef]]]:
+    """The older heads ``v`` extends by AddData blocks with the append merge only (ODF "AddData": no schema change,
+    no retraction between), nearest first, each with the slices appended since: the rows of ``v`` are that head's
+    rows followed by these slices' rows."""
+    for k in range(1, len(v.blocks)):
+        _, block = v.blocks[k - 1]
+        if block.kind != "AddData" or block.event.get("merge", {}).get("strategy") != "append":
+            return  # anything else between changes what the old rows mean
+        since = block.event["offsets"][0]
+        yield v.blocks[k][0], [s for s in v.slices if s.offset >= since]
 
 
 def build_version(head: CID, blocks: list[tuple[CID, MetadataBlock]], structures: dict[CID, Structure]) -> Version:

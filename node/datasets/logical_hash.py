@@ -488,6 +488,23 @@ class _StructNode(_Node):
         return out
 
 
+def _clone(node: _Node) -> _Node:
+    """``node`` and its children with copies of their streams (every field is a stream, a child node, a list of
+    them or an immutable value)."""
+    twin = object.__new__(type(node))
+    for cls in type(node).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            value = getattr(node, name)
+            if isinstance(value, _Node):
+                value = _clone(value)
+            elif isinstance(value, list):
+                value = [_clone(c) for c in value]
+            elif hasattr(value, "copy"):  # a blake3 stream
+                value = value.copy()
+            setattr(twin, name, value)
+    return twin
+
+
 def _make_node(type_: pa.DataType) -> _Node:
     t = pa.types
     if t.is_dictionary(type_) or t.is_run_end_encoded(type_):
@@ -592,6 +609,14 @@ class LogicalHasher:
             for future in futures:
                 future.result()
         self.rows += data.num_rows
+
+    def copy(self) -> LogicalHasher:
+        """An independent hasher in this one's state: the rows so far, more to follow (an appended version's hash
+        resumes from its older version's, node.datasets.service)."""
+        twin = LogicalHasher.__new__(LogicalHasher)
+        twin.schema, twin.types, twin.rows = self.schema, list(self.types), self.rows
+        twin._nodes = [_clone(n) for n in self._nodes]
+        return twin
 
     def finish(self) -> LogicalHash:
         h = blake3.blake3()

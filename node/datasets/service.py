@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from node import clock, identity
 from node.datasets import merge as merging
 from node.datasets import projection as projecting
-from node.datasets.chain import SliceRef, Version, build_version
+from node.datasets.chain import SliceRef, Version, appends, build_version
 from node.datasets.fetching import SliceVisit, fetch_file, scan_slices
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, ReadOptions, open_input
@@ -57,6 +57,7 @@ log = logging.getLogger("cairn.datasets")
 
 DEFAULT_ROWS_PER_SLICE = 1 << 20
 _MEMO_VERSIONS = 256  # versions kept built (see DatasetService.version)
+KEPT_HASHERS = 8  # versions whose logical hasher is kept for appends to resume from (a few KiB each)
 Progress = Callable[[int, int], None]  # (bytes read, rows read)
 
 
@@ -271,6 +272,9 @@ class Datasets:
         self._building: dict[CID, asyncio.Future[Version]] = {}
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
         self._projections: OrderedDict[CID, projecting.Projection] = OrderedDict()  # same bound as versions
+        # head → the logical hasher after its rows: a version that appends to it resumes from there (issue 18
+        # item 7: a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
+        self._hashers: OrderedDict[str, LogicalHasher] = OrderedDict()
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -653,6 +657,7 @@ class Datasets:
         if old is None or old.rows == 0:
             # The whole version is this ingest's rows: its logical hash is known now, not at the first query.
             self.index.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
+            self._keep_hasher(head, got.total)
         # Everything is stored and pinned: now, and only now, the head moves.
         if row is None:
             self.index.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
@@ -807,13 +812,14 @@ class Datasets:
         except InvalidInput:
             return (await self.read_cid(cid)).slice(0, max(rows, 0))
 
-    async def tables(self, v: Version) -> AsyncIterator[pa.Table]:
-        """The version's rows, slice by slice; older slices get nulls for columns added later."""
+    async def tables(self, v: Version, only: list[SliceRef] | None = None) -> AsyncIterator[pa.Table]:
+        """The version's rows, slice by slice (``only`` these of its slices); older slices get nulls for columns
+        added later."""
         target: pa.Schema | None = None
         if v.slices:
             last = v.slices[-1]
             target = (await self.read_cid(last.cid, size=last.size or None)).schema
-        for s in v.slices:
+        for s in v.slices if only is None else only:
             t = await self.read_cid(s.cid, size=s.size or None)
             if target is not None and t.schema.names != target.names:
                 t = pa.table(
@@ -849,15 +855,40 @@ class Datasets:
                 running.cancel()
 
     async def _version_hash(self, v: Version) -> tuple[str, int]:
-        hasher: LogicalHasher | None = None
-        async for t in self.tables(v):
-            hasher = hasher or LogicalHasher(t.schema)
-            await asyncio.to_thread(hasher.update, t)
+        """Hashed from the first row, or resumed from an older version's hasher that ``v`` appends to (its rows
+        are that version's, then the appended slices': the same streams fed in the same order)."""
+        hasher, only = self._resumable(v)
+        try:
+            async for t in self.tables(v, only):
+                hasher = hasher or LogicalHasher(t.schema)
+                await asyncio.to_thread(hasher.update, t)
+        except InvalidInput:  # an appended slice of other types than the older rows: hashed from the start
+            if only is None:
+                raise
+            hasher, only = None, None
+            async for t in self.tables(v):
+                hasher = hasher or LogicalHasher(t.schema)
+                await asyncio.to_thread(hasher.update, t)
         if hasher is None:
             return ("", 0)
         facts = (str(hasher.finish()), hasher.rows)
         self.index.set_version_facts(cid_str(v.head), *facts)
+        self._keep_hasher(v.head, hasher)
         return facts
+
+    def _keep_hasher(self, head: CID, hasher: LogicalHasher) -> None:
+        self._hashers[cid_str(head)] = hasher
+        while len(self._hashers) > KEPT_HASHERS:
+            self._hashers.popitem(last=False)
+
+    def _resumable(self, v: Version) -> tuple[LogicalHasher | None, list[SliceRef] | None]:
+        """A copy of the kept hasher of the nearest older head ``v`` only appends to, and the slices since; else
+        (None, None): hash every slice."""
+        for old_head, fresh in appends(v):
+            kept = self._hashers.get(cid_str(old_head))
+            if kept is not None:
+                return kept.copy(), fresh
+        return None, None
 
 
 class _Prefetch:

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from multiformats import CID
 
 from node import clock
-from node.datasets import SliceRef, Version
+from node.datasets import SliceRef, Version, appends
 from node.errors import CairnError
 from node.index import ClaimRow, ExecutionRow, Index
 from node.ipfs import KuboClient
@@ -118,14 +118,8 @@ def appended(
     rw = forward(cq)
     if rw is None or len(versions) != 1:
         return
-    v = versions[0]
-    for k in range(1, len(v.blocks)):
-        _, block = v.blocks[k - 1]
-        if block.kind != "AddData" or block.event.get("merge", {}).get("strategy") != "append":
-            return  # only appends lie between: anything else changes what the old rows mean
-        since = block.event["offsets"][0]
-        fresh = [s for s in v.slices if s.offset >= since]
-        shape = _shape(cq.input_types, [v.blocks[k][0]])
+    for old_head, fresh in appends(versions[0]):
+        shape = _shape(cq.input_types, [old_head])
         for invocation, statement, outputs in index.shape_candidates(shape):
             row = index.execution(invocation) if statement == cq.statement else None
             if row is not None and row.trust == "computed" and row.failure is None and fresh:

@@ -121,6 +121,22 @@ async def test_append_chain_and_frozen_versions(nodes: Any, tmp_path: Path) -> N
     assert await rows(a, (await info(a, "grow"))["id"]) == await rows(a, "grow")  # by dataset id
 
 
+async def test_an_appended_versions_hash_resumes_from_the_older_ones(nodes: Any, tmp_path: Path) -> None:
+    """Issue 18 item 7: a version that only appends to one whose hash is known is hashed over the new slices,
+    resuming the older version's hasher; its logical hash is the one of all its rows hashed from the first (the
+    oracle: node b ingests the same rows as one file)."""
+    a, b = nodes
+    more = [b"id,city,pop\n4,Lille,230000\n5,Metz,120000\n", b"id,city,pop\n6,Brest,140000\n"]
+    heads = [(await add(a, write(tmp_path, "r0.csv", CSV), "--name", "resume"))["head"]]
+    for i, data in enumerate(more, 1):
+        heads.append((await add(a, write(tmp_path, f"r{i}.csv", data), "--to", "resume"))["head"])
+    whole = CSV + b"".join(m.split(b"\n", 1)[1] for m in more)
+    oracle = await info(b, (await add(b, write(tmp_path, "whole.csv", whole), "--name", "resume-whole"))["name"])
+    got = await info(a, heads[-1])
+    assert (got["logicalHash"], got["rows"]) == (oracle["logicalHash"], oracle["rows"]) == (got["logicalHash"], 6)
+    assert set(heads) <= set(a.node.datasets._hashers)  # each version's hasher kept for the next to resume
+
+
 async def test_added_column_allowed_other_schema_changes_refused(nodes: Any, tmp_path: Path) -> None:
     a, _ = nodes
     head = (await add(a, write(tmp_path, "s1.csv", CSV), "--name", "evolve"))["head"]

@@ -311,6 +311,21 @@ def test_rechunking_does_not_change_the_hash(table: pa.Table, cuts: list[int]) -
 
 
 @SETTINGS
+@given(tables(), st.integers(0, 1000))
+def test_a_copied_hasher_resumes_where_its_original_was(table: pa.Table, cut: int) -> None:
+    """An appended version's hash resumes from a copy of the older version's hasher (node.datasets.service):
+    the copy fed the rest gives the whole table's hash, and the original, left alone, still gives its rows'."""
+    cut %= table.num_rows + 1
+    head, rest = table.slice(0, cut), table.slice(cut)
+    original = LogicalHasher(table.schema)
+    original.update(head)
+    twin = original.copy()
+    twin.update(rest)
+    assert (twin.finish(), twin.rows) == (logical_hash(table), table.num_rows)
+    assert (original.finish(), original.rows) == (logical_hash(head, schema=table.schema), cut)
+
+
+@SETTINGS
 @given(tables(min_rows=1), st.data())
 def test_slicing_is_the_same_as_building_fresh(table: pa.Table, data) -> None:
     start = data.draw(st.integers(0, table.num_rows))
