@@ -31,7 +31,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-__all__ = ["evaluate", "forward"]
+__all__ = ["evaluate", "forward", "warm"]
 
 _INTEGER = (pa.types.is_int8, pa.types.is_int16, pa.types.is_int32, pa.types.is_int64)
 _OPS: dict[type[exp.Expr], str] = {
@@ -45,6 +45,13 @@ _OPS: dict[type[exp.Expr], str] = {
 _FLIPPED = {"equal": "equal", "not_equal": "not_equal", "greater": "less", "greater_equal": "less_equal"}
 _FLIPPED |= {v: k for k, v in _FLIPPED.items()}
 _INT64_MAX = (1 << 63) - 1
+
+
+def warm() -> None:
+    """Import what a first ``GROUP BY`` here needs (Table.group_by runs on pyarrow.acero, which imports
+    pyarrow.dataset and pandas: 1.4 s), so that the first derived answer does not pay it. Blocking: call it off
+    the event loop, once a result that later answers could be derived from exists."""
+    import pyarrow.acero  # noqa: F401
 
 
 def _integer(t: pa.DataType) -> bool:

@@ -210,6 +210,7 @@ class Resolver:
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
         self.ahead = FetchAhead(kubo, fetch_ahead_bytes)  # trusted signers' claims' blocks, before we are asked
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
+        self._arrow_warmed = False  # arrow_eval.warm() started (once: the first result a later one can derive from)
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
         self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
 
@@ -496,6 +497,12 @@ class Resolver:
     def _keep_task(self, task: asyncio.Task[Any]) -> None:
         self._reaching.add(task)  # cancelled at stop (stop_pins); what it owed stays in the index
         task.add_done_callback(self._reaching.discard)
+
+    def _warm_arrow(self) -> None:
+        """Once, in the background: what node.query.arrow_eval needs, imported before a first derived answer."""
+        if not self._arrow_warmed:
+            self._arrow_warmed = True
+            self._keep_task(asyncio.ensure_future(asyncio.to_thread(arrow_eval.warm)))
 
     def drain_pins(self) -> None:
         """Start the background pinning of what the index says is owed, unless it runs (also at node start)."""
@@ -1242,6 +1249,7 @@ class Resolver:
                 profile=cid_str(ep_block.cid),
             )
             if remember:  # before it is announced: the announcement names the shape
+                self._warm_arrow()
                 iv = decode_object(decode(iv_block.data))
                 supersets.remember(self.index, cq, versions, row, iv if isinstance(iv, Invocation) else None)
             return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
