@@ -234,10 +234,15 @@ class QuerySettings:
         "Answer a query by rewriting it over a result this node computed earlier from the same input versions "
         "when a sound rule proves it a restriction (filter, projection, aggregate roll-up), instead of reading "
         'the inputs (docs/queries.md "Answers from supersets"), or over a peer\'s announced result of the same shape '
-        'under the request\'s trust mode (docs/reuse.md "Answers from supersets"); and answer the same statement '
+        "under the request's trust mode (with `query.answer_from_peer_supersets`); and answer the same statement "
         "over a version that only appended slices to one answered here by computing over the new slices and merging "
         '(docs/reuse.md "Appends").',
         default=True,
+    )
+    answer_from_peer_supersets: bool = _doc(
+        "Also try peers' announced results of the query's shape (with `query.answer_from_supersets`): off by "
+        'default until the lookups it makes on a miss are bounded (docs/reuse.md "Answers from supersets").',
+        default=False,
     )
     lineage_max_nodes: int = _doc(
         "Nodes a lineage walk (and `verify --recursive`) visits at most; past it the answer is cut.", default=500

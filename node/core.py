@@ -1027,6 +1027,7 @@ def _resolver(
         canonicalizer=Sandbox(settings.query.canonicalize_timeout),
         fetch_ahead_bytes=peers.fetch_ahead_bytes,
         from_supersets=settings.query.answer_from_supersets,
+        from_peer_supersets=settings.query.answer_from_peer_supersets,
         staging=Staging(settings.spark.staging) if settings.spark.staging else None,
     )
 

@@ -180,6 +180,7 @@ class Resolver:
         canonicalizer: Sandbox | None = None,
         fetch_ahead_bytes: int = 0,
         from_supersets: bool = False,
+        from_peer_supersets: bool = False,
         staging: Staging | None = None,
     ) -> None:
         # Off the event loop, bounded, refusals remembered (issue 15; docs/queries.md "Limits"). Started lazily.
@@ -196,6 +197,7 @@ class Resolver:
         self.work_dir = work_dir
         self.rows_per_slice = rows_per_slice
         self.from_supersets = from_supersets  # query.answer_from_supersets
+        self.from_peer_supersets = from_peer_supersets  # query.answer_from_peer_supersets
         self.derived = 0  # answers computed from a cached superset's result (issue 22 item 3)
         self.forwarded = 0  # answers brought forward over appended slices from an older version's (item 4)
         self._inflight: dict[tuple[str, str, bool, bool], asyncio.Future[Outcome]] = {}
@@ -395,7 +397,8 @@ class Resolver:
         found = await self._from_peers(cq, iv_block, versions, mode, emit, hints, tallied) if asks else None
         if found is None and not may_compute:
             raise Unauthorized(f"{_NEEDS_TOKEN}{''.join(f'; {h}' for h in hints)}")
-        if found is None and asks and mode != "verify" and self.from_supersets:  # a peer's superset, derived here
+        peer_supersets = self.from_supersets and self.from_peer_supersets
+        if found is None and asks and mode != "verify" and peer_supersets:  # a peer's superset, derived here
             via = await self._from_peer_superset(cq, objects, iv_block, versions, mode, emit, hints)
             if via is not None:
                 return via

@@ -65,7 +65,9 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, NodeProc
     nodes = {
         "a": NodeProcess(base / "a", env={"CAIRN_SPARK_AUTOSTART": "true"}).start(),
         # B must answer from A without Spark: its worker only starts if a query needs it.
-        "b": NodeProcess(base / "b", env={"CAIRN_SPARK_AUTOSTART": "false"}).start(),
+        "b": NodeProcess(
+            base / "b", env={"CAIRN_SPARK_AUTOSTART": "false", "CAIRN_QUERY_ANSWER_FROM_PEER_SUPERSETS": "true"}
+        ).start(),
         # C gives peers 8 s for the whole network stage but waits up to an hour for any one block: only the
         # deadline can end a stalled claim in time (test_unreachable_claim_is_abandoned_at_the_deadline).
         "c": NodeProcess(
