@@ -240,9 +240,9 @@ class QuerySettings:
         default=True,
     )
     answer_from_peer_supersets: bool = _doc(
-        "Also try peers' announced results of the query's shape (with `query.answer_from_supersets`): off by "
-        'default until the lookups it makes on a miss are bounded (docs/reuse.md "Answers from supersets").',
-        default=False,
+        "Also try peers' announced results of the query's shape (with `query.answer_from_supersets`); a miss may "
+        'then make up to four more peer lookups before computing (docs/reuse.md "Answers from supersets").',
+        default=True,
     )
     lineage_max_nodes: int = _doc(
         "Nodes a lineage walk (and `verify --recursive`) visits at most; past it the answer is cut.", default=500
