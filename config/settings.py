@@ -240,8 +240,9 @@ class QuerySettings:
         default=True,
     )
     answer_from_peer_supersets: bool = _doc(
-        "Also try peers' announced results of the query's shape (with `query.answer_from_supersets`); a miss may "
-        'then make up to four more peer lookups before computing (docs/reuse.md "Answers from supersets").',
+        "Also try peers' announced results of the query's shape (with `query.answer_from_supersets`): a miss reads and "
+        "proves up to four candidates at once, within 3 s in all, and fetches only a proved one's result "
+        '(docs/reuse.md "Answers from supersets").',
         default=True,
     )
     lineage_max_nodes: int = _doc(

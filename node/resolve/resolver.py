@@ -123,6 +123,18 @@ _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's AP
 
 
 @dataclass(frozen=True)
+class _Candidate:
+    """A peer's claim of the query's shape, proved to answer it: what obtaining its result needs."""
+
+    claim: ClaimRow
+    statement: supersets.Statement
+    rw: Rewrite
+    width: int  # its result's number of columns
+    held: ExecutionRow | None  # its result, kept here already
+    asking: asyncio.Future[Any] | None  # the lookup of its invocation made while proving it
+
+
+@dataclass(frozen=True)
 class Claim:
     peer: str
     announcement: Announcement
@@ -212,6 +224,7 @@ class Resolver:
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
         self.ahead = FetchAhead(kubo, fetch_ahead_bytes)  # trusted signers' claims' blocks, before we are asked
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
+        self._statements = supersets.Statements()  # peer candidates' statements read (immutable, bounded)
         self._arrow_warmed = False  # arrow_eval.warm() started (once: the first result a later one can derive from)
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
         self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
@@ -916,13 +929,13 @@ class Resolver:
         hints: list[str],
     ) -> Outcome | None:
         """The answer derived from a peer's result whose announcement names this query's shape (issue 22 item 3,
-        docs/reuse.md "Answers from supersets"): the newest such claims (``supersets.peer_candidates``), each
-        proved (``_peer_candidate``) and obtained as a peer hit of its invocation, with all its checks under
-        ``mode``. The answer carries the trust its source was accepted with and says whose it is (``peer``,
-        with ``derived``). ``None``: no candidate was proved and obtained (then computed)."""
-        iv = decode_object(decode(iv_block.data))
-        shape = supersets.public_shape(cq, iv) if isinstance(iv, Invocation) else None
-        if shape is None:
+        docs/reuse.md "Answers from supersets"): the newest such claims (``supersets.peer_candidates``), proved all
+        at once within one budget (``_proved_candidates``), then each proved one obtained as a peer hit of its
+        invocation, with all its checks under ``mode``. The answer carries the trust its source was accepted with
+        and says whose it is (``peer``, with ``derived``). ``None``: none was proved and obtained (then computed)."""
+        ours = decode_object(decode(iv_block.data))
+        shape = supersets.public_shape(cq, ours) if isinstance(ours, Invocation) else None
+        if shape is None or not isinstance(ours, Invocation):
             return None
         listed = supersets.peer_candidates(
             self.index.shape_claims(shape),
@@ -930,68 +943,87 @@ class Resolver:
             cid_str(iv_block.cid),
             lambda c: c.status != "refused" or c.reason.startswith(POLICY),
         )
-        for claim in listed:
+        for cand in await self._proved_candidates(listed, cq, ours, mode, emit):
             t0 = time.perf_counter()
-            got = await self._peer_candidate(claim, cq, objects, iv_block, versions, mode, emit, hints)
-            if got is None:
-                continue
-            source, rw, width = got
-            found = await self._derive(source.row, rw, width, emit)
-            if found is None:
+            source = await self._obtain_candidate(cand, cq, objects, versions, mode, emit, hints)
+            found = None if source is None else await self._derive(source.row, cand.rw, cand.width, emit)
+            if source is None or found is None:
                 continue
             row = await self._publish_derived(
-                cq, objects, iv_block, versions, source.row, rw.rule, found, t0, trust=source.trust
+                cq, objects, iv_block, versions, source.row, cand.rw.rule, found, t0, trust=source.trust
             )
             self.derived += 1
-            log.info("derived from a peer's result", extra={"invocation": row.invocation, "from": claim.execution})
-            derived = {"execution": source.row.execution, "invocation": source.row.invocation, "rule": rw.rule}
+            log.info("derived from a peer's result", extra={"invocation": row.invocation, "from": cand.claim.execution})
+            derived = {"execution": source.row.execution, "invocation": source.row.invocation, "rule": cand.rw.rule}
             return Outcome(row, "peer", row.trust, {**(source.peer or {}), "derived": derived})
         return None
 
-    async def _peer_candidate(
+    async def _proved_candidates(
+        self, listed: Sequence[ClaimRow], cq: CanonicalQuery, ours: Invocation, mode: str, emit: Event
+    ) -> list[_Candidate]:
+        """The candidates a rule proves can answer ``cq``, in ``listed`` order: their statements read and proved at
+        once, all within ``supersets.PEER_PROOF_BUDGET``; one still unread then is dropped (with its lookup), so a
+        miss never waits on many slow peers one after another before it computes."""
+        if not listed:
+            return []
+        tasks = [asyncio.ensure_future(self._prove_candidate(c, cq, ours, mode, emit)) for c in listed]
+        done, pending = await asyncio.wait(tasks, timeout=supersets.PEER_PROOF_BUDGET)
+        for task in pending:
+            task.cancel()
+        proved = [t.result() for t in tasks if t in done and t.exception() is None]
+        if pending:
+            log.info("peer candidates not proved within the budget", extra={"dropped": len(pending)})
+        return [c for c in proved if c is not None]
+
+    async def _prove_candidate(
+        self, claim: ClaimRow, cq: CanonicalQuery, ours: Invocation, mode: str, emit: Event
+    ) -> _Candidate | None:
+        """One peer candidate, proved: its statement kept here already (no network), else read from its lookup
+        answer (the lookup's answers are kept for obtaining it) or from Kubo; a result of it held here already
+        (an earlier peer hit or derivation, checked enough for ``mode``) is used as it is."""
+        hit = self.index.execution(claim.invocation)
+        held = hit if hit is not None and hit.trust in accepts(mode) and hit.failure is None else None
+        statement = self._statements.get(claim.invocation)
+        asking = None
+        if statement is None:
+            try:
+                providers = () if held else check_announcement(claim.announcement).providers
+            except ClaimRefused:
+                return None
+            asking = None if held else self._ask_peers(CID.decode(claim.invocation), emit)
+            answers = await asking if asking is not None else {}
+            carried = {k: v for items in answers.values() for _, blocks in items for k, v in blocks.items()}
+            statement = await supersets.read_statement(self.kubo, claim.invocation, carried, tuple(providers))
+            if statement is None:
+                return None
+            self._statements.keep(claim.invocation, statement)
+        proved = await self._prove(statement.query, cq) if statement.answers_inputs_of(ours) else None
+        return None if proved is None else _Candidate(claim, statement, *proved, held, asking)
+
+    async def _obtain_candidate(
         self,
-        claim: ClaimRow,
+        cand: _Candidate,
         cq: CanonicalQuery,
         objects: list[Block],
-        iv_block: Block,
         versions: list[Version],
         mode: str,
         emit: Event,
         hints: list[str],
-    ) -> tuple[Outcome, Rewrite, int] | None:
-        """A peer's candidate superset, proved to answer ``cq`` and obtained: held here already (a peer hit kept,
-        checked enough for ``mode``), else looked up and fetched as a peer hit of its invocation is (every check,
-        quorum, community, refusals and scores). With the rewrite and its result's number of columns."""
-        ours = decode_object(decode(iv_block.data))
-        assert isinstance(ours, Invocation)
-        hit = self.index.execution(claim.invocation)
-        held = hit is not None and hit.trust in accepts(mode) and hit.failure is None
-        asking = None if held else self._ask_peers(CID.decode(claim.invocation), emit)
-        answers = await asking if asking is not None else {}
-        carried = {k: v for items in answers.values() for _, blocks in items for k, v in blocks.items()}
-        try:
-            providers = () if held else check_announcement(claim.announcement).providers
-        except ClaimRefused:
-            return None
-        read = await supersets.peer_statement(self.kubo, claim, carried, tuple(providers), ours)
-        proved = None if read is None else await self._prove(read[2], cq)
-        if read is None or proved is None:
-            return None
-        cand_iv, cand_qy, qy = read
-        rw, width = proved
-        if held and hit is not None:  # a peer's result kept here (an earlier peer hit or derivation)
-            peer = {"peer": claim.peer, "signer": claim.signer, "mode": mode, "receipt": hit.receipt}
-            return Outcome(hit, "local", hit.trust, peer), rw, width
-        want_cq = replace(cq, statement=qy.statement)
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        done.set_result(answers)
+    ) -> Outcome | None:
+        """A proved candidate's result: held here, else fetched as a peer hit of its invocation is (every check,
+        quorum, community, refusals and scores; the lookup made while proving it is reused)."""
+        claim, st = cand.claim, cand.statement
+        if cand.held is not None:
+            peer = {"peer": claim.peer, "signer": claim.signer, "mode": mode, "receipt": cand.held.receipt}
+            return Outcome(cand.held, "local", cand.held.trust, peer)
+        want_cq = replace(cq, statement=st.query.statement)
         tallied: list[quorum.Tally] = []
-        found = await self._from_peers(want_cq, cand_iv, versions, mode, emit, hints, tallied, done)
+        found = await self._from_peers(want_cq, st.iv_block, versions, mode, emit, hints, tallied, cand.asking)
         if found is None:
             return None
         c, got = found
-        cand_objects = [*objects[:-1], cand_qy]
-        return await self._keep_peer_answer(c, got, cand_objects, cand_iv, _peer_part(c, got, mode, tallied)), rw, width
+        cand_objects = [*objects[:-1], st.qy_block]
+        return await self._keep_peer_answer(c, got, cand_objects, st.iv_block, _peer_part(c, got, mode, tallied))
 
     async def _prove(self, qy: Query, cq: CanonicalQuery) -> tuple[Rewrite, int] | None:
         """The rewrite of ``cq`` over the result of a peer's query ``qy`` (same inputs), and that result's number of
@@ -1229,12 +1261,13 @@ class Resolver:
             agrees = claim is not None and (claim[1].logical_hash, claim[1].rows) == (logical, table.num_rows)
             rc = self._receipt(cq, ex.cid, iv_block.cid, logical, table.num_rows, st_block.cid, versions, timings)
             came, rule = derived if derived else (None, None)
-            rc = replace(rc, profile=ep_block.cid, verifies=claim[0] if claim and agrees else None, derived_from=came)
-            rc = replace(rc, rewrite=rule)
+            verifies = claim[0] if claim and agrees else None
+            rc = replace(rc, profile=ep_block.cid, verifies=verifies, derived_from=came, rewrite=rule)
             rc_block = block_of(rc.signed(self.identity.sign))
             # One call per codec, at once (13 calls one after the other took 20-26 ms of a derived answer's ~100)
             await self._put_blocks([(b.cid, b.data) for b in [*objects, iv_block, st_block, *ex_blocks, rc_block]])
-            await self._pin_receipt(rc_block.cid, rc, foreign=trust not in VERIFIED_LABELS)
+            behind = derived is not None and trust in VERIFIED_LABELS and claim is None  # pin, announce: after
+            await self._pin_receipt(rc_block.cid, rc, foreign=trust not in VERIFIED_LABELS, owe=behind)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(
@@ -1252,12 +1285,16 @@ class Resolver:
                 profile=cid_str(ep_block.cid),
             )
             if remember:  # before it is announced: the announcement names the shape
-                self._warm_arrow()
-                iv = decode_object(decode(iv_block.data))
-                supersets.remember(self.index, cq, versions, row, iv if isinstance(iv, Invocation) else None)
-            return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None)
+                self._remember_shape(cq, versions, row, iv_block)
+            return await self._record(row, [ex.cid, rc_block.cid, *slices], own=claim is not None, behind=behind)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+
+    def _remember_shape(self, cq: CanonicalQuery, versions: list[Version], row: ExecutionRow, iv_block: Block) -> None:
+        """Index a result as a candidate superset of later queries (and warm what deriving from it needs)."""
+        self._warm_arrow()
+        iv = decode_object(decode(iv_block.data))
+        supersets.remember(self.index, cq, versions, row, iv if isinstance(iv, Invocation) else None)
 
     async def _publish_failure(
         self,
@@ -1376,23 +1413,36 @@ class Resolver:
             files.append((path, added.cid))
         return slices, files, str(hasher.finish())
 
-    async def _record(self, row: ExecutionRow, provide: list[CID], own: bool = False) -> ExecutionRow:
+    async def _record(
+        self, row: ExecutionRow, provide: list[CID], own: bool = False, behind: bool = False
+    ) -> ExecutionRow:
         """Index a stored and pinned execution, announce what we now provide, and tell the listener. ``own``: the
-        announcement names this row's receipt (a verification's), even when the index keeps an earlier row."""
+        announcement names this row's receipt (a verification's), even when the index keeps an earlier row.
+        ``behind``: its pin is owed (drained now) and the announcement goes out after the answer."""
         self.index.add_execution(row)
         await self._provide(provide)
         stored = self.index.execution(row.invocation) or row
+        if behind:
+            self.drain_pins()
         # Derived from a peer's unchecked result: not signed for to peers (network._ours, docs/peers.md).
         if self.on_published is not None and row.trust in VERIFIED_LABELS:
-            await self.on_published(row if own else stored)
+            published = self.on_published(row if own else stored)
+            if behind:
+                self._keep_task(asyncio.ensure_future(published))
+            else:
+                await published
         return row if own else stored
 
-    async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False) -> None:
+    async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False, owe: bool = False) -> None:
         """The receipt links everything: one recursive pin keeps result, execution and sources together. A
         verification receipt also links the receipt it verifies, whose own links (its signer's engine profile)
         this node may not hold: that one is pinned alone, so pinning never waits on the network. ``foreign``: the
         receipt is derived from a peer's execution, whose DAG (its bytecode, …) this node may not hold either: it
-        is not pinned here (the peer hit that brought it owes the pins of what was used)."""
+        is not pinned here (the peer hit that brought it owes the pins of what was used). ``owe``: the pin is
+        queued in the index (durable: a crash loses none), drained after the answer (``_record``)."""
+        if owe and rc.verifies is None and not foreign:
+            self.index.queue_pins([(cid_str(cid), True, False)], [])
+            return
         if rc.verifies is None and not foreign:
             await self.kubo.pin_add(cid, recursive=True)
             return

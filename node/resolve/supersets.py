@@ -8,9 +8,10 @@ Spark worker over the candidate's result slices (so the bytes are the canonical 
 Peers' results: an announcement (an_0) of a result its signer computed names the result's shape
 (``public_shape``: over the inputs' content, not their version heads), recorded with the claim. On a miss no local
 candidate answers, the resolver tries the newest claims of the query's shape (``peer_candidates``, at most
-``MAX_PEER_CANDIDATES``): it reads the claim's statement (``peer_statement``:
-its iv_0 and qy_0, carried by a lookup or fetched with a short deadline), proves the rewrite, obtains the peer's
-result through the peer path with every check of the request's trust mode, and derives from it.
+``MAX_PEER_CANDIDATES``): it reads their statements at once (``read_statement``: each iv_0 and qy_0, kept by
+``Statements``, else carried by a lookup or fetched with a short deadline) and proves the rewrites, all within
+``PEER_PROOF_BUDGET``; then it obtains a proved one's result through the peer path with every check of the
+request's trust mode, and derives from it.
 
 Appends (issue 22 item 4, ``appended``): the same statement's result over a version the queried one extends by
 AddData blocks only (found by the shape of that older head) is brought forward by ``node.query.rewrite.forward``
@@ -22,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from multiformats import CID
 
@@ -38,6 +41,11 @@ from node.resolve.claims import Blocks
 
 MAX_PEER_CANDIDATES = 4  # peers' candidate supersets tried for one miss, newest first: a bound on the time spent
 STATEMENT_TIMEOUT = 3.0  # seconds for each of a peer candidate's iv_0 and qy_0 not carried by its lookup answer
+# Seconds for reading and proving all of one miss's peer candidates, together (they are read at once): what a miss
+# may spend before it knows whether a peer's result answers it. Fetching a proved one's result has the peer path's
+# own deadline (peers.resolve_timeout, pushed on while its slices flow).
+PEER_PROOF_BUDGET = 3.0
+STATEMENTS_KEPT = 256  # peer candidates' statements kept read (small: an iv_0 and a qy_0 each)
 
 
 def shape_of(cq: CanonicalQuery, versions: Sequence[Version]) -> str | None:
@@ -144,25 +152,58 @@ def peer_candidates(
     return out
 
 
-async def peer_statement(
-    kubo: KuboClient, claim: ClaimRow, carried: Mapping[bytes, bytes], providers: tuple[str, ...], ours: Invocation
-) -> tuple[Block, Block, Query] | None:
-    """A peer candidate's iv_0 block, qy_0 block and query, read from the blocks its lookup answer carried, else our
-    Kubo (its providers dialled first) within ``STATEMENT_TIMEOUT`` each; ``None`` when they cannot be read, are not
-    an invocation and its query, or name other inputs than ``ours`` (a claimed shape is a hint, checked here)."""
+@dataclass(frozen=True)
+class Statement:
+    """A peer candidate's invocation and query, read and hash-checked (immutable: kept by ``Statements``)."""
+
+    iv_block: Block
+    qy_block: Block
+    invocation: Invocation
+    query: Query
+
+    def answers_inputs_of(self, ours: Invocation) -> bool:
+        """Same inputs as ``ours``: a claimed shape is a hint, checked here."""
+        return self.invocation.inputs == ours.inputs and list(self.query.inputs) == [i.structure for i in ours.inputs]
+
+
+async def read_statement(
+    kubo: KuboClient, invocation: str, carried: Mapping[bytes, bytes], providers: tuple[str, ...]
+) -> Statement | None:
+    """A peer candidate's iv_0 and qy_0, read from the blocks its lookup answer carried, else our Kubo (its
+    providers dialled first) within ``STATEMENT_TIMEOUT`` each; ``None`` when they cannot be read or are not an
+    invocation and its query."""
     src = Blocks(kubo, carried, providers)
     try:
-        iv_cid = CID.decode(claim.invocation)
+        iv_cid = CID.decode(invocation)
         iv_block = Block(iv_cid, await src.get(iv_cid, STATEMENT_TIMEOUT))
         iv_block.verify()
         iv = decode_object(decode(iv_block.data, iv_cid.codec.code))
-        if not isinstance(iv, Invocation) or iv.inputs != ours.inputs:
+        if not isinstance(iv, Invocation):
             return None
         qy_block = Block(iv.query, await src.get(iv.query, STATEMENT_TIMEOUT))
         qy_block.verify()
         qy = decode_object(decode(qy_block.data, iv.query.codec.code))
     except (CairnError, ValueError):
         return None
-    if not isinstance(qy, Query) or list(qy.inputs) != [i.structure for i in ours.inputs]:
-        return None
-    return iv_block, qy_block, qy
+    return Statement(iv_block, qy_block, iv, qy) if isinstance(qy, Query) else None
+
+
+class Statements:
+    """Peer candidates' statements already read, by invocation CID: a candidate seen again is proved with no
+    network call. Bounded (``STATEMENTS_KEPT``, oldest dropped first)."""
+
+    def __init__(self, kept: int = STATEMENTS_KEPT) -> None:
+        self.kept = kept
+        self._by_invocation: OrderedDict[str, Statement] = OrderedDict()
+
+    def get(self, invocation: str) -> Statement | None:
+        found = self._by_invocation.get(invocation)
+        if found is not None:
+            self._by_invocation.move_to_end(invocation)
+        return found
+
+    def keep(self, invocation: str, statement: Statement) -> None:
+        self._by_invocation[invocation] = statement
+        self._by_invocation.move_to_end(invocation)
+        while len(self._by_invocation) > self.kept:
+            self._by_invocation.popitem(last=False)

@@ -443,10 +443,12 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
                 "arrow_ms",
             ),
         ]
+        receipts = []
         for cached_sql, new_sql, rule, evaluated in pairs:
             cached = await ask(b[1], cached_sql)
             jobs = b[0].resolver.worker.jobs_sent
             derived = await ask(b[1], new_sql)
+            receipts.append(CID.decode(derived["receipt"]))
             scratch = await ask(a[1], new_sql)
             assert (cached["source"], derived["source"], scratch["source"]) == ("computed",) * 3
             assert sorted(derived["rows"]) == sorted(duck(csv_dir, new_sql))
@@ -458,6 +460,13 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
             assert (rc.derived_from, rc.rewrite) == (source, rule)
             assert evaluated in rc.timings and jobs + (evaluated == "compute_ms") == b[0].resolver.worker.jobs_sent
             assert (await _receipt(a, scratch["receipt"])).derived_from is None
+
+        async def pinned() -> bool | None:  # a derived answer's pin follows it: owed first, drained after
+            kubo = b[0].resolver.kubo
+            kinds = [(await kubo.pin_ls(r, type="recursive")).get(r) for r in receipts]
+            return kinds == ["recursive"] * len(receipts) and not b[0].index.pending_pins() or None
+
+        await wait_for(pinned, 15.0, "the derived answers' receipts pinned recursively")
         before = b[0].resolver.derived
         refused = await ask(b[1], "SELECT region, AVG(amount) FROM sales GROUP BY region")
         # 4: the three asked to be, and the second pair's cached query (a restriction of the first's)

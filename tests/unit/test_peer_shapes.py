@@ -3,9 +3,13 @@ peers' claims a miss tries as candidate supersets (node.resolve.supersets)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -17,6 +21,7 @@ from node.model.query import InputIdentity
 from node.query import CanonicalQuery, canonicalize
 from node.resolve import supersets
 from node.resolve.claims import check_announcement
+from node.resolve.resolver import Resolver
 
 PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 SHAPE = "ab" * 32
@@ -151,3 +156,39 @@ def test_an_index_from_before_shapes_were_announced_is_migrated(tmp_path: Path) 
     assert index.add_claim(_claim("new", "did:key:a", 2.0))
     assert [c.invocation for c in index.shape_claims(SHAPE)] == ["new"]
     index.close()
+
+
+async def test_candidates_are_proved_at_once_within_one_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A miss waits at most ``PEER_PROOF_BUDGET`` for all its peer candidates together: a stalled one is dropped
+    (its work cancelled), the others proved meanwhile are kept in their listed order."""
+    monkeypatch.setattr(supersets, "PEER_PROOF_BUDGET", 0.3)
+    cancelled: list[str] = []
+
+    async def prove(claim: ClaimRow, *_: object) -> object:
+        if claim.invocation == "stalls":
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(claim.invocation)
+                raise
+        await asyncio.sleep(0.05)
+        return None if claim.invocation == "unproved" else claim.invocation
+
+    fake = SimpleNamespace(_prove_candidate=prove)
+    listed = [_claim(i, "did:key:a", 1.0) for i in ("first", "stalls", "unproved", "last")]
+    started = time.monotonic()
+    got = await Resolver._proved_candidates(fake, listed, None, None, "trusted", lambda *_: None)  # type: ignore[arg-type]
+    assert got == ["first", "last"]
+    assert time.monotonic() - started < 3.0  # the budget, not the stalled candidate, ended the wait
+    await asyncio.sleep(0)
+    assert cancelled == ["stalls"]
+
+
+def test_read_statements_are_kept_bounded_newest_used_last_dropped() -> None:
+    kept = supersets.Statements(kept=2)
+    a, b, c = (cast(supersets.Statement, object()) for _ in range(3))
+    kept.keep("a", a)
+    kept.keep("b", b)
+    assert kept.get("a") is a  # used: now the newest
+    kept.keep("c", c)
+    assert (kept.get("a"), kept.get("b"), kept.get("c")) == (a, None, c)
