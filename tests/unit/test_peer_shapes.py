@@ -192,3 +192,21 @@ def test_read_statements_are_kept_bounded_newest_used_last_dropped() -> None:
     assert kept.get("a") is a  # used: now the newest
     kept.keep("c", c)
     assert (kept.get("a"), kept.get("b"), kept.get("c")) == (a, None, c)
+
+
+async def test_work_behind_answers_waits_for_quiet_misses_at_most_defer_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pins and a derived answer's announcement (``Resolver._quiet``) wait while a miss is in flight or one just
+    ended, and no longer than ``DEFER_MAX``: a burst of answers is not slowed by the work of the ones before."""
+    from node.resolve import resolver
+
+    monkeypatch.setattr(resolver, "QUIET_FOR", 0.02)
+    monkeypatch.setattr(resolver, "DEFER_MAX", 0.5)
+    busy = SimpleNamespace(_inflight={"a miss": object()}, _last_landed=0.0)
+    started = time.monotonic()
+    await Resolver._quiet(busy)  # type: ignore[arg-type]
+    assert time.monotonic() - started >= 0.5  # waited the whole deferral: a miss stayed in flight
+    idle = SimpleNamespace(_inflight={}, _last_landed=time.monotonic())
+    landing = asyncio.ensure_future(Resolver._quiet(idle))  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert not landing.done()  # a miss just ended: not quiet yet
+    await asyncio.wait_for(landing, 0.4)  # quiet QUIET_FOR after it, well before DEFER_MAX
