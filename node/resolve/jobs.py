@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from node.errors import CairnError, NotFound, TooManyJobs
+
+log = logging.getLogger("cairn.jobs")
 
 KEEP_SECONDS = 600.0
 MAX_LIVE = 16
@@ -90,7 +93,8 @@ class Jobs:
                 job.error = {"type": "Cancelled", "message": f"job {job.id} was cancelled", "status": 409}
                 job.emit("failed", job.error)
                 raise
-            except Exception as e:  # noqa: BLE001  keep the job's promise: it ends, and says how
+            except Exception as e:  # keep the job's promise: it ends, and says how
+                log.exception("unhandled error in job %s", job.id)  # a bug: the trace goes to the log
                 job.error = {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}
                 job.emit("failed", job.error)
             finally:

@@ -123,6 +123,8 @@ QUIET_FOR = 0.1
 DEFER_MAX = 2.0
 ROUTE_TTL = 60.0  # seconds a provider's Kubo, once dialled ahead of need, is not dialled again for another claim
 MAX_ROUTES = 1024
+RESULTS_KEPT_BYTES = 64 * 1024 * 1024  # decoded cached results kept for deriving answers (``_result_tables``)
+PROFILES_KEPT = 64  # engine profiles (ep_0) read for derived answers, kept: one per worker start, a few blocks
 BLOCKS_DELAY = 0.01  # seconds between a peer's answer and the put of the blocks it owed (reads of Kubo wait for it)
 _NEEDS_TOKEN = "this query is not in the index: computing it needs the node's API token (Authorization: Bearer)"
 
@@ -225,6 +227,8 @@ class Resolver:
         self._previews: dict[tuple[str, int], asyncio.Future[tuple[pa.Schema, list[list[Any]]]]] = {}
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
+        self._results_kept: OrderedDict[str, list[pa.Table]] = OrderedDict()  # by execution CID
+        self._profiles_read: dict[str, Block] = {}  # cached executions' ep_0 blocks, read once (``_profile_of``)
         self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
         self._reaching: set[asyncio.Future[Any]] = set()  # after answering: connects to its providers, block puts
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
@@ -1069,7 +1073,7 @@ class Resolver:
         (no Spark job ran); the engine profile (an ep_0 block) is the cached execution's."""
         if cached.rows > ARROW_EVAL_MAX_ROWS or (cached.profile is None and not self.worker.profile):
             return None
-        tables = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
+        tables = await self._result_tables(cached)
         t1 = time.perf_counter()
 
         def run() -> pa.Table | None:
@@ -1087,6 +1091,24 @@ class Resolver:
             return table, timings, self.worker.profile, None
         # The cached execution's engine profile: its semantics are the answer's, and no worker need be up.
         return table, timings, await self._profile_of(cached), None
+
+    async def _result_tables(self, cached: ExecutionRow) -> list[pa.Table]:
+        """A cached result's slices, decoded: kept in memory once read (``RESULTS_KEPT_BYTES`` in all, least recently
+        used dropped first), since the same superset answers many restrictions. Decoding a 200 000-row result took
+        10-13 ms of a ~40 ms derived answer (issue 22 item 5); a result never changes, so keeping it is safe."""
+        kept = self._results_kept.get(cached.execution)
+        if kept is not None:
+            self._results_kept.move_to_end(cached.execution)
+            return kept
+        tables = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
+        size = sum(t.nbytes for t in tables)
+        if size <= RESULTS_KEPT_BYTES // 4:  # one large result must not push out all the others
+            self._results_kept[cached.execution] = tables
+            total = sum(t.nbytes for ts in self._results_kept.values() for t in ts)
+            while total > RESULTS_KEPT_BYTES:
+                _, dropped = self._results_kept.popitem(last=False)
+                total -= sum(t.nbytes for t in dropped)
+        return tables
 
     async def _derive_on_spark(self, cached: ExecutionRow, rw: Rewrite, width: int, emit: Event) -> Derived:
         """The rewritten statement run on the Spark worker over the cached result's (staged) slices."""
@@ -1171,7 +1193,7 @@ class Resolver:
             return None
         if cached.profile is None:
             return None
-        old = [await self.datasets.read_cid(CID.decode(s)) for s in cached.slices]
+        old = await self._result_tables(cached)
         new = [await self.datasets.read_cid(s.cid, size=s.size) for s in fresh]
         t1 = time.perf_counter()
 
@@ -1194,10 +1216,15 @@ class Resolver:
     async def _profile_of(self, cached: ExecutionRow) -> Block:
         """The ep_0 block of a cached execution's engine profile (pinned with its receipt), checked."""
         assert cached.profile is not None
-        cid = CID.decode(cached.profile)
-        # A peer's result's profile was not fetched by its checks: then from the network (its receipt names it).
-        block = Block(cid, await self.kubo.block_get(cid, offline=cached.source != "peer", timeout=10.0))
-        block.verify()
+        block = self._profiles_read.get(cached.profile)
+        if block is None:
+            cid = CID.decode(cached.profile)
+            # A peer's result's profile was not fetched by its checks: then from the network (its receipt names it).
+            block = Block(cid, await self.kubo.block_get(cid, offline=cached.source != "peer", timeout=10.0))
+            block.verify()
+            if len(self._profiles_read) >= PROFILES_KEPT:
+                self._profiles_read.pop(next(iter(self._profiles_read)))
+            self._profiles_read[cached.profile] = block  # immutable: its CID names it
         return block
 
     async def _forward_on_spark(
@@ -1284,10 +1311,9 @@ class Resolver:
             verifies = claim[0] if claim and agrees else None
             rc = replace(rc, profile=ep_block.cid, verifies=verifies, derived_from=came, rewrite=rule)
             rc_block = block_of(rc.signed(self.identity.sign))
-            # One call per codec, at once (13 calls one after the other took 20-26 ms of a derived answer's ~100)
-            await self._put_blocks([(b.cid, b.data) for b in [*objects, iv_block, st_block, *ex_blocks, rc_block]])
-            behind = derived is not None and trust in VERIFIED_LABELS and claim is None  # pin, announce: after
-            await self._pin_receipt(rc_block.cid, rc, foreign=trust not in VERIFIED_LABELS, owe=behind)
+            blocks = [(b.cid, b.data) for b in [*objects, iv_block, st_block, *ex_blocks, rc_block]]
+            behind = derived is not None and trust in VERIFIED_LABELS and claim is None  # stored after the answer
+            await self._store(rc_block.cid, rc, blocks, trust, behind)
             for path, cid in files:
                 os.replace(path, self.datasets.cache_dir / f"{cid_str(cid)}.parquet")
             row = ExecutionRow(
@@ -1438,36 +1464,52 @@ class Resolver:
     ) -> ExecutionRow:
         """Index a stored and pinned execution, announce what we now provide, and tell the listener. ``own``: the
         announcement names this row's receipt (a verification's), even when the index keeps an earlier row.
-        ``behind``: its pin is owed (drained now) and the announcement goes out after the answer."""
+        ``behind``: its pin is owed (drained now); provides and the announcement go out after the answer."""
         self.index.add_execution(row)
-        await self._provide(provide)
         stored = self.index.execution(row.invocation) or row
         if behind:
             self.drain_pins()
+            self._keep_task(asyncio.ensure_future(self._publish_later(stored, provide)))
+            return stored
+        await self._provide(provide)
         # Derived from a peer's unchecked result: not signed for to peers (network._ours, docs/peers.md).
         if self.on_published is not None and row.trust in VERIFIED_LABELS:
-            if behind:
-                self._keep_task(asyncio.ensure_future(self._publish_later(row if own else stored)))
-            else:
-                await self.on_published(row if own else stored)
+            await self.on_published(row if own else stored)
         return row if own else stored
 
-    async def _publish_later(self, row: ExecutionRow) -> None:
-        """Announce a derived answer once misses are quiet (it was answered already)."""
+    async def _publish_later(self, row: ExecutionRow, provide: list[CID]) -> None:
+        """Provide and announce a derived answer (ours: ``behind`` rows are verified) once misses are quiet. Not
+        owed durably: Kubo's reprovider provides what is pinned, and a lookup answers from the index."""
         await self._quiet()
+        await self._provide(provide)
         if self.on_published is not None:
             await self.on_published(row)
 
-    async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False, owe: bool = False) -> None:
+    async def _store(
+        self, receipt: CID, rc: Receipt, blocks: Sequence[tuple[CID, bytes]], trust: str, behind: bool
+    ) -> None:
+        """An answer's blocks into our Kubo, its receipt pinned: now, or (``behind``: a derived answer of ours) owed
+        and done after it (``_owe_receipt``)."""
+        if behind:
+            self._owe_receipt(receipt, blocks)
+            return
+        await self._put_blocks(blocks)  # one call per codec, at once (13 calls one after the other: 20-26 ms)
+        await self._pin_receipt(receipt, rc, foreign=trust not in VERIFIED_LABELS)
+
+    def _owe_receipt(self, receipt: CID, blocks: Sequence[tuple[CID, bytes]]) -> None:
+        """A derived answer's blocks and its receipt's recursive pin, owed in the index (one transaction: a crash
+        loses none, the next start puts and pins them), put right after the answer (later calls of our Kubo wait
+        for that put: ``KuboClient.write_behind``), pinned once misses are quiet (``_drain_pins``). They took 10-15
+        ms of Kubo calls, and the pin 20-35 ms, of a derived answer at 10 M rows (issue 22 item 5)."""
+        self.index.queue_pins([(cid_str(receipt), True, False)], [(cid_str(c), d) for c, d in blocks])
+        self._keep_task(self.kubo.write_behind(self._put_owed_blocks(BLOCKS_DELAY)))
+
+    async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False) -> None:
         """The receipt links everything: one recursive pin keeps result, execution and sources together. A
         verification receipt also links the receipt it verifies, whose own links (its signer's engine profile)
         this node may not hold: that one is pinned alone, so pinning never waits on the network. ``foreign``: the
         receipt is derived from a peer's execution, whose DAG (its bytecode, …) this node may not hold either: it
-        is not pinned here (the peer hit that brought it owes the pins of what was used). ``owe``: the pin is
-        queued in the index (durable: a crash loses none), drained after the answer (``_record``)."""
-        if owe and rc.verifies is None and not foreign:
-            self.index.queue_pins([(cid_str(cid), True, False)], [])
-            return
+        is not pinned here (the peer hit that brought it owes the pins of what was used)."""
         if rc.verifies is None and not foreign:
             await self.kubo.pin_add(cid, recursive=True)
             return
@@ -1605,9 +1647,7 @@ def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[
     """The blocks of an execution of `cq` over `versions` giving `slices`, in storing order: the execution last.
     ``slices`` None: the execution failed (exitStatus true, no output)."""
     sql_leaf, mbe = bytecode_of(cq.statement)  # the same bytecode a peer's claim is checked against
-    in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
-    in_root = block_of([b.cid for b in in_lists])
-    in_env = block_of(RecursiveDataEnvelope(in_root.cid))
+    in_lists, in_root, in_env = _input_blocks(versions)
     if slices is None:
         ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, True, None))
         return [sql_leaf, mbe, *in_lists, in_root, in_env, ex]
@@ -1615,6 +1655,26 @@ def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[
     out_env = block_of(RecursiveDataEnvelope(out_list.cid))
     ex = block_of(Execution(mbe.cid, ENGINE_HANDLE, in_env.cid, False, out_env.cid))
     return [sql_leaf, mbe, *in_lists, in_root, out_list, in_env, out_env, ex]
+
+
+_INPUT_BLOCKS: OrderedDict[tuple[tuple[bytes, ...], ...], tuple[list[Block], Block, Block]] = OrderedDict()
+INPUT_BLOCKS_KEPT = 64
+
+
+def _input_blocks(versions: Sequence[Version]) -> tuple[list[Block], Block, Block]:
+    """An execution's input blocks: one link list of slices per version, their root and its envelope. The same for
+    every query over the same slices, so encoded once, keyed by the slices (not the head: a snapshot dataset's
+    changelog view has its head and other slices). A 10 M-row version's list took 2-3 ms of a derived answer's ~40
+    (issue 22 item 5)."""
+    key = tuple(tuple(bytes(s.cid) for s in v.slices) for v in versions)
+    found = _INPUT_BLOCKS.get(key)
+    if found is None:
+        in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
+        in_root = block_of([b.cid for b in in_lists])
+        found = _INPUT_BLOCKS[key] = (in_lists, in_root, block_of(RecursiveDataEnvelope(in_root.cid)))
+        if len(_INPUT_BLOCKS) > INPUT_BLOCKS_KEPT:
+            _INPUT_BLOCKS.popitem(last=False)
+    return found
 
 
 def recorded_failure(row: ExecutionRow, peer: Mapping[str, Any] | None, first: bool = False) -> RecordedFailure:

@@ -464,7 +464,7 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
         async def pinned() -> bool | None:  # a derived answer's pin follows it: owed first, drained after
             kubo = b[0].resolver.kubo
             kinds = [(await kubo.pin_ls(r, type="recursive")).get(r) for r in receipts]
-            return kinds == ["recursive"] * len(receipts) and not b[0].index.pending_pins() or None
+            return (kinds == ["recursive"] * len(receipts) and not b[0].index.pending_pins()) or None
 
         await wait_for(pinned, 15.0, "the derived answers' receipts pinned recursively")
         before = b[0].resolver.derived
