@@ -9,11 +9,9 @@ an attacker with more than ``MAX_TRACKED`` identities can reset some; the storag
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
-V = TypeVar("V")
+from node.lru import Lru
 
 MAX_TRACKED = 4096  # peers, and signing keys, whose buckets are remembered (LRU)
 MAX_SIGNERS_PER_PEER = 256  # signing keys remembered as "already seen from this peer"
@@ -38,29 +36,6 @@ class TokenBucket:
             self.tokens = max(0.0, self.tokens - cost)
             return True
         return False
-
-
-class Lru(Generic[V]):
-    """A dict that forgets its least recently used entry beyond ``cap``."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self._d: OrderedDict[str, V] = OrderedDict()
-
-    def get(self, key: str) -> V | None:
-        v = self._d.get(key)
-        if v is not None:
-            self._d.move_to_end(key)
-        return v
-
-    def put(self, key: str, value: V) -> None:
-        self._d[key] = value
-        self._d.move_to_end(key)
-        while len(self._d) > self.cap:
-            self._d.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._d)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from node.errors import (
 from node.identity import Identity
 from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
+from node.lru import Lru
 from node.model import (
     CID,
     Announcement,
@@ -44,7 +45,7 @@ from node.model import (
     encode,
     parse_cid,
 )
-from node.peers.limits import Admission, Limits, Lru
+from node.peers.limits import Admission, Limits
 from node.resolve import Resolver
 from node.resolve.carry import CARRY_BLOCKS, CARRY_CAP, claim_blocks
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok

@@ -234,7 +234,7 @@ class Resolver:
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
         self.ahead = FetchAhead(kubo, fetch_ahead_bytes)  # trusted signers' claims' blocks, before we are asked
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
-        self._statements = supersets.Statements()  # peer candidates' statements read (immutable, bounded)
+        self._statements = supersets.statements()  # peer candidates' statements read (immutable, bounded)
         self._arrow_warmed = False  # arrow_eval.warm() started (once: the first result a later one can derive from)
         Prepared = tuple[CanonicalQuery, list[Block], Invocation, list[Version]]
         self._prepared: OrderedDict[Any, tuple[Prepared, tuple[tuple[str, str], ...]]] = OrderedDict()
@@ -1020,7 +1020,7 @@ class Resolver:
             statement = await supersets.read_statement(self.kubo, claim.invocation, carried, tuple(providers))
             if statement is None:
                 return None
-            self._statements.keep(claim.invocation, statement)
+            self._statements.put(claim.invocation, statement)
         proved = await self._prove(statement.query, cq) if statement.answers_inputs_of(ours) else None
         return None if proved is None else _Candidate(claim, statement, *proved, held, asking)
 

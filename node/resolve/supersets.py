@@ -9,7 +9,7 @@ Peers' results: an announcement (an_0) of a result its signer computed names the
 (``public_shape``: over the inputs' content, not their version heads), recorded with the claim. On a miss no local
 candidate answers, the resolver tries the newest claims of the query's shape (``peer_candidates``, at most
 ``MAX_PEER_CANDIDATES``): it reads their statements at once (``read_statement``: each iv_0 and qy_0, kept by
-``Statements``, else carried by a lookup or fetched with a short deadline) and proves the rewrites, all within
+``statements``, else carried by a lookup or fetched with a short deadline) and proves the rewrites, all within
 ``PEER_PROOF_BUDGET``; then it obtains a proved one's result through the peer path with every check of the
 request's trust mode, and derives from it.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from node.datasets import SliceRef, Version, appends
 from node.errors import CairnError
 from node.index import ClaimRow, ExecutionRow, Index
 from node.ipfs import KuboClient
+from node.lru import Lru
 from node.model import Block, Invocation, Query, cid_str, decode, decode_object
 from node.query import CanonicalQuery
 from node.query.rewrite import Rewrite, forward, rewrite, shape_key
@@ -154,7 +154,7 @@ def peer_candidates(
 
 @dataclass(frozen=True)
 class Statement:
-    """A peer candidate's invocation and query, read and hash-checked (immutable: kept by ``Statements``)."""
+    """A peer candidate's invocation and query, read and hash-checked (immutable: kept by ``statements``)."""
 
     iv_block: Block
     qy_block: Block
@@ -188,22 +188,7 @@ async def read_statement(
     return Statement(iv_block, qy_block, iv, qy) if isinstance(qy, Query) else None
 
 
-class Statements:
+def statements() -> Lru[Statement]:
     """Peer candidates' statements already read, by invocation CID: a candidate seen again is proved with no
-    network call. Bounded (``STATEMENTS_KEPT``, oldest dropped first)."""
-
-    def __init__(self, kept: int = STATEMENTS_KEPT) -> None:
-        self.kept = kept
-        self._by_invocation: OrderedDict[str, Statement] = OrderedDict()
-
-    def get(self, invocation: str) -> Statement | None:
-        found = self._by_invocation.get(invocation)
-        if found is not None:
-            self._by_invocation.move_to_end(invocation)
-        return found
-
-    def keep(self, invocation: str, statement: Statement) -> None:
-        self._by_invocation[invocation] = statement
-        self._by_invocation.move_to_end(invocation)
-        while len(self._by_invocation) > self.kept:
-            self._by_invocation.popitem(last=False)
+    network call (immutable: the CID names them; the oldest dropped beyond ``STATEMENTS_KEPT``)."""
+    return Lru(STATEMENTS_KEPT)

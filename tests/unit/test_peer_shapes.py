@@ -184,14 +184,13 @@ async def test_candidates_are_proved_at_once_within_one_budget(monkeypatch: pyte
     assert cancelled == ["stalls"]
 
 
-def test_read_statements_are_kept_bounded_newest_used_last_dropped() -> None:
-    kept = supersets.Statements(kept=2)
-    a, b, c = (cast(supersets.Statement, object()) for _ in range(3))
-    kept.keep("a", a)
-    kept.keep("b", b)
-    assert kept.get("a") is a  # used: now the newest
-    kept.keep("c", c)
-    assert (kept.get("a"), kept.get("b"), kept.get("c")) == (a, None, c)
+def test_read_statements_are_kept_bounded_least_recently_used_dropped() -> None:
+    kept = supersets.statements()
+    assert kept.cap == supersets.STATEMENTS_KEPT
+    a, b = (cast(supersets.Statement, object()) for _ in range(2))
+    kept.put("a", a)
+    kept.put("b", b)
+    assert (kept.get("a"), kept.get("b"), kept.get("c")) == (a, b, None)
 
 
 async def test_work_behind_answers_waits_for_quiet_misses_at_most_defer_max(monkeypatch: pytest.MonkeyPatch) -> None:
