@@ -16,10 +16,16 @@ atom of the new WHERE's conjunction):
   base rows the new query keeps. NULLs: an atom on NULL is UNKNOWN, the row is dropped by both WHERE clauses.
 - ``rollup``: ``cached`` groups by plain columns with ``sum``/``count``/``min``/``max``; ``new`` groups by a
   non-empty subset of its output keys, filters only on those keys and asks for aggregates the cached result has:
-  ``sum(x)`` and ``count(…)`` roll up by ``SUM``, ``min``/``max`` by themselves. Refused: ``sum`` over
+  ``sum(x)`` and ``count(…)`` roll up by ``SUM``, ``min``/``max`` by themselves, and ``avg(x)`` over an integral
+  column by ``SUM`` of its sums over ``SUM`` of its counts when the cached result has ``sum(x)``, ``count(x)``,
+  ``min(x)`` and ``max(x)``. Spark averages integers by adding them as doubles (``Average``: sum type double), in
+  an order it chooses; every partial sum is exact, so equal to the exact integer sum, while it stays below 2^53 in
+  magnitude, and ``count × max(|min|, |max|)`` bounds them all. The statement checks that bound per group and
+  raises an error when it does not hold (the resolver then computes from scratch: an error costs time, never
+  different bytes); a group with no non-null value is NULL, as Spark's average is. Refused: ``sum`` over
   non-integral columns (float addition is not associative; decimal sums widen their type again), ``min``/``max``
-  over floats (NaN, -0.0), ``avg`` (Spark averages integers in double: a roll-up from exact sums may differ in
-  the last bit), and an empty GROUP BY (over no rows ``count`` is 0 but ``SUM`` of no counts is NULL).
+  over floats (NaN, -0.0), ``avg`` without those four aggregates or over non-integral columns, and an empty GROUP
+  BY (over no rows ``count`` is 0 but ``SUM`` of no counts is NULL).
 
 Appends (issue 22 item 4, ``forward``): the same statement Q over a version that extends the cached one by AddData
 blocks only reads the rows old ∪ new (a multiset). ``forward(Q)`` returns a statement over table ``b`` (the cached
@@ -320,6 +326,12 @@ def _rollup(c: exp.Select, n: exp.Select, types: tuple[str, ...]) -> Rewrite | N
     for (_, e), target in zip(outs, out.expressions, strict=True):
         if _position(e) in keys:
             continue
+        if isinstance(e, exp.Avg):
+            average = _average(e, types, aggregates)
+            if average is None:
+                return None
+            target.set("this", average)
+            continue
         key = _aggregate_key(e, types)
         if key is None or key not in aggregates:
             return None
@@ -327,6 +339,28 @@ def _rollup(c: exp.Select, n: exp.Select, types: tuple[str, ...]) -> Rewrite | N
     # Only key columns may be left (WHERE, GROUP BY, outputs): a filter on a key filters whole groups.
     remapped = _remap(out, columns)
     return None if remapped is None else Rewrite("rollup", remapped.sql(dialect=DIALECT))
+
+
+EXACT_DOUBLE = 2**53  # doubles hold every integer of smaller magnitude: sums of integers below it are exact
+
+
+def _average(e: exp.Avg, types: tuple[str, ...], aggregates: dict[str, int]) -> exp.Expr | None:
+    """``avg(x)`` over an integral ``x`` from the cached ``sum(x)``, ``count(x)``, ``min(x)``, ``max(x)`` (module
+    docstring, ``rollup``), guarded by the bound that makes Spark's double sum exact; ``None`` without them."""
+    pos = _position(e.this)
+    if pos is None or pos >= len(types) or types[pos] not in INTEGRAL:
+        return None
+    parts = [f(this=e.this.copy()).sql(dialect=DIALECT) for f in (exp.Sum, exp.Count, exp.Min, exp.Max)]
+    if any(p not in aggregates for p in parts):
+        return None
+    s, c, lo, hi = (f"{_ROLLED}.col_{aggregates[p]}" for p in parts)
+    return sqlglot.parse_one(
+        f"CASE WHEN SUM({c}) = 0 THEN NULL"
+        f" WHEN SUM({c}) * GREATEST(ABS(MIN({lo})), ABS(MAX({hi}))) < {EXACT_DOUBLE}"
+        f" THEN CAST(SUM({s}) AS DOUBLE) / SUM({c})"
+        " ELSE RAISE_ERROR('avg roll-up: a partial sum may be inexact in double: compute from the inputs') END",
+        read=DIALECT,
+    )
 
 
 def forward(q: CanonicalQuery) -> Rewrite | None:

@@ -422,6 +422,26 @@ def test_rewrites_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) ->
     assert set(EVALUATED) == taken, EVALUATED  # Arrow's answers were compared too, for both rules
 
 
+def test_an_avg_rolled_up_gives_the_from_scratch_bytes_or_an_error(engines: tuple[Engine, Engine]) -> None:
+    """``avg`` rolled up from sums and counts (node/query/rewrite.py, ``rollup``) on real Spark: the from-scratch
+    bytes (Spark adds the integers as doubles: exact below 2^53); with values whose sums a double may not hold, the
+    rewritten statement fails (then the resolver computes from the inputs) instead of answering."""
+    cached, new, rule = rewrite_cases.TAKEN[-1]
+    assert "avg" in new and _check_rewrite_bytes(engines, cached, new, _rewrite_table(rewrite_cases.TABLE)) == rule
+    one = engines[0]
+    inputs = {"t": rewrite_cases.COLUMNS}
+    c = canonicalize("SELECT x, sum(k), count(k), min(k), max(k) FROM t GROUP BY x", inputs)
+    r = rewrite(c, canonicalize("SELECT avg(k) FROM t GROUP BY x", inputs))
+    assert r is not None
+    big = [(1, 1, 2**52, "a", 0.0)] * 3  # a partial sum of 2^53 + 2^52: a double may round it
+    result = one.run_canonical(c, one.write({"t": _rewrite_table(big)}))
+    assert isinstance(result, pa.Table), result
+    path = one.base / f"cached-{len(list(one.base.iterdir()))}.parquet"
+    write_parquet_slice(result, str(path))
+    failed = one.run(r.statement, {"a": ([path], [f"col_{i}" for i in range(5)])})
+    assert isinstance(failed, Failed) and "inexact" in failed.message, failed
+
+
 def _taken(pair: tuple[str, str]) -> bool:
     return rewrite_cases._rw(*pair) is not None
 
