@@ -621,3 +621,49 @@ def test_a_restriction_is_derived_from_a_peers_announced_superset(net: dict[str,
         "derived" not in b.get(f"/api/v0/dag/{scratch['receipt']}")[1]["content"]
         and status(b)["spark"]["jobs"] == jobs + 1
     )
+
+
+def test_an_answer_brought_forward_over_an_append_is_a_peer_hit(net: dict[str, NodeProcess], tmp_path: Any) -> None:
+    """Issue 22 item 4 across two nodes (docs/reuse.md "Appends"): both nodes ingest the same rows, then the same
+    appended rows. A answers a roll-up over the first version, then over the appended one by computing over the new
+    slice alone and merging (receipt ``derived``: A's first execution, rule ``append``). B, which never computed
+    either, asks the same question over its own appended version: the same invocation, so a peer hit of A's
+    forwarded answer, checked like any claim (its receipt's ``derived`` link included), with no Spark job on B.
+    Oracle for the rows: DuckDB over the two files."""
+    import duckdb
+
+    a, b = net["a"], net["b"]
+    first, more = tmp_path / "grow.csv", tmp_path / "more.csv"
+    first.write_bytes(b"g,x\na,1\nb,2\na,3\n")
+    more.write_bytes(b"g,x\nb,10\nc,4\n")
+    sql = "SELECT g, SUM(x), COUNT(*), MAX(x) FROM grow GROUP BY g"
+
+    def grow(node: NodeProcess, **extra: Any) -> dict[str, Any]:
+        body = {"sql": sql, "inputs": {"grow": "grow"}, **extra}
+        code, out = post(node, "/api/v0/query", body, token=True)
+        assert code == 200, out
+        return out
+
+    for n in (a, b):
+        r = n.cli("add", str(first), "--name", "grow")
+        assert r.returncode == 0, r.stderr.decode()
+    old = grow(a)
+    for n in (a, b):
+        r = n.cli("add", str(more), "--to", "grow")
+        assert r.returncode == 0, r.stderr.decode()
+    forwarded = grow(a)
+    assert (old["source"], forwarded["source"]) == ("computed", "computed"), forwarded
+    rc = a.get(f"/api/v0/dag/{forwarded['receipt']}")[1]["content"]
+    assert rc["derived"] == {"execution": {"/": old["execution"]}, "rule": "append"}, rc
+    jobs = status(b)["spark"]["jobs"]
+    hit = grow(b)
+    assert (hit["source"], hit["trust"]) == ("peer", "trusted-signer"), hit
+    assert (hit["invocation"], hit["execution"], hit["logicalHash"]) == (
+        forwarded["invocation"],
+        forwarded["execution"],
+        forwarded["logicalHash"],
+    )
+    assert hit["peer"]["receipt"] == forwarded["receipt"] and status(b)["spark"]["jobs"] == jobs
+    files = f"read_csv(['{first}', '{more}'])"
+    oracle = duckdb.sql(f"SELECT g, SUM(x), COUNT(*), MAX(x) FROM {files} GROUP BY g").fetchall()
+    assert sorted(map(tuple, hit["rows"])) == sorted(oracle)
