@@ -480,10 +480,10 @@ def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
         while "READY" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
             line = proc.stdout.readline()
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=5)
-        assert time.monotonic() - t0 < 3.0
+        # A bound on a hang, not a timing: under the full suite's load the atexit stop took over 5 s (a failure that
+        # said nothing of this code, twice), while a program that does not exit on SIGINT never does.
+        out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
