@@ -43,6 +43,7 @@ from node.errors import (
 from node.identity import Identity
 from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
 from node.ipfs import KuboClient
+from node.lru import Lru
 from node.model import (
     CID,
     Announcement,
@@ -228,7 +229,7 @@ class Resolver:
         self._profile: tuple[Mapping[str, Any], Block] | None = None  # the worker's last report, as an ep_0
         self._profiles_put: set[str] = set()  # ep_0 CIDs already written to Kubo (written once)
         self._results_kept: OrderedDict[str, list[pa.Table]] = OrderedDict()  # by execution CID
-        self._profiles_read: dict[str, Block] = {}  # cached executions' ep_0 blocks, read once (``_profile_of``)
+        self._profiles_read: Lru[Block] = Lru(PROFILES_KEPT)  # cached executions' ep_0 blocks (``_profile_of``)
         self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
         self._reaching: set[asyncio.Future[Any]] = set()  # after answering: connects to its providers, block puts
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
@@ -991,9 +992,11 @@ class Resolver:
         if not listed:
             return []
         tasks = [asyncio.ensure_future(self._prove_candidate(c, cq, ours, mode, emit)) for c in listed]
-        done, pending = await asyncio.wait(tasks, timeout=supersets.PEER_PROOF_BUDGET)
-        for task in pending:
-            task.cancel()
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=supersets.PEER_PROOF_BUDGET)
+        finally:  # the miss itself cancelled (its client gone, the node stopping): no proof left running
+            for task in tasks:
+                task.cancel()
         proved = [t.result() for t in tasks if t in done and t.exception() is None]
         if pending:
             log.info("peer candidates not proved within the budget", extra={"dropped": len(pending)})
@@ -1222,9 +1225,7 @@ class Resolver:
             # A peer's result's profile was not fetched by its checks: then from the network (its receipt names it).
             block = Block(cid, await self.kubo.block_get(cid, offline=cached.source != "peer", timeout=10.0))
             block.verify()
-            if len(self._profiles_read) >= PROFILES_KEPT:
-                self._profiles_read.pop(next(iter(self._profiles_read)))
-            self._profiles_read[cached.profile] = block  # immutable: its CID names it
+            self._profiles_read.put(cached.profile, block)  # immutable: its CID names it
         return block
 
     async def _forward_on_spark(
@@ -1657,8 +1658,8 @@ def _execution_blocks(cq: CanonicalQuery, versions: list[Version], slices: list[
     return [sql_leaf, mbe, *in_lists, in_root, out_list, in_env, out_env, ex]
 
 
-_INPUT_BLOCKS: OrderedDict[tuple[tuple[bytes, ...], ...], tuple[list[Block], Block, Block]] = OrderedDict()
 INPUT_BLOCKS_KEPT = 64
+_INPUT_BLOCKS: Lru[tuple[list[Block], Block, Block]] = Lru(INPUT_BLOCKS_KEPT)
 
 
 def _input_blocks(versions: Sequence[Version]) -> tuple[list[Block], Block, Block]:
@@ -1666,14 +1667,13 @@ def _input_blocks(versions: Sequence[Version]) -> tuple[list[Block], Block, Bloc
     every query over the same slices, so encoded once, keyed by the slices (not the head: a snapshot dataset's
     changelog view has its head and other slices). A 10 M-row version's list took 2-3 ms of a derived answer's ~40
     (issue 22 item 5)."""
-    key = tuple(tuple(bytes(s.cid) for s in v.slices) for v in versions)
+    key = " ".join(",".join(str(s.cid) for s in v.slices) for v in versions)
     found = _INPUT_BLOCKS.get(key)
     if found is None:
         in_lists = [block_of([s.cid for s in v.slices]) for v in versions]
         in_root = block_of([b.cid for b in in_lists])
-        found = _INPUT_BLOCKS[key] = (in_lists, in_root, block_of(RecursiveDataEnvelope(in_root.cid)))
-        if len(_INPUT_BLOCKS) > INPUT_BLOCKS_KEPT:
-            _INPUT_BLOCKS.popitem(last=False)
+        found = (in_lists, in_root, block_of(RecursiveDataEnvelope(in_root.cid)))
+        _INPUT_BLOCKS.put(key, found)
     return found
 
 

@@ -184,6 +184,35 @@ async def test_candidates_are_proved_at_once_within_one_budget(monkeypatch: pyte
     assert cancelled == ["stalls"]
 
 
+async def test_a_cancelled_miss_leaves_no_proof_running() -> None:
+    """The miss itself cancelled (its client gone, the node stopping) while its candidates are proved: every proof
+    is cancelled with it, none is left reading from peers."""
+    started: list[str] = []
+    cancelled: list[str] = []
+    both = asyncio.Event()
+
+    async def prove(claim: ClaimRow, *_: object) -> object:
+        started.append(claim.invocation)
+        if len(started) == 2:
+            both.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(claim.invocation)
+            raise
+        return None
+
+    fake = SimpleNamespace(_prove_candidate=prove)
+    listed = [_claim(i, "did:key:a", 1.0) for i in ("a", "b")]
+    miss = asyncio.ensure_future(Resolver._proved_candidates(fake, listed, None, None, "trusted", lambda *_: None))  # type: ignore[arg-type]
+    await asyncio.wait_for(both.wait(), 5.0)
+    miss.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await miss
+    await asyncio.sleep(0)
+    assert sorted(cancelled) == ["a", "b"]
+
+
 def test_read_statements_are_kept_bounded_least_recently_used_dropped() -> None:
     kept = supersets.statements()
     assert kept.cap == supersets.STATEMENTS_KEPT
