@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from node.errors import KuboRPCError, KuboStartError
-from node.ipfs import KuboClient, ManagedKubo
+from node.ipfs import KuboClient, ManagedKubo, managed
 from tests.fixtures.procs import process_running
 
 pytestmark = pytest.mark.kubo
@@ -103,6 +103,27 @@ async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
     await until(lambda: not kubo.alive(), what="daemon exit")
     await asyncio.sleep(0.2)  # give a (wrongly) surviving supervisor the time it would need
     assert kubo.restarts == 1 and not kubo.alive()
+
+
+async def test_supervise_is_woken_by_the_exit_not_by_polling(
+    kubo: ManagedKubo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: an idle node's loop is not woken to poll its Kubo. With the poll and the recheck an hour long, only
+    the daemon's pidfd can tell the supervisor it died: it still restarts it."""
+    monkeypatch.setattr(managed, "RECHECK_S", 3600.0)
+    states: list[str] = []
+    old_pid = kubo.pid
+    assert old_pid is not None
+    task = asyncio.create_task(kubo.supervise(states.append, poll_interval=3600.0, backoff=0.02))
+    try:
+        await asyncio.sleep(0.2)  # the supervisor waits on the live daemon
+        os.kill(old_pid, signal.SIGKILL)
+        await until(lambda: kubo.restarts == 1 and kubo.alive(), what="restart after SIGKILL, woken by the pidfd")
+        assert states == ["down", "restarting", "up"] and kubo.pid != old_pid
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
 
 
 async def test_supervise_does_not_restart_after_stop(kubo: ManagedKubo) -> None:
