@@ -19,7 +19,7 @@ JSON on stdout: per N the figures, and ``growth``: each figure over its value at
 N is read against the model in docs/scaling.md.
 
     .venv/bin/python scripts/bench/network_scale.py [--sizes 3,6,12] [--announces 5] [--asks 3] [--settle 10]
-        [--idle 10] [--keep]
+        [--idle 10] [--keep] [--env CAIRN_K=V ...]
 """
 
 from __future__ import annotations
@@ -66,14 +66,14 @@ def kubo_pid(node: BenchNode) -> int | None:
     return int(pid) if pid else None
 
 
-def start_ring(n: int, work: Path, data: Path) -> tuple[list[BenchNode], int]:
-    """N nodes in a ring; the index of the far node (the one that computes)."""
+def start_ring(n: int, work: Path, data: Path, extra: dict[str, str]) -> tuple[list[BenchNode], int]:
+    """N nodes in a ring; the index of the far node (the one that computes). ``extra``: settings of every node."""
     far = n // 2
     nodes: list[BenchNode] = []
     base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     for i in range(n):
         spark = {"CAIRN_SPARK_AUTOSTART": "true" if i == far else "false", "CAIRN_SPARK_WARMUP_ROWS": "0"}
-        nodes.append(BenchNode(f"n{i}", work / f"n{i}", {**base, **spark}).start())
+        nodes.append(BenchNode(f"n{i}", work / f"n{i}", {**base, **spark, **extra}).start())
     key = nodes[far].info()["node_key"]
     for i, node in enumerate(nodes):
         node.ingest(data, SMALL)
@@ -162,7 +162,8 @@ def run_size(n: int, work: Path, data: Path, args: argparse.Namespace) -> dict[s
     say(f"N = {n}: starting the ring…")
     nodes: list[BenchNode] = []
     try:
-        nodes, far = start_ring(n, work / f"ring{n}", data)
+        extra = dict(kv.split("=", 1) for kv in args.env)
+        nodes, far = start_ring(n, work / f"ring{n}", data, extra)
         nodes[far].wait_spark()
         consts = Constants()
         nodes[far].query(SQL.format(c=consts.next()), SMALL, "self", "computed")  # Spark's first job: untimed
@@ -201,6 +202,7 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--env", action="append", default=[], metavar="CAIRN_K=V", help="a setting of every node")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cairn-scale-"))
     data = work / "bench.parquet"
