@@ -75,11 +75,26 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return _error(e.status, type(e).__name__, e.message)
     except web.HTTPRequestEntityTooLarge as e:
         return _error(413, "TooLarge", e.text or "request body too large")
-    except web.HTTPException:
-        raise
+    except web.HTTPException as e:
+        if e.status < 400 or not request.path.startswith("/api/"):
+            raise
+        return _route_error(request, e)
     except Exception as e:  # a bug: say so without leaking internals, keep the trace in the log
         log.exception("unhandled error in %s %s", request.method, request.path)
         return _error(500, "InternalError", f"internal error: {type(e).__name__}")
+
+
+def _route_error(request: web.Request, e: web.HTTPException) -> web.Response:
+    """An API path no route answers (404) or not with this method (405): the API's own error shape, as every other
+    refusal, not aiohttp's plain text (``Allow`` kept)."""
+    if e.status == 405:
+        allowed = e.headers.get("Allow", "")
+        resp = _error(405, "MethodNotAllowed", f"{request.method} is not allowed on {request.path}: use {allowed}")
+        resp.headers["Allow"] = allowed
+        return resp
+    if e.status == 404:
+        return _error(404, "NotFound", f"no API route {request.method} {request.path}: see GET /api/v0/openapi.json")
+    return _error(e.status, type(e).__name__.removeprefix("HTTP"), e.reason)
 
 
 def _node(request: web.Request) -> Node:

@@ -166,6 +166,22 @@ async def test_json_routes_refuse_text_and_form_bodies(inode: InNode) -> None:
     assert len(node.index.trusted()) == 0
 
 
+async def test_unknown_api_routes_and_methods_answer_in_the_error_shape(inode: InNode) -> None:
+    """A mistyped path or method under /api/ gets the API's one-line JSON error (404, 405 with Allow), like every
+    other refusal; paths outside the API (the gateway's, the page's) keep aiohttp's own answers."""
+    _, client = inode
+    resp = await client.get("/api/v0/quer")
+    body = await resp.json()
+    assert resp.status == 404 and body["error"]["type"] == "NotFound", body
+    assert "/api/v0/quer" in body["error"]["message"] and "\n" not in body["error"]["message"]
+    resp = await client.delete("/api/v0/query")
+    body = await resp.json()
+    assert resp.status == 405 and body["error"]["type"] == "MethodNotAllowed", body
+    assert "POST" in resp.headers["Allow"] and "POST" in body["error"]["message"]
+    resp = await client.get("/no-such-page")
+    assert resp.status == 404 and resp.content_type == "text/plain"
+
+
 async def test_a_foreign_host_is_refused(kubo_session: ManagedKubo, tmp_path: Path) -> None:
     allowed = {"api.allowed_hosts": ["node.example.org", "proxy.example.org:8443"]}
     async with inprocess_node(tmp_path / "n", kubo_session, **allowed) as (_, client):
