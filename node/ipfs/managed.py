@@ -575,8 +575,8 @@ class ManagedKubo:
 
     async def _exit_or(self, poll_interval: float) -> None:
         """Until the daemon exits, or ``RECHECK_S`` pass (a stop begun meanwhile is then seen). Woken by the
-        process's pidfd, not by polling: a 0.1 s poll woke an idle node's event loop 10 times a second, 0.9 % of
-        a core (issue 21). Where there is no pidfd (or no live process), it sleeps ``poll_interval``."""
+        process's pidfd, not by polling: a 0.1 s poll woke an idle node's event loop 10 times a second, 0.4-0.9 %
+        of a core (issue 21). Where there is no pidfd (or no live process), it sleeps ``poll_interval``."""
         proc = self._proc
         fd = -1
         if proc is not None and proc.poll() is None:  # not reaped: its pid is still this process's

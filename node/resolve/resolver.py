@@ -1499,18 +1499,20 @@ class Resolver:
             # Our own answer: its blocks are in Kubo before it is announced; the recursive pin, which walks every
             # input slice's blocks (about 50 ms at 10 M rows, issue 18: a miss was 1.26x Spark), is owed in the
             # index before the row is written and drained once misses are quiet: a crash loses none.
-            self.index.queue_pins([(cid_str(receipt), True, False)])
+            self._owe_receipt(receipt)
             self.drain_pins()
             return
         await self._pin_receipt(receipt, rc, foreign=trust not in VERIFIED_LABELS)
 
-    def _owe_receipt(self, receipt: CID, blocks: Sequence[tuple[CID, bytes]]) -> None:
+    def _owe_receipt(self, receipt: CID, blocks: Sequence[tuple[CID, bytes]] = ()) -> None:
         """A derived answer's blocks and its receipt's recursive pin, owed in the index (one transaction: a crash
         loses none, the next start puts and pins them), put right after the answer (later calls of our Kubo wait
         for that put: ``KuboClient.write_behind``), pinned once misses are quiet (``_drain_pins``). They took 10-15
-        ms of Kubo calls, and the pin 20-35 ms, of a derived answer at 10 M rows (issue 22 item 5)."""
+        ms of Kubo calls, and the pin 20-35 ms, of a derived answer at 10 M rows (issue 22 item 5). No ``blocks``:
+        an answer computed here, whose blocks were put before it; only its pin is owed."""
         self.index.queue_pins([(cid_str(receipt), True, False)], [(cid_str(c), d) for c, d in blocks])
-        self._keep_task(self.kubo.write_behind(self._put_owed_blocks(BLOCKS_DELAY)))
+        if blocks:  # none: our own computed answer's blocks were put before it
+            self._keep_task(self.kubo.write_behind(self._put_owed_blocks(BLOCKS_DELAY)))
 
     async def _pin_receipt(self, cid: CID, rc: Receipt, foreign: bool = False) -> None:
         """The receipt links everything: one recursive pin keeps result, execution and sources together. A
