@@ -6,7 +6,8 @@ For each N of ``--sizes`` (default 3, 6, 12; a size the machine cannot hold is r
 small Parquet as ``bench``; every node trusts the computing node's key. Then:
 
 1. **Idle**: after ``--settle`` s, each node's RSS (the node process, and its Kubo) and its CPU share over
-   ``--idle`` s, node and Kubo together (Spark's worker, on one node only, is left out).
+   ``--idle`` s, node and Kubo together (Spark's worker, on one node only, is left out). With ``--idle-split``,
+   also each one's CPU share and wake-ups a second (context switches of all its threads), per node.
 2. **Announcement propagation**: node F (the "far" node, the one opposite node 0 on the ring) computes
    ``--announces`` new queries; for each, every other node's claim is polled (10 ms) and its arrival taken as
    the receiver's ``received`` stamp minus the an_0's own ``time`` (same clock): p50 and p99 over all
@@ -19,7 +20,7 @@ JSON on stdout: per N the figures, and ``growth``: each figure over its value at
 N is read against the model in docs/scaling.md.
 
     .venv/bin/python scripts/bench/network_scale.py [--sizes 3,6,12] [--announces 5] [--asks 3] [--settle 10]
-        [--idle 10] [--keep] [--env CAIRN_K=V ...]
+        [--idle 10] [--idle-split] [--keep] [--env CAIRN_K=V ...]
 """
 
 from __future__ import annotations
@@ -85,26 +86,61 @@ def start_ring(n: int, work: Path, data: Path, extra: dict[str, str]) -> tuple[l
     return nodes, far
 
 
-def idle(nodes: list[BenchNode], settle: float, window: float) -> dict[str, Any]:
+def wakeups(pid: int | None) -> int | None:
+    """Context switches of a live process so far, all its threads (at idle nearly all voluntary: its wake-ups)."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        total += int(line.split()[1])
+    except OSError:
+        return None
+    return total
+
+
+def idle(nodes: list[BenchNode], settle: float, window: float, split: bool = False) -> dict[str, Any]:
+    """RSS and CPU share of each node's process and its Kubo over ``window`` s after ``settle`` s. ``split``: also
+    each process's share and wake-ups a second, per node (``per_node``) and as p50 over the nodes."""
     time.sleep(settle)
     pids = {node.name: (node.proc.pid if node.proc else None, kubo_pid(node)) for node in nodes}
     cpu0 = {name: [cpu_seconds(p) or 0.0 for p in ps] for name, ps in pids.items()}
+    wake0 = {name: [wakeups(p) or 0 for p in ps] for name, ps in pids.items()}
     t0 = time.monotonic()
     time.sleep(window)
     wall = time.monotonic() - t0
-    share = [
-        sum((cpu_seconds(p) or 0.0) - c for p, c in zip(ps, cpu0[name], strict=True)) / wall
+    parts = {  # name -> (node process, Kubo): CPU seconds a second
+        name: [((cpu_seconds(p) or 0.0) - c) / wall for p, c in zip(ps, cpu0[name], strict=True)]
         for name, ps in pids.items()
-    ]
+    }
+    share = [sum(two) for two in parts.values()]
     node_rss = [r for ps in pids.values() if (r := rss_mb(ps[0])) is not None]
     kubo_rss = [r for ps in pids.values() if (r := rss_mb(ps[1])) is not None]
-    return {
+    out: dict[str, Any] = {
         "node_rss_mb_p50": round(statistics.median(node_rss), 1),
         "node_rss_mb_max": round(max(node_rss), 1),
         "kubo_rss_mb_p50": round(statistics.median(kubo_rss), 1),
         "idle_cpu_percent_per_node_p50": round(statistics.median(share) * 100, 2),
         "idle_cpu_percent_per_node_max": round(max(share) * 100, 2),
     }
+    if split:
+        per_node = {}
+        for name, ps in pids.items():
+            wakes = [((wakeups(p) or 0) - w) / wall for p, w in zip(ps, wake0[name], strict=True)]
+            per_node[name] = {
+                "node_pid": ps[0],
+                "kubo_pid": ps[1],
+                "node_cpu_percent": round(parts[name][0] * 100, 2),
+                "kubo_cpu_percent": round(parts[name][1] * 100, 2),
+                "node_wakeups_per_s": round(wakes[0], 1),
+                "kubo_wakeups_per_s": round(wakes[1], 1),
+            }
+        out["window_s"] = round(wall, 1)
+        out["node_cpu_percent_p50"] = round(statistics.median(v[0] for v in parts.values()) * 100, 2)
+        out["kubo_cpu_percent_p50"] = round(statistics.median(v[1] for v in parts.values()) * 100, 2)
+        out["per_node"] = per_node
+    return out
 
 
 def wait_everywhere(nodes: list[BenchNode], invocation: str, timeout: float = 30.0) -> list[BenchNode]:
@@ -168,7 +204,7 @@ def run_size(n: int, work: Path, data: Path, args: argparse.Namespace) -> dict[s
         consts = Constants()
         nodes[far].query(SQL.format(c=consts.next()), SMALL, "self", "computed")  # Spark's first job: untimed
         out = {"nodes": n, "topology": f"ring (degree 2, diameter {n // 2})", "far_node_hops": far}
-        out["idle"] = idle(nodes, args.settle, args.idle)
+        out["idle"] = idle(nodes, args.settle, args.idle, args.idle_split)
         out["announcement"] = propagation(nodes, far, consts, args.announces)
         out["far_answer"] = far_answers(nodes, far, consts, args.asks)
         return out
@@ -202,6 +238,9 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument(
+        "--idle-split", action="store_true", help="idle CPU and wake-ups of each node's process and its Kubo, per node"
+    )
     ap.add_argument("--env", action="append", default=[], metavar="CAIRN_K=V", help="a setting of every node")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cairn-scale-"))
