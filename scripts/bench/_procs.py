@@ -64,3 +64,33 @@ def java_version() -> str | None:
         return (out.stderr or out.stdout).splitlines()[0].strip()
     except (OSError, IndexError, subprocess.TimeoutExpired):
         return None
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every live descendant (from /proc/PID/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo.extend(int(c) for c in task.read_text().split())
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def wait_quiet(pid: int, share: float = 0.05, window: float = 1.0, timeout: float = 120.0) -> float:
+    """Wait until ``pid`` and its descendants together use under ``share`` of a core over ``window`` s (a node's
+    Spark JVM warms up for seconds after the node listens: a timed step started then shares the cores with it).
+    Returns the seconds waited; raises RuntimeError after ``timeout``."""
+    t0 = time.monotonic()
+    while True:
+        pids = tree_pids(pid)
+        before = sum(cpu_seconds(p) or 0.0 for p in pids)
+        time.sleep(window)
+        used = sum(cpu_seconds(p) or 0.0 for p in pids) - before
+        if used < share * window:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"pid {pid} and its children stayed busy ({used / window:.0%} of a core) for {timeout}s")
