@@ -2,19 +2,22 @@
 
 Gathered by the signer's node to carry in a lookup answer (node/peers/network.py, ``/cairn/lookup/1.1.0``), and by
 a node that hears a trusted signer's announcement to fetch them ahead of need (``FetchAhead``), so that an answer
-from a far node, one no neighbour can carry, does not wait for bitswap round trips one link level at a time.
+from a far node, one no neighbour can carry, does not wait for bitswap round trips one link level at a time. Only
+a node likely to use the claim fetches it ahead (``FetchAhead.likely``): one that asked queries of its shape lately.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from node.errors import CairnError
 from node.ipfs import KuboClient
+from node.lru import Lru
 from node.model import (
     CID,
     Announcement,
@@ -37,6 +40,17 @@ AHEAD_TIMEOUT = 5.0  # seconds for any one block fetched ahead
 # Seconds an answer waits for a fetch ahead of the same claim still under way, rather than fetch the same blocks a
 # second time beside it (the bench asks as soon as the claim arrives: both fetches shared two cores, issue 21 item 5).
 AHEAD_SETTLE = 1.0
+# Who fetches ahead (issue 21, "many nodes"). When every node that trusted the signer fetched each new claim, the 12
+# nodes of a ring on 2 cores fetched at once at every announcement: propagation p50/p99 118/473 ms, to all 456 ms,
+# the far answer 437 ms, against 94/182, 154 and 158 ms with the fetch ahead off (docs/scaling.md). Now a node
+# fetches a claim ahead only if it asked a query of the claim's shape (its inputs' content and types: the
+# announcement's ``shape``) among its last ``ASKED_SHAPES`` shapes: one that works on those data is the one likely
+# to ask for the result. A claim naming no shape (ORDER BY, several inputs, a failure) says nothing of who will use
+# it: one node in ``AHEAD_SHARE`` fetches it, chosen by a hash of its own key and the execution CID (the same nodes
+# for every announcement of it, a different share for each claim). The others only connect their Kubo to the
+# claim's providers (Resolver.reach_ahead), which is cheap and spares their first answer that connection.
+ASKED_SHAPES = 256
+AHEAD_SHARE = 4
 
 Read = Callable[[CID], Awaitable[bytes | None]]
 
@@ -111,23 +125,40 @@ def _decoded(data: bytes | None, cid: CID) -> Any:
 
 class FetchAhead:
     """Blocks of trusted signers' new claims, fetched when the announcement arrives (gossip reaches every node;
-    a lookup answer with blocks comes only from the signer's neighbours). Bounded: ``AHEAD_TASKS`` fetches at
-    once, ``AHEAD_CLAIMS`` claims kept, ``budget`` bytes each; the blocks are hash-checked by the Kubo client
-    as they arrive and again, like carried ones, by the claim's checks when used."""
+    a lookup answer with blocks comes only from the signer's neighbours), by the nodes likely to use them
+    (``likely``). Bounded: ``AHEAD_TASKS`` fetches at once, ``AHEAD_CLAIMS`` claims kept, ``budget`` bytes each,
+    ``ASKED_SHAPES`` shapes remembered; the blocks are hash-checked by the Kubo client as they arrive and again, like
+    carried ones, by the claim's checks when used. ``salt``: this node's key, which picks its share of the claims
+    naming no shape."""
 
-    def __init__(self, kubo: KuboClient, budget: int) -> None:
-        self.kubo, self.budget = kubo, budget
+    def __init__(self, kubo: KuboClient, budget: int, salt: str = "") -> None:
+        self.kubo, self.budget, self.salt = kubo, budget, salt
         self._kept: dict[str, Mapping[bytes, bytes]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}  # execution CID → its fetch under way
+        self._asked: Lru[bool] = Lru(ASKED_SHAPES)  # shapes of the queries this node asked lately
         self.fetched = 0  # claims whose blocks were fetched ahead (status, tests)
 
     def blocks(self, execution: str) -> Mapping[bytes, bytes]:
         return self._kept.get(execution, {})
 
+    def asked(self, shape: str | None) -> None:
+        """This node was asked a query of ``shape`` (``supersets.public_shape``; None: it has none)."""
+        if shape is not None:
+            self._asked.put(shape, True)
+
+    def likely(self, an: Announcement) -> bool:
+        """Whether this node is likely to use the claim: it asked a query of its shape lately; for a claim naming
+        no shape, this node is in its share (one in ``AHEAD_SHARE``)."""
+        if an.shape is not None:
+            return self._asked.get(an.shape) is not None
+        digest = hashlib.sha256(f"{self.salt}/{cid_str(an.execution)}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") % AHEAD_SHARE == 0
+
     def wanted(self, an: Announcement, near: bool = False) -> bool:
-        """Whether ``start`` would fetch this claim's blocks now. Never when its signer's node is ``near`` (a
-        connected peer): its lookup answer carries them, and fetching them too only competed with that answer
-        for the CPU (the far answer at N = 3 went 28 → 68 ms, docs/scaling.md)."""
+        """Whether ``start`` would fetch this claim's blocks now: only when this node is ``likely`` to use it, and
+        never when its signer's node is ``near`` (a connected peer): its lookup answer carries them, and fetching
+        them too only competed with that answer for the CPU (the far answer at N = 3 went 28 → 68 ms,
+        docs/scaling.md)."""
         key = cid_str(an.execution)
         return (
             not near
@@ -135,6 +166,7 @@ class FetchAhead:
             and key not in self._kept
             and key not in self._running
             and len(self._running) < AHEAD_TASKS
+            and self.likely(an)
         )
 
     def start(self, an: Announcement, near: bool = False) -> bool:

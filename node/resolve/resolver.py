@@ -233,7 +233,8 @@ class Resolver:
         self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
         self._reaching: set[asyncio.Future[Any]] = set()  # after answering: connects to its providers, block puts
         self._routes: dict[str, float] = {}  # provider peer id → when our Kubo last dialled it ahead of need
-        self.ahead = FetchAhead(kubo, fetch_ahead_bytes)  # trusted signers' claims' blocks, before we are asked
+        # Trusted signers' claims' blocks, before we are asked: of the shapes we ask (``resolve`` tells it).
+        self.ahead = FetchAhead(kubo, fetch_ahead_bytes, identity.node_key)
         self.divergences = 0  # peers' answers that disagreed with ours, recorded since start
         self._statements = supersets.statements()  # peer candidates' statements read (immutable, bounded)
         self._arrow_warmed = False  # arrow_eval.warm() started (once: the first result a later one can derive from)
@@ -340,6 +341,7 @@ class Resolver:
         if not valid_mode(mode):
             raise InvalidInput(f"unknown trust mode {mode!r}: use {', '.join(TRUST_MODES)} or quorum:K")
         cq, objects, iv, versions = await self.prepare(sql, inputs)
+        self.ahead.asked(supersets.public_shape(cq, iv))  # peers' new claims of this shape: fetched ahead
         iv_block = block_of(iv)
         key = cid_str(iv_block.cid)
         emit("prepared", {"query": cid_str(iv.query), "invocation": key})
@@ -755,9 +757,11 @@ class Resolver:
         """A trusted signer's new claim: fetch its small blocks now, in the background (``FetchAhead``: which
         connects our Kubo to its providers first), so that the first answer taken from a peer we never fetched
         from waits neither for that connection (about 0.5 s here) nor for bitswap round trips (about 0.1 s from a
-        node 6 hops away, docs/scaling.md). When no fetch starts (off, or too many at once), only connect: once
-        per provider per ``ROUTE_TTL``. Never for untrusted signers, so a flood cannot make our Kubo dial for it.
-        ``near``: the signer's node is a connected peer, whose lookup answer carries the blocks: only connect."""
+        node 6 hops away, docs/scaling.md). Only if we are likely to use it (we asked queries of its shape lately,
+        ``FetchAhead.likely``): every node fetching every claim at once cost more than it saved at N = 12. When no
+        fetch starts (not likely, off, or too many at once), only connect: once per provider per ``ROUTE_TTL``.
+        Never for untrusted signers, so a flood cannot make our Kubo dial for it. ``near``: the signer's node is a
+        connected peer, whose lookup answer carries the blocks: only connect."""
         now = time.monotonic()
         peers = {p.rsplit("/p2p/", 1)[-1] for p in an.providers}
         fresh = all(now - self._routes.get(p, -ROUTE_TTL) < ROUTE_TTL for p in peers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -124,16 +125,26 @@ def _metric(node: NodeProcess, line_start: str) -> float:
 
 def test_a_far_signers_claim_is_fetched_ahead(net: dict[str, NodeProcess]) -> None:
     """B—A—C: C's announcements reach B through A, and no neighbour of B can carry their blocks in a lookup
-    answer. Once B trusts C, C's announcement makes B fetch the claim's small blocks at once, so that B's answer
-    from it fetches no block when asked (docs/scaling.md: a far node's answer waited ~0.1 s for bitswap)."""
-    b, c = net["b"], net["c"]
+    answer. Once B trusts C, C's announcement of a result makes B fetch the claim's small blocks at once if B asked
+    a query of its shape (the same data, any selection: docs/peers.md), so that B's answer from it fetches no block
+    when asked (docs/scaling.md: a far node's answer waited ~0.1 s for bitswap). Before B asked one, C's claim of
+    that shape was not fetched ahead (every node fetching every claim slowed a 12-node ring)."""
+    a, b, c = net["a"], net["b"], net["c"]
     key = status(c)["node_key"]
     assert status(c)["peer_id"] not in json.dumps(b.get("/api/v0/peers")[1]["peers"])  # not neighbours
     r = b.cli("trust", "add", key)
     assert r.returncode == 0, r.stderr.decode()
     try:
         ahead = _metric(b, "cairn_claims_fetched_ahead_total")
-        sql = "SELECT region, MAX(amount) AS top FROM sales GROUP BY region ORDER BY region"
+        first = ask(c, "SELECT region, MIN(amount) AS low FROM sales GROUP BY region", trust="self")
+        poll(lambda: _claimed(b, first["execution"]), 30, 0.1, what="C's first claim at B")
+        time.sleep(1.0)  # a fetch ahead over loopback takes ~0.1 s: none started
+        assert _metric(b, "cairn_claims_fetched_ahead_total") == ahead
+        # B asks a query over the same data (A computes it, B answers from A's claim: no Spark on B).
+        warm = "SELECT region, COUNT(*) AS n FROM sales GROUP BY region"
+        assert ask(a, warm, trust="self")["source"] in ("computed", "local")
+        assert ask(b, warm)["source"] == "peer"
+        sql = "SELECT region, MAX(amount) AS top FROM sales GROUP BY region"  # no ORDER BY: a shape (docs/reuse.md)
         computed = ask(c, sql, trust="self")
         poll(lambda: _metric(b, "cairn_claims_fetched_ahead_total") > ahead, 30, 0.1, what="B to fetch C's claim")
         gets = _metric(b, 'cairn_kubo_calls_total{call="block/get"}')
@@ -143,6 +154,10 @@ def test_a_far_signers_claim_is_fetched_ahead(net: dict[str, NodeProcess]) -> No
         assert _metric(b, 'cairn_kubo_calls_total{call="block/get"}') == gets  # every block read was at hand
     finally:
         assert b.cli("trust", "rm", key).returncode == 0
+
+
+def _claimed(node: NodeProcess, execution: str) -> bool:
+    return any(c["execution"] == execution for c in node.get("/api/v0/announcements")[1]["claims"])
 
 
 def test_verify_mode_recomputes_and_agrees(net: dict[str, NodeProcess]) -> None:
