@@ -951,10 +951,18 @@ async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> t
     if ipfs.api:
         kubo = KuboClient(api_url_from_address(ipfs.api), timeout=ipfs.timeout, auth=ipfs.api_auth or None)
     else:
+        if ipfs.api_port:
+            log.warning(
+                "ipfs.api_port is set: the managed Kubo's RPC API listens on 127.0.0.1:%d instead of its unix socket, "
+                "where its /debug paths answer any local process without the secret",
+                ipfs.api_port,
+            )
         managed = ManagedKubo(
             home.kubo_repo,
             find_kubo_binary(ipfs.binary or None),
-            api_port=ipfs.api_port,
+            # 0 (the default): a unix socket in a 0700 dir, the only way no other local process reaches Kubo's
+            # /debug paths (which ignore API.Authorizations); a port: loopback TCP, as the user asked.
+            api_port=ipfs.api_port or None,
             gateway_port=ipfs.gateway_port,
             swarm_port=ipfs.swarm_port,
             swarm_host=ipfs.swarm_host,

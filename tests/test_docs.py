@@ -393,6 +393,7 @@ def _kubo_add_dir(shell: Shell, directory: str) -> str:
     """A directory added to the default node's Kubo (`ipfs add -r`), as gateway.md's $DIR."""
     info = json.loads(shell.run("cairn status --json").stdout)
     kubo = re.sub(r"^http://([\d.]+):(\d+)$", r"/ip4/\1/tcp/\2", info["kubo"]["api"])
+    kubo = re.sub(r"^unix:", "/unix", kubo)  # the managed Kubo's socket (unix:/path) as a multiaddr
     secret = shell.path("~/.cairn/kubo.secret").read_text().strip()  # managed Kubo's RPC needs it
     r = shell.run(f"ipfs --api {kubo} --api-auth bearer:{secret} add -r -Q --cid-version 1 {directory}")
     assert r.returncode == 0, r.stderr

@@ -13,7 +13,10 @@ Facts this relies on (shared/NOTES.md, re-measured on Kubo 0.42.0):
   aiohttp drops: ``cat`` checks the byte count against ``X-Content-Length``, ``dag export`` checks the CAR;
 - with ``API.Authorizations`` set, a call without the exact ``Authorization`` header of one of its secrets is a
   plain-text 403 on every path (``version`` too; a known secret always gets ``version``): the client sends its
-  secret on every call.
+  secret on every call;
+- the API may listen on a unix domain socket (``unix:/path``, what the managed Kubo does): every call above works
+  there alike (Kubo ignores the ``Host`` header; 200 ``block/get`` calls of a 4 KiB block: 0.58 ms each over the
+  socket, 0.61 ms over loopback TCP, Kubo 0.42).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from node.errors import (
     KuboUnreachable,
     one_line,
 )
-from node.ipfs.addr import api_base_url
+from node.ipfs.addr import api_base_url, unix_socket_path
 from node.ipfs.car import CarHeaderReader, CarVerifier, check_block
 from node.model.cid import CODECS, blake3_cid, cid_for, cid_str, parse_cid, same_cid
 
@@ -146,6 +149,24 @@ def auth_header(secret: str) -> str:
     raise ConfigError("a Kubo API secret must be bearer:TOKEN, basic:USER:PASSWORD or basic:BASE64")
 
 
+UNIX_HOST = "http://localhost"  # the URL a call over a unix socket is made to: the connector picks the socket
+
+
+def rpc_url(api_url: str, path: str = "") -> str:
+    """The URL of ``path`` (e.g. ``/api/v0/id``) on the Kubo at ``api_url`` (as ``api_base_url`` gives): over a
+    unix socket it is sent to ``http://localhost`` through the session ``api_session`` makes."""
+    return (UNIX_HOST if unix_socket_path(api_url) is not None else api_url) + path
+
+
+def api_session(api_url: str, *, limit: int = 64, **kwargs: Any) -> aiohttp.ClientSession:
+    """An aiohttp session that reaches the Kubo at ``api_url``, over TCP or its unix socket (``kwargs``: the
+    session's, e.g. headers, timeout). trust_env=False: never send an API call through a proxy from the
+    environment."""
+    sock = unix_socket_path(api_url)
+    connector = aiohttp.UnixConnector(sock, limit=limit) if sock is not None else aiohttp.TCPConnector(limit=limit)
+    return aiohttp.ClientSession(connector=connector, trust_env=False, **kwargs)
+
+
 def classify(path: str, message: str, code: int | None, http_status: int, timeout: float | None) -> KuboError:
     """Kubo's error answer -> the typed exception."""
     lower = message.lower()
@@ -186,6 +207,8 @@ class KuboClient:
         self.connect_timeout = connect_timeout
         self.slack = SLACK
         self._session: aiohttp.ClientSession | None = None
+        self._session_for = ""  # the api_url the session's connector reaches
+        self._retired: list[aiohttp.ClientSession] = []  # sessions of an earlier api_url, closed by close()
         self._provide_path: str | None = None  # learnt on first use: provide/once, else routing/provide
         self.calls: Counter[str] = Counter()  # RPC calls by path (metrics: cairn_kubo_calls_total)
         self.errors: Counter[str] = Counter()  # …of which failed (cairn_kubo_errors_total)
@@ -213,7 +236,7 @@ class KuboClient:
 
     @api_url.setter
     def api_url(self, value: str) -> None:
-        # A managed Kubo may come back on another port; the session's pool is keyed by host:port.
+        # A managed Kubo may come back on another port (or socket): _get_session follows.
         self._api_url = api_base_url(value)
 
     async def __aenter__(self) -> KuboClient:
@@ -223,16 +246,21 @@ class KuboClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        sessions, self._retired = [*self._retired, self._session], []
+        self._session = None
+        for session in sessions:
+            if session is not None:
+                await session.close()
 
     def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is not None and self._session_for != self._api_url:
+            # A unix socket's connector reaches one path only: a moved API needs a new session (calls still
+            # running on the old one finish there; close() closes it).
+            self._retired.append(self._session)
+            self._session = None
         if self._session is None or self._session.closed:
-            # trust_env=False: never send a loopback API call through an HTTP proxy from the environment.
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=64), trust_env=False, headers=self._headers
-            )
+            self._session = api_session(self._api_url, limit=64, headers=self._headers)
+            self._session_for = self._api_url
         return self._session
 
     @asynccontextmanager
@@ -255,7 +283,7 @@ class KuboClient:
             sock_connect=self.connect_timeout,
             sock_read=limit + self.slack,
         )
-        url = f"{self._api_url}/api/v0/{path}"
+        url = rpc_url(self._api_url, f"/api/v0/{path}")
         self.calls[path] += 1
         try:
             async with self._get_session().post(url, params=query, data=body, timeout=client_timeout) as resp:

@@ -11,7 +11,17 @@ Issue 15 hardening:
   any other process holding the repo's lock is named and refused.
 - Its RPC API needs a secret: ``API.Authorizations`` grants ``/api/v0`` to one bearer token, made once and kept
   with mode 0600 beside the repo (``<repo>.secret``, i.e. ``$CAIRN_HOME/kubo.secret``); ``client()`` sends it.
-  Any other local process gets 403 on every path, ``/api/v0/version`` included (measured on Kubo 0.42).
+  Without it ``/api/v0/*`` answers 403, ``version`` included. But Kubo mounts more on its API listener, outside
+  ``API.Authorizations`` and with no switch to turn them off (``serveHTTPApi`` in its cmd/ipfs/kubo/daemon.go):
+  ``/debug/pprof/`` (``profile`` makes it profile itself), ``/debug/vars``, ``/debug/stack``,
+  ``/debug/pprof-mutex/`` and ``/debug/pprof-block/`` (these two *set* profiling rates),
+  ``/debug/metrics/prometheus``, ``/webui``: all answer anyone who reaches the listener (measured on 0.42).
+- So the API listens on a unix domain socket, ``<repo>.rpc/api.sock`` (``$CAIRN_HOME/kubo.rpc/api.sock``), in a
+  directory of mode 0700 owned by the node's user: no other user's process can connect at all (the same users
+  as could read the secret, which stays, as a second wall). A path too long for a socket (107 bytes) moves to a
+  0700 directory named after the repo under ``$XDG_RUNTIME_DIR`` or ``/tmp`` (logged). ``api_url`` is then
+  ``unix:/path``, which ``KuboClient`` takes. ``api_port`` (a number, 0 = any free one) puts it on loopback TCP
+  instead, where those paths are open to every local process: tests of port handling use it.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import hashlib
 import inspect
 import json
 import logging
@@ -27,6 +38,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -38,8 +50,8 @@ from typing import Any, Literal
 import aiohttp
 
 from node.errors import ConfigError, KuboError, KuboStartError
-from node.ipfs.addr import api_base_url
-from node.ipfs.client import KuboClient, auth_header
+from node.ipfs.addr import SUN_PATH_MAX, api_base_url, unix_socket_path
+from node.ipfs.client import KuboClient, api_session, auth_header, rpc_url
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +59,8 @@ KUBO_VERSION = "0.42.0"
 PID_FILE = "cairn-daemon.pid"  # ours, inside the repo: lets a restarted node find a daemon it orphaned
 AUTH_USER = "cairn"  # the node's entry in the daemon's API.Authorizations
 HOME_SECRET = "kubo.secret"  # in $CAIRN_HOME: the node's managed Kubo's RPC secret (0600, like api.token)
+SOCKET_DIR_SUFFIX = ".rpc"  # <repo>.rpc/: the 0700 directory of the RPC API's unix socket
+SOCKET_NAME = "api.sock"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 State = Literal["up", "down", "restarting"]
@@ -232,6 +246,46 @@ def home_kubo_auth(home: Path) -> str | None:
         return None
 
 
+def api_socket_path(repo: Path) -> Path:
+    """Where the managed Kubo of ``repo`` has its RPC API socket: ``<repo>.rpc/api.sock``, or, when that path is
+    too long for a unix socket, ``cairn-kubo-<uid>-<hash of the repo's path>/api.sock`` under
+    ``$XDG_RUNTIME_DIR`` or ``/tmp`` (the same place at every start of that repo)."""
+    repo = Path(os.path.abspath(repo))
+    beside = repo.with_name(repo.name + SOCKET_DIR_SUFFIX) / SOCKET_NAME
+    if len(os.fsencode(beside)) <= SUN_PATH_MAX:
+        return beside
+    tag = hashlib.sha256(os.fsencode(repo)).hexdigest()[:16]
+    for base in (os.environ.get("XDG_RUNTIME_DIR"), "/tmp"):
+        if not base or not os.path.isabs(base) or not os.path.isdir(base):
+            continue
+        short = Path(base) / f"cairn-kubo-{os.getuid()}-{tag}" / SOCKET_NAME
+        if len(os.fsencode(short)) <= SUN_PATH_MAX:
+            log.info(
+                "the Kubo API socket beside its repo would be %d bytes long (a unix socket's path takes %d): "
+                "it is %s instead",
+                len(os.fsencode(beside)),
+                SUN_PATH_MAX,
+                short,
+            )
+            return short
+    raise ConfigError(f"no unix socket path short enough for the Kubo API of {repo} (beside it: {beside})")
+
+
+def _private_dir(path: Path) -> None:
+    """Make ``path`` a directory only this user may enter (0700). One that is a symlink, not a directory, or another
+    user's (a squatter in /tmp) is refused: the socket inside is reachable by whoever may enter it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise KuboStartError(
+            f"{path} must be a directory of this user's to hold the Kubo API socket, and is not "
+            "(a symlink, a file or another user's): remove it"
+        )
+    if st.st_mode & 0o077:
+        log.warning("the Kubo API socket's directory %s was open to others; setting mode 0700", path)
+        os.chmod(path, 0o700)
+
+
 def _tcp_port(multiaddr: str) -> int | None:
     parts = multiaddr.split("/")
     return int(parts[parts.index("tcp") + 1]) if "tcp" in parts else None
@@ -243,7 +297,7 @@ class ManagedKubo:
         repo: Path,
         binary: Path,
         *,
-        api_port: int = 0,
+        api_port: int | None = None,
         gateway_port: int = 0,
         swarm_port: int = 0,
         swarm_host: str = "127.0.0.1",
@@ -255,12 +309,17 @@ class ManagedKubo:
         secret_path: Path | None = None,
     ) -> None:
         """``config``: extra Kubo settings by dotted key, e.g. ``{"Pubsub.Enabled": True}``. ``secret_path``: the
-        file holding the RPC API's secret (default ``<repo>.secret`` beside the repo)."""
+        file holding the RPC API's secret (default ``<repo>.secret`` beside the repo). ``api_port`` None (the
+        default): the RPC API listens on a unix socket in a 0700 directory (``api_socket``); a number: on that
+        loopback TCP port (0: any free one), where Kubo's /debug paths answer any local process."""
         self.repo = Path(repo)
         self.binary = Path(binary)
         self.secret_path = Path(secret_path) if secret_path else self.repo.with_name(self.repo.name + ".secret")
         self._secret: str | None = None
-        self.ports = {"api": api_port, "gateway": gateway_port, "swarm": swarm_port}
+        self.api_socket = api_socket_path(self.repo) if api_port is None else None
+        self.ports = {"gateway": gateway_port, "swarm": swarm_port}
+        if api_port is not None:
+            self.ports["api"] = api_port
         self.swarm_host = swarm_host  # loopback unless peers elsewhere (other hosts, containers) must reach it
         self.bootstrap = list(bootstrap or [])
         self.log_path = Path(log_path) if log_path else self.repo.with_name(self.repo.name + ".log")
@@ -375,6 +434,8 @@ class ManagedKubo:
             )
             if out.returncode != 0:
                 raise KuboStartError(f"`ipfs init` failed in {self.repo}: {(out.stderr or out.stdout).strip()}")
+        if self.api_socket is not None:  # checked first: a stale socket is removed only from a directory of ours
+            _private_dir(self.api_socket.parent)
         self._clear_stale()
         self._secret = _load_secret(self.secret_path)
         self._write_config(ports)
@@ -386,6 +447,9 @@ class ManagedKubo:
         for name in ("api", "gateway", "repo.lock", PID_FILE):
             with contextlib.suppress(FileNotFoundError):
                 (self.repo / name).unlink()
+        if self.api_socket is not None:  # a killed daemon leaves its socket, and Kubo will not listen over one
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                self.api_socket.unlink()
 
     def _stop_orphans(self) -> None:
         """Stop the daemons an earlier node left on this repo: named by our PID file, or started with
@@ -416,7 +480,8 @@ class ManagedKubo:
         path = self.repo / "config"
         cfg = json.loads(path.read_text())
         addrs = cfg.setdefault("Addresses", {})
-        addrs["API"] = f"/ip4/127.0.0.1/tcp/{ports['api']}"
+        sock = self.api_socket
+        addrs["API"] = f"/unix{sock}" if sock is not None else f"/ip4/127.0.0.1/tcp/{ports['api']}"
         addrs["Gateway"] = f"/ip4/127.0.0.1/tcp/{ports['gateway']}"
         family = "ip6" if ":" in self.swarm_host else "ip4"
         addrs["Swarm"] = [f"/{family}/{self.swarm_host}/tcp/{ports['swarm']}"]
@@ -439,34 +504,41 @@ class ManagedKubo:
     async def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         """Poll (no fixed sleeps) until the API answers ``id``; fail fast if the process exits."""
         deadline = time.monotonic() + self.start_timeout
+        while True:
+            if proc.poll() is not None:
+                raise KuboStartError(
+                    f"Kubo exited with code {proc.returncode} while starting "
+                    f"(repo {self.repo}); its log:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise KuboStartError(
+                    f"Kubo did not answer within {self.start_timeout:g} s (repo {self.repo}); its log:\n"
+                    f"{self.log_tail()}"
+                )
+            # Kubo writes <repo>/api when its API listens and <repo>/gateway a moment later.
+            url, gateway = self._read_url("api"), self._read_url("gateway")
+            if url is not None and gateway is not None and await self._answers(url):
+                self._api_url = url
+                self._gateway_url = gateway
+                self._remember_ports()
+                return
+            await asyncio.sleep(0.02)
+
+    async def _answers(self, url: str) -> bool:
+        """Does the API at ``url`` answer ``id`` (kept as this run's identity)?"""
         timeout = aiohttp.ClientTimeout(total=2.0)
         headers = {"Authorization": auth_header(self.auth)}
-        async with aiohttp.ClientSession(timeout=timeout, trust_env=False, headers=headers) as http:
-            while True:
-                if proc.poll() is not None:
-                    raise KuboStartError(
-                        f"Kubo exited with code {proc.returncode} while starting "
-                        f"(repo {self.repo}); its log:\n{self.log_tail()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise KuboStartError(
-                        f"Kubo did not answer within {self.start_timeout:g} s (repo {self.repo}); its log:\n"
-                        f"{self.log_tail()}"
-                    )
-                # Kubo writes <repo>/api when its API listens and <repo>/gateway a moment later.
-                url, gateway = self._read_url("api"), self._read_url("gateway")
-                if url is not None and gateway is not None:
-                    try:
-                        async with http.post(f"{url}/api/v0/id") as resp:
-                            if resp.status == 200:
-                                self._identity = await resp.json(content_type=None)
-                                self._api_url = url
-                                self._gateway_url = gateway
-                                self._remember_ports()
-                                return
-                    except (aiohttp.ClientError, TimeoutError):
-                        pass
-                await asyncio.sleep(0.02)
+        try:
+            async with (
+                api_session(url, limit=1, timeout=timeout, headers=headers) as http,
+                http.post(rpc_url(url, "/api/v0/id")) as resp,
+            ):
+                if resp.status != 200:
+                    return False
+                self._identity = await resp.json(content_type=None)
+                return True
+        except (aiohttp.ClientError, TimeoutError):
+            return False
 
     def _read_url(self, name: str) -> str | None:
         try:
@@ -478,7 +550,7 @@ class ManagedKubo:
     def _remember_ports(self) -> None:
         swarm = [p for a in self.swarm_addrs if (p := _tcp_port(a))]
         for key, url in (("api", self._api_url), ("gateway", self._gateway_url)):
-            if url:
+            if url and unix_socket_path(url) is None:
                 self._bound[key] = int(url.rsplit(":", 1)[1])
         if swarm:
             self._bound["swarm"] = swarm[0]

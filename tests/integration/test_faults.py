@@ -40,6 +40,7 @@ from node.core import Node
 from node.ipfs import ManagedKubo
 from node.ipfs.client import auth_header
 from tests.fixtures.inprocess import InNode, inprocess_node, node_settings, wait_for
+from tests.fixtures.kubo import http_connection
 from tests.fixtures.nodes import NodeProcess, poll
 
 # Many small slices make an ingest, a pull and a publish last long enough to be caught in flight.
@@ -70,13 +71,14 @@ def kubo_rpc(kubo: ManagedKubo | None, path: str, **params: str) -> tuple[int, A
     """One Kubo RPC call (always POST, with the daemon's RPC secret): its status and decoded JSON (None if the body
     is not JSON)."""
     assert kubo is not None, "a node on a managed Kubo"
-    url = f"{kubo.api_url}/api/v0/{path}?{urllib.parse.urlencode(params)}"
-    req = urllib.request.Request(url, data=b"", method="POST", headers={"Authorization": auth_header(kubo.auth)})
+    conn = http_connection(kubo.api_url, timeout=60)  # its API is a unix socket
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            status, body = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read()
+        target = f"/api/v0/{path}?{urllib.parse.urlencode(params)}"
+        conn.request("POST", target, body=b"", headers={"Authorization": auth_header(kubo.auth)})
+        resp = conn.getresponse()
+        status, body = resp.status, resp.read()
+    finally:
+        conn.close()
     try:
         return status, json.loads(body)
     except ValueError:

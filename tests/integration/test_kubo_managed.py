@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import encodings.idna  # noqa: F401  http.client's host encoding, loaded before the probe's child drops to nobody
+import http.client
 import json
 import os
 import signal
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from node.errors import KuboRPCError, KuboStartError
 from node.ipfs import KuboClient, ManagedKubo, managed
+from tests.fixtures.kubo import post_status
 from tests.fixtures.procs import process_running
 
 pytestmark = pytest.mark.kubo
@@ -35,7 +38,8 @@ async def test_start_stop(kubo_binary: Path, tmp_path: Path) -> None:
     url = await node.start()
     try:
         assert node.alive() and node.pid is not None and process_running(node.pid)
-        assert url == node.api_url and url.startswith("http://127.0.0.1:")
+        assert url == node.api_url == f"unix:{tmp_path}/repo.rpc/api.sock" and node.api_socket is not None
+        assert node.api_socket.is_socket() and node.api_socket.parent.stat().st_mode & 0o777 == 0o700
         assert node.gateway_url is not None and node.gateway_url.startswith("http://127.0.0.1:")
         assert node.swarm_addrs and node.swarm_addrs[0].startswith("/ip4/127.0.0.1/tcp/")
         assert node.swarm_addrs[0].endswith(f"/p2p/{node.peer_id}")
@@ -49,6 +53,7 @@ async def test_start_stop(kubo_binary: Path, tmp_path: Path) -> None:
         await node.stop()
     assert not node.alive() and pid is not None and not process_running(pid)
     assert not (tmp_path / "repo" / "api").exists()  # a clean shutdown removes it
+    assert not (tmp_path / "repo.rpc" / "api.sock").exists()  # and its socket
     assert "Daemon is ready" in (tmp_path / "kubo.log").read_text()
 
 
@@ -145,8 +150,9 @@ async def test_stale_api_file_and_lock_after_sigkill(kubo_binary: Path, tmp_path
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     await until(lambda: not node.alive(), what="daemon exit")
-    # What a killed daemon leaves behind: an api file naming a dead port, and repo.lock.
-    assert (repo / "api").exists() and (repo / "repo.lock").exists()
+    # What a killed daemon leaves behind: an api file, repo.lock and its API socket (Kubo will not listen over it).
+    assert (repo / "api").exists() and (repo / "repo.lock").exists() and node.api_socket is not None
+    assert node.api_socket.is_socket()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead_port = s.getsockname()[1]
@@ -284,7 +290,8 @@ async def test_supervise_backs_off_while_restart_fails(kubo_binary: Path, tmp_pa
         await node.stop()
 
 
-async def test_restart_moves_when_its_old_port_is_taken(kubo: ManagedKubo) -> None:
+async def test_restart_moves_when_its_old_port_is_taken(kubo_factory: Callable[..., Awaitable[ManagedKubo]]) -> None:
+    kubo = await kubo_factory(api_port=0)  # on TCP, any free port
     old_url = kubo.api_url
     old_port = int(old_url.rsplit(":", 1)[1])
     task = None
@@ -310,24 +317,17 @@ async def test_restart_moves_when_its_old_port_is_taken(kubo: ManagedKubo) -> No
 # -- issue 15: the RPC API needs the node's secret -------------------------------------------------------------
 
 
-async def post_status(url: str, authorization: str | None = None) -> int:
-    """What a plain local process gets from a bare POST (no client of ours)."""
-    headers = {"Authorization": authorization} if authorization is not None else {}
-    async with aiohttp.ClientSession(trust_env=False) as http, http.post(url, headers=headers) as resp:
-        return resp.status
-
-
 async def test_rpc_api_refuses_a_process_without_the_secret(kubo: ManagedKubo) -> None:
     """Any local process could pin, add, read the config (with the node's key) or shut Kubo down: on the old
     code these answered 200. Now every path is 403 without the secret or with a wrong one."""
     secret = kubo.secret_path.read_text().strip()
     assert kubo.secret_path.stat().st_mode & 0o777 == 0o600 and len(secret) >= 32
     for path in ("id", "version", "config/show", "pin/ls", "add", "shutdown"):
-        assert await post_status(f"{kubo.api_url}/api/v0/{path}") == 403, path
-        assert await post_status(f"{kubo.api_url}/api/v0/{path}", "Bearer not-the-secret") == 403, path
-    assert await post_status(f"{kubo.api_url}/api/v0/id", f"Bearer {secret}") == 200
+        assert await post_status(kubo.api_url, f"/api/v0/{path}") == 403, path
+        assert await post_status(kubo.api_url, f"/api/v0/{path}", "Bearer not-the-secret") == 403, path
+    assert await post_status(kubo.api_url, "/api/v0/id", f"Bearer {secret}") == 200
     assert kubo.alive()  # the refused shutdown did nothing
-    assert kubo.gateway_url is not None and await post_status(f"{kubo.gateway_url}/api/v0/id") == 404  # no RPC there
+    assert kubo.gateway_url is not None and await post_status(kubo.gateway_url, "/api/v0/id") == 404  # no RPC there
     async with KuboClient(kubo.api_url) as anonymous:
         with pytest.raises(KuboRPCError, match="API secret is missing or wrong") as info:
             await anonymous.id()
@@ -349,7 +349,7 @@ async def test_secret_is_kept_tightened_and_the_only_one(kubo_binary: Path, tmp_
     await node.start()
     try:
         assert node.auth == first and node.secret_path.stat().st_mode & 0o777 == 0o600
-        assert await post_status(f"{node.api_url}/api/v0/id", "Bearer let-me-in") == 403
+        assert await post_status(node.api_url, "/api/v0/id", "Bearer let-me-in") == 403
         async with node.client() as client:
             assert (await client.id()).id == node.peer_id
     finally:
@@ -370,6 +370,113 @@ async def test_client_sends_each_kind_of_kubo_secret(kubo_factory: Callable[...,
         with pytest.raises(KuboRPCError) as info:
             await alice.pin_ls()  # outside alice's AllowedPaths
     assert info.value.http_status == 403
+
+
+# What Kubo mounts on its API listener beside /api/v0, outside API.Authorizations and with no switch to turn it off
+# (kubo cmd/ipfs/kubo/daemon.go serveHTTPApi): profiling (profile: the daemon profiles itself for a second; the
+# mutex and block handlers *set* profiling rates), expvars, goroutine stacks, metrics, the web UI, the gateway.
+OPEN_ON_TCP = [
+    ("POST", "/api/v0/version"),
+    ("GET", "/debug/pprof/"),
+    ("GET", "/debug/pprof/profile?seconds=1"),
+    ("GET", "/debug/vars"),
+    ("GET", "/debug/stack"),
+    ("POST", "/debug/pprof-mutex/?fraction=1"),
+    ("POST", "/debug/pprof-block/?rate=1"),
+    ("GET", "/debug/metrics/prometheus"),
+    ("GET", "/webui"),
+]
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=30)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(self._path)
+
+
+def _probe(api_url: str, paths: list[tuple[str, str]]) -> dict[str, int | str]:
+    """Plain http.client, no secret: each path's status, or why there was none."""
+    out: dict[str, int | str] = {}
+    for method, path in paths:
+        if api_url.startswith("unix:"):
+            conn: http.client.HTTPConnection = _UnixConnection(api_url.removeprefix("unix:"))
+        else:
+            conn = http.client.HTTPConnection(api_url.split("://", 1)[1], timeout=30)
+        try:
+            conn.request(method, path)
+            out[path] = conn.getresponse().status
+        except OSError as e:
+            out[path] = f"unreachable: {e}"
+        finally:
+            conn.close()
+    return out
+
+
+def _probe_in_child(api_url: str, paths: list[tuple[str, str]]) -> dict[str, int | str]:
+    """``_probe`` in a forked child that first becomes uid/gid nobody (65534), no supplementary groups: another
+    user's process. Forked, not exec'd: no interpreter that user may run is needed."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only plain sockets from here, then _exit
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, json.dumps(_probe(api_url, paths)).encode())
+            code = 0
+        except BaseException:  # noqa: BLE001  the child must reach _exit; the parent sees the code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data, "the probe as nobody failed"
+    result: dict[str, int | str] = json.loads(data)
+    return result
+
+
+async def probe_as_nobody(api_url: str, paths: list[tuple[str, str]]) -> dict[str, int | str]:
+    """What another user's process (uid nobody, no secret) gets on each path: its status, or why it got none."""
+    return await asyncio.to_thread(_probe_in_child, api_url, paths)
+
+
+async def test_no_other_user_reaches_anything_on_the_api(kubo_factory: Callable[..., Awaitable[ManagedKubo]]) -> None:
+    """The API listens on a unix socket in a 0700 directory: another user's process reaches none of Kubo's paths
+    there, /debug/* included, which answer without the secret on a TCP listener (as the old code had: this
+    test fails on it, all those paths answering 200). The node's own client works over the socket."""
+    kubo = await kubo_factory()
+    async with kubo.client() as client:
+        cid = await client.block_put(os.urandom(64), pin=True)
+        assert (await client.id()).id == kubo.peer_id
+        assert await client.block_get(cid, offline=True)
+    paths = [*OPEN_ON_TCP, ("GET", f"/ipfs/{cid}")]
+    assert kubo.api_socket is not None and kubo.api_url == f"unix:{kubo.api_socket}"
+    sock_dir = kubo.api_socket.parent.stat()
+    assert sock_dir.st_mode & 0o777 == 0o700 and sock_dir.st_uid == os.getuid()
+    if os.geteuid() != 0:  # no other uid to probe as: the kernel's 0700 check is what keeps the others out
+        return
+    got = await probe_as_nobody(kubo.api_url, paths)
+    assert set(got) == {p for _, p in paths}
+    open_ = {p: v for p, v in got.items() if not (isinstance(v, str) and "Permission denied" in v)}
+    assert open_ == {}, f"reachable by another user: {open_}"
+    # The probe does see what a TCP listener leaves open (so it is not refused for some other reason).
+    tcp = await kubo_factory(api_port=0)
+    on_tcp = await probe_as_nobody(tcp.api_url, OPEN_ON_TCP)
+    assert on_tcp["/api/v0/version"] == 403  # API.Authorizations covers /api/v0 only
+    assert {p: on_tcp[p] for p in ("/debug/vars", "/debug/stack", "/debug/pprof-mutex/?fraction=1")} == {
+        "/debug/vars": 200,
+        "/debug/stack": 200,
+        "/debug/pprof-mutex/?fraction=1": 200,
+    }
 
 
 # -- issue 15: the daemon ends with the process that started it --------------------------------------------------
@@ -435,7 +542,7 @@ async def test_swarm_listens_where_configured(kubo_binary: Path, tmp_path: Path)
         await narrow.start()
         cfg = json.loads((tmp_path / "wide" / "config").read_text())
         assert cfg["Addresses"]["Swarm"] == ["/ip4/0.0.0.0/tcp/0"]
-        assert cfg["Addresses"]["API"].startswith("/ip4/127.0.0.1/")  # the RPC API never leaves loopback
+        assert cfg["Addresses"]["API"] == f"/unix{wide.api_socket}"  # the RPC API is on no network at all
         outside = [h for h in _ip4_hosts(wide.swarm_addrs) if not h.startswith("127.")]
         if not outside:
             pytest.skip("this machine has no non-loopback IPv4 address to dial")

@@ -13,12 +13,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import duckdb
 import pytest
 
 from node.ipfs import home_kubo_auth
 from tests.fixtures.inprocess import add_csv, ask, inprocess_node
+from tests.fixtures.kubo import post_status
 from tests.fixtures.nodes import NodeProcess, poll
 
 pytestmark = pytest.mark.kubo
@@ -82,10 +82,8 @@ def test_managed_kubo_ends_with_a_killed_node_and_the_next_node_serves_its_data(
         second.stop()
 
 
-async def _kubo_status(url: str, authorization: str | None) -> int:
-    headers = {"Authorization": authorization} if authorization else {}
-    async with aiohttp.ClientSession(trust_env=False) as http, http.post(url, headers=headers) as resp:
-        return resp.status
+async def _kubo_status(api_url: str, authorization: str | None) -> int:
+    return await post_status(api_url, "/api/v0/id", authorization)  # its API is a unix socket
 
 
 @pytest.mark.asyncio
@@ -94,7 +92,7 @@ async def test_node_kubo_needs_the_secret_and_the_node_works_with_it(tmp_path: P
     old code), the secret file in the home opens it (0600), and ingest + query work through the node."""
     async with inprocess_node(tmp_path / "n", None, **{"ipfs.binary": str(kubo_binary)}) as (node, client):
         assert node.managed is not None
-        url = f"{node.managed.api_url}/api/v0/id"
+        url = node.managed.api_url
         secret_file = node.home.path / "kubo.secret"
         assert secret_file.stat().st_mode & 0o777 == 0o600
         assert await _kubo_status(url, None) == 403

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.kubo import http_connection
 from tests.fixtures.nodes import NodeProcess, poll
 
 SALES = (
@@ -44,13 +45,13 @@ def status(node: NodeProcess) -> dict[str, Any]:
 
 def kubo_swarm_peers(node: NodeProcess) -> set[str]:
     """The peer ids the node's managed Kubo is connected to (its RPC, with the node's secret)."""
-    kubo = status(node)["kubo"]["api"]
     secret = (node.home / "kubo.secret").read_text().strip()
-    req = urllib.request.Request(
-        kubo + "/api/v0/swarm/peers", method="POST", headers={"Authorization": f"Bearer {secret}"}
-    )
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return {p["Peer"] for p in json.loads(r.read()).get("Peers") or []}
+    conn = http_connection(status(node)["kubo"]["api"], timeout=10)  # its API is a unix socket
+    try:
+        conn.request("POST", "/api/v0/swarm/peers", headers={"Authorization": f"Bearer {secret}"})
+        return {p["Peer"] for p in json.loads(conn.getresponse().read()).get("Peers") or []}
+    finally:
+        conn.close()
 
 
 def fetch(node: NodeProcess, path: str) -> bytes:

@@ -42,7 +42,8 @@ def test_node_serves_health_info_and_status(cairn_node: NodeProcess) -> None:
         a.startswith("/ip4/127.0.0.1/tcp/") and a.endswith("/p2p/" + info["peer_id"]) for a in info["p2p_addrs"]
     )  # the p2p host uses the node's own key
     assert info["kubo"]["version"] == "0.42.0"
-    assert info["kubo"]["api"].startswith("http://127.0.0.1:")
+    assert info["kubo"]["api"].startswith("unix:/")  # the managed Kubo's API: a socket in a 0700 directory
+    assert Path(info["kubo"]["api"].removeprefix("unix:")).parent.stat().st_mode & 0o777 == 0o700
     assert info["kubo"]["swarm"] and all("/ip4/127.0.0.1/" in a for a in info["kubo"]["swarm"])
     assert info["version"]
 

@@ -21,6 +21,8 @@ from node.ipfs import api_base_url
         ("http://127.0.0.1:5001/api/v0", "http://127.0.0.1:5001"),
         ("127.0.0.1:5001", "http://127.0.0.1:5001"),
         ("  /ip4/10.0.0.2/tcp/45011\n", "http://10.0.0.2:45011"),  # as read from <repo>/api
+        ("/unix/tmp/kubo.rpc/api.sock", "unix:/tmp/kubo.rpc/api.sock"),  # the managed Kubo's, as Kubo writes it
+        ("unix:/tmp/kubo.rpc/api.sock", "unix:/tmp/kubo.rpc/api.sock"),  # as the node shows it
     ],
 )
 def test_api_base_url(given: str, url: str) -> None:
@@ -29,7 +31,17 @@ def test_api_base_url(given: str, url: str) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["/unix/tmp/kubo.sock", "/ip4/127.0.0.1/udp/5001", "/ip4/127.0.0.1", "ftp://host:21", "http://", "http://h:port"],
+    [
+        "/unix/",
+        "unix:relative/api.sock",
+        "unix:/dir/",
+        "/unix/" + "d" * 110,  # longer than a unix socket's path may be
+        "/ip4/127.0.0.1/udp/5001",
+        "/ip4/127.0.0.1",
+        "ftp://host:21",
+        "http://",
+        "http://h:port",
+    ],
 )
 def test_api_base_url_rejects(bad: str) -> None:
     with pytest.raises(ConfigError):
