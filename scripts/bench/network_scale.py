@@ -127,7 +127,8 @@ def idle(nodes: list[BenchNode], settle: float, window: float, split: bool = Fal
     if split:
         per_node = {}
         for name, ps in pids.items():
-            wakes = [((wakeups(p) or 0) - w) / wall for p, w in zip(ps, wake0[name], strict=True)]
+            # at least 0: a thread that ended in the window took its own count out of /proc/PID/task
+            wakes = [max(0, (wakeups(p) or 0) - w) / wall for p, w in zip(ps, wake0[name], strict=True)]
             per_node[name] = {
                 "node_pid": ps[0],
                 "kubo_pid": ps[1],

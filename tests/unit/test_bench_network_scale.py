@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -46,11 +45,12 @@ def sleeper() -> Any:
 
 
 def _busy_idle(bench: ModuleType, nodes: list[Any], split: bool) -> dict[str, Any]:
-    """``idle`` over 0.5 s while this process (every fake node's "node process") spins in a thread."""
-    stop = time.monotonic() + 0.6
+    """``idle`` over 0.5 s while this process (every fake node's "node process") spins in a thread, which lives
+    until ``idle`` has returned (a thread that ends takes its context switches out of /proc/PID/task)."""
+    stop = threading.Event()
 
     def spin() -> None:
-        while time.monotonic() < stop:
+        while not stop.is_set():
             pass
 
     t = threading.Thread(target=spin)
@@ -58,6 +58,7 @@ def _busy_idle(bench: ModuleType, nodes: list[Any], split: bool) -> dict[str, An
     try:
         return bench.idle(nodes, 0.0, 0.5, split)
     finally:
+        stop.set()
         t.join()
 
 
