@@ -372,6 +372,7 @@ async def query(request: web.Request) -> web.Response:
         raise InvalidInput(
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
+    _known_fields(body, request)
     sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
     trust, type_ref, retry = body.get("trust"), body.get("type"), body.get("retry", False)
     if not isinstance(retry, bool):  # a recorded failure computed again (docs/queries.md "Recorded failures")
@@ -404,6 +405,18 @@ async def query(request: web.Request) -> web.Response:
         sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
     )
     return _json(answer)
+
+
+def _known_fields(body: dict[str, object], request: web.Request) -> None:
+    """A field or parameter the query route does not read is refused, not ignored: ``"format": "csv"`` once gave
+    JSON without a word. CSV (or JSONL, Parquet…) of an answer is the execution's data route."""
+    extra = sorted(set(body) - set(QUERY_FIELDS)) + [f"?{k}" for k in sorted(set(request.query))]
+    if not extra:
+        return
+    hint = ""
+    if "format" in body or "format" in request.query:
+        hint = "; a result as CSV, JSONL or Parquet: GET /api/v0/executions/{execution}/data?format=csv"
+    raise InvalidInput(f"unknown field {extra[0]!r}: the body takes {', '.join(QUERY_FIELDS)}{hint}")
 
 
 # -- pipelines (docs/provenance.md "Pipelines") ------------------------------------------------------------
@@ -703,20 +716,23 @@ _UPLOAD_PARAMS = (
     Param("progress", "answer NDJSON progress lines, then the result", enum=("true", "false")),
 )
 QUORUM = r"^quorum:[0-9]+(:communities)?$"  # docs/peers.md "Quorum"
+_QUERY_PROPERTIES: dict[str, object] = {
+    "sql": {"type": "string", "pattern": r"\S"},  # not blank
+    "inputs": {"type": "object", "additionalProperties": _STR},
+    "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
+    "wait": {"type": "boolean"},
+    "trust": {
+        "anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]
+    },  # null: the node's own mode (peers.trust), as when absent
+    "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
+    "retry": {"type": "boolean"},  # compute again a recorded failure (docs/queries.md "Recorded failures")
+}
+QUERY_FIELDS = tuple(_QUERY_PROPERTIES)
 QUERY_BODY = {
     "type": "object",
     "required": ["sql"],  # "inputs" defaults to {}: tables not declared are datasets of their names
-    "properties": {
-        "sql": {"type": "string", "pattern": r"\S"},  # not blank
-        "inputs": {"type": "object", "additionalProperties": _STR},
-        "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
-        "wait": {"type": "boolean"},
-        "trust": {
-            "anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]
-        },  # null: the node's own mode (peers.trust), as when absent
-        "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
-        "retry": {"type": "boolean"},  # compute again a recorded failure (docs/queries.md "Recorded failures")
-    },
+    "additionalProperties": False,  # refused with a 400 (``_known_fields``), not ignored
+    "properties": _QUERY_PROPERTIES,
 }
 
 PIPELINE_BODY = {

@@ -389,12 +389,24 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
         ("POST", "/api/v0/query", {"json": {**SEED_SQL, "trust": "AAA", "wait": False}}),  # was a job (202)
         ("POST", "/api/v0/query", {"json": {**SEED_SQL, "wait": "no"}}),  # was answered (200)
         ("POST", "/api/v0/query", {"json": {**SEED_SQL, "wait": 0}}),  # was answered (200)
+        ("POST", "/api/v0/query", {"json": {**SEED_SQL, "format": "csv"}}),  # was answered, as JSON (200)
     ],
 )
 def test_values_outside_the_document_are_refused(served: ServedNode, method: str, path: str, parts: Any) -> None:
     assert not _documented(method, path, parts.get("json"), parts.get("params"))
     response = requests.request(method, served.url + path, headers=served.auth(), timeout=300, **parts)
     assert response.status_code == 400 and response.json()["error"]["type"] == "InvalidInput", response.text
+
+
+@pytest.mark.parametrize(
+    "parts", [{"json": {**SEED_SQL, "format": "csv"}}, {"json": SEED_SQL, "params": {"format": "csv"}}]
+)
+def test_a_query_asked_for_csv_is_told_where_csv_is(served: ServedNode, parts: Any) -> None:
+    """The query route answers JSON only: a "format" it was sent is refused, naming the route that gives CSV."""
+    response = requests.post(served.url + "/api/v0/query", headers=served.auth(), timeout=300, **parts)
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["type"] == "InvalidInput", response.text
+    assert "format" in error["message"] and "/data?format=csv" in error["message"], error
 
 
 def test_nulls_the_cli_sends_are_documented(served: ServedNode) -> None:
