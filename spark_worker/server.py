@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import one_line
-from spark_worker import budget, guard, results
+from spark_worker import budget, guard, nodelay, results
 from spark_worker.protocol import (
     GLOB_CHARS,
     INPUT_NAME,
@@ -312,6 +312,8 @@ class Worker:
         spark = spark or self.spark
         job.spark = spark
         t0 = time.perf_counter()
+        if not self.remote:  # a Connect client has no py4j connection
+            nodelay.no_delay(spark._jvm)  # once per thread: py4j answers over 8 KiB waited 40 ms (nodelay.py)
         self._tag(spark, job.id)
         (repin or self.repin)()  # a statement could have SET a forced setting
         created: list[str] = []
