@@ -1,4 +1,6 @@
-"""Process helpers the benchmarks share: /proc readings, waiting for a PID to go, how to run `cairn`.
+"""Process helpers the benchmarks share: /proc readings, process trees, waiting for a PID to go or for a process
+tree to quiet down, how to run `cairn`. The bench harness built on them (a node, phases, the API client) is
+_harness.py.
 
 Processes are always identified by PID *and* start time where it matters, so a reused PID is never
 mistaken for the process we started (and nothing is ever killed by name).
@@ -66,24 +68,44 @@ def java_version() -> str | None:
         return None
 
 
-def tree_pids(pid: int) -> list[int]:
-    """``pid`` and every live descendant (from /proc/PID/task/*/children)."""
-    out, todo = [], [pid]
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every live process's PID under its parent's, from one pass over /proc/*/stat: unlike
+    /proc/PID/task/*/children, it also sees a process whose parent thread has exited."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            f = stat_fields(int(entry.name))
+            if f:
+                children.setdefault(int(f[1]), []).append(int(entry.name))
+    return children
+
+
+def children(pid: int) -> list[int]:
+    """``pid``'s live child processes (one level)."""
+    return _children_by_parent().get(pid, [])
+
+
+def descendants(root: int) -> list[int]:
+    """``root``'s live descendants, children before their own children; ``root`` itself is not among them."""
+    by_parent = _children_by_parent()
+    out, todo = [], list(by_parent.get(root, []))
     while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            try:
-                todo.extend(int(c) for c in task.read_text().split())
-            except (OSError, ValueError):
-                continue
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(by_parent.get(pid, []))
     return out
 
 
-def wait_quiet(pid: int, share: float = 0.05, window: float = 1.0, timeout: float = 120.0) -> float:
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` first, then every live descendant."""
+    return [pid, *descendants(pid)]
+
+
+def wait_tree_quiet(pid: int, share: float = 0.05, window: float = 1.0, timeout: float = 120.0) -> float:
     """Wait until ``pid`` and its descendants together use under ``share`` of a core over ``window`` s (a node's
     Spark JVM warms up for seconds after the node listens: a timed step started then shares the cores with it).
-    Returns the seconds waited; raises RuntimeError after ``timeout``."""
+    Unlike _harness.wait_machine_quiet, other work on the machine does not count. Returns the seconds waited;
+    raises RuntimeError after ``timeout``."""
     t0 = time.monotonic()
     while True:
         pids = tree_pids(pid)

@@ -40,12 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, wait_gone, wait_quiet
+from _harness import BenchNode, say
+from _procs import cairn_argv, cpu_seconds, wait_tree_quiet
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -63,10 +63,6 @@ SEED = 20240101
 CATEGORIES = ["books", "electronics", "food", "garden", "music", "sports", "toys", "travel"]
 USERS = 100_000
 EPOCH_2024 = 1_704_067_200
-
-
-def say(msg: str) -> None:
-    print(f"[ingest bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- input
@@ -210,88 +206,18 @@ def proc_status_mb(pid: int, key: str) -> float | None:
     return None
 
 
-def http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
-class BenchNode:
-    """A Cairn node process with its own home (as tests/fixtures/nodes.py runs one)."""
-
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home = home
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.kubo_pid: int | None = None
-        self.api = ""
-        self.log_path = home.parent / f"{home.name}.log"
-
-    def start(self, timeout: float = 120.0) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen(
-            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        runtime = self.home / "node.json"
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the node exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            if runtime.exists():
-                try:
-                    info = json.loads(runtime.read_text())
-                except ValueError:
-                    info = {}
-                if info.get("pid") == self.proc.pid and info.get("api"):
-                    self.api = info["api"]
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the node did not listen within {timeout}s")
-            time.sleep(0.05)
-        kubo = http_json(self.api + "/api/v0/node")["kubo"]
-        self.kubo_pid = kubo.get("pid")
-        say(f"node pid {self.proc.pid} at {self.api}; managed Kubo pid {self.kubo_pid} at {kubo.get('api')}")
-
-    def wait_ready(self, timeout: float = 180.0) -> float:
-        """Seconds until the node is ready (its Spark worker up) and its process tree is quiet: the timed ingest
-        then measures the ingest, not the JVM's warm-up beside it (it took a core for ~15 s after the node listened,
-        and the ingest had one core left: 0.58 instead of 0.8+)."""
-        assert self.proc is not None
-        t0 = time.monotonic()
-        while not http_json(self.api + "/healthz").get("ready"):
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"the node was not ready within {timeout}s")
-            time.sleep(0.2)
-        wait_quiet(self.proc.pid, timeout=timeout)
-        return round(time.monotonic() - t0, 1)
-
-    def stop(self, timeout: float = 60.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                say(f"node pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
-                self.proc.kill()
-                self.proc.wait(10)
-        # The node stops its Kubo; make sure (by its PID) that it is gone.
-        if self.kubo_pid is not None and not wait_gone(self.kubo_pid, 15.0):
-            say(f"managed Kubo pid {self.kubo_pid} still running: SIGTERM")
-            try:
-                os.kill(self.kubo_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            if not wait_gone(self.kubo_pid, 15.0):
-                try:
-                    os.kill(self.kubo_pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        if hasattr(self, "_log"):
-            self._log.close()
+def wait_ready(node: BenchNode, timeout: float = 180.0) -> float:
+    """Seconds until the node is ready (its Spark worker up) and its process tree is quiet: the timed ingest then
+    measures the ingest, not the JVM's warm-up beside it (it took a core for ~15 s after the node listened, and the
+    ingest had one core left: 0.58 instead of 0.8+)."""
+    assert node.proc is not None
+    t0 = time.monotonic()
+    while not (node.http.request("GET", "/healthz")[2] or {}).get("ready"):  # 503 until ready: not an error here
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the node was not ready within {timeout}s")
+        time.sleep(0.2)
+    wait_tree_quiet(node.proc.pid, timeout=timeout)
+    return round(time.monotonic() - t0, 1)
 
 
 # --------------------------------------------------------------------------- Cairn
@@ -333,7 +259,7 @@ def bench_cairn(work: Path, csv_path: Path, input_bytes: int) -> dict[str, Any]:
     try:
         node.start()
         assert node.proc is not None
-        ready_s = node.wait_ready()
+        ready_s = wait_ready(node)
         rss_before = proc_status_mb(node.proc.pid, "VmRSS")
         hwm_before = proc_status_mb(node.proc.pid, "VmHWM")
         kubo_before = proc_status_mb(node.kubo_pid, "VmHWM") if node.kubo_pid else None

@@ -34,7 +34,6 @@ import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,17 +48,14 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]  # no pandas-stubs in the venv (a test dependency)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, java_version, start_time, wait_gone
+from _harness import BenchNode, say
+from _procs import children, cpu_seconds, java_version
 
 DATASET = "load"
 HIT_SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
 CROSS_SQL = "SELECT COUNT(*) AS n FROM t a CROSS JOIN t b WHERE a.id < {n} AND b.id < {n} AND a.v + b.v > {c}"
 V_MOD = 1_000_003  # v = id * 2654435761 mod V_MOD: spread over [0, V_MOD), independent of k
 HEALTHZ_EVERY = 0.05
-
-
-def say(msg: str) -> None:
-    print(f"[load bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -128,14 +124,6 @@ def proc_figures(pid: int | None) -> dict[str, Any] | None:
         "threads": int(fields["Threads"]),
         "cpu_s": round(cpu, 2) if cpu is not None else None,
     }
-
-
-def children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
 
 
 def node_pids(node_pid: int, info: dict[str, Any]) -> dict[str, int | None]:
@@ -419,83 +407,16 @@ def _health_figures(t: Tally) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the bench's own node
 
 
-class BenchNode:
-    """A `cairn node start` process with its own home, managed Kubo and Spark worker (as query.py runs one)."""
-
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},  # the node's defaults, not ours
-            "CAIRN_HOME": str(home),
-            "IPFS_TELEMETRY": "off",
-            "CAIRN_SPARK_AUTOSTART": "true",
-            "CAIRN_LOG_FORMAT": "json",
-        }
-        self.log_path = home.parent / "node.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.api = ""
-
-    def start(self, timeout: float = 120.0) -> int:
-        """Start the node; its PID once it listens."""
-        self.home.mkdir(parents=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115  open while the node runs, closed in stop()
-        argv = [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"]
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
-        )
-        runtime = self.home / "node.json"
-        deadline = time.monotonic() + timeout
-        while not self.api:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the node exited with {self.proc.returncode}: see {self.log_path}")
-            with contextlib.suppress(OSError, ValueError):
-                info = json.loads(runtime.read_text())
-                if info.get("pid") == self.proc.pid:
-                    self.api = info.get("api") or ""
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the node did not listen within {timeout}s")
-            time.sleep(0.05)
-        return self.proc.pid
-
-    def token(self) -> str:
-        return (self.home / "api.token").read_text().strip()
-
-    def add(self, csv: Path) -> dict[str, Any]:
-        argv = [*cairn_argv(), "--home", str(self.home), "add", str(csv), "--name", DATASET, "--json"]
-        out = subprocess.run(
-            argv, env=self.env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600, check=False
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"cairn add exited with {out.returncode}: {out.stderr.decode(errors='replace')[-2000:]}")
-        result: dict[str, Any] = json.loads(out.stdout)
-        return result
-
-    def stop(self, timeout: float = 60.0) -> None:
-        """SIGTERM (the node stops its Kubo and worker); then any of those still alive, by PID and start time."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            spawned = [(p, start_time(p)) for p in _tree(self.proc.pid) if p != self.proc.pid]
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-            for pid, since in spawned:
-                if not wait_gone(pid, 15.0, since) and since is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        self._log.close()
-
-
-def _tree(root: int) -> list[int]:
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children(pid))
-    return out
+def node_env(home: Path) -> dict[str, str]:
+    """The bench node's environment: the node's defaults (none of the caller's CAIRN_* settings), its Spark worker
+    started, JSON logs."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")},
+        "CAIRN_HOME": str(home),
+        "IPFS_TELEMETRY": "off",
+        "CAIRN_SPARK_AUTOSTART": "true",
+        "CAIRN_LOG_FORMAT": "json",
+    }
 
 
 async def get_json(base: str, path: str) -> dict[str, Any]:
@@ -653,11 +574,14 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     load_before = os.getloadavg()
     csv = work / "load.csv"
     write_csv(csv, args.rows)
-    node = BenchNode(work / "home")
+    home = work / "home"
+    node = BenchNode(home, node_env(home), log_path=work / "node.log")
     try:
-        pid = node.start()
-        say(f"node pid {pid} at {node.api}; ingesting {args.rows} rows…")
-        added = node.add(csv)
+        node.start()
+        assert node.proc is not None
+        pid = node.proc.pid
+        say(f"ingesting {args.rows} rows…")
+        added = node.add(csv, DATASET)
         info = await wait_spark_warm(node.api, node.home)
         run = Run(node.api, node.token(), pid, Oracle(csv))
         figures = await phases(run, args)

@@ -55,11 +55,9 @@ import itertools
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -71,7 +69,8 @@ from pathlib import Path
 from typing import Any, Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, java_version, pid_alive, start_time, stat_fields, wait_gone
+from _harness import QUIET, Api, BenchNode, Phase, free_port, say, stop_pid, wait_machine_quiet
+from _procs import cpu_seconds, java_version, start_time
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -95,10 +94,6 @@ TARGET_PEER_RATIO = 15  # issue 18 item 4: recompute over peer hit, on warm Spar
 TARGET_PEER_P50_MS = 35  # issue 18 item 4: peer hit p50, client wall time
 TARGET_FETCH_RATIO = 0.95  # issue 18 item 5: fetch through Cairn over plain Kubo, a 485 MB result
 PARTS = ("peer", "announce", "fetch")  # --parts: 1 peer hit vs recompute, 2 announcement propagation, 3 fetch
-
-
-def say(msg: str) -> None:
-    print(f"[network bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def p50(xs: list[float]) -> float | None:
@@ -192,262 +187,32 @@ def generate_big(path: Path, target_bytes: int) -> tuple[int, float]:
     return rows, per_row
 
 
-# --------------------------------------------------------------------------- processes and the machine
+# --------------------------------------------------------------------------- the nodes
 
 
-def stop_pid(pid: int, started: int | None, what: str, timeout: float = 15.0) -> None:
-    """SIGTERM this process (if it is still the one we started), SIGKILL it if it lingers."""
-    if not pid_alive(pid, started):
-        return
-    say(f"{what} pid {pid} still running: SIGTERM")
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not wait_gone(pid, timeout, started):
-        say(f"{what} pid {pid} ignored SIGTERM: SIGKILL")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        wait_gone(pid, 5.0, started)
-
-
-def descendants(root: int) -> list[int]:
-    """``root``'s live descendants (not ``root``), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            f = stat_fields(int(entry.name))
-            if f:
-                children.setdefault(int(f[1]), []).append(int(entry.name))
-    out, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def machine_busy_seconds() -> float:
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def our_cpu() -> dict[int, float]:
-    ours = {p: c for p in [os.getpid(), *descendants(os.getpid())] if (c := cpu_seconds(p)) is not None}
-    ours[-1] = sum(os.times()[2:4])
-    return ours
-
-
-QUIET: dict[str, Any] = {"max_wait_s": 0.0, "waits": {}}
-
-
-def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
-    """With ``--quiet-wait S``: wait (at most S s) until other work used < 10 % of the CPUs for three
-    2-second windows in a row (as query.py does)."""
-    if QUIET["max_wait_s"] <= 0:
-        return
-    t0 = time.monotonic()
-    calm, share = 0, None
-    while calm < windows and time.monotonic() - t0 < QUIET["max_wait_s"]:
-        busy0, ours0, w0 = machine_busy_seconds(), our_cpu(), time.monotonic()
-        time.sleep(window)
-        ours1 = our_cpu()
-        ours = sum(c - ours0.get(p, 0.0) for p, c in ours1.items())
-        share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
-        calm = calm + 1 if share < threshold else 0
-    QUIET["waits"][label] = {
-        "waited_s": round(time.monotonic() - t0, 1),
-        "quiet": calm >= windows,
-        "last_other_cpu_share": round(share, 3) if share is not None else None,
-    }
-    if calm < windows:
-        say(f"{label}: the machine is still busy (other work {share:.0%} of the CPUs); going on")
-
-
-class Phase:
-    """Wall time, load average, CPU of ours vs the rest of the machine during a phase (query.py's)."""
-
-    def __init__(self, name: str, phases: dict[str, Any]) -> None:
-        self.name, self.phases = name, phases
-
-    def __enter__(self) -> Self:
-        self.t0, self.busy0, self.ours0 = time.perf_counter(), machine_busy_seconds(), our_cpu()
-        self.load0 = os.getloadavg()[0]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = time.perf_counter() - self.t0
-        busy = machine_busy_seconds() - self.busy0
-        ours = sum(c - self.ours0.get(p, 0.0) for p, c in our_cpu().items())
-        other = max(0.0, busy - ours)
-        self.phases[self.name] = {
-            "seconds": round(wall, 2),
-            "loadavg_1m_before": round(self.load0, 2),
-            "loadavg_1m_after": round(os.getloadavg()[0], 2),
-            "cpu_seconds_ours": round(ours, 2),
-            "cpu_seconds_other": round(other, 2),
-            "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
-        }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Api:
-    """One keep-alive HTTP/1.1 connection to a node's API."""
-
-    def __init__(self, base: str, token: str | None = None) -> None:
-        self.token = token  # the node's api.token: a query miss computes only with it (docs/api.md)
-        u = urllib.parse.urlsplit(base)
-        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
-        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[float, int, Any]:
-        """(wall ms until the whole answer is read, status, parsed JSON or text)."""
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):
-            try:
-                t0 = time.perf_counter()
-                self.conn.request(method, path, body=data, headers=headers)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-                ms = (time.perf_counter() - t0) * 1000
-                break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.conn.close()  # an idle keep-alive connection the server closed: reconnect once
-                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
-                if attempt:
-                    raise
-        ctype = resp.getheader("Content-Type") or ""
-        if "json" in ctype:
-            return ms, resp.status, json.loads(raw)
-        return ms, resp.status, raw.decode("utf-8", "replace")
-
-    def get(self, path: str) -> Any:
-        _, status, obj = self.request("GET", path)
-        if status != 200:
-            raise RuntimeError(f"GET {path}: HTTP {status}: {obj}")
-        return obj
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class BenchNode:
-    """A full Cairn node process (`cairn node start`) with its own home, as tests/fixtures/nodes.py runs one."""
-
-    def __init__(self, name: str, home: Path, env: dict[str, str]) -> None:
-        self.name, self.home, self.env = name, home, env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started: int | None = None
-        self.api_url = ""
-        self.api: Api | None = None
-        self.log_path = home.parent / f"{home.name}.log"
-        self.children: dict[int, int | None] = {}  # pid → start time of its Kubo, Spark worker, JVM…
-
-    def start(self, timeout: float = 120.0) -> Self:
-        self.home.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen(
-            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        self.started = start_time(self.proc.pid)
-        runtime = self.home / "node.json"
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"node {self.name} exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}"
-                )
-            if runtime.exists():
-                try:
-                    info = json.loads(runtime.read_text())
-                except ValueError:
-                    info = {}
-                if info.get("pid") == self.proc.pid and info.get("api"):
-                    self.api_url = info["api"]
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {self.name} did not listen within {timeout}s")
-            time.sleep(0.05)
-        self.api = Api(self.api_url, (self.home / "api.token").read_text().strip())
-        info = self.info()
-        self.note_children()
-        say(f"node {self.name}: pid {self.proc.pid} at {self.api_url}; Kubo pid {info['kubo'].get('pid')}")
-        return self
-
-    def note_children(self) -> None:
-        """Remember the node's descendants (Kubo, Spark worker, its JVM) to make sure they are gone at the end."""
-        if self.proc is not None and self.proc.poll() is None:
-            for pid in descendants(self.proc.pid):
-                self.children.setdefault(pid, start_time(pid))
-
-    def info(self) -> dict[str, Any]:
-        assert self.api is not None
-        return self.api.get("/api/v0/node")
-
-    def cli(self, *args: str) -> str:
-        out = subprocess.run(
-            [*cairn_argv(), "--home", str(self.home), *args],
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=3600,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(
-                f"cairn {' '.join(args[:2])} on {self.name} exited with {out.returncode}: "
-                f"{out.stderr.decode(errors='replace')[-2000:]}"
-            )
-        return out.stdout.decode()
+class PeerNode(BenchNode):
+    """A full node of the network bench (``name``: A, B, C…), with the queries it is asked over its keep-alive API
+    connection and the claims it has heard."""
 
     def ingest(self, path: Path, name: str) -> dict[str, Any]:
         t0 = time.perf_counter()
-        result = json.loads(self.cli("add", str(path), "--name", name, "--json"))
+        result = self.add(path, name)
         say(
-            f"node {self.name}: ingested {result['rows_added']} rows as {name!r} in {time.perf_counter() - t0:.1f} s "
+            f"{self.label}: ingested {result['rows_added']} rows as {name!r} in {time.perf_counter() - t0:.1f} s "
             f"({len(result['slices'])} slices)"
         )
         return result
 
-    def wait_spark(self, timeout: float = 300.0) -> dict[str, Any]:
-        """Until the worker is up and its own warm-up query is done."""
-        log = self.home / "logs" / "spark.log"
-        deadline = time.monotonic() + timeout
-        while True:
-            spark = self.info()["spark"]
-            if spark.get("state") == "failed":
-                raise RuntimeError(f"node {self.name}: the Spark worker failed to start; see {log}")
-            text = log.read_text(errors="replace") if log.exists() else ""
-            if spark.get("state") == "up" and ("warm-up query took" in text or "warm-up query failed" in text):
-                m = re.search(r"warm-up query took (\d+) ms", text)
-                self.note_children()
-                return {**spark, "warmup_ms": int(m.group(1)) if m else None}
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {self.name}: Spark not warm within {timeout}s (state {spark.get('state')})")
-            time.sleep(0.25)
-
     def query(
         self, sql: str, dataset: str, trust: str | None, expect: str | None = None
     ) -> tuple[float, dict[str, Any]]:
-        assert self.api is not None
         body = {"sql": sql, "inputs": {"t": dataset}, "trust": trust}
-        ms, status, answer = self.api.request("POST", "/api/v0/query", body)
+        ms, status, answer = self.http.request("POST", "/api/v0/query", body)
         if status != 200:
-            raise RuntimeError(f"node {self.name}: query failed: HTTP {status}: {answer}")
+            raise RuntimeError(f"{self.label}: query failed: HTTP {status}: {answer}")
         if expect is not None and answer["source"] != expect:
             raise RuntimeError(
-                f"node {self.name}: expected source {expect!r}, got {answer['source']!r} "
+                f"{self.label}: expected source {expect!r}, got {answer['source']!r} "
                 f"(peer {answer.get('peer')}) for {sql}"
             )
         return ms, answer
@@ -458,15 +223,14 @@ class BenchNode:
         """The same query as a job (``wait: false``), following its events (server-sent) to the end:
         (client wall ms from the POST to the last event, the answer, the events with the node's stamps).
         ``self.job_posted`` is the POST's wall clock (the job's stamps count from about then)."""
-        assert self.api is not None
         self.job_posted = time.time()
         t0 = time.perf_counter()
-        _, status, started = self.api.request(
+        _, status, started = self.http.request(
             "POST", "/api/v0/query", {"sql": sql, "inputs": {"t": dataset}, "trust": trust, "wait": False}
         )
         if status != 202:
-            raise RuntimeError(f"node {self.name}: job not started: HTTP {status}: {started}")
-        _, status, text = self.api.request("GET", started["events"])
+            raise RuntimeError(f"{self.label}: job not started: HTTP {status}: {started}")
+        _, status, text = self.http.request("GET", started["events"])
         ms = (time.perf_counter() - t0) * 1000
         events: list[tuple[str, dict[str, Any]]] = []
         kind = None
@@ -477,40 +241,20 @@ class BenchNode:
                 events.append((kind, json.loads(line[6:])))
         result = next((d for k, d in events if k == "result"), None)
         if result is None:
-            raise RuntimeError(f"node {self.name}: job ended without a result: {events[-3:]}")
+            raise RuntimeError(f"{self.label}: job ended without a result: {events[-3:]}")
         return ms, result, events
 
     def claim_of(self, invocation: str) -> dict[str, Any] | None:
-        assert self.api is not None
-        for c in self.api.get("/api/v0/announcements")["claims"]:
+        for c in self.http.get("/api/v0/announcements")["claims"]:
             if c["invocation"] == invocation:
                 return c
         return None
-
-    def stop(self, timeout: float = 60.0) -> None:
-        self.note_children()
-        if self.api is not None:
-            self.api.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                say(f"node {self.name} pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
-                self.proc.kill()
-                self.proc.wait(10)
-        # The node stops its Kubo and its Spark worker (which stops its JVM): make sure, by PID.
-        for pid, started in self.children.items():
-            if not wait_gone(pid, 15.0, started):
-                stop_pid(pid, started, f"node {self.name}'s child")
-        if hasattr(self, "_log"):
-            self._log.close()
 
 
 # --------------------------------------------------------------------------- part 1: peer hit vs recompute
 
 
-def wait_claim(node: BenchNode, invocation: str, timeout: float) -> dict[str, Any] | None:
+def wait_claim(node: PeerNode, invocation: str, timeout: float) -> dict[str, Any] | None:
     deadline = time.monotonic() + timeout
     while True:
         c = node.claim_of(invocation)
@@ -745,9 +489,9 @@ async def _probe_direct(a_api: str, kubo_api: str, kubo_auth: str | None, answer
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def _warm_workers(a: BenchNode, b: BenchNode, consts: Constants, n_warm: int, trust: str) -> dict[str, Any]:
+def _warm_workers(a: PeerNode, b: PeerNode, consts: Constants, n_warm: int, trust: str) -> dict[str, Any]:
     """Both workers up with their warm-up query run, then throwaway misses on each and one untimed peer hit."""
-    spark_a, spark_b = a.wait_spark(), b.wait_spark()
+    spark_a, spark_b = a.wait_spark(jit=False), b.wait_spark(jit=False)
     say(
         f"Spark workers up (A warm-up {spark_a.get('warmup_ms')} ms, B {spark_b.get('warmup_ms')} ms); "
         f"{n_warm} untimed misses on each…"
@@ -766,7 +510,7 @@ def _warm_workers(a: BenchNode, b: BenchNode, consts: Constants, n_warm: int, tr
 
 
 def _peer_hits_and_recomputes(
-    a: BenchNode, b: BenchNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
 ) -> dict[str, list[Any]]:
     """n rounds: A computes C; B asks C (a peer hit, no Spark job), asks it again (local), recomputes another
     constant (exactly one Spark job)."""
@@ -774,7 +518,7 @@ def _peer_hits_and_recomputes(
         k: [] for k in ("peer", "peer_node", "recompute", "recompute_node", "recompute_spark", "local", "a_miss")
     }
     s["heard"] = []
-    wait_quiet("peer_hits")
+    wait_machine_quiet("peer_hits")
     with Phase("peer_hits_and_recomputes", phases):
         for i in range(n):
             c, other = consts.next(), consts.next()
@@ -796,7 +540,7 @@ def _peer_hits_and_recomputes(
             s["recompute_node"].append(mine["elapsed_ms"])
             if b.info()["spark"]["jobs"] != jobs0 + 1:
                 raise RuntimeError("B's recompute did not run exactly one Spark job")
-            timings = b.api.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}  # type: ignore[union-attr]  # the bench's nodes are all started here
+            timings = b.http.get(f"/api/v0/executions/{mine['execution']}").get("timings") or {}
             if timings.get("compute_ms") is not None:
                 s["recompute_spark"].append(float(timings["compute_ms"]))
             say(
@@ -808,7 +552,7 @@ def _peer_hits_and_recomputes(
 
 
 def _peer_hit_diagnostic(
-    a: BenchNode, b: BenchNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, consts: Constants, n: int, trust: str, phases: dict[str, Any]
 ) -> dict[str, Any]:
     """Where a peer hit's time goes: peer hits run as jobs, split by their progress events."""
     say(f"{n} peer hits as jobs (progress events)…")
@@ -834,7 +578,7 @@ def _peer_hit_diagnostic(
 
 
 def _peer_hit_probes(
-    a: BenchNode, b: BenchNode, consts: Constants, n: int, work: Path, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, consts: Constants, n: int, work: Path, phases: dict[str, Any]
 ) -> dict[str, Any]:
     """Each step alone, against B's idle Kubo: as the node does it, batched, and over A's HTTP API, in turn."""
     say(f"{n} probes of the fetch/verify/record steps on B's Kubo…")
@@ -850,7 +594,7 @@ def _peer_hit_probes(
             _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
             time.sleep(0.3)
             if i % 3 == 2:
-                direct.append(asyncio.run(_probe_direct(a.api_url, b_kubo, b_auth, ans)))
+                direct.append(asyncio.run(_probe_direct(a.api, b_kubo, b_auth, ans)))
             else:
                 (batched if i % 3 else probes).append(
                     asyncio.run(_probe_fetch(b_kubo, b_auth, a_swarm, ans, work, bool(i % 3)))
@@ -867,7 +611,7 @@ def _peer_hit_probes(
 
 
 def part_peer_hit(
-    a: BenchNode, b: BenchNode, consts: Constants, args: argparse.Namespace, work: Path, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, consts: Constants, args: argparse.Namespace, work: Path, phases: dict[str, Any]
 ) -> dict[str, Any]:
     trust = "community"
     warm = _warm_workers(a, b, consts, args.warm, trust)
@@ -875,7 +619,7 @@ def part_peer_hit(
     breakdown = _peer_hit_diagnostic(a, b, consts, args.diag, trust, phases)
     probes = _peer_hit_probes(a, b, consts, args.probes, work, phases)
     # the HTTP floor of B (a 404 answered from a dict) and B's /api/v0/node, for scale
-    floor = [b.api.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]  # type: ignore[union-attr]  # the bench's nodes are all started here
+    floor = [b.http.request("GET", "/api/v0/jobs/none")[0] for _ in range(30)]
 
     peer_p50, rec_p50, spark_p50 = p50(s["peer"]), p50(s["recompute"]), p50(s["recompute_spark"])
     return {
@@ -922,7 +666,7 @@ def part_peer_hit(
 # --------------------------------------------------------------------------- part 2: announcements
 
 
-def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] | None:
+def announcement_stamp(node: PeerNode, invocation: str) -> tuple[float, float] | None:
     """(the an_0's own ``time`` as its signer stamped it, the receiver's ``received``), epoch seconds, read
     from the node's index (read-only) since the HTTP listing does not show the announcement's time."""
     import datetime as dt
@@ -945,7 +689,7 @@ def announcement_stamp(node: BenchNode, invocation: str) -> tuple[float, float] 
     return dt.datetime.fromisoformat(an.time).timestamp(), float(row[1])
 
 
-def _announce_topology(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants) -> tuple[str, int]:
+def _announce_topology(a: PeerNode, b: PeerNode, c: PeerNode, consts: Constants) -> tuple[str, int]:
     """C connected to B; a warm-up announcement across the chain (else C connects to A too): the topology
     and how many hops an announcement from A takes to C."""
     c.cli("connect", b.info()["p2p_addrs"][0])
@@ -964,13 +708,13 @@ def _announce_topology(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constan
         if not warm(30.0):
             raise RuntimeError("announcements never reach C")
     a_id = a.info()["peer_id"]
-    c_peers = [p for p in c.api.get("/api/v0/peers")["peers"] if p.get("connected")]  # type: ignore[union-attr]  # the bench's nodes are all started here
+    c_peers = [p for p in c.http.get("/api/v0/peers")["peers"] if p.get("connected")]
     if hops == 2 and any(a_id in json.dumps(p) for p in c_peers):
         topology, hops = "C also connected to A (discovered)", 1
     return topology, hops
 
 
-def _announce_once(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, s: dict[str, list[float]]) -> bool:
+def _announce_once(a: PeerNode, b: PeerNode, c: PeerNode, consts: Constants, s: dict[str, list[float]]) -> bool:
     """A computes a new constant; C's claim polled for (10 s): samples appended to `s`; False on a timeout."""
     _, ans = a.query(SQL.format(c=consts.next()), SMALL, "self", "computed")
     t_answer, wall_answer = time.perf_counter(), time.time()
@@ -1001,12 +745,12 @@ def _announce_once(a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, 
 
 
 def part_announce(
-    a: BenchNode, b: BenchNode, c: BenchNode, consts: Constants, n: int, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, c: PeerNode, consts: Constants, n: int, phases: dict[str, Any]
 ) -> dict[str, Any]:
     topology, hops = _announce_topology(a, b, c, consts)
     s: dict[str, list[float]] = {k: [] for k in ("polled", "c_recv", "b_recv", "from_an_b", "from_an_c")}
     timeouts = 0
-    wait_quiet("announcements")
+    wait_machine_quiet("announcements")
     with Phase("announcements", phases):
         for _ in range(n):
             if not _announce_once(a, b, c, consts, s):
@@ -1278,7 +1022,7 @@ async def _repin_result(kubo_api: str, home: Path, execution: str) -> float:
         await kubo.close()
 
 
-def _big_dataset(a: BenchNode, b: BenchNode, work: Path, result_mb: float, phases: dict[str, Any]) -> dict[str, Any]:
+def _big_dataset(a: PeerNode, b: PeerNode, work: Path, result_mb: float, phases: dict[str, Any]) -> dict[str, Any]:
     """The large Parquet generated and ingested by A and B, its input logical hash paid on both."""
     big = work / "big.parquet"
     say(f"generating about {result_mb:g} MB (as Cairn slices) of Parquet…")
@@ -1294,10 +1038,7 @@ def _big_dataset(a: BenchNode, b: BenchNode, work: Path, result_mb: float, phase
     big.unlink()
     # The input's logical hash is computed at the first query on a version, then cached: pay it here, on
     # both nodes, so that it is not counted as fetching (it is what `prepare` costs on a fresh version).
-    input_hash_ms = {
-        n.name: round(n.api.request("GET", f"/api/v0/datasets/{BIG}")[0], 1)  # type: ignore[union-attr]  # the bench's nodes are all started here
-        for n in (a, b)
-    }
+    input_hash_ms = {n.name: round(n.http.request("GET", f"/api/v0/datasets/{BIG}")[0], 1) for n in (a, b)}
     say(f"input logical hash of {BIG!r} (first GET /api/v0/datasets/{BIG}): {input_hash_ms} ms")
     dataset = {
         "rows": rows,
@@ -1310,11 +1051,11 @@ def _big_dataset(a: BenchNode, b: BenchNode, work: Path, result_mb: float, phase
 
 
 def _cairn_fetch(
-    b: BenchNode, slices: list[str], b_watch: dict[str, int | None], logical_hash: str, phases: dict[str, Any]
+    b: PeerNode, slices: list[str], b_watch: dict[str, int | None], logical_hash: str, phases: dict[str, Any]
 ) -> tuple[float, dict[str, Any], list[tuple[str, dict[str, Any]]], dict[str, float | None], CacheWatcher]:
     """B asks the large query as a peer hit, its cache dir watched: wall ms, answer, events, CPU, the watcher."""
     # untimed: B's canonicalizer child started, as part 1's queries leave it (a refused statement is enough)
-    b.api.request("POST", "/api/v0/query", {"sql": "SELECT no_such_column FROM t", "inputs": {"t": BIG}})  # type: ignore[union-attr]  # started
+    b.http.request("POST", "/api/v0/query", {"sql": "SELECT no_such_column FROM t", "inputs": {"t": BIG}})
     say("B: the same query as a peer hit (trust community)…")
     watcher = CacheWatcher(b.home / "cache" / "slices", slices)
     watcher.start()
@@ -1333,7 +1074,7 @@ def _cairn_fetch(
 
 
 def _fetch_timeline(
-    b: BenchNode,
+    b: PeerNode,
     events: list[tuple[str, dict[str, Any]]],
     got: dict[str, Any],
     watcher: CacheWatcher,
@@ -1374,7 +1115,7 @@ def _fetch_timeline(
     }
 
 
-def _verify_alone(b: BenchNode, slices: list[str], logical_hash: str, repin_ms: float) -> dict[str, Any]:
+def _verify_alone(b: PeerNode, slices: list[str], logical_hash: str, repin_ms: float) -> dict[str, Any]:
     """What B's verify and answer cost alone, on the slices it now holds (node idle)."""
     from node.datasets import LogicalHasher
     from node.datasets.slices import read_slice
@@ -1407,7 +1148,7 @@ def _verify_alone(b: BenchNode, slices: list[str], logical_hash: str, repin_ms: 
     }
 
 
-def _a_computes_big(a: BenchNode, phases: dict[str, Any]) -> tuple[float, dict[str, Any], int]:
+def _a_computes_big(a: PeerNode, phases: dict[str, Any]) -> tuple[float, dict[str, Any], int]:
     """A computes the large result: its wall ms, answer, and the result's bytes (its slice files)."""
     say(f"A computes {BIG_SQL}…")
     with Phase("fetch_a_compute", phases):
@@ -1432,7 +1173,7 @@ def _kubo_runs(
 
 
 def part_fetch(
-    a: BenchNode, b: BenchNode, work: Path, result_mb: float, warm_cid: str | None, phases: dict[str, Any]
+    a: PeerNode, b: PeerNode, work: Path, result_mb: float, warm_cid: str | None, phases: dict[str, Any]
 ) -> dict[str, Any]:
     big = _big_dataset(a, b, work, result_mb, phases)
     a_ms, ans, total = _a_computes_big(a, phases)
@@ -1450,16 +1191,16 @@ def part_fetch(
 
     kubo_before = []
     for i in (1, 2):  # B holds none of the result yet: every byte comes from A
-        wait_quiet(f"fetch_kubo_{i}")
+        wait_machine_quiet(f"fetch_kubo_{i}")
         with Phase(f"fetch_plain_kubo_{i}", phases):
             kubo_before.append(plain(f"plain-kubo-{i}"))
-    wait_quiet("fetch_cairn")
+    wait_machine_quiet("fetch_cairn")
     wall_ms, got, events, cairn_cpu, watcher = _cairn_fetch(b, slices, b_watch, ans["logicalHash"], phases)
     split = events_split(events, got, wall_ms)
     cairn_s = wall_ms / 1000
     say(f"cairn: {total / MB:.1f} MB in {cairn_s:.2f} s = {total / MB / cairn_s:.1f} MB/s; {split}")
     timeline = _fetch_timeline(b, events, got, watcher, slices, total)
-    wait_quiet("fetch_kubo_3")
+    wait_machine_quiet("fetch_kubo_3")
     with Phase("fetch_plain_kubo_3_after_cairn", phases):
         kubo3 = plain("plain-kubo-3")
     repin_ms = asyncio.run(_repin_result(b.info()["kubo"]["api"], b.home, ans["execution"]))  # before the reads
@@ -1568,17 +1309,17 @@ def _node_envs(a_conf: str) -> tuple[dict[str, str], dict[str, str], dict[str, s
 
 
 def _start_a_and_b(
-    work: Path, rows: int, envs: tuple[dict[str, str], ...], nodes: list[BenchNode], phases: dict[str, Any]
-) -> tuple[BenchNode, BenchNode, str | None]:
+    work: Path, rows: int, envs: tuple[dict[str, str], ...], nodes: list[PeerNode], phases: dict[str, Any]
+) -> tuple[PeerNode, PeerNode, str | None]:
     """Nodes A and B started (appended to `nodes`), both with the small dataset, B connected to A and trusting
     it; the CID of A's first slice (warm-up fetches in part 3 read it)."""
     small = work / "small.parquet"
     say(f"generating {rows} rows of Parquet in {work}…")
     generate_small(small, rows)
     with Phase("start_and_ingest", phases):
-        a = BenchNode("A", work / "a", envs[0]).start()
+        a = PeerNode(work / "a", envs[0], name="A").start()
         nodes.append(a)
-        b = BenchNode("B", work / "b", envs[1]).start()
+        b = PeerNode(work / "b", envs[1], name="B").start()
         nodes.append(b)
         warm_cid = (a.ingest(small, SMALL)["slices"] or [{}])[0].get("cid")
         b.ingest(small, SMALL)
@@ -1589,7 +1330,7 @@ def _start_a_and_b(
     return a, b, warm_cid
 
 
-def _machine(a: BenchNode, nodes: list[BenchNode], a_conf: str, load_before: float) -> dict[str, Any]:
+def _machine(a: PeerNode, nodes: list[PeerNode], a_conf: str, load_before: float) -> dict[str, Any]:
     import pyspark
 
     kubo_version = a.info()["kubo"].get("version")
@@ -1611,17 +1352,17 @@ def _machine(a: BenchNode, nodes: list[BenchNode], a_conf: str, load_before: flo
 
 
 def _part_announce_with_c(
-    a: BenchNode,
-    b: BenchNode,
+    a: PeerNode,
+    b: PeerNode,
     consts: Constants,
     args: argparse.Namespace,
     work: Path,
     envs: tuple[dict[str, str], ...],
-    nodes: list[BenchNode],
+    nodes: list[PeerNode],
     phases: dict[str, Any],
 ) -> dict[str, Any]:
     """Part 2 with its own node C, started and stopped here."""
-    c = BenchNode("C", work / "c", envs[2]).start()
+    c = PeerNode(work / "c", envs[2], name="C").start()
     nodes.append(c)
     announce = part_announce(a, b, c, consts, args.announces, phases)
     c.stop()
@@ -1639,7 +1380,7 @@ def main() -> None:
     phases: dict[str, Any] = {}
     consts = Constants()
     work = Path(tempfile.mkdtemp(prefix="cairn-bench-network-"))
-    nodes: list[BenchNode] = []
+    nodes: list[PeerNode] = []
     try:
         envs = _node_envs(a_conf)
         a, b, warm_cid = _start_a_and_b(work, args.rows, envs, nodes, phases)

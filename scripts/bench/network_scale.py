@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cpu_seconds
-from network import SMALL, SQL, BenchNode, Constants, announcement_stamp, descendants, generate_small, say
+from _harness import say
+from _procs import cpu_seconds, descendants
+from network import SMALL, SQL, Constants, PeerNode, announcement_stamp, generate_small
 
 POLL_S = 0.010
 MEM_PER_NODE_MB = 700  # node + Kubo, measured here with headroom: a size whose nodes would not fit is not run
@@ -62,19 +63,19 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
-def kubo_pid(node: BenchNode) -> int | None:
+def kubo_pid(node: PeerNode) -> int | None:
     pid = node.info()["kubo"].get("pid")
     return int(pid) if pid else None
 
 
-def start_ring(n: int, work: Path, data: Path, extra: dict[str, str]) -> tuple[list[BenchNode], int]:
+def start_ring(n: int, work: Path, data: Path, extra: dict[str, str]) -> tuple[list[PeerNode], int]:
     """N nodes in a ring; the index of the far node (the one that computes). ``extra``: settings of every node."""
     far = n // 2
-    nodes: list[BenchNode] = []
+    nodes: list[PeerNode] = []
     base = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     for i in range(n):
         spark = {"CAIRN_SPARK_AUTOSTART": "true" if i == far else "false", "CAIRN_SPARK_WARMUP_ROWS": "0"}
-        nodes.append(BenchNode(f"n{i}", work / f"n{i}", {**base, **spark, **extra}).start())
+        nodes.append(PeerNode(work / f"n{i}", {**base, **spark, **extra}, name=f"n{i}").start())
     key = nodes[far].info()["node_key"]
     for i, node in enumerate(nodes):
         node.ingest(data, SMALL)
@@ -100,7 +101,7 @@ def wakeups(pid: int | None) -> int | None:
     return total
 
 
-def idle(nodes: list[BenchNode], settle: float, window: float, split: bool = False) -> dict[str, Any]:
+def idle(nodes: list[PeerNode], settle: float, window: float, split: bool = False) -> dict[str, Any]:
     """RSS and CPU share of each node's process and its Kubo over ``window`` s after ``settle`` s. ``split``: also
     each process's share and wake-ups a second, per node (``per_node``) and as p50 over the nodes."""
     time.sleep(settle)
@@ -144,7 +145,7 @@ def idle(nodes: list[BenchNode], settle: float, window: float, split: bool = Fal
     return out
 
 
-def wait_everywhere(nodes: list[BenchNode], invocation: str, timeout: float = 30.0) -> list[BenchNode]:
+def wait_everywhere(nodes: list[PeerNode], invocation: str, timeout: float = 30.0) -> list[PeerNode]:
     """Until every node has the claim (or the deadline): the nodes that do not."""
     pending = list(nodes)
     deadline = time.monotonic() + timeout
@@ -154,7 +155,7 @@ def wait_everywhere(nodes: list[BenchNode], invocation: str, timeout: float = 30
     return pending
 
 
-def propagation(nodes: list[BenchNode], far: int, consts: Constants, count: int) -> dict[str, Any]:
+def propagation(nodes: list[PeerNode], far: int, consts: Constants, count: int) -> dict[str, Any]:
     others = [node for i, node in enumerate(nodes) if i != far]
     arrivals: list[float] = []
     to_all: list[float] = []
@@ -182,7 +183,7 @@ def propagation(nodes: list[BenchNode], far: int, consts: Constants, count: int)
     }
 
 
-def far_answers(nodes: list[BenchNode], far: int, consts: Constants, asks: int) -> dict[str, Any]:
+def far_answers(nodes: list[PeerNode], far: int, consts: Constants, asks: int) -> dict[str, Any]:
     ms: list[float] = []
     for _ in range(asks):
         sql = SQL.format(c=consts.next())
@@ -197,11 +198,11 @@ def far_answers(nodes: list[BenchNode], far: int, consts: Constants, asks: int) 
 
 def run_size(n: int, work: Path, data: Path, args: argparse.Namespace) -> dict[str, Any]:
     say(f"N = {n}: starting the ring…")
-    nodes: list[BenchNode] = []
+    nodes: list[PeerNode] = []
     try:
         extra = dict(kv.split("=", 1) for kv in args.env)
         nodes, far = start_ring(n, work / f"ring{n}", data, extra)
-        nodes[far].wait_spark()
+        nodes[far].wait_spark(jit=False)  # CAIRN_SPARK_WARMUP_ROWS=0: no JIT warm-up
         consts = Constants()
         nodes[far].query(SQL.format(c=consts.next()), SMALL, "self", "computed")  # Spark's first job: untimed
         out = {"nodes": n, "topology": f"ring (degree 2, diameter {n // 2})", "far_node_hops": far}

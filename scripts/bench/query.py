@@ -50,15 +50,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
-import http.client
 import importlib
 import importlib.util
 import json
 import os
 import platform
-import re
 import secrets
 import shutil
 import signal
@@ -67,13 +64,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _procs import cairn_argv, cpu_seconds, java_version, start_time, wait_gone
+from _harness import QUIET, Api, BenchNode, OtherCpu, Phase, say, wait_machine_quiet
+from _procs import java_version
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -95,10 +92,6 @@ TARGET_FIRST_MISS_RATIO = 1.5
 TARGET_HIT_RATIO = 600
 TARGET_HIT_P50_MS = 1.0
 TARGET_DUCKDB_RATIO = 100
-
-
-def say(msg: str) -> None:
-    print(f"[query bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def p50(xs: list[float]) -> float:
@@ -156,54 +149,7 @@ def generate_parquet(path: Path, rows: int) -> None:
             done += n
 
 
-# --------------------------------------------------------------------------- processes and the machine
-
-
-def descendants(root: int) -> list[int]:
-    """``root`` and every live process below it (by parent pid, from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int(Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds spent by the whole machine (all CPUs, not idle or iowait) since boot."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def our_cpu() -> dict[int, float]:
-    """CPU seconds so far of this process and every live process it started (and of its waited-for children)."""
-    ours = {p: c for p in descendants(os.getpid()) if (c := cpu_seconds(p)) is not None}
-    ours[-1] = sum(os.times()[2:4])  # children of this process that exited and were waited for
-    return ours
-
-
-class OtherCpu:
-    """Other work's share of all CPUs between ``start()`` and ``share()`` (busy CPU time of the machine minus
-    that of this process and its descendants); the snapshots are taken outside the timed code."""
-
-    def start(self) -> None:
-        self.busy0, self.ours0, self.t0 = machine_busy_seconds(), our_cpu(), time.monotonic()
-
-    def share(self) -> float:
-        wall = time.monotonic() - self.t0
-        ours = sum(c - self.ours0.get(p, 0.0) for p, c in our_cpu().items())
-        other = max(0.0, machine_busy_seconds() - self.busy0 - ours)
-        return round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else 0.0
+# --------------------------------------------------------------------------- other work on the machine
 
 
 CLEAN_SHARE = 0.1  # a sample during which other work used more than this share of the CPUs is "disturbed"
@@ -215,266 +161,30 @@ def clean_p50(samples: list[float], shares: list[float]) -> float | None:
     return p50(kept) if len(kept) >= 3 else None
 
 
-QUIET: dict[str, Any] = {"max_wait_s": 0.0, "waits": {}}  # --quiet-wait, and how long each wait took
-
-
-def wait_quiet(label: str, threshold: float = 0.1, window: float = 2.0, windows: int = 3) -> None:
-    """With ``--quiet-wait S``: before a timed step, wait (at most S seconds) until other work on the machine
-    used less than ``threshold`` of all CPUs for ``windows`` windows in a row. Records what it waited."""
-    if QUIET["max_wait_s"] <= 0:
-        return
-    t0 = time.monotonic()
-    calm, share = 0, None
-    while calm < windows and time.monotonic() - t0 < QUIET["max_wait_s"]:
-        busy0, ours0, w0 = machine_busy_seconds(), our_cpu(), time.monotonic()
-        time.sleep(window)
-        ours1 = our_cpu()
-        ours = sum(c - ours0.get(p, 0.0) for p, c in ours1.items())
-        share = max(0.0, machine_busy_seconds() - busy0 - ours) / ((time.monotonic() - w0) * (os.cpu_count() or 1))
-        calm = calm + 1 if share < threshold else 0
-    waited = round(time.monotonic() - t0, 1)
-    QUIET["waits"][label] = {
-        "waited_s": waited,
-        "quiet": calm >= windows,
-        "last_other_cpu_share": round(share, 3) if share is not None else None,
-    }
-    if calm < windows:
-        say(f"{label}: the machine is still busy after {waited} s (other work {share:.0%} of the CPUs); going on")
-    elif waited > windows * window + 1:
-        say(f"{label}: waited {waited} s for the machine to be quiet")
-
-
-def role(pid: int) -> str:
-    """What one of our processes is, from its command line."""
-    if pid == -1:
-        return "exited children"
-    if pid == os.getpid():
-        return "bench"
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "gone"
-    text = b" ".join(argv).decode(errors="replace")
-    if "spark_worker" in text:
-        return "spark worker (python)"
-    if "node start" in text:
-        return "node"
-    if Path(argv[0].decode(errors="replace")).name == "ipfs":
-        return "kubo"
-    if "java" in Path(argv[0].decode(errors="replace")).name:
-        try:
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            parent = 0
-        return "spark JVM (bench)" if parent == os.getpid() else "spark JVM (node's worker)"
-    return Path(argv[0].decode(errors="replace")).name or "other"
-
-
-class Phase:
-    """Wall time, load average and CPU of one phase: ours (this process and all it started, by role) vs the
-    rest of the machine (``other_cpu_share``: other work's share of all CPUs during the phase, which skews it)."""
-
-    def __init__(self, name: str, phases: dict[str, Any]) -> None:
-        self.name, self.phases = name, phases
-
-    def __enter__(self) -> Self:
-        self.t0, self.busy0, self.ours0 = time.perf_counter(), machine_busy_seconds(), our_cpu()
-        self.load0 = os.getloadavg()[0]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall = time.perf_counter() - self.t0
-        busy = machine_busy_seconds() - self.busy0
-        ours1 = our_cpu()
-        ours = sum(c - self.ours0.get(p, 0.0) for p, c in ours1.items())  # processes alive at the end
-        other = max(0.0, busy - ours)
-        by_role: dict[str, float] = {}
-        for p, c in ours1.items():
-            by_role[role(p)] = by_role.get(role(p), 0.0) + c - self.ours0.get(p, 0.0)
-        self.phases[self.name] = {
-            "seconds": round(wall, 2),
-            "loadavg_1m_before": round(self.load0, 2),
-            "loadavg_1m_after": round(os.getloadavg()[0], 2),
-            "cpu_seconds_ours": round(ours, 2),
-            "cpu_seconds_ours_by_process": {k: round(v, 2) for k, v in sorted(by_role.items()) if round(v, 2)},
-            "cpu_seconds_other": round(other, 2),
-            "other_cpu_share": round(other / (wall * (os.cpu_count() or 1)), 3) if wall > 0 else None,
-        }
-
-
-class Api:
-    """One keep-alive HTTP/1.1 connection to the node's API."""
-
-    def __init__(self, base: str, token: str | None = None) -> None:
-        self.token = token  # the node's api.token: a query miss computes only with it (docs/api.md)
-        u = urllib.parse.urlsplit(base)
-        self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
-        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[float, int, Any]:
-        """(wall ms until the whole answer is read, status, parsed JSON)."""
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        for attempt in (0, 1):
-            try:
-                t0 = time.perf_counter()
-                self.conn.request(method, path, body=data, headers=headers)
-                resp = self.conn.getresponse()
-                raw = resp.read()
-                ms = (time.perf_counter() - t0) * 1000
-                break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                # the server closed an idle keep-alive connection: reconnect once (not timed twice)
-                self.conn.close()
-                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=3600)
-                if attempt:
-                    raise
-        return ms, resp.status, json.loads(raw) if raw else None
-
-    def get(self, path: str) -> Any:
-        _, status, obj = self.request("GET", path)
-        if status != 200:
-            raise RuntimeError(f"GET {path}: HTTP {status}: {obj}")
-        return obj
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class BenchNode:
-    """A Cairn node process with its own home (as tests/fixtures/nodes.py runs one), with its Spark worker."""
-
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.home = home
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.kubo_pid: int | None = None
-        self.kubo_api: str | None = None
-        self.api = ""
-        self.log_path = home.parent / f"{home.name}.log"
-
-    def start(self, timeout: float = 120.0) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        self.proc = subprocess.Popen(
-            [*cairn_argv(), "--home", str(self.home), "node", "start", "--api-port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-        )
-        runtime = self.home / "node.json"
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the node exited with {self.proc.returncode}:\n{self.log_path.read_text()[-4000:]}")
-            if runtime.exists():
-                try:
-                    info = json.loads(runtime.read_text())
-                except ValueError:
-                    info = {}
-                if info.get("pid") == self.proc.pid and info.get("api"):
-                    self.api = info["api"]
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the node did not listen within {timeout}s")
-            time.sleep(0.05)
-        kubo = self.info()["kubo"]
-        self.kubo_pid, self.kubo_api = kubo.get("pid"), kubo.get("api")
-        say(f"node pid {self.proc.pid} at {self.api}; managed Kubo pid {self.kubo_pid}")
-
-    def info(self) -> dict[str, Any]:
-        api = Api(self.api)
-        try:
-            return api.get("/api/v0/node")
-        finally:
-            api.close()
-
-    def wait_spark(self, timeout: float = 300.0) -> dict[str, Any]:
-        """Until the worker is up and its warm-up query is done (a first job would wait for it)."""
-        log = self.home / "logs" / "spark.log"
-        deadline = time.monotonic() + timeout
-        while True:
-            spark = self.info()["spark"]
-            if spark.get("state") == "failed":
-                raise RuntimeError(f"the node's Spark worker failed to start; see {log}")
-            text = log.read_text(errors="replace") if log.exists() else ""
-            # The idle JIT warm-up (spark.warmup_rows) follows the first one: a first miss measured before its
-            # end would stop it and pay the JIT it was doing (issue 18 item 7).
-            warm = "warm-up query took" in text or "warm-up query failed" in text
-            if spark.get("state") == "up" and warm and "JIT warm-up " in text:
-                m = re.search(r"warm-up query took (\d+) ms", text)
-                jit = re.search(r"JIT warm-up took (\d+) ms", text)
-                return {
-                    **spark,
-                    "warmup_ms": int(m.group(1)) if m else None,
-                    "jit_warmup_ms": int(jit.group(1)) if jit else None,
-                }
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Spark worker was not warm within {timeout}s (state {spark.get('state')})")
-            time.sleep(0.25)
-
-    def computed_lines(self) -> dict[str, float]:
-        """invocation → compute_ms from the node's ``computed`` log lines (JSON log format)."""
-        out: dict[str, float] = {}
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if '"computed"' not in line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if obj.get("msg") == "computed" and "invocation" in obj:
-                out[obj["invocation"]] = float(obj["compute_ms"])
-        return out
-
-    def stop(self, timeout: float = 60.0) -> None:
-        # The node stops its Kubo and its Spark worker (and the worker its JVM). Note them all now, by PID and
-        # start time, to make sure afterwards that each is gone (a PID reused since is left alone).
-        started: list[tuple[int, int | None]] = []
-        if self.proc is not None and self.proc.poll() is None:
-            started = [(p, start_time(p)) for p in descendants(self.proc.pid) if p != self.proc.pid]
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                say(f"node pid {self.proc.pid} ignored SIGTERM for {timeout}s: SIGKILL")
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.kubo_pid is not None and all(p != self.kubo_pid for p, _ in started):
-            started.append((self.kubo_pid, start_time(self.kubo_pid)))
-        for pid, since in started:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                if wait_gone(pid, 15.0) or since is None or start_time(pid) != since:
-                    break
-                say(f"pid {pid} (started by the node) still running: {sig.name}")
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-        if hasattr(self, "_log"):
-            self._log.close()
-
-
 # --------------------------------------------------------------------------- Cairn
 
 
 def ingest(node: BenchNode, parquet: Path) -> dict[str, Any]:
     say(f"cairn add {parquet.name} ({parquet.stat().st_size / MB:.0f} MB of Parquet)…")
     t0 = time.perf_counter()
-    out = subprocess.run(
-        [*cairn_argv(), "--home", str(node.home), "add", str(parquet), "--name", DATASET, "--json"],
-        env=node.env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=3600,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"cairn add exited with {out.returncode}: {out.stderr.decode(errors='replace')[-2000:]}")
-    result = json.loads(out.stdout)
+    result = node.add(parquet, DATASET)
     say(f"ingested {result['rows_added']} rows in {time.perf_counter() - t0:.1f} s, {len(result['slices'])} slices")
     return result
+
+
+def computed_lines(node: BenchNode) -> dict[str, float]:
+    """invocation → compute_ms from the node's ``computed`` log lines (JSON log format)."""
+    out: dict[str, float] = {}
+    for line in node.log_path.read_text(errors="replace").splitlines():
+        if '"computed"' not in line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if obj.get("msg") == "computed" and "invocation" in obj:
+            out[obj["invocation"]] = float(obj["compute_ms"])
+    return out
 
 
 def query(api: Api, c: str) -> tuple[float, dict[str, Any]]:
@@ -486,7 +196,7 @@ def query(api: Api, c: str) -> tuple[float, dict[str, Any]]:
 
 def miss_breakdown(api: Api, node: BenchNode, misses: list[dict[str, Any]]) -> None:
     """Add to each miss what its receipt and the node's log say about where the time went."""
-    logged = node.computed_lines()
+    logged = computed_lines(node)
     for m in misses:
         receipt = api.get(f"/api/v0/executions/{m['execution']}")
         t = receipt.get("timings") or {}
@@ -713,7 +423,7 @@ def bench_cairn(
             raise RuntimeError(f"slice files not in the node's cache: {missing[:3]}")
         time.sleep(2.0)  # let the ingest's after-work (Kubo, GC) settle
 
-        api = Api(node.api, (node.home / "api.token").read_text().strip())
+        api = Api(node.api, node.token())
         try:
             misses = _bench_misses(api, node, warm, timed, phases)
             hits = _bench_hits(api, node, misses["misses"][0]["constant"], n_hits, phases)
@@ -777,13 +487,13 @@ def _bench_misses(
 ) -> dict[str, Any]:
     """The first miss on the fresh version, the untimed warm misses, the timed ones (each a Spark job)."""
     jobs0 = node.info()["spark"]["jobs"]
-    wait_quiet("first_miss")
+    wait_machine_quiet("first_miss")
     say(f"first query on the fresh version (v > {FIRST_CONSTANT})…")
     with Phase("first_miss", phases):
         first = _miss(api, FIRST_CONSTANT)
     say(f"{len(warm)} untimed misses (JIT warm-up on this statement)…")
     warm_misses = [_miss(api, c) for c in warm]
-    wait_quiet("misses")
+    wait_machine_quiet("misses")
     say(f"{len(timed)} timed misses…")
     with Phase("misses", phases):
         misses = [_miss(api, c) for c in timed]
@@ -803,7 +513,7 @@ def _bench_hits(api: Api, node: BenchNode, hit_c: str, n_hits: int, phases: dict
     hit_ms: list[float] = []
     node_ms: list[float] = []
     sources: dict[str, int] = {}
-    wait_quiet("hits")
+    wait_machine_quiet("hits")
     say(f"{n_hits} hits (v > {hit_c}) over one keep-alive connection…")
     with Phase("hits", phases):
         for _ in range(n_hits):
@@ -964,10 +674,10 @@ def bench_spark(
     try:
         # The worker's own job code, in this session: its elapsed_ms is what a receipt calls compute_ms.
         base.worker = Worker(base.spark, None, work / "unused.sock", 0, None, warmup=False)  # type: ignore[arg-type]  # no job log: the bench drives the worker directly
-        wait_quiet("baseline_warmup")
+        wait_machine_quiet("baseline_warmup")
         warm_s = base.warm_up(warm)
         say(f"baseline: session {base.start_s:.1f} s, warm-up {warm_s:.1f} s")
-        wait_quiet("baseline")
+        wait_machine_quiet("baseline")
         samples, shares = [], []
         other = OtherCpu()
         with Phase("baseline_warm_spark", phases):
@@ -976,7 +686,7 @@ def bench_spark(
                 samples.append(base.plain(c))
                 shares.append(other.share())
         say(f"baseline: warm Spark p50 {p50(samples):.0f} ms over {len(samples)} runs")
-        wait_quiet("baseline_diagnostic")
+        wait_machine_quiet("baseline_diagnostic")
         with Phase("baseline_diagnostic", phases):
             diag = base.diagnostic(timed)
         say(
@@ -1048,7 +758,7 @@ def _mode_misses(work: Path, parquet: Path, mode: str, env_extra: dict[str, str]
         node.start()
         added = ingest(node, parquet)
         node.wait_spark()
-        api = Api(node.api, (node.home / "api.token").read_text().strip())
+        api = Api(node.api, node.token())
         try:
             ms = [_miss(api, c)["client_ms"] for c in consts]
         finally:
@@ -1372,7 +1082,7 @@ def main() -> None:
         cairn, paths, schema = bench_cairn(work, parquet, args.rows, warm, timed, args.hits, phases)
         spark = bench_spark(work, paths, schema, warm, timed, phases)
         if importlib.util.find_spec("duckdb") is not None:
-            wait_quiet("baseline_duckdb")
+            wait_machine_quiet("baseline_duckdb")
         with Phase("baseline_duckdb", phases):
             duck = bench_duckdb(paths, warm, timed)
         if duck[0] is None:

@@ -29,15 +29,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import query as qb  # the query bench's node, API client and data generator
+import query as qb  # the query bench's data generator and ingest
+from _harness import Api, BenchNode, role, say
+from _procs import tree_pids
 
 MB = 1 << 20
 SQL = "SELECT id, k, v, s FROM t WHERE v > {c}"
 ROLES = {"node": "node", "worker": "spark worker (python)", "jvm": "spark JVM (node's worker)"}
-
-
-def say(msg: str) -> None:
-    print(f"[result_memory bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _status_kb(pid: int, key: str) -> int | None:
@@ -50,14 +48,14 @@ def _status_kb(pid: int, key: str) -> int | None:
     return None
 
 
-def _pids(node: qb.BenchNode) -> dict[str, int]:
+def _pids(node: BenchNode) -> dict[str, int]:
     """The node's PID and its Spark worker's (Python) and JVM's, by role."""
     assert node.proc is not None
     found: dict[str, int] = {}
-    for pid in qb.descendants(node.proc.pid):
-        role = qb.role(pid)
+    for pid in tree_pids(node.proc.pid):  # the node itself first
+        what = role(pid)
         for name, wanted in ROLES.items():
-            if role == wanted and name not in found:
+            if what == wanted and name not in found:
                 found[name] = pid
     missing = set(ROLES) - set(found)
     if missing:
@@ -82,13 +80,13 @@ def measure(work: Path, rows: int, constant: str) -> dict[str, Any]:
     env = {**os.environ, "IPFS_TELEMETRY": "off", "CAIRN_SPARK_AUTOSTART": "true", "CAIRN_LOG_FORMAT": "json"}
     env.update(CAIRN_HOME=str(home), CAIRN_SPARK_MAX_RESULT_ROWS=str(rows + 1))
     env["CAIRN_SPARK_MAX_RESULT_BYTES"] = str(1 << 40)
-    node = qb.BenchNode(home, env)
+    node = BenchNode(home, env)
     try:
         node.start()
         qb.ingest(node, parquet)
         node.wait_spark()
         pids = _pids(node)
-        api = qb.Api(node.api, (home / "api.token").read_text().strip())
+        api = Api(node.api, node.token())
         try:
             rss_before = _reset_peaks(pids)
             t0 = time.perf_counter()

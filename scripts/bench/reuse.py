@@ -36,7 +36,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from query import DATASET, STRINGS, Api, BenchNode, cairn_argv, generate_parquet, git_state, ingest, p50
+from _harness import Api, BenchNode, say
+from _procs import cairn_argv
+from query import DATASET, STRINGS, generate_parquet, git_state, ingest, p50
 
 TARGET_SUPERSET_RATIO = 20
 TARGET_INCREMENTAL_RATIO = 10
@@ -62,10 +63,6 @@ CASES = {
 }
 
 APPEND_SQL = CASES["rollup"][0]  # GROUP BY k, s with COUNT, SUM, MAX: decomposable (node.query.rewrite.forward)
-
-
-def say(msg: str) -> None:
-    print(f"[reuse bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def derived_count(api: Api, metric: str = "cairn_answers_derived") -> float:
@@ -103,7 +100,7 @@ def append_phase(
     node: BenchNode, work: Path, start: int, rows: int, rounds: int, warm: int, on: bool
 ) -> dict[str, Any]:
     """Per round: append ``rows`` rows, then ``APPEND_SQL`` over the new version, timed (the first ``warm`` not)."""
-    api = Api(node.api, (node.home / "api.token").read_text().strip())
+    api = Api(node.api, node.token())
     times = []
     try:
         for i in range(rounds):
@@ -131,7 +128,7 @@ def ask(api: Api, sql: str) -> tuple[float, dict[str, Any]]:
 def phase(node: BenchNode, consts: list[int], warm: int, derived: bool) -> dict[str, Any]:
     """Per rule: the timed asks' client ms (the first ``warm`` constants untimed), derived or not as expected."""
     node.wait_spark()
-    api = Api(node.api, (node.home / "api.token").read_text().strip())
+    api = Api(node.api, node.token())
     out: dict[str, Any] = {}
     try:
         for rule, (cached, restricted) in CASES.items():

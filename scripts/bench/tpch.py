@@ -38,16 +38,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Api, BenchNode, Phase, say
 from _procs import cairn_argv
-from query import Api, BenchNode, Phase, git_state, p50, pct
+from query import git_state, p50, pct
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "tests" / "data" / "tpch"
 TABLE = "lineitem"
-
-
-def say(msg: str) -> None:
-    print(f"[tpch bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # Substitution parameters (TPC-H 2.4.1.3, 2.4.6.3): the spec's defaults first, then others from their ranges.
@@ -145,7 +142,7 @@ def bench_cairn(work: Path, parquet: Path, plan: dict[str, list[str]], args: arg
         node.wait_spark()
         out["rows"] = added["rows_added"]
         out["paths"] = [str(home / "cache" / "slices" / f"{s['cid']}.parquet") for s in added["slices"]]
-        api = Api(node.api, (home / "api.token").read_text().strip())
+        api = Api(node.api, node.token())
         try:
             for name, sqls in plan.items():
                 say(f"{name}: first miss, {args.warm_misses} warm misses, {args.misses} timed misses, {args.hits} hits")

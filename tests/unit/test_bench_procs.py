@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
-from _procs import tree_pids, wait_quiet
+from _procs import descendants, tree_pids, wait_tree_quiet
 
 PARENT = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
 
@@ -53,14 +53,15 @@ def _with_child(proc: subprocess.Popen[bytes]) -> list[int]:
 def test_tree_pids_finds_the_child(sleeping: subprocess.Popen[bytes]) -> None:
     pids = _with_child(sleeping)
     assert pids[0] == sleeping.pid and pids[1] != sleeping.pid
+    assert descendants(sleeping.pid) == pids[1:]  # the root is not its own descendant
 
 
 def test_a_sleeping_tree_is_quiet(sleeping: subprocess.Popen[bytes]) -> None:
     _with_child(sleeping)
-    assert wait_quiet(sleeping.pid, window=0.3, timeout=30) < 30
+    assert wait_tree_quiet(sleeping.pid, window=0.3, timeout=30) < 30
 
 
 def test_a_busy_child_keeps_the_tree_busy(spinning: subprocess.Popen[bytes]) -> None:
     _with_child(spinning)
     with pytest.raises(RuntimeError, match="stayed busy"):
-        wait_quiet(spinning.pid, window=0.3, timeout=1.0)
+        wait_tree_quiet(spinning.pid, window=0.3, timeout=1.0)
