@@ -70,7 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import QUIET, Api, BenchNode, OtherCpu, Phase, say, wait_machine_quiet
-from _procs import java_version
+from _procs import java_version, wait_tree_quiet
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -82,6 +82,10 @@ import pyarrow.parquet as pq
 MB = 1_000_000
 GEN_ROWS = 1 << 20  # rows generated (and written as one row group) per chunk
 DATASET = "bench"
+# A second dataset of the same shape and size but other rows (new files), asked once the worker is warm: its first
+# miss is what a new version costs beyond a warm miss (issue 18 item 7), apart from the young JVM's JIT.
+FRESH_DATASET = "bench_fresh"
+FRESH_CONSTANTS = ("0.0511", "0.0512")  # never asked before in this JVM (a literal is part of Spark's code)
 SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
 FIRST_CONSTANT = "0.05"  # the first query on the fresh version (reported apart)
 HIT_WARMUP = 5
@@ -124,8 +128,8 @@ def _mod(a: pa.Array, m: int) -> pa.Array:
     return pc.subtract(a, pc.multiply(pc.divide(a, m), m))
 
 
-def generate_parquet(path: Path, rows: int) -> None:
-    """Write ``rows`` deterministic rows: id, k = id % 1000, v in [0, 1), s (7 values)."""
+def generate_parquet(path: Path, rows: int, first_id: int = 0) -> None:
+    """Write ``rows`` deterministic rows: id (from ``first_id``), k = id % 1000, v in [0, 1), s (7 values)."""
     base = pa.array(range(GEN_ROWS), pa.int64())
     strings = pa.array(STRINGS, pa.string())
     schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.float64()), ("s", pa.string())])
@@ -133,7 +137,7 @@ def generate_parquet(path: Path, rows: int) -> None:
     with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
         while done < rows:
             n = min(GEN_ROWS, rows - done)
-            ids = pc.add(base.slice(0, n), done)
+            ids = pc.add(base.slice(0, n), done + first_id)
             # Knuth's multiplicative hash, low 32 bits / 2^32: uniform in [0, 1), independent of k
             h = pc.bit_wise_and(pc.multiply(ids, 2654435761), 0xFFFFFFFF)
             table = pa.table(
@@ -187,8 +191,8 @@ def computed_lines(node: BenchNode) -> dict[str, float]:
     return out
 
 
-def query(api: Api, c: str) -> tuple[float, dict[str, Any]]:
-    ms, status, answer = api.request("POST", "/api/v0/query", {"sql": SQL.format(c=c), "inputs": {"t": DATASET}})
+def query(api: Api, c: str, dataset: str = DATASET) -> tuple[float, dict[str, Any]]:
+    ms, status, answer = api.request("POST", "/api/v0/query", {"sql": SQL.format(c=c), "inputs": {"t": dataset}})
     if status != 200:
         raise RuntimeError(f"query (v > {c}) failed: HTTP {status}: {answer}")
     return ms, answer
@@ -427,6 +431,7 @@ def bench_cairn(
         try:
             misses = _bench_misses(api, node, warm, timed, phases)
             hits = _bench_hits(api, node, misses["misses"][0]["constant"], n_hits, phases)
+            fresh = _bench_fresh_version(api, node, work, rows, phases)
             # -- probes (node idle) -------------------------------------------------------------
             say("probes…")
             described = api.get(f"/api/v0/datasets/{DATASET}")
@@ -451,6 +456,7 @@ def bench_cairn(
             "spark_worker_warmup_ms": spark.get("warmup_ms"),
             **misses,
             "hits": hits,
+            "fresh_version": fresh,
             "probes": probe,
             "kubo_version": (node_info.get("kubo") or {}).get("version"),
         },
@@ -459,11 +465,11 @@ def bench_cairn(
     )
 
 
-def _miss(api: Api, c: str) -> dict[str, Any]:
+def _miss(api: Api, c: str, dataset: str = DATASET) -> dict[str, Any]:
     """One query expected to be a miss, timed, with the share of the CPUs other work used meanwhile."""
     other = OtherCpu()
     other.start()
-    ms, a = query(api, c)
+    ms, a = query(api, c, dataset)
     share = other.share()
     if a["source"] != "computed":
         raise RuntimeError(f"query v > {c} was expected to be a miss, got source {a['source']}")
@@ -503,6 +509,25 @@ def _bench_misses(
         raise RuntimeError(f"{expected} misses sent {jobs1 - jobs0} Spark jobs")
     miss_breakdown(api, node, [first, *warm_misses, *misses])
     return {"first_miss": first, "warm_misses": warm_misses, "misses": misses}
+
+
+def _bench_fresh_version(api: Api, node: BenchNode, work: Path, rows: int, phases: dict[str, Any]) -> dict[str, Any]:
+    """FRESH_DATASET ingested after the timed misses and hits, then its first miss and a second one."""
+    path = work / "fresh.parquet"
+    generate_parquet(path, rows, first_id=rows)  # other ids: other values, other files
+    say(f"a fresh version: cairn add {path.name} as {FRESH_DATASET!r}…")
+    added = node.add(path, FRESH_DATASET)
+    path.unlink()
+    if added["rows_added"] != rows:
+        raise RuntimeError(f"cairn added {added['rows_added']} rows to {FRESH_DATASET}, the file has {rows}")
+    assert node.proc is not None
+    waited = wait_tree_quiet(node.proc.pid)  # the ingest's after-work (Kubo, GC) is not the miss's
+    say(f"the node was quiet after {waited:.1f} s")
+    wait_machine_quiet("fresh_version")
+    with Phase("fresh_version_first_miss", phases):
+        first = _miss(api, FRESH_CONSTANTS[0], FRESH_DATASET)
+    second = _miss(api, FRESH_CONSTANTS[1], FRESH_DATASET)
+    return {"first_miss": first, "second_miss": second}
 
 
 def _bench_hits(api: Api, node: BenchNode, hit_c: str, n_hits: int, phases: dict[str, Any]) -> dict[str, Any]:
@@ -963,6 +988,10 @@ def _ratios(cairn: dict[str, Any], spark: dict[str, Any], duck: dict[str, Any] |
             else None
         ),
         "ratio_first_miss_over_warm_spark": round(cairn["first_miss"]["client_ms"] / spark_p50, 3),
+        # the first miss on a version ingested once the worker was warm: what a new version costs, JIT apart
+        "ratio_fresh_version_first_miss_over_warm_spark": round(
+            cairn["fresh_version"]["first_miss"]["client_ms"] / spark_p50, 3
+        ),
         "ratio_duckdb_over_hit": round(duck["p50"] / hit_p50, 1) if duck else None,
     }
 
@@ -1019,6 +1048,11 @@ def _report(
         "hit_ms": _hit_report(cairn),
         "miss_ms": _miss_report(cairn, timed),
         "first_miss_ms": cairn["first_miss"]["client_ms"],
+        "fresh_version_ms": {
+            "first_miss": cairn["fresh_version"]["first_miss"]["client_ms"],
+            "second_miss": cairn["fresh_version"]["second_miss"]["client_ms"],
+            "first_miss_node_elapsed": cairn["fresh_version"]["first_miss"]["node_elapsed_ms"],
+        },
         "warm_spark_ms": {
             "p50": p50(spark["samples"]),
             "samples": spark["samples"],
