@@ -527,6 +527,7 @@ def _bench_fresh_version(api: Api, node: BenchNode, work: Path, rows: int, phase
     with Phase("fresh_version_first_miss", phases):
         first = _miss(api, FRESH_CONSTANTS[0], FRESH_DATASET)
     second = _miss(api, FRESH_CONSTANTS[1], FRESH_DATASET)
+    miss_breakdown(api, node, [first, second])
     return {"first_miss": first, "second_miss": second}
 
 
@@ -1052,6 +1053,8 @@ def _report(
             "first_miss": cairn["fresh_version"]["first_miss"]["client_ms"],
             "second_miss": cairn["fresh_version"]["second_miss"]["client_ms"],
             "first_miss_node_elapsed": cairn["fresh_version"]["first_miss"]["node_elapsed_ms"],
+            "first_miss_parts": cairn["fresh_version"]["first_miss"]["parts_ms"],
+            "second_miss_parts": cairn["fresh_version"]["second_miss"]["parts_ms"],
         },
         "warm_spark_ms": {
             "p50": p50(spark["samples"]),
