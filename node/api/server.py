@@ -408,9 +408,10 @@ async def query(request: web.Request) -> web.Response:
 
 
 def _known_fields(body: dict[str, object], request: web.Request) -> None:
-    """A field or parameter the query route does not read is refused, not ignored: ``"format": "csv"`` once gave
-    JSON without a word. CSV (or JSONL, Parquet…) of an answer is the execution's data route."""
-    extra = sorted(set(body) - set(QUERY_FIELDS)) + [f"?{k}" for k in sorted(set(request.query))]
+    """A body field the query route does not read is refused, not ignored: ``"format": "csv"`` once gave JSON without
+    a word. So is ``?format=`` (other routes take it); other query parameters are ignored, as on every route. CSV
+    (or JSONL, Parquet…) of an answer is the execution's data route."""
+    extra = sorted(set(body) - set(QUERY_FIELDS)) + (["?format"] if "format" in request.query else [])
     if not extra:
         return
     hint = ""
