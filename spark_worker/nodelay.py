@@ -2,8 +2,8 @@
 
 py4j's Java side writes each answer through an 8 KiB ``BufferedWriter`` on a socket that keeps Nagle's algorithm
 on. An answer longer than 8 KiB leaves in two writes: the second waits for the ACK of the first, and Linux delays
-that ACK by 40 ms. Measured on these machines (Spark 4.3, py4j's pinned threads): a 8,180-character string came
-back from the JVM in 0.2 ms, a 8,200-character one in 44 ms, and so did every longer one; with this option set on
+that ACK by 40 ms. Measured on these machines (Spark 4.3, py4j's pinned threads): an 8,180-character string came
+back from the JVM in 0.2 ms, an 8,200-character one in 44 ms, and so did every longer one; with this option set on
 the JVM's socket, 0.15 ms (9 KB) and 9.7 ms (1 MB). The guard's plan JSON is over 8 KiB for a filter under a
 GROUP BY (``TreeNode.toJSON``, spark_worker/guard.py), and so is a wide input's schema: 44 ms of a job each time
 (issue 18, the miss path).
@@ -22,25 +22,24 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-_done = threading.local()  # .socket: this thread's py4j connection's Java socket, once set
+_done = threading.local()  # .ok: this thread's connection was tried (True: set), so each thread tries once
 _warned = threading.Event()
 
 
 def no_delay(jvm: Any) -> bool:
-    """Set TCP_NODELAY on the Java end of this thread's py4j connection (once per thread); whether it is set."""
-    sock = getattr(_done, "socket", None)
-    if sock is not None:
-        return True
+    """Set TCP_NODELAY on the Java end of this thread's py4j connection (tried once per thread); whether it is set."""
+    ok = getattr(_done, "ok", None)
+    if ok is not None:
+        return bool(ok)
     try:
-        sock = connection_socket(jvm)
-        sock.setTcpNoDelay(True)
+        connection_socket(jvm).setTcpNoDelay(True)
+        _done.ok = True
     except Exception as e:  # noqa: BLE001 - only speed is at stake: py4j answers over 8 KiB stay 40 ms slower
+        _done.ok = False
         if not _warned.is_set():
             _warned.set()
             log.warning("py4j: could not set TCP_NODELAY on the JVM's socket (%s: %s)", type(e).__name__, e)
-        return False
-    _done.socket = sock
-    return True
+    return bool(_done.ok)
 
 
 def connection_socket(jvm: Any) -> Any:
