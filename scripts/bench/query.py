@@ -1030,6 +1030,17 @@ def _machine(cairn: dict[str, Any], spark: dict[str, Any], git: dict[str, Any], 
     }
 
 
+def _fresh_report(fresh: dict[str, Any]) -> dict[str, Any]:
+    first, second = fresh["first_miss"], fresh["second_miss"]
+    return {
+        "first_miss": first["client_ms"],
+        "second_miss": second["client_ms"],
+        "first_miss_node_elapsed": first["node_elapsed_ms"],
+        "first_miss_parts": first["parts_ms"],
+        "second_miss_parts": second["parts_ms"],
+    }
+
+
 def _report(
     args: argparse.Namespace,
     cairn: dict[str, Any],
@@ -1049,13 +1060,7 @@ def _report(
         "hit_ms": _hit_report(cairn),
         "miss_ms": _miss_report(cairn, timed),
         "first_miss_ms": cairn["first_miss"]["client_ms"],
-        "fresh_version_ms": {
-            "first_miss": cairn["fresh_version"]["first_miss"]["client_ms"],
-            "second_miss": cairn["fresh_version"]["second_miss"]["client_ms"],
-            "first_miss_node_elapsed": cairn["fresh_version"]["first_miss"]["node_elapsed_ms"],
-            "first_miss_parts": cairn["fresh_version"]["first_miss"]["parts_ms"],
-            "second_miss_parts": cairn["fresh_version"]["second_miss"]["parts_ms"],
-        },
+        "fresh_version_ms": _fresh_report(cairn["fresh_version"]),
         "warm_spark_ms": {
             "p50": p50(spark["samples"]),
             "samples": spark["samples"],
