@@ -89,6 +89,9 @@ class P2PHost:
     """An asyncio facade over a py-libp2p host running in its own trio thread. Single use:
     start once, stop once (a restarted node builds a new one)."""
 
+    # Trio side, set by _build: pubsub message id -> the peer it came from, until delivered.
+    _forwarders: dict[bytes, str]
+
     def __init__(
         self,
         seed: bytes,
@@ -148,7 +151,6 @@ class P2PHost:
         self._pubsub: Pubsub | None = None
         self._gossipsub: GossipSub | None = None
         self._subscribed: set[str] = set()
-        self._forwarders: dict[bytes, str] = {}  # pubsub message id -> the peer it came from, until delivered
         self._discovery_handler: Callable[[PeerInfo], None] | None = None
 
     # ================================================================ lifecycle
@@ -231,6 +233,7 @@ class P2PHost:
         for gossip_protocol in gossipsub.protocols:  # Pubsub registered its own handler: replace it by the guarded one
             host.set_stream_handler(gossip_protocol, self._guarded_pubsub_handler(pubsub))
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
+        self._forwarders = {}
         host.get_network().register_notifee(_Notifee(self))
         for protocol in self._handlers:
             host.set_stream_handler(TProtocol(protocol), self._stream_handler(protocol))
