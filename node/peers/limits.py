@@ -20,9 +20,10 @@ from node.lru import Lru
 
 MAX_TRACKED = 4096  # peers, and signing keys, whose buckets are remembered (LRU)
 MAX_SIGNERS_PER_PEER = 256  # signing keys remembered as "already seen from this peer"
-# Announcements of one key remembered above its floor: more than its bucket lets through in a default window
-# (50 + 2/s * 60 s); past it the floor rises to the oldest, which refuses more, never admits a replay.
-RECENT_PER_SIGNER = 256
+# Announcements of one key remembered above its floor: more than its burst (50). Past it the floor rises to the
+# oldest: a key sending at its full rate (2/s) keeps a window of ~30 s, more than gossip reorders by; it refuses
+# more, never admits a replay. 4096 keys * 64 ids: ~30 MB at most.
+RECENT_PER_SIGNER = 64
 
 
 @dataclass
