@@ -315,6 +315,17 @@ class PeerSettings:
         "Malformed or badly signed messages from a peer before it is ignored.", default=20
     )
     ignore_seconds: float = _doc("Seconds a peer is ignored after that.", default=600.0)
+    replay_window: float = _doc(
+        "Seconds (of its signer's clock) a gossiped announcement may be older than the newest one this node took "
+        "from the same key and still be new (gossip may reorder); older, or one taken already, is a replay: "
+        "refused, at the cost of the peer that sent it, not the key's.",
+        default=60.0,
+    )
+    max_signer_marks: int = _doc(
+        "Signing keys whose newest gossiped announcement time is kept across restarts (replays of a key past "
+        "it are refused); the least recently moved are forgotten first.",
+        default=100000,
+    )
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,14 @@ CREATE TABLE IF NOT EXISTS shapes (
     PRIMARY KEY (shape, invocation)
 );
 CREATE INDEX IF NOT EXISTS shapes_by_invocation ON shapes (invocation);
+-- Each signing key's watermark (node/peers/limits.py Replays): a gossiped announcement of the key at or below it
+-- after a restart is a replay.
+CREATE TABLE IF NOT EXISTS signer_marks (
+    signer   TEXT PRIMARY KEY,          -- did:key
+    newest   REAL NOT NULL,             -- the newest an_0 time (its clock, unix seconds) taken here by gossip
+    moved    REAL NOT NULL              -- when it last moved (our clock): the least recent go past the cap
+);
+CREATE INDEX IF NOT EXISTS signer_marks_by_moved ON signer_marks (moved);
 """
 
 
@@ -510,6 +518,29 @@ class Index:
                 sql = f"DELETE FROM claims WHERE rowid IN (SELECT rowid FROM claims {where} {order.format(w=where)})"
                 gone += self._db.execute(sql, args).rowcount
         return gone
+
+    def signer_mark(self, signer: str) -> float | None:
+        """The newest time of ``signer``'s gossiped announcements taken here (None: none kept)."""
+        with self._locked():
+            row = self._db.execute("SELECT newest FROM signer_marks WHERE signer = ?", (signer,)).fetchone()
+        return None if row is None else float(row[0])
+
+    def set_signer_mark(self, signer: str, newest: float, keep: int) -> None:
+        """Raise ``signer``'s mark to ``newest`` (never lower it); a new key past ``keep`` keys forgets the least
+        recently moved one (its replays are then refused only while remembered in memory)."""
+        with self._locked():
+            cur = self._db.execute(
+                "UPDATE signer_marks SET newest = max(newest, ?), moved = ? WHERE signer = ?",
+                (newest, clock.now(), signer),
+            )
+            if cur.rowcount:
+                return
+            self._db.execute("INSERT INTO signer_marks VALUES (?, ?, ?)", (signer, newest, clock.now()))
+            self._db.execute(
+                "DELETE FROM signer_marks WHERE rowid IN (SELECT rowid FROM signer_marks ORDER BY moved "
+                "LIMIT max(0, (SELECT count(*) FROM signer_marks) - ?))",
+                (keep,),
+            )
 
     def claims(self, invocation: str | None = None, limit: int = 100) -> list[ClaimRow]:
         sql = (

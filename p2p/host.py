@@ -77,6 +77,10 @@ KEPT_IDLE = 20.0
 MAX_INBOUND_RPC_BYTES = 1024 * 1024 + 64 * 1024
 
 GossipHandler = Callable[[str, bytes], "Awaitable[None] | None"]
+#: ``(origin, forwarder, data)``: ``forwarder`` is the peer whose connection the message came on.
+RelayedGossipHandler = Callable[[str, str, bytes], "Awaitable[None] | None"]
+#: Messages whose forwarder is remembered between pubsub's validation and their delivery (trio side).
+FORWARDERS_MAX = 4096
 RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
 PeerCallback = Callable[[str], "Awaitable[None] | None"]
 
@@ -84,6 +88,9 @@ PeerCallback = Callable[[str], "Awaitable[None] | None"]
 class P2PHost:
     """An asyncio facade over a py-libp2p host running in its own trio thread. Single use:
     start once, stop once (a restarted node builds a new one)."""
+
+    # Trio side, set by _build: pubsub message id -> the peer it came from, until delivered.
+    _forwarders: dict[bytes, str]
 
     def __init__(
         self,
@@ -126,8 +133,8 @@ class P2PHost:
             self._table.remember(info.peer_id.to_base58(), [str(a) for a in info.addrs], "bootstrap")
 
         # asyncio side
-        self._topics: dict[str, list[GossipHandler]] = {}
-        self._topic_queues: dict[str, asyncio.Queue[tuple[str, bytes]]] = {}
+        self._topics: dict[str, list[RelayedGossipHandler]] = {}
+        self._topic_queues: dict[str, asyncio.Queue[tuple[str, str, bytes]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: dict[str, RequestHandler] = {}
         self._reusable: set[str] = set()  # request protocols whose streams are kept per peer (trio side reads it)
@@ -226,6 +233,7 @@ class P2PHost:
         for gossip_protocol in gossipsub.protocols:  # Pubsub registered its own handler: replace it by the guarded one
             host.set_stream_handler(gossip_protocol, self._guarded_pubsub_handler(pubsub))
         self._host, self._pubsub, self._gossipsub = host, pubsub, gossipsub
+        self._forwarders = {}
         host.get_network().register_notifee(_Notifee(self))
         for protocol in self._handlers:
             host.set_stream_handler(TProtocol(protocol), self._stream_handler(protocol))
@@ -510,10 +518,16 @@ class P2PHost:
     # ================================================================ gossip
 
     def subscribe(self, topic: str, handler: GossipHandler) -> None:
-        """Call ``handler(sender_peer_id, data)`` on the asyncio loop for each message on
-        ``topic`` from another peer. ``sender_peer_id`` is the message's origin, whose
-        signature gossipsub checked (strict signing). Messages of a topic are handled one at
-        a time, in arrival order. Before or after :meth:`start`."""
+        """Call ``handler(origin_peer_id, data)`` on the asyncio loop for each message on ``topic`` from another
+        peer. ``origin_peer_id`` is the message's origin, whose signature gossipsub checked (strict signing): any
+        sender can mint one per message, so it is no key for limits (:meth:`subscribe_relayed`). Messages of a
+        topic are handled one at a time, in arrival order. Before or after :meth:`start`."""
+        self.subscribe_relayed(topic, lambda origin, _forwarder, data: handler(origin, data))
+
+    def subscribe_relayed(self, topic: str, handler: RelayedGossipHandler) -> None:
+        """As :meth:`subscribe`, calling ``handler(origin, forwarder, data)``: ``forwarder`` is the peer whose
+        connection (Noise-authenticated) delivered the message to us, the origin itself or a relay: what a
+        sender must pay a connection for, so what limits per sender are keyed on."""
         first = topic not in self._topics
         self._topics.setdefault(topic, []).append(handler)
         if first and self.running:
@@ -559,43 +573,59 @@ class P2PHost:
     def _ensure_topic_worker(self, topic: str) -> None:
         if topic in self._topic_queues:
             return
-        queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[str, str, bytes]] = asyncio.Queue()
         self._topic_queues[topic] = queue
         loop = self._bridge.loop or asyncio.get_running_loop()
         self._keep(loop.create_task(self._topic_worker(topic, queue)))
 
-    async def _topic_worker(self, topic: str, queue: asyncio.Queue[tuple[str, bytes]]) -> None:
+    async def _topic_worker(self, topic: str, queue: asyncio.Queue[tuple[str, str, bytes]]) -> None:
         while True:
-            sender, data = await queue.get()
+            origin, forwarder, data = await queue.get()
             for handler in list(self._topics.get(topic, ())):
                 try:
-                    result = handler(sender, data)
+                    result = handler(origin, forwarder, data)
                     if inspect.isawaitable(result):
                         await result
                 except Exception:
                     log.exception("gossip handler for %s failed", topic)
 
-    def _enqueue(self, topic: str, sender: str, data: bytes) -> None:
+    def _enqueue(self, topic: str, origin: str, forwarder: str, data: bytes) -> None:
         queue = self._topic_queues.get(topic)
         if queue is not None:
-            queue.put_nowait((sender, data))
+            queue.put_nowait((origin, forwarder, data))
 
     async def _trio_subscribe(self, topic: str) -> None:
         if topic in self._subscribed or self._pubsub is None:
             return
         self._subscribed.add(topic)
-        subscription = await self._pubsub.subscribe(topic)
+        pubsub = self._pubsub
+        # Pubsub knows which connection a message came on only while it validates it, and delivers the message
+        # without it: a validator notes it by message id, the delivery below takes it back.
+        pubsub.set_topic_validator(topic, self._note_forwarder, False)
+        subscription = await pubsub.subscribe(topic)
         while True:
             msg = await subscription.get()
+            forwarder = self._forwarders.pop(pubsub.get_message_id(msg), None)
             try:
-                sender = ID(msg.from_id).to_base58()
+                origin = ID(msg.from_id).to_base58()
             except Exception as e:  # noqa: BLE001  a malformed origin (strict signing makes it rare): drop
                 log.debug("gossip on %s with an unreadable origin dropped: %s", topic, one_line(e))
                 continue
-            if sender == self.peer_id:
-                continue  # libp2p hands our own publications back to us
-            self._table.touch(sender)
-            self._bridge.to_loop(self._enqueue, topic, sender, bytes(msg.data))
+            if origin == self.peer_id or forwarder is None:
+                # Our own publications come back to us. No forwarder: validation was skipped, because pubsub
+                # validated this very message (origin and seqno) within minutes: it was delivered then.
+                continue
+            self._table.touch(forwarder)
+            self._bridge.to_loop(self._enqueue, topic, origin, forwarder, bytes(msg.data))
+
+    def _note_forwarder(self, forwarder: ID, msg: Any) -> bool:
+        """Pubsub's validator (trio): remember whose connection ``msg`` came on; it judges nothing (the node does)."""
+        if len(self._forwarders) >= FORWARDERS_MAX:  # validated but never delivered (a full subscription queue)
+            for old in list(self._forwarders)[: FORWARDERS_MAX // 2]:  # insertion order: the oldest first
+                del self._forwarders[old]
+        if self._pubsub is not None:
+            self._forwarders[self._pubsub.get_message_id(msg)] = forwarder.to_base58()
+        return True
 
     # ================================================================ request / response
 

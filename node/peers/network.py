@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -45,7 +47,7 @@ from node.model import (
     encode,
     parse_cid,
 )
-from node.peers.limits import Admission, Limits
+from node.peers.limits import Admission, Limits, Replays
 from node.resolve import Resolver
 from node.resolve.carry import CARRY_BLOCKS, CARRY_CAP, claim_blocks
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
@@ -63,7 +65,7 @@ CATCHUP = "/cairn/catchup/1.0.0"
 HAVE = "/cairn/have/1.0.0"
 CATCHUP_LIMIT = 1000  # announcements per catch-up, sent or read
 # What inbound peer input is refused for (docs/peers.md "Floods and quotas"); "gossip-frame" is the host's count.
-REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "claim")
+REFUSAL_KINDS = ("malformed", "signature", "providers", "limit", "ignored", "replay", "claim")
 CATCHUP_MAX_BYTES = 2 * 1024 * 1024  # 1000 announcements take ~0.4 MB
 CHECK_BATCH = 100  # catch-up items decoded and checked per thread hop
 LOOKUP_ITEMS = 8  # announcements read from one peer's lookup answer
@@ -101,7 +103,7 @@ class Network:
         except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.admission = Admission(_limits(settings))
+        self.admission = Admission(_limits(settings), replays=Replays(stored=index.signer_mark))
         self._providers_cache: tuple[float, list[str]] | None = None
         self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
         # Our signed an_0 per execution and providers: a lookup answer is the very announcement we gossiped, so an
@@ -116,7 +118,7 @@ class Network:
         self.pruned = 0
 
     async def start(self) -> None:
-        self.host.subscribe(TOPIC, self._on_gossip)
+        self.host.subscribe_relayed(TOPIC, self._on_gossip)
         self.host.set_handler(LOOKUP, self._on_lookup)
         self.host.set_handler(LOOKUP_CARRYING, self._on_lookup_carrying)
         self.host.set_handler(CATCHUP, self._on_catchup)
@@ -341,17 +343,21 @@ class Network:
             if self.admission.strike(peer, time.monotonic()):
                 log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
 
-    def _record(self, peer: str, data: bytes) -> None:
-        """One gossiped announcement: the peer's limits before any decoding, then the checks, then its signer's."""
+    def _record(self, peer: str, origin: str, data: bytes) -> None:
+        """One gossiped announcement, from ``peer`` (the connection it came on; ``origin``: the peer the message
+        names as its first sender, minted at will): the peer's limits before any decoding, then the checks, then
+        its signer's."""
         self.received += 1
         if reason := self.admission.admit_peer(peer, time.monotonic()):
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
-        self._admit_checked(peer, data, _check(data), bulk=False)
+        self._admit_checked(peer, data, _check(data), bulk=False, origin=origin)
 
-    def _admit_checked(self, peer: str, data: bytes, checked: Announcement | ClaimRefused, bulk: bool) -> None:
+    def _admit_checked(
+        self, peer: str, data: bytes, checked: Announcement | ClaimRefused, bulk: bool, origin: str | None = None
+    ) -> None:
         """An announcement checked on arrival (``_check``): refused and struck, or within the signer's limits
-        and stored, within the quotas."""
+        and stored, within the quotas. ``origin``: a gossiped one's (None: a catch-up's item)."""
         now = time.monotonic()
         if reason := self.admission.ignored(peer, now):  # struck meanwhile (a catch-up's earlier items)
             self._refuse(peer, "ignored", reason, strike=False)
@@ -359,13 +365,16 @@ class Network:
         if isinstance(checked, ClaimRefused):
             self._refuse(peer, _kind(checked.message), checked.message, strike=True)
             return
-        if reason := self.admission.admit_signer(peer, checked.signer, now, bulk):
+        seen = None if bulk else (hashlib.blake2b(data, digest_size=16).digest(), _signed_at(checked))
+        if reason := self.admission.admit_signer(peer, checked.signer, now, bulk, seen):
             self._refuse(peer, _limit_kind(reason), reason, strike=False)
             return
+        if seen is not None and (newest := self.admission.replays.take(checked.signer, *seen)) is not None:
+            self.index.set_signer_mark(checked.signer, newest, self.settings.max_signer_marks)
         if self.resolver.record_claim(peer, checked, data):
             self.accepted += 1
             # Gossip names its publisher, the signer's node: connected, its lookup answer carries the blocks.
-            self.resolver.reach_ahead(checked, near=not bulk and peer in self.host.connected_peers())
+            self.resolver.reach_ahead(checked, near=origin is not None and origin in self.host.connected_peers())
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 
@@ -377,8 +386,8 @@ class Network:
         if not reason.startswith(UNREACHABLE) and self.admission.strike(peer, time.monotonic()):
             log.warning("peer ignored", extra={"peer": peer, "seconds": self.admission.limits.ignore_for})
 
-    async def _on_gossip(self, sender: str, data: bytes) -> None:
-        self._record(sender, data)
+    async def _on_gossip(self, origin: str, forwarder: str, data: bytes) -> None:
+        self._record(forwarder, origin, data)
 
     async def _on_lookup(self, peer: str, request: bytes) -> bytes:
         try:
@@ -522,7 +531,18 @@ def _kind(reason: str) -> str:
 
 
 def _limit_kind(reason: str) -> str:
+    if reason.startswith("replay"):
+        return "replay"
     return "ignored" if reason.startswith("limit: peer ignored") else "limit"
+
+
+def _signed_at(an: Announcement) -> float:
+    """An announcement's time (its signer's clock, unix seconds); unreadable: older than any (a replay)."""
+    try:
+        t = dt.datetime.fromisoformat(an.time)
+        return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).timestamp()
+    except (ValueError, OverflowError):
+        return float("-inf")
 
 
 def _limits(s: PeerSettings) -> Limits:
@@ -533,4 +553,5 @@ def _limits(s: PeerSettings) -> Limits:
         new_signers_rate=s.new_signers_per_hour / 3600.0,
         strikes=s.bad_messages_before_ignore,
         ignore_for=s.ignore_seconds,
+        replay_window=s.replay_window,
     )

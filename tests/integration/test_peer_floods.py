@@ -1,6 +1,7 @@
 """Peers that lie or flood (issue 15 item 2), against a real in-process node (real Kubo, index, resolver, libp2p
 host) and attackers that are real libp2p hosts: minted keys, catch-up and gossip floods, malformed and oversized
-gossip frames. The node's storage stays within its quotas, its host stays up, and an honest peer still gets
+gossip frames, gossip from a fresh origin per message, replayed announcements. The node's storage stays within
+its quotas, its host stays up, the peer that floods or replays pays for it, and an honest peer still gets
 through."""
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID as GOSSIPSUB
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_varint_prefixed
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,19 +43,37 @@ QUOTAS = {
 }
 
 
-def announcement(ident: Identity, n: int, signed_by: Identity | None = None) -> bytes:
-    """A well-formed an_0 naming ``ident`` as signer; signed by ``signed_by`` (a forgery) if given."""
-    cids = [cid_for(f"{ident.node_key}-{n}-{part}".encode()) for part in ("iv", "ex", "rc")]
-    an = Announcement(*cids, "f1e2", 3, {"name": "spark"}, (), ident.node_key, clock.utc_now_iso())
+def announcement(ident: Identity, n: int, signed_by: Identity | None = None, at: str | None = None) -> bytes:
+    """A well-formed an_0 naming ``ident`` as signer; signed by ``signed_by`` (a forgery) if given; at ``at``."""
+    key = ident.node_key  # computed anew at each read, and not cheap (multibase): once here
+    cids = [cid_for(f"{key}-{n}-{part}".encode()) for part in ("iv", "ex", "rc")]
+    an = Announcement(*cids, "f1e2", 3, {"name": "spark"}, (), key, at or clock.utc_now_iso())
     return an.signed((signed_by or ident).sign).block().data
 
 
+def from_fresh_origins(items: list[bytes]) -> bytes:
+    """One gossipsub RPC frame publishing each of ``items`` on the topic from an origin minted for it (a libp2p key
+    pair per message, signed as strict signing wants): what any sender can do over one connection."""
+    msgs = []
+    for data in items:
+        kp = create_new_key_pair(os.urandom(32))
+        origin = ID.from_pubkey(kp.public_key).to_bytes()
+        msg = rpc_pb2.Message(data=data, topicIDs=[TOPIC], from_id=origin, seqno=os.urandom(8))
+        msg.signature = kp.private_key.sign(PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString())
+        msgs.append(msg)
+    return encode_varint_prefixed(rpc_pb2.RPC(publish=msgs).SerializeToString())
+
+
 async def until(
-    what: str, check: Callable[[], bool], timeout: float = 30.0, poke: Callable[[], Awaitable[None]] | None = None
+    what: str,
+    check: Callable[[], bool],
+    timeout: float = 30.0,
+    poke: Callable[[], Awaitable[None]] | None = None,
+    status: Callable[[], object] | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}" + (f": {status()}" if status else "")
         if poke is not None:
             await poke()
         await asyncio.sleep(0.1)
@@ -66,8 +89,33 @@ async def send_raw_gossip_frame(attacker: P2PHost, victim: str, frame: bytes) ->
     await attacker._bridge.run(write)
 
 
+async def send_gossip_frames(attacker: P2PHost, victim: P2PHost, frames: list[bytes], gap: float = 0.05) -> int:
+    """Write ``frames`` in turn on one gossipsub stream of the attacker's one connection, ``gap`` seconds apart (py-
+    libp2p drops what it cannot queue to its subscriber at once: 32 messages), then an end mark; return once the
+    victim's handlers had the end mark, so all the frames before it: how many messages of them were delivered."""
+    end = os.urandom(16)
+    delivered: list[bytes] = []
+    victim.subscribe(TOPIC, lambda _origin, data: delivered.append(data))  # called after the node's own handler
+
+    async def write() -> None:
+        stream = await attacker._host.new_stream(ID.from_base58(victim.peer_id), [GOSSIPSUB])
+        for frame in frames:
+            await stream.write(frame)
+            await trio.sleep(gap)
+        await trio.sleep(1.0)  # the end mark alone, after the rest
+        await stream.write(from_fresh_origins([end]))
+
+    await attacker._bridge.run(write)
+    await until("the end of the flood delivered", lambda: end in delivered, timeout=120)
+    return len(delivered) - 1
+
+
 def signers_from(node: Node, peer: str) -> set[str]:
     return {c.signer for c in node.index.claims(limit=10**6) if c.peer == peer}
+
+
+def claims_signed_by(node: Node, keys: set[str]) -> int:
+    return sum(c.signer in keys for c in node.index.claims(limit=10**6))
 
 
 async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through(
@@ -207,3 +255,132 @@ async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, 
             assert got[mallory.peer_id] == [] and net.counters()["malformed"] == 1
         finally:
             await asyncio.gather(mallory.stop(), alice.stop())
+
+
+FRESH_ORIGINS = 1000  # announcements, each from a fresh origin and a fresh key, over one connection
+
+
+async def test_gossip_from_fresh_origins_over_one_connection_is_limited_by_that_peer(
+    kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    """A fresh gossip origin per message (minted at no cost) used to get a fresh set of buckets each time: 1000
+    announcements from 1000 origins and keys filled the claim quota (200), nobody limited, and pushed an honest
+    peer's claim out of it. Limits are now the connection's: that peer is limited, the keys it brings are bounded, and
+    alice's announcement lands and stays."""
+    mallory, alice = P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    alice_key, minted = generate(), [generate() for _ in range(FRESH_ORIGINS)]
+    frames = [from_fresh_origins([announcement(k, 1) for k in minted[i : i + 25]]) for i in range(0, len(minted), 25)]
+    settings = {**QUOTAS, "peers.max_claims": 200}  # the flood alone would fill it on the old code
+    async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(mallory.start(), alice.start())
+        try:
+            for h in (mallory, alice):
+                h.subscribe(TOPIC, lambda s, d: None)
+                await h.connect(net.host.addrs()[0])
+            await alice.wait_for_topic_peers(TOPIC, 1, timeout=30)
+            mine = announcement(alice_key, 1)
+            await until(
+                "alice's announcement stored",
+                lambda: alice_key.node_key in signers_from(node, alice.peer_id),
+                poke=lambda: alice.publish(TOPIC, mine),
+            )
+            arrived = await send_gossip_frames(mallory, net.host, frames)
+            assert arrived >= FRESH_ORIGINS // 3, f"only {arrived} of {FRESH_ORIGINS} delivered: no flood to judge"
+            flooded = claims_signed_by(node, {k.node_key for k in minted})
+            assert flooded <= QUOTAS["peers.new_signers_burst"] + 1, f"{flooded} of {arrived} minted keys' claims kept"
+            # All but mallory's burst refused at its own bucket, before decoding; the limits track one peer.
+            assert net.counters()["limit"] >= arrived - QUOTAS["peers.announce_burst"] - 5, net.counters()
+            assert len(net.admission.peers) <= 3, f"{len(net.admission.peers)} peers tracked"
+            assert node.index.claim_count(peer=mallory.peer_id) == flooded
+            assert alice_key.node_key in signers_from(node, alice.peer_id)  # not pruned by the flood
+            later = announcement(alice_key, 2)
+            await until(
+                "alice's next announcement stored",
+                lambda: node.index.claim_count(peer=alice.peer_id) == 2,
+                poke=lambda: alice.publish(TOPIC, later),
+            )
+        finally:
+            await asyncio.gather(mallory.stop(), alice.stop())
+
+
+async def test_a_replayed_announcement_costs_the_replayer_not_its_signer(
+    kubo_session: ManagedKubo, tmp_path: Path
+) -> None:
+    """Bob's genuine announcement replayed 20 times a second, each time from a fresh origin, used to spend bob's
+    key's bucket: the node refused bob's next announcements. Now a replay is refused (bob's watermark, kept across
+    restarts) and paid from the replayer's own bucket: bob's next five all land, mallory's own next is refused;
+    bob's older announcements still arrive by catch-up, and a relay's forwarding of another signer still lands."""
+    bob_key, dave_key, mallory_key = generate(), generate(), generate()
+    bob, dave = P2PHost(bob_key.seed), P2PHost(dave_key.seed)  # as Cairn nodes are: the peer id is the key's
+    mallory, carol = P2PHost(os.urandom(32)), P2PHost(os.urandom(32))
+    genuine = announcement(bob_key, 0)
+    replays = [from_fresh_origins([genuine]) for _ in range(60)]
+    home = tmp_path / "victim"
+    async with inprocess_node(home, kubo_session, **QUOTAS) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await asyncio.gather(bob.start(), mallory.start(), carol.start(), dave.start())
+        try:
+            for h in (bob, mallory, carol):
+                h.subscribe(TOPIC, lambda s, d: None)
+                await h.connect(net.host.addrs()[0])
+            await bob.wait_for_topic_peers(TOPIC, 1, timeout=30)
+            await until(
+                "bob's announcement stored",
+                lambda: claims_signed_by(node, {bob_key.node_key}) == 1,
+                poke=lambda: bob.publish(TOPIC, genuine),
+            )
+            # Mallory replays it for 3 s, then sends an announcement of its own: past its bucket, refused.
+            arrived = await send_gossip_frames(
+                mallory, net.host, [*replays, from_fresh_origins([announcement(mallory_key, 1)])]
+            )
+            assert arrived >= len(replays) // 2, f"only {arrived} delivered: no replay to judge"
+            for i in range(1, 6):  # each once: a gossip refused is not sent again
+                await bob.publish(TOPIC, announcement(bob_key, i))
+            await until(
+                "bob's next five stored",
+                lambda: claims_signed_by(node, {bob_key.node_key}) == 6,
+                status=lambda: (
+                    f"{claims_signed_by(node, {bob_key.node_key}) - 1} of 5 stored, refused {net.counters()}"
+                ),
+            )
+            refused = net.counters()
+            assert refused["replay"] >= 1 and refused["replay"] + refused["limit"] >= arrived - 1, refused
+            assert refused["replay"] <= QUOTAS["peers.announce_burst"] + 5  # then mallory's bucket was empty
+            assert claims_signed_by(node, {mallory_key.node_key}) == 0
+            assert node.index.claim_count(peer=mallory.peer_id) == 0
+
+            # Older announcements of bob's (well below his watermark) arrive by catch-up, as to a reconnecting peer.
+            older = [announcement(bob_key, 100 + i, at="2020-01-01T00:00:00.000000Z") for i in range(3)]
+            await bob.send_direct(net.host.peer_id, CATCHUP, encode(older), timeout=60)
+            assert claims_signed_by(node, {bob_key.node_key}) == 9
+
+            # An honest relay: dave reaches the node only through carol; his announcement lands, from carol.
+            await dave.connect(carol.addrs()[0])
+            dave.subscribe(TOPIC, lambda s, d: None)
+            await dave.wait_for_topic_peers(TOPIC, 1, timeout=30)
+            relayed = announcement(dave_key, 1)
+            await until(
+                "dave's announcement stored through carol",
+                lambda: dave_key.node_key in signers_from(node, carol.peer_id),
+                poke=lambda: dave.publish(TOPIC, relayed),
+            )
+        finally:
+            await asyncio.gather(bob.stop(), mallory.stop(), carol.stop(), dave.stop())
+
+    # After a restart, the watermark still tells the replay (from a new connection): refused, bob's key charged
+    # nothing.
+    again = P2PHost(os.urandom(32))
+    async with inprocess_node(home, kubo_session, **QUOTAS) as (node, _client):
+        assert node.network is not None
+        net = node.network
+        await again.start()
+        try:
+            await again.connect(net.host.addrs()[0])
+            assert await send_gossip_frames(again, net.host, replays[:3]) == 3
+            assert net.counters()["replay"] == 3 and net.admission.signers.get(bob_key.node_key) is None
+            assert claims_signed_by(node, {bob_key.node_key}) == 9
+        finally:
+            await again.stop()

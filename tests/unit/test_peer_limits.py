@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.index import ClaimRow, Index
-from node.peers.limits import MAX_TRACKED, Admission, Limits, Lru, TokenBucket
+from node.peers.limits import MAX_TRACKED, RECENT_PER_SIGNER, Admission, Limits, Lru, Replays, TokenBucket
 
 gaps = st.lists(st.floats(min_value=0.0, max_value=5.0, allow_nan=False), min_size=1, max_size=300)
 
@@ -141,3 +141,105 @@ def test_the_refusal_log_keeps_the_last_ones():
             index.log_refusal("p", f"r{i}", keep=10)
         assert sorted(r for _, r, _ in index.refusals(100)) == sorted(f"r{i}" for i in range(20, 30))
         index.close()
+
+
+# -- replays: a per-signer watermark ------------------------------------------------------------------------------
+
+WINDOW = 10.0
+offers = st.lists(
+    st.tuples(st.sampled_from(["offer"] * 8 + ["restart", "forget"]), st.sampled_from("abc"), st.integers(0, 40)),
+    max_size=400,
+)
+
+
+def _time_of(signer: str, n: int) -> float:
+    """An announcement's time is part of it (signed): the same one always has the same time."""
+    return 1000.0 + 3.0 * n + (ord(signer) % 3)
+
+
+@settings(max_examples=150)
+@given(offers)
+def test_a_gossiped_announcement_is_taken_once_across_restarts_and_forgetting(events):
+    """Any order of offers (new, repeated, late), node restarts (the watermark read back from storage, what was
+    remembered in memory lost) and keys forgotten from memory (a small LRU): no announcement is ever taken twice."""
+    stored: dict[str, float] = {}
+
+    def fresh() -> Replays:
+        return Replays(WINDOW, stored.get, Lru(2))
+
+    replays, taken = fresh(), set()
+    for action, signer, n in events:
+        if action == "restart":
+            replays = fresh()
+        elif action == "forget":  # every key pushed out of memory by others
+            replays.keys = Lru(2)
+        else:
+            ident, t = f"{signer}{n}".encode(), _time_of(signer, n)
+            if replays.check(signer, ident, t) is None:
+                assert (signer, n) not in taken, f"{signer}{n} taken twice"
+                taken.add((signer, n))
+                if (newest := replays.take(signer, ident, t)) is not None:
+                    stored[signer] = max(stored.get(signer, newest), newest)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 5.0, allow_nan=False), st.floats(0.0, WINDOW / 2, allow_nan=False)),
+        min_size=1,
+        max_size=RECENT_PER_SIGNER - 1,
+    )
+)
+def test_new_announcements_reordered_within_the_window_are_never_refused(sends):
+    """An honest signer's announcements, each arriving up to half a window later than it could (reordered by the
+    mesh), are all new: none refused as a replay."""
+    replays = Replays(WINDOW)
+    for i, (t, (_gap, lag)) in enumerate(zip(_times([g for g, _ in sends]), sends)):
+        ident = str(i).encode()
+        assert replays.check("did:key:a", ident, t - lag) is None, f"announcement {i} refused"
+        replays.take("did:key:a", ident, t - lag)
+        assert replays.check("did:key:a", ident, t - lag) is not None  # and once taken, a replay
+
+
+alice_sends = st.lists(st.tuples(st.floats(0.0, 2.0), st.integers(0, 1_000)), max_size=200)
+
+
+@settings(max_examples=80)
+@given(alice_sends)
+def test_replays_are_paid_by_the_replayer_never_by_the_signer(events):
+    """Alice sends one new announcement a second; between them mallory replays any of hers already sent, as often
+    as it likes: every one of alice's is admitted, every replay refused, and mallory's refusals past its burst
+    are its own bucket's."""
+    adm, t, sent = Admission(LIM), 1000.0, []
+    next_alice = t
+    for gap, pick in events:
+        t += gap
+        while next_alice <= t:
+            seen = (f"a{len(sent)}".encode(), next_alice)
+            assert adm.admit_peer("alice", next_alice) is None
+            assert adm.admit_signer("alice", "did:key:alice", next_alice, seen=seen) is None
+            adm.replays.take("did:key:alice", *seen)
+            sent.append(seen)
+            next_alice += 1.0
+        if sent:
+            replay = sent[pick % len(sent)]
+            reason = adm.admit_peer("mallory", t) or adm.admit_signer("mallory", "did:key:alice", t, seen=replay)
+            assert reason is not None
+            assert reason.startswith(("replay:", "limit: too many announcements from this peer")), reason
+
+
+def test_the_watermark_is_kept_in_the_index_and_bounded():
+    with tempfile.TemporaryDirectory() as d:
+        index = Index(Path(d) / "index.sqlite")
+        assert index.signer_mark("k0") is None
+        index.set_signer_mark("k0", 50.0, keep=3)
+        index.set_signer_mark("k0", 40.0, keep=3)  # never lowered
+        assert index.signer_mark("k0") == 50.0
+        for i in range(1, 5):
+            index.set_signer_mark(f"k{i}", float(i), keep=3)
+        assert [index.signer_mark(f"k{i}") for i in range(5)] == [None, None, 2.0, 3.0, 4.0]  # least recent gone
+        index.close()
+        reopened = Index(Path(d) / "index.sqlite")
+        replays = Replays(WINDOW, reopened.signer_mark)
+        assert replays.check("k4", b"any", 4.0) is not None and replays.check("k4", b"any", 4.5) is None
+        reopened.close()
