@@ -160,7 +160,7 @@ class Node:
         self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
         self.pipelines = PipelineRunner(kubo, datasets, identity, home.path, self._step_query)  # node.pipelines
         # /ipfs/: the managed Kubo's loopback gateway (its port may change on a restart), else ipfs.gateway
-        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout)
+        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout, settings.api.gateway_timeout)
         started.push_async_callback(self.gateway.close)
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
