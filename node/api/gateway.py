@@ -51,7 +51,8 @@ def confine(status: int, headers: CIMultiDict[str]) -> None:
     ``attachment``, even when the request asked ``?filename=`` (Kubo then says ``inline``), so it is saved, not
     shown. The pages Kubo's gateway writes itself (directory listings, redirects; escaped) stay inline, sandboxed."""
     media = headers.get("Content-Type", "").split(";")[0].strip().lower()
-    if not 200 <= status < 300 or not (media in ACTIVE or media.endswith("+xml")) or headers.get("Etag", "").startswith(KUBO_PAGES):
+    active = media in ACTIVE or media.endswith("+xml")
+    if not 200 <= status < 300 or not active or headers.get("Etag", "").startswith(KUBO_PAGES):
         return
     disposition = headers.get("Content-Disposition", "")
     params = disposition[disposition.index(";") :] if ";" in disposition else ""

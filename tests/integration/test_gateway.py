@@ -29,7 +29,6 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
-
 from multiformats import CID, multihash
 
 from node.core import Node
