@@ -335,6 +335,10 @@ async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> i
             f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
             f"and row count its AddData block claims: refused"
         )
+    # Checked: only now do its bytes reach Kubo (unpinned until the head's recursive pin takes them)
+    added = await ds.kubo.add(part, pin=False)
+    if added.cid != s.cid:  # our hasher and Kubo disagree: a bug or another Kubo, never the source's bytes
+        raise KuboCIDMismatch(s.cid, added.cid)
     size = part.stat().st_size
     os.replace(part, ds.cache_dir / f"{s.cid}.parquet")
     return size
@@ -369,7 +373,6 @@ class _Fetched:
     version: Version
     existing: DatasetRow | None
     bytes: int
-    slices: list[SliceRef]  # fetched from the source (the others were cached here)
 
 
 def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> None:
@@ -401,15 +404,7 @@ async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
     total_bytes = 0
     for s in missing:
         total_bytes += await _fetch_slice(ds, src, s, work)
-    return _Fetched(head, fetcher, blocks, structures, v, existing, total_bytes, missing)
-
-
-async def _store_slices(ds: Datasets, slices: list[SliceRef]) -> None:
-    """The checked slices, from the cache into Kubo (unpinned: the head's recursive pin takes them)."""
-    for s in slices:
-        added = await ds.kubo.add(ds.cache_dir / f"{s.cid}.parquet", pin=False)
-        if added.cid != s.cid:  # our own hasher and Kubo disagree: a bug or a changed Kubo, never the source's bytes
-            raise KuboCIDMismatch(s.cid, added.cid)
+    return _Fetched(head, fetcher, blocks, structures, v, existing, total_bytes)
 
 
 async def _fetch_and_store(
@@ -426,7 +421,6 @@ async def _fetch_and_store(
             f"the pull from {src.base} did not finish within datasets.pull_deadline ({deadline:g} s): refused"
         ) from None
     # Everything checked: only now does any of it reach Kubo and the caches.
-    await _store_slices(ds, got.slices)
     for c, data in got.fetcher.raw.items():
         await ds.kubo.block_put(data, codec=c.codec.name)
     await ds.kubo.pin_add(got.head, recursive=True)
