@@ -5,7 +5,9 @@ node.ipfs.gateway, which checks the hash of every block it relays; its status an
 Kubo gave them, and an error's text becomes the node's one-line JSON error with Kubo's status (the spec leaves
 error bodies free). Without one (an external Kubo, ``ipfs.gateway`` empty), the node answers the parts it can
 from the RPC API (one block, a whole-DAG CARv1, a file, a DAG-CBOR block as DAG-JSON) and 501 to the rest.
-Why a relay: docs/architecture.md "The gateway".
+Why a relay: docs/architecture.md "The gateway". What it serves is others' choice, on the node's origin: active
+types go out as attachments (``confine``), and a path's depth is bounded before Kubo sees it (docs/gateway.md
+"Content others chose", "Paths that make Kubo work").
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import dag_cbor
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
@@ -559,3 +560,24 @@ async def test_a_deep_path_is_refused_before_kubo_works_on_it(gw: Gateways) -> N
     check_block(parse_cid(chain[-1 - most]), at.body)
     windows = await _settles(pid)
     assert windows[-1] < IDLE, f"Kubo still busy after a path at the bound: {windows}"
+
+
+async def test_a_path_of_long_cids_is_served_not_a_500(gw: Gateways) -> None:
+    """X-Ipfs-Roots names every CID along the path: 64 segments through identity CIDs of 126 bytes make it 8.7 KB,
+    over aiohttp's 8 KiB default, which made the node's relay fail (500). It is read, and the block served."""
+    blocks, prev = [], None
+    for _ in range(33):  # each block links an identity CID whose inline map links the block before
+        inner = dag_cbor.encode({"n": prev, "pad": "x" * 76} if prev else {"pad": "x" * 76})
+        blocks.append(block_of({"next": CID("base32", 1, "dag-cbor", multihash.get("identity").wrap(inner))}))
+        prev = blocks[-1].cid
+    async with gw.kubo.client() as k:
+        await k.block_put_many([b.data for b in blocks], codec="dag-cbor")
+    url = gw.client.make_url(f"/ipfs/{cid_str(blocks[-1].cid)}" + "/next/n" * 32 + "?format=raw")
+    async with (  # as a browser or curl reads it: aiohttp's own client stops at 8 KiB too
+        aiohttp.ClientSession(trust_env=False, max_line_size=1 << 16, max_field_size=1 << 16) as http,
+        http.get(url) as resp,
+    ):
+        body = await resp.read()
+        assert resp.status == 200, body[:300]
+        assert len(resp.headers["X-Ipfs-Roots"]) > 8192
+        check_block(blocks[0].cid, body)
