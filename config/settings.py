@@ -81,6 +81,17 @@ class ApiSettings:
     )
     max_jobs: int = _doc("Query jobs (`wait: false`) that may run at once; more are refused (429).", default=16)
     job_keep_seconds: float = _doc("How long a finished query job's answer is kept.", default=600.0)
+    gateway_max_path_segments: int = _doc(
+        "Most segments in the path under a CID on `/ipfs/` (`/ipfs/CID/a/b` has 2); a deeper path is refused (400) "
+        "before Kubo is asked. Kubo's gateway spends time growing with the square of a path's depth (64: about "
+        "0.1 s of CPU; 1,000: about 18 s) and goes on after the client has left.",
+        default=64,
+    )
+    gateway_timeout: float = _doc(
+        "Seconds Kubo's gateway may take to begin its answer to an `/ipfs/` request (resolving the path, finding "
+        "the first block); then 504. The body's reads are bounded by `ipfs.timeout`.",
+        default=10.0,
+    )
 
 
 @dataclass(frozen=True)
@@ -548,6 +559,12 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("api.max_json_bytes", s.api.max_json_bytes > 0, "api.max_json_bytes must be positive"),
         ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
         ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
+        (
+            "api.gateway_max_path_segments",
+            s.api.gateway_max_path_segments > 0,
+            "api.gateway_max_path_segments must be positive",
+        ),
+        ("api.gateway_timeout", s.api.gateway_timeout > 0, "api.gateway_timeout must be positive"),
         (
             "api.ingest_dirs",
             all(os.path.isabs(d) for d in s.api.ingest_dirs),

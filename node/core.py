@@ -160,7 +160,7 @@ class Node:
         self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
         self.pipelines = PipelineRunner(kubo, datasets, identity, home.path, self._step_query)  # node.pipelines
         # /ipfs/: the managed Kubo's loopback gateway (its port may change on a restart), else ipfs.gateway
-        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout)
+        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout, settings.api.gateway_timeout)
         started.push_async_callback(self.gateway.close)
         started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
@@ -722,14 +722,19 @@ class Node:
         return (await self.datasets.resolve(ref))[1]
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
+        brought: list[CID] = []  # fetched here by the probe: the pull drops it if it refuses it
         if not source.startswith(("http://", "https://")):
-            await self._reach_holders(parse_cid(source))
+            head = parse_cid(source)
+            if not await self.holds(head):
+                brought.append(head)
+            await self._reach_holders(head)
         work = pull(
             self.datasets,
             source,
             name=name,
             timeout=self.settings.datasets.pull_timeout,
             deadline=self.settings.datasets.pull_deadline,
+            brought=brought,
         )
         r = await self.pulls.run(work)  # ended at once when the node stops (issue 15)
         self._after_ingest(r.head)

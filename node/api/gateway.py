@@ -5,7 +5,9 @@ node.ipfs.gateway, which checks the hash of every block it relays; its status an
 Kubo gave them, and an error's text becomes the node's one-line JSON error with Kubo's status (the spec leaves
 error bodies free). Without one (an external Kubo, ``ipfs.gateway`` empty), the node answers the parts it can
 from the RPC API (one block, a whole-DAG CARv1, a file, a DAG-CBOR block as DAG-JSON) and 501 to the rest.
-Why a relay: docs/architecture.md "The gateway".
+Why a relay: docs/architecture.md "The gateway". What it serves is others' choice, on the node's origin: active
+types go out as attachments (``confine``), and a path's depth is bounded before Kubo sees it (docs/gateway.md
+"Content others chose", "Paths that make Kubo work").
 """
 
 from __future__ import annotations
@@ -15,36 +17,85 @@ import logging
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from multiformats import CID
 
 from node.core import Node
-from node.errors import CairnError, GatewayRefused, GatewayUnavailable, NotFound
+from node.errors import CairnError, GatewayRefused, GatewayUnavailable, InvalidInput, NotFound
 from node.ipfs.gateway import CAR, RAW
 from node.model import cid_str, dagjson, parse_cid
 
 log = logging.getLogger("cairn.api")
 
 IMMUTABLE = "public, max-age=29030400, immutable"
+# Media types a browser shows as a document that may run script (SVG and XML too: <script>, XHTML, XSLT)
+ACTIVE = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        "image/svg+xml",
+        "text/xml",
+        "application/xml",
+        "text/xsl",
+        "application/pdf",
+        "multipart/x-mixed-replace",
+    }
+)
+KUBO_PAGES = ('"DirIndex-', '"DagIndex-')  # Etags of the pages Kubo's gateway writes itself: never a file's
 # The query parameters of a CAR request the RPC API cannot honour, with the value it can (Trustless Gateway spec)
 _CAR_DEFAULTS = {"dag-scope": ("all",), "entity-bytes": (), "car-version": ("1",), "car-order": ("dfs", "unk")}
+
+
+def confine(status: int, headers: CIMultiDict[str]) -> None:
+    """What a browser gets of bytes anyone may have put in Kubo: never a document that runs on the node's origin,
+    beside the API and the web page's token. Every answer of the API says ``Content-Security-Policy: sandbox``
+    (node.api.server); here a type a browser renders as an active document (HTML, SVG, XML, PDF) is also sent as
+    ``attachment``, even when the request asked ``?filename=`` (Kubo then says ``inline``), so it is saved, not
+    shown. The pages Kubo's gateway writes itself (directory listings, redirects; escaped) stay inline, sandboxed."""
+    media = headers.get("Content-Type", "").split(";")[0].strip().lower()
+    active = media in ACTIVE or media.endswith("+xml")
+    if not 200 <= status < 300 or not active or headers.get("Etag", "").startswith(KUBO_PAGES):
+        return
+    disposition = headers.get("Content-Disposition", "")
+    params = disposition[disposition.index(";") :] if ";" in disposition else ""
+    headers["Content-Disposition"] = "attachment" + params
+
+
+def _check_depth(request: web.Request, most: int) -> None:
+    """Kubo's gateway spends time growing with the square of a path's depth, and goes on when the client has gone:
+    a path deeper than ``most`` segments is refused before Kubo sees it. Counted on the decoded path, as Kubo
+    splits it (an encoded ``%2F`` is a separator there too); empty segments count, erring on the safe side."""
+    path = request.match_info.get("path", "")
+    depth = len(path.split("/")) if path else 0
+    if depth > most:
+        raise InvalidInput(
+            f"the path under the CID has {depth} segments, more than api.gateway_max_path_segments ({most}): refused"
+        )
+
+
+async def _held(request: web.Request, node: Node, cid: CID) -> None:
+    """The CID the path starts from is held here, or a 404 now: Kubo's gateway answers a CAR of a CID it lacks with
+    200 and a CAR of no block (cacheable for a year), and an external Kubo's may search the network."""
+    try:
+        await node.gateway_held(cid)
+    except NotFound as e:
+        if "only-if-cached" in request.headers.get("Cache-Control", ""):  # Path Gateway spec: then a 412
+            raise GatewayRefused(e.message, 412) from e
+        raise
 
 
 async def serve(request: web.Request, node: Node) -> web.StreamResponse:
     raw_path = request.rel_url.raw_path.removeprefix("/ipfs/")
     cid = parse_cid(request.match_info["cid"])  # 400 for a string that is no CID, before anything else
+    _check_depth(request, node.settings.api.gateway_max_path_segments)
     if node.gateway.url is None:
         return await _from_rpc(request, node, cid)
-    if node.managed is None:  # an external Kubo's gateway may search the network: a CID not held is a 404 now
-        try:
-            await node.gateway_held(cid)
-        except NotFound as e:
-            if "only-if-cached" in request.headers.get("Cache-Control", ""):  # Path Gateway spec: then a 412
-                raise GatewayRefused(e.message, 412) from e
-            raise
+    await _held(request, node, cid)
     async with node.gateway_open(request.method, raw_path, request.rel_url.raw_query_string, request.headers) as ans:
         resp = web.StreamResponse(status=ans.status)
         for name, value in ans.headers:
             resp.headers.add(name, value)
+        confine(ans.status, resp.headers)
         if ans.length is not None:
             resp.content_length = ans.length
         if "Vary" not in resp.headers:  # one URL, answers that differ by Accept: caches must key on it too

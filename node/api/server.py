@@ -1071,8 +1071,18 @@ def create_app(node: Node, token: str, max_body: int | None = None) -> web.Appli
     app[OPENAPI_KEY] = openapi.document(ROUTES, limits, __version__)
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guard(route))
+    app.on_response_prepare.append(_no_documents)
     app.on_shutdown.append(_stop_pulls)
     return app
+
+
+async def _no_documents(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer but the web page's own files (which carry their policy, node.api.webui) holds bytes that
+    others chose: a dataset's cells, a peer's block, a gateway file. None may run as a page on the node's origin,
+    where the API and the page's token are: ``sandbox`` gives such a page no script and an origin of its own, and
+    ``nosniff`` keeps a browser to the declared type (node.api.gateway.confine adds ``attachment`` for HTML)."""
+    response.headers.setdefault("Content-Security-Policy", "sandbox")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
 
 
 async def _stop_pulls(app: web.Application) -> None:

@@ -16,6 +16,7 @@ otherwise the fetch fails as before and whatever the decode gave is thrown away.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import tempfile
 import threading
@@ -25,12 +26,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from node.errors import InvalidInput, SliceCorrupt, SliceFetchStopped
+from node.errors import InvalidInput, KuboError, SliceCorrupt, SliceFetchStopped
 from node.ipfs import KuboClient
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, cid_str
 
 __all__ = ["Arrival", "SliceVisit", "fetch_file", "scan_slices"]
+
+log = logging.getLogger("cairn.datasets")
 
 TAIL_BYTES = 64 << 10  # first guess of a footer's size (a slice's is a few KiB); a bigger one is asked again
 READ_BUFFER = 1 << 20  # the decoder's reads per column chunk
@@ -211,6 +214,7 @@ async def fetch_file(
                     arrival.advance(len(chunk))
         got = hasher.cid()
         if bytes(got) != bytes(cid):
+            await _forget(kubo, cid)
             raise SliceCorrupt(f"the bytes fetched for {cid_str(cid)} give {cid_str(got)}: not cached")
         if arrival is not None:
             if arrival.size != arrival.written:
@@ -229,6 +233,15 @@ async def fetch_file(
         # after os.replace this is a no-op; on any failure it removes the temp (one local unlink: no thread)
         tmp.unlink(missing_ok=True)  # noqa: ASYNC240
     return path
+
+
+async def _forget(kubo: KuboClient, cid: CID) -> None:
+    """A refused slice leaves our Kubo (its blocks came by bitswap, each true to its own CID, but the file is not
+    one of ours): not kept, not served by /ipfs/. A pinned block stays."""
+    try:
+        await kubo.forget([cid])
+    except KuboError as e:
+        log.warning("could not drop the refused slice %s from Kubo: %s", cid_str(cid), e.message)
 
 
 def _decode(arrival: Arrival, visit: SliceVisit, i: int) -> None:

@@ -9,10 +9,11 @@ failure refuses the whole pull, naming the CID, and nothing of it becomes visibl
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,9 @@ from node.errors import (
     Conflict,
     InsufficientStorage,
     InvalidInput,
+    KuboCIDMismatch,
+    KuboError,
+    KuboNotFound,
     NotFound,
     PullCancelled,
     PullRefused,
@@ -34,6 +38,7 @@ from node.errors import (
 )
 from node.index import DatasetRow
 from node.ipfs import KuboClient
+from node.ipfs.unixfs import CHUNK, UnixfsHasher
 from node.model import (
     CID,
     MAX_BLOCK_BYTES,
@@ -46,6 +51,8 @@ from node.model import (
     verify_block,
 )
 from node.model.names import check_dataset_name, name_problem
+
+log = logging.getLogger("cairn.datasets")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,7 @@ class _Source(Protocol):
     async def head(self) -> CID: ...
     async def block(self, cid: CID) -> bytes: ...
     async def data(self, cid: CID, dest: Path, limit: int) -> None: ...
+    async def discard(self) -> None: ...
     async def close(self) -> None: ...
 
 
@@ -119,6 +127,9 @@ class _HttpSource:
 
     async def close(self) -> None:
         await self._session.close()
+
+    async def discard(self) -> None:
+        """Nothing to drop: what this source sends reaches Kubo only once the whole pull is checked."""
 
     async def _get(self, path: str) -> Any:
         from yarl import URL
@@ -195,17 +206,32 @@ class _IpfsSource:
     def __init__(self, kubo: KuboClient, head: CID, timeout: float) -> None:
         self.kubo, self._head, self.timeout = kubo, head, timeout
         self.base = "ipfs"
+        self.brought: list[CID] = []  # what our Kubo fetched for this pull and did not hold before
 
     async def close(self) -> None:
         pass
+
+    async def discard(self) -> None:
+        """A refused pull: drop from our Kubo what it fetched for it (bitswap stores every block it fetches), so that
+        nothing refused is kept or served by /ipfs/ (a pinned block stays: Kubo refuses to remove it)."""
+        brought, self.brought = self.brought, []
+        await self.kubo.forget(brought, timeout=self.timeout)
+
+    async def _note(self, cid: CID) -> None:
+        try:
+            await self.kubo.block_stat(cid, timeout=self.timeout, offline=True)
+        except KuboNotFound:
+            self.brought.append(cid)
 
     async def head(self) -> CID:
         return self._head
 
     async def block(self, cid: CID) -> bytes:
+        await self._note(cid)
         return await self.kubo.block_get(cid, timeout=self.timeout)
 
     async def data(self, cid: CID, dest: Path, limit: int) -> None:
+        await self._note(cid)
         size = 0
         with open(dest, "wb") as f:  # noqa: ASYNC230  a local temp file, written in 1 MiB chunks between reads
             async for chunk in self.kubo.cat(cid, timeout=self.timeout):
@@ -265,11 +291,13 @@ class _Fetcher:
         return out
 
 
-def _open_source(ds: Datasets, source: str, timeout: float) -> tuple[_Source, str | None]:
+def _open_source(ds: Datasets, source: str, timeout: float, brought: Sequence[CID]) -> tuple[_Source, str | None]:
     """The source of a pull (a peer's transfer endpoint, or a head CID fetched through Kubo) and its default name."""
     if source.startswith(("http://", "https://")):
         return _HttpSource(source, timeout), source.rstrip("/").rsplit("/", 1)[-1]
-    return _IpfsSource(ds.kubo, parse_cid(source), timeout), None
+    src = _IpfsSource(ds.kubo, parse_cid(source), timeout)
+    src.brought.extend(brought)
+    return src, None
 
 
 def _refuse_divergence(existing: DatasetRow | None, head: CID, v: Version) -> None:
@@ -283,13 +311,22 @@ def _refuse_divergence(existing: DatasetRow | None, head: CID, v: Version) -> No
         )
 
 
+def _file_cid(path: Path) -> CID:
+    """The CID Kubo's ``add`` gives the file (node.ipfs.unixfs), computed here: refused bytes never reach Kubo."""
+    hasher = UnixfsHasher()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            hasher.update(chunk)
+    return hasher.cid()
+
+
 async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> int:
     """Fetch one slice into the cache, refusing bytes that do not give its CID, logical hash and row count."""
     part = work / f"{s.cid}.parquet"
     await src.data(s.cid, part, s.size or _MAX_SLICE_BYTES)
-    added = await ds.kubo.add(part, pin=False)  # same UnixFS parameters: same CID or tampered
-    if added.cid != s.cid:
-        raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give {added.cid}): refused")
+    got = await asyncio.to_thread(_file_cid, part)  # same UnixFS parameters: same CID or tampered
+    if got != s.cid:
+        raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give {got}): refused")
     table = await asyncio.to_thread(read_slice, part)
     h = LogicalHasher(table.schema)
     h.update(table)
@@ -298,6 +335,10 @@ async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> i
             f"slice {s.cid} from {src.base}: its rows do not match the logical hash "
             f"and row count its AddData block claims: refused"
         )
+    # Checked: only now do its bytes reach Kubo (unpinned until the head's recursive pin takes them)
+    added = await ds.kubo.add(part, pin=False)
+    if added.cid != s.cid:  # our hasher and Kubo disagree: a bug or another Kubo, never the source's bytes
+        raise KuboCIDMismatch(s.cid, added.cid)
     size = part.stat().st_size
     os.replace(part, ds.cache_dir / f"{s.cid}.parquet")
     return size
@@ -390,20 +431,38 @@ async def _fetch_and_store(
 
 
 async def pull(
-    ds: Datasets, source: str, *, name: str | None = None, timeout: float = 60.0, deadline: float = 600.0
+    ds: Datasets,
+    source: str,
+    *,
+    name: str | None = None,
+    timeout: float = 60.0,
+    deadline: float = 600.0,
+    brought: Sequence[CID] = (),
 ) -> PullResult:
     """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here.
-    ``timeout`` bounds each read; ``deadline`` the whole fetch (a source that drips its bytes; issue 15)."""
+    ``timeout`` bounds each read; ``deadline`` the whole fetch (a source that drips its bytes; issue 15).
+    ``brought``: what our Kubo fetched for this pull before it began (the head, probed): dropped if it is refused."""
     if name is not None:
         check_dataset_name(name)  # before anything is fetched
-    src, default_name = _open_source(ds, source, timeout)
+    src, default_name = _open_source(ds, source, timeout, brought)
     work = Path(tempfile.mkdtemp(prefix="pull-", dir=ds.tmp_dir))
     try:
         with disk_full_is_507("the pull", ds.tmp_dir):
             return await _fetch_and_store(ds, src, work, deadline, name, default_name)
+    except (PullRefused, InvalidInput) as e:
+        if not isinstance(e, (PullTimeout, PullCancelled)):  # bytes refused, not a pull cut short
+            await _discard(src)
+        raise
     finally:
         await src.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+async def _discard(src: _Source) -> None:
+    try:
+        await src.discard()
+    except KuboError as e:  # the refusal is the answer; what is left is unpinned, and a GC drops it
+        log.warning("could not drop what a refused pull fetched: %s", e.message)
 
 
 class Pulls:

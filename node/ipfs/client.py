@@ -431,6 +431,30 @@ class KuboClient:
         obj = await self._json("block/stat", [("arg", parse_cid(cid)), ("offline", offline or None)], timeout=timeout)
         return BlockStat(cid=parse_cid(obj["Key"]), size=int(obj["Size"]))
 
+    async def block_rm(self, cids: Sequence[CID], *, timeout: float | None = None) -> list[CID]:
+        """Remove blocks from the repo: the CIDs removed. Kubo keeps a pinned block (directly, recursively or under
+        a pin) and one it lacks, and says so per block: those are not errors here."""
+        if not cids:
+            return []
+        lines = await self._json_lines("block/rm", [("arg", c) for c in cids], timeout=timeout)
+        return [parse_cid(o["Hash"]) for o in lines if o.get("Hash") and not o.get("Error")]
+
+    async def refs(self, cid: CID | str, *, timeout: float | None = None) -> list[CID]:
+        """Every CID under ``cid`` (its whole DAG, each once) that the repo holds: offline, the walk never fetches
+        and stops at a block the repo lacks."""
+        params = [("arg", parse_cid(cid)), ("recursive", True), ("unique", True), ("offline", True)]
+        lines = await self._json_lines("refs", params, timeout=timeout)
+        return [parse_cid(o["Ref"]) for o in lines if o.get("Ref")]
+
+    async def forget(self, roots: Iterable[CID], *, timeout: float | None = None) -> list[CID]:
+        """Remove the DAGs under ``roots`` from the repo (what a refused fetch brought in: never served or pinned
+        later), except the blocks a pin holds: the CIDs removed."""
+        cids: dict[bytes, CID] = {}
+        for root in roots:
+            for c in [root, *await self.refs(root, timeout=timeout)]:
+                cids.setdefault(bytes(c), c)
+        return await self.block_rm(list(cids.values()), timeout=timeout)
+
     # --- DAG -----------------------------------------------------------------------------
 
     async def dag_put(

@@ -8,6 +8,8 @@ import csv
 import gzip
 import io
 import json
+import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from node.ipfs import ManagedKubo
+from node.model import cid_str, parse_cid
 from tests.fixtures.inprocess import Served, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the two nodes live for the module
@@ -292,10 +295,36 @@ async def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_po
         finally:
             await runner.cleanup()
 
+    had = await b.node.holds(parse_cid(victim))  # a structure B pulled before (same columns) is legitimately there
     err = await run()
     assert victim in err and "does not match its CID" in err, err
     assert (await b.get("/api/v0/datasets/tampered"))[0] == 404
     assert not list((b.home / "cache" / "slices").glob(f"{i['slices'][0]['cid']}*"))  # nothing kept
+    named = set(re.findall(r"\bbaf[a-z2-7]{20,}", err))  # the refused bytes' own CID too, for a slice
+    assert len(named) == (2 if what == "slice" else 1), err
+    for cid in named - ({victim} if had else set()):  # nothing refused stays in B's Kubo, nor is served by it
+        assert not await b.node.holds(parse_cid(cid)), cid
+        assert (await b.client.get(f"/ipfs/{cid}")).status == 404, cid
+    assert await b.node.holds(parse_cid(victim)) == had  # and what B held before, it still holds
+
+
+async def test_a_refused_pull_by_cid_leaves_nothing_in_kubo(nodes: Any, kubo_session: ManagedKubo) -> None:
+    """B pulls a CID that is no dataset head (a page someone added to A's Kubo): B's Kubo fetches it by bitswap,
+    the pull is refused, and B neither keeps it nor serves it from its gateway."""
+    a, b = nodes
+    from node.ipfs import KuboClient
+
+    page = b"<html><script>document.title='ran'</script>" + os.urandom(8).hex().encode() + b"</html>"
+    async with kubo_session.client() as ka:
+        cid = (await ka.add(page, pin=False)).cid
+    kb = (await b.get("/api/v0/node"))[1]["kubo"]
+    async with KuboClient(kb["api"], auth=b.node.settings.ipfs.api_auth) as kubo:
+        await kubo.swarm_connect((await a.get("/api/v0/node"))[1]["kubo"]["swarm"][0])
+    r = await b.cli("pull", cid_str(cid), "--name", "not-a-head")
+    assert r.returncode == 1 and "not a valid object" in r.stderr.decode(), r.stderr.decode()
+    assert not await b.node.holds(cid)
+    assert (await b.client.get(f"/ipfs/{cid_str(cid)}")).status == 404
+    assert (await b.get("/api/v0/datasets/not-a-head"))[0] == 404
 
 
 async def test_pull_by_cid_over_ipfs(nodes: Any, tmp_path: Path) -> None:

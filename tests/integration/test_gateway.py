@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import dag_cbor
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient
+from multiformats import CID, multihash
 
 from node.core import Node
 from node.ipfs import CarVerifier, ManagedKubo, read_car
@@ -216,7 +218,9 @@ async def test_the_node_answers_as_kubos_own_gateway(gw: Gateways) -> None:
             assert json.loads(ours.body)["error"]["message"], what
             continue
         for name in COMPARED:
-            if name != "Content-Length" or name in theirs.headers:
+            if name == "X-Content-Type-Options":  # the node says nosniff on every answer (a file's bytes too)
+                assert ours.headers.get(name) == "nosniff", what
+            elif name != "Content-Length" or name in theirs.headers:
                 assert ours.headers.get(name) == theirs.headers.get(name), (*what, name)
         if theirs.headers.get("Content-Type", "").startswith(CAR) and method == "GET":
             assert _blocks(ours.body) == _blocks(theirs.body), what
@@ -382,6 +386,36 @@ async def test_a_managed_node_serves_its_datasets_as_verifiable_cars(
         assert piece not in {c for c, _ in served}  # cut before it; whatever came is checked
 
 
+async def test_a_managed_node_answers_404_for_what_it_does_not_hold(kubo_binary: Path, tmp_path: Path) -> None:
+    """Kubo's gateway answers a CAR of a CID it lacks with 200 and a CAR of no block, cacheable for a year: the node
+    answers 404 (412 for only-if-cached), and what it holds keeps the spec's headers (docs/gateway.md)."""
+    async with inprocess_node(tmp_path / "n", None, **{"ipfs.binary": str(kubo_binary)}) as (node, client):
+        assert node.managed is not None
+        absent = cid_str(block_of(os.urandom(16), "cbor").cid)
+        asked = [(f"/ipfs/{absent}?format=car", {}), (f"/ipfs/{absent}", {"Accept": CAR})]
+        asked += [(f"/ipfs/{absent}/a/b?format=car", {}), (f"/ipfs/{absent}?format=raw", {})]
+        for path, headers in asked:
+            for method in ("GET", "HEAD"):
+                async with client.request(method, path, headers=headers) as resp:
+                    assert resp.status == 404 and "Cache-Control" not in resp.headers, (method, path, resp.headers)
+                    if method == "GET":
+                        assert (await resp.json())["error"]["type"] == "NotFound"
+        resp = await client.get(f"/ipfs/{absent}?format=car", headers={"Cache-Control": "only-if-cached"})
+        assert resp.status == 412
+        info = await add_csv(client, "held", b"region,amount\nnorth,10\n")
+        for fmt, kind in (("car", CAR), ("raw", RAW)):
+            resp = await client.get(f"/ipfs/{info['head']}?format={fmt}")
+            body, h = await resp.read(), resp.headers
+            assert resp.status == 200 and h["Content-Type"].startswith(kind) and h["X-Ipfs-Roots"] == info["head"]
+            assert h["Cache-Control"] == "public, max-age=29030400, immutable" and h["Etag"]
+            assert h["Content-Disposition"].startswith("attachment;") and h["X-Content-Type-Options"] == "nosniff"
+            assert sandboxed(dict(h))
+            if fmt == "car":
+                assert [cid_str(r) for r in read_car(body)[0]] == [info["head"]]
+            else:
+                check_block(parse_cid(info["head"]), body)
+
+
 async def test_the_documented_curl_examples_run(gw: Gateways, tmp_path: Path) -> None:
     """Every `$ curl` line of docs/gateway.md, with $API this node and $HEAD, $SLICE, $DIR its content."""
     info = await add_csv(gw.client, "doc", b"region,amount\nnorth,10\nsouth,7\n")
@@ -424,3 +458,126 @@ async def test_an_external_kubo_without_a_gateway_serves_blocks_and_whole_cars(g
             resp = await client.get(f"/ipfs/{path}")
             assert resp.status == 501 and (await resp.json())["error"]["type"] == "GatewayUnavailable", path
         assert (await client.get(f"/ipfs/{cid_str(block_of(b'absent 19', 'cbor').cid)}?format=raw")).status == 404
+
+
+# -- bytes anyone put in Kubo, and paths that make Kubo work ------------------------------------------------------
+
+# Pages that would read the web page's token (node/api/web/api.js keeps it in the tab's sessionStorage)
+HTML = b"<html><script>document.title='ran '+sessionStorage.getItem('cairn.api-token')</script></html>"
+SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>document.title="ran"</script></svg>'
+IDLE = 0.25  # CPU seconds in one second: Kubo at rest uses next to none
+
+
+def identity_cid(data: bytes) -> str:
+    """A CID whose bytes are in the CID itself (nothing stored: every IPFS node "holds" it)."""
+    return cid_str(CID("base32", 1, "raw", multihash.get("identity").wrap(data)))
+
+
+def sandboxed(headers: dict[str, str]) -> bool:
+    """The answer's policy sandboxes a document without scripts and without the node's origin."""
+    policy = [d.split() for d in headers.get("Content-Security-Policy", "").split(";")]
+    tokens = next((d[1:] for d in policy if d and d[0].lower() == "sandbox"), None)
+    return tokens is not None and not {"allow-scripts", "allow-same-origin"} & {t.lower() for t in tokens}
+
+
+async def test_files_anyone_added_never_run_on_the_nodes_origin(gw: Gateways) -> None:
+    """HTML and SVG (with scripts) that Kubo serves inline come from the node as attachments, sandboxed, nosniff:
+    a browser saves them and, shown anyway, they run no script and have an origin of their own."""
+    async with gw.kubo.client() as k:
+        svg = cid_str((await k.add(SVG, pin=False)).cid)
+    html = identity_cid(HTML)
+    paths = (f"/ipfs/{html}", f"/ipfs/{html}?filename=page.html", f"/ipfs/{html}?download=false", f"/ipfs/{svg}")
+    for path in paths:
+        theirs = await _kubo(gw, "GET", path)  # what a browser would show, and run, from Kubo's own gateway
+        assert theirs.headers["Content-Type"] in ("text/html", "image/svg+xml"), path
+        assert not theirs.headers.get("Content-Disposition", "inline").startswith("attachment"), path
+        for method in ("GET", "HEAD"):
+            ours = await _cairn(gw, method, path)
+            assert ours.status == 200 and ours.headers["Content-Type"] == theirs.headers["Content-Type"], path
+            assert ours.headers["Content-Disposition"].startswith("attachment"), (method, path, ours.headers)
+            assert sandboxed(ours.headers) and ours.headers["X-Content-Type-Options"] == "nosniff", (method, path)
+            assert ours.body == (theirs.body if method == "GET" else b"")  # the bytes as they are
+    listing = await _cairn(gw, "GET", f"/ipfs/{gw.fx.dir}/")  # the page Kubo writes (names escaped): shown, sandboxed
+    assert listing.status == 200 and listing.headers["Content-Type"] == "text/html" and sandboxed(listing.headers)
+    assert "Content-Disposition" not in listing.headers and b"big.bin" in listing.body
+    # and every other answer of the node: raw and CAR, a dataset's slice over /odf/, an error
+    info = await add_csv(gw.client, "sandboxed", b"a,b\n<script>x</script>,1\n")
+    others = [f"/ipfs/{gw.fx.leaf}?format=raw", f"/ipfs/{gw.fx.dir}?format=car", "/ipfs/not-a-cid"]
+    others += [f"/odf/sandboxed/data/{info['slices'][0]['cid']}", f"/odf/sandboxed/blocks/{info['head']}"]
+    for path in others:
+        got = await _cairn(gw, "GET", path)
+        assert sandboxed(got.headers) and got.headers["X-Content-Type-Options"] == "nosniff", (path, got.headers)
+
+
+async def _chain(gw: Gateways, n: int) -> list[str]:
+    """A DAG-CBOR chain of ``n`` blocks, each linking the one before as ``prev``: its CIDs, oldest first."""
+    blocks, prev = [], None
+    for i in range(n):
+        blocks.append(block_of({"i": i, "prev": prev}))
+        prev = blocks[-1].cid
+    async with gw.kubo.client() as k:
+        await k.block_put_many([b.data for b in blocks], codec="dag-cbor")
+    return [cid_str(b.cid) for b in blocks]
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: /proc/PID/stat fields 14 and 15."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _settles(pid: int, deadline: float = 30.0) -> list[float]:
+    """The process's CPU seconds in each one-second window, until one is under IDLE or ``deadline`` passes."""
+    windows: list[float] = []
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        before = _cpu(pid)
+        await asyncio.sleep(1.0)
+        windows.append(round(_cpu(pid) - before, 2))
+        if windows[-1] < IDLE:
+            break
+    return windows
+
+
+async def test_a_deep_path_is_refused_before_kubo_works_on_it(gw: Gateways) -> None:
+    """/ipfs/<tip>/prev/…: Kubo's gateway time grows with the square of the depth and goes on when the client has
+    gone (1,000 segments: about 18 s of CPU each). Six such requests are refused (400) without Kubo doing anything:
+    Kubo is at rest right after; a path as deep as api.gateway_max_path_segments is served, and Kubo rests again."""
+    most = gw.node.settings.api.gateway_max_path_segments
+    chain = await _chain(gw, 1100)
+    tip = chain[-1]
+    deep = f"/ipfs/{tip}" + "/prev" * 1000 + "?format=raw"
+    answers = await asyncio.gather(*(_cairn(gw, "GET", deep) for _ in range(6)))
+    pid = gw.kubo.pid
+    assert pid is not None
+    windows = await _settles(pid)
+    assert windows[-1] < IDLE, f"Kubo still busy after the deep paths: CPU s per second {windows}"
+    for got in answers:
+        assert got.status == 400, (got.status, got.body[:300])
+        assert "api.gateway_max_path_segments" in json.loads(got.body)["error"]["message"]
+    at = await _cairn(gw, "GET", f"/ipfs/{tip}" + "/prev" * most + "?format=raw")
+    assert at.status == 200 and at.headers["X-Ipfs-Roots"].split(",")[-1] == chain[-1 - most]
+    check_block(parse_cid(chain[-1 - most]), at.body)
+    windows = await _settles(pid)
+    assert windows[-1] < IDLE, f"Kubo still busy after a path at the bound: {windows}"
+
+
+async def test_a_path_of_long_cids_is_served_not_a_500(gw: Gateways) -> None:
+    """X-Ipfs-Roots names every CID along the path: 64 segments through identity CIDs of 126 bytes make it 8.7 KB,
+    over aiohttp's 8 KiB default, which made the node's relay fail (500). It is read, and the block served."""
+    blocks, prev = [], None
+    for _ in range(33):  # each block links an identity CID whose inline map links the block before
+        inner = dag_cbor.encode({"n": prev, "pad": "x" * 76} if prev else {"pad": "x" * 76})
+        blocks.append(block_of({"next": CID("base32", 1, "dag-cbor", multihash.get("identity").wrap(inner))}))
+        prev = blocks[-1].cid
+    async with gw.kubo.client() as k:
+        await k.block_put_many([b.data for b in blocks], codec="dag-cbor")
+    url = gw.client.make_url(f"/ipfs/{cid_str(blocks[-1].cid)}" + "/next/n" * 32 + "?format=raw")
+    async with (  # as a browser or curl reads it: aiohttp's own client stops at 8 KiB too
+        aiohttp.ClientSession(trust_env=False, max_line_size=1 << 16, max_field_size=1 << 16) as http,
+        http.get(url) as resp,
+    ):
+        body = await resp.read()
+        assert resp.status == 200, body[:300]
+        assert len(resp.headers["X-Ipfs-Roots"]) > 8192
+        check_block(blocks[0].cid, body)

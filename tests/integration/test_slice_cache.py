@@ -20,7 +20,7 @@ from node.datasets import Datasets, LogicalHasher, SliceRef
 from node.datasets.fetching import SliceVisit
 from node.datasets.logical_hash import logical_hash
 from node.datasets.slices import write_parquet_slice
-from node.errors import InvalidInput, SliceCorrupt
+from node.errors import InvalidInput, KuboNotFound, SliceCorrupt
 from node.index import Index
 from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
@@ -98,6 +98,31 @@ async def test_bytes_that_do_not_give_the_cid_never_enter_the_cache(kubo_client:
     with pytest.raises(SliceCorrupt):
         await ds.cid_path(cid, timeout=60)
     assert not (ds.cache_dir / f"{cid_str(cid)}.parquet").exists() and _leftovers(ds) == []
+
+
+async def test_a_refused_slice_leaves_kubo_unless_pinned(kubo_client: KuboClient, tmp_path: Path) -> None:
+    """A slice whose bytes do not give its CID is refused and dropped from Kubo (not kept, not served by /ipfs/),
+    every block of it; a pinned one stays, whatever a fetch made of it."""
+    ds = _datasets(kubo_client, tmp_path / "home")
+    ds.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
+    for pin in (False, True):
+        path = tmp_path / f"src-{pin}.bin"
+        await asyncio.to_thread(path.write_bytes, os.urandom(2 * CHUNK_SIZE + 5))
+        cid = (await kubo_client.add(path, pin=pin)).cid
+        blocks = [cid, *await kubo_client.refs(cid)]
+        assert len(blocks) == 4  # a root over three leaves
+        with pytest.raises(SliceCorrupt):
+            await ds.cid_path(cid, timeout=60)
+        held = [c for c in blocks if await _held(kubo_client, c)]
+        assert held == (blocks if pin else []), (pin, held)
+
+
+async def _held(kubo: KuboClient, cid: CID) -> bool:
+    try:
+        await kubo.block_stat(cid, offline=True)
+    except KuboNotFound:
+        return False
+    return True
 
 
 async def test_corrupt_cached_slice_is_verified_and_fetched_again(kubo_client: KuboClient, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ worker) served on a real 127.0.0.1 port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -26,10 +27,13 @@ from typing import Any
 import duckdb
 import pytest
 from aiohttp.test_utils import TestClient
+from multiformats import CID, multihash
+from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, async_playwright, expect
 
 from node.api.webui import CSP, FILES
 from node.ipfs import ManagedKubo
+from node.model import cid_str
 from tests.fixtures.inprocess import add_csv, inprocess_node, wait_for
 
 pytestmark = pytest.mark.kubo
@@ -239,3 +243,46 @@ async def test_the_page_files_are_served_with_their_policy(kubo_session: Managed
             resp = await client.get(bad)
             assert resp.status == 404, bad
             assert (await resp.json())["error"]["type"] == "NotFound"
+
+
+async def test_a_page_from_the_gateway_cannot_read_the_token(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """Bytes anyone can have the node serve under /ipfs/ (an identity CID: every node "holds" it), opened in the tab
+    that keeps the token: HTML is saved, not shown (its script would put the token in its title), and a file that
+    is shown (text) has an origin of its own: neither can read the tab's sessionStorage."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed: `make setup` installs it (scripts/setup/chromium.sh)"
+    script = b"<html><script>document.title='ran '+sessionStorage.getItem('cairn.api-token')</script></html>"
+    html, text = identity_cid(script), identity_cid(b"plain text, shown as it is")
+    settings = {"ipfs.gateway": kubo_session.gateway_url}  # Kubo's gateway serves the script as text/html
+    async with inprocess_node(tmp_path / "node", kubo_session, **settings) as (node, _), async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            page = await browser.new_page(accept_downloads=True)
+            downloads: list[str] = []
+            page.on("download", lambda d: downloads.append(d.url))
+            await page.goto(f"{node.api_url}/")
+            await page.evaluate("sessionStorage.setItem('cairn.api-token', 'the-tabs-token')")
+            for n, url in enumerate((f"{node.api_url}/ipfs/{html}", f"{node.api_url}/ipfs/{html}?filename=x.html")):
+                with contextlib.suppress(PlaywrightError):  # a download: "net::ERR_ABORTED" / "Download is starting"
+                    await page.goto(url)
+                assert "ran" not in await page.title(), await page.title()  # no script of it ran in this tab
+                await wait_for(lambda n=n: _at_least(downloads, n + 1), 30, f"the download of {url}")
+            await page.goto(f"{node.api_url}/ipfs/{text}")  # shown inline, sandboxed
+            assert await page.evaluate("window.origin") == "null"
+            assert await page.evaluate(READ_TOKEN) == "SecurityError"
+            await page.goto(f"{node.api_url}/")  # the page itself still has its token
+            assert await page.evaluate("sessionStorage.getItem('cairn.api-token')") == "the-tabs-token"
+        finally:
+            await browser.close()
+
+
+READ_TOKEN = "(() => { try { return sessionStorage.getItem('cairn.api-token'); } catch (e) { return e.name; } })()"
+
+
+def identity_cid(data: bytes) -> str:
+    """A CID whose bytes are in the CID itself: any node serves it without storing anything."""
+    return cid_str(CID("base32", 1, "raw", multihash.get("identity").wrap(data)))
+
+
+async def _at_least(items: list[str], n: int) -> bool | None:
+    return True if len(items) >= n else None
