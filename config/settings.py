@@ -97,8 +97,9 @@ class ApiSettings:
 @dataclass(frozen=True)
 class IpfsSettings:
     api: str = _doc(
-        "Address of an external Kubo RPC API (`/ip4/127.0.0.1/tcp/5001` or `http://127.0.0.1:5001`). "
-        "Empty: the node runs its own Kubo with its repo under `$CAIRN_HOME/kubo`.",
+        "Address of an external Kubo RPC API (`/ip4/127.0.0.1/tcp/5001` or `http://127.0.0.1:5001`, or a unix socket: "
+        "`/unix/ABSOLUTE/PATH` or `unix:/ABSOLUTE/PATH`). Empty: the node runs its own Kubo with its repo under "
+        "`$CAIRN_HOME/kubo`.",
         default="",
     )
     api_auth: str = _doc(
@@ -118,7 +119,12 @@ class IpfsSettings:
         "CAR of a CID itself, and answers 501 to the rest of the trustless gateway (paths, dag-scope, entity-bytes).",
         default="",
     )
-    api_port: int = _doc("Managed Kubo: RPC API port on 127.0.0.1; 0 picks a free port at each start.", default=0)
+    api_port: int = _doc(
+        "Managed Kubo: 0, its RPC API listens on a unix socket (`$CAIRN_HOME/kubo.rpc/api.sock`) that no other user "
+        "can reach; a port puts it on 127.0.0.1 instead, where Kubo's `/debug/*` paths answer any local process "
+        "without the secret (the node warns).",
+        default=0,
+    )
     gateway_port: int = _doc("Managed Kubo: gateway port on 127.0.0.1; 0 picks a free port.", default=0)
     swarm_port: int = _doc(
         "Managed Kubo: swarm (libp2p TCP) port on `ipfs.swarm_host`; 0 picks a free port.", default=0
@@ -300,8 +306,9 @@ class PeerSettings:
     fetch_ahead_bytes: int = _doc(
         "Bytes of a trusted signer's new claim (the same small blocks a lookup answer carries) this node fetches "
         "when its announcement arrives, so that answering from it later waits for no fetch, even when the signer "
-        "is many hops away (not when the signer's node is a connected peer: its lookup answer carries them; at "
-        "most 1048576; 0: none, the blocks are fetched when asked).",
+        "is many hops away; only claims of a query shape this node asked lately (a claim naming no shape: one node "
+        "in 4), never when the signer's node is a connected peer (its lookup answer carries them); docs/scaling.md "
+        '"Who fetches ahead". At most 1048576; 0: none, the blocks are fetched when asked.',
         default=262144,
     )
     resolve_timeout: float = _doc(

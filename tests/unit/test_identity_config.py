@@ -96,6 +96,21 @@ def test_every_setting_is_documented() -> None:
         assert f"`{env}`" in doc, env
 
 
+def test_the_settings_table_is_the_generated_one() -> None:
+    """A setting's text changed in config/settings.py but not in the doc (or the reverse) is a drift that the
+    next regeneration would silently undo: the doc's table must be exactly the generated one."""
+    import importlib.util
+
+    root = Path(__file__).parents[2]
+    spec = importlib.util.spec_from_file_location("config_doc", root / "scripts" / "config_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = (root / "docs" / "configuration.md").read_text()
+    shown = doc.split(module.BEGIN, 1)[1].split(module.END, 1)[0].strip()
+    assert shown == module.table(), "docs/configuration.md is stale: run scripts/config_doc.py"
+
+
 @pytest.mark.parametrize(
     "env,needle",
     [
