@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -27,6 +28,7 @@ from node.datasets.readers.options import (
     TRUE_VALUES,
     ReadOptions,
     _check_names,
+    _names_text,
     _size_text,
     _snip,
 )
@@ -67,6 +69,7 @@ class _CsvFormat(_TextFormat):
         )
         self._overrides = options.override_types()
         self._null_spellings = NULL_VALUES
+        self._limits = opened.limits
         self._setup()
 
     # -- pyarrow calls
@@ -111,6 +114,8 @@ class _CsvFormat(_TextFormat):
         opts = self._options
         data, line = self._first_chunk()
         start, end = _csv_rows(data, self._pattern, limit=1)[0]
+        # Counted before pyarrow parses the row: 100,000 columns cost it seconds and hundreds of MB.
+        self._limits.check_columns(_fields_in_row(data[start:end], ord(self.delimiter)), self.name)
         names = self._column_names(data, line, start, end)
         if opts.header:
             data_line = line + data.count(self.chunker.eol, 0, end)
@@ -172,10 +177,12 @@ class _CsvFormat(_TextFormat):
         """Every column --type and --event-time name exists."""
         for col in self._overrides:
             if col not in names:
-                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
+                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {_names_text(names)})")
         event_time = self._options.event_time
         if event_time is not None and event_time not in names:
-            raise InvalidInput(f"{self.name}: event time column {event_time!r} not found (columns: {', '.join(names)})")
+            raise InvalidInput(
+                f"{self.name}: event time column {event_time!r} not found (columns: {_names_text(names)})"
+            )
 
     def _fixed_types(self) -> dict[str, pa.DataType]:
         """The types pyarrow reads with, not infers: the overrides, and text for what is converted afterwards."""
@@ -334,3 +341,14 @@ def _field_count(row: bytes, delimiter: str) -> int:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return 0
     return table.num_columns
+
+
+def _fields_in_row(row: bytes, delimiter: int) -> int:
+    """Fields in one CSV row: the delimiters outside quotes, plus one (exact for RFC 4180 quoting; vectorised, so a
+    row of millions of fields is counted without parsing it)."""
+    values = np.frombuffer(row, np.uint8)
+    delimiters = values == delimiter
+    if not delimiters.any():
+        return 1
+    quoted = np.cumsum(values == 34) % 2 == 1  # inside quotes: an odd number of quotes before
+    return int(np.count_nonzero(delimiters & ~quoted)) + 1
