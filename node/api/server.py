@@ -324,7 +324,8 @@ def _after_stopped(source: Path | BinaryIO, task: asyncio.Future[dict[str, objec
     """An ingest whose client went away has ended (stopped, or committed if it was past its last check)."""
     _release(source)
     error = None if task.cancelled() else task.exception()  # retrieved: nobody else will
-    log.info("an ingest whose client went away ended: %s", error.message if isinstance(error, CairnError) else "kept")
+    how = "kept" if error is None else error.message if isinstance(error, CairnError) else type(error).__name__
+    log.info("an ingest whose client went away ended: %s", how)
 
 
 def _release(source: Path | BinaryIO) -> None:

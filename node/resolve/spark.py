@@ -141,9 +141,8 @@ class SparkWorker:
         ``stall_timeout``: the worker kills (and so restarts) a JVM that uses no CPU this long while a job
         runs (0: never). ``max_queued``: calls that may wait for a slot; more are refused (SparkQueueFull).
 
-        Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
-        directory ``<stem>-scratch/`` (unless ``scratch``: its working directory and ``spark.local.dir``), emptied
-        at every (re)start and on stop.
+        Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch directory
+        ``<stem>-scratch/`` (unless ``scratch``; its cwd and ``spark.local.dir``), emptied at every (re)start and stop.
         """
         self.socket_path = Path(socket_path).absolute()
         self.master, self.mode, self.remote, self._token = master, mode, remote, token  # see the class's docstring

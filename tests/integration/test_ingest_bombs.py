@@ -9,7 +9,8 @@ whose client goes away stops with nothing kept.
 - 30,000 columns as a one-row Parquet file, a CSV header or JSON keys: 413 from the footer, the header or the keys,
   before pyarrow builds a schema (the old node answered 201, its RSS up by hundreds of MB);
 - an upload whose client closes the connection mid-ingest: the ingest stops, its work files go, nothing is
-  committed and the node's CPU returns to idle.
+  committed and the node's CPU returns to idle;
+- a pull of a dataset past the column or row cap: 413 from what its chain claims (two in-process nodes).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from node.ipfs import ManagedKubo
+from tests.fixtures.inprocess import inprocess_node
 from tests.fixtures.nodes import NodeProcess, poll
 
 MIB = 1 << 20
@@ -247,3 +250,33 @@ def test_an_ingest_whose_client_goes_away_stops_and_keeps_nothing(node: NodeProc
     poll(idle, 120, interval=0.0, what="the node's CPU to fall back to idle")
     assert dataset_status(node, "left") == 404  # nothing was committed
     assert "left" not in [d["name"] for d in node.get("/api/v0/datasets")[1]["datasets"]]
+
+
+async def test_a_pull_is_held_to_the_same_caps(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """A pull is an ingest from a peer: a dataset wider than datasets.max_columns, or with more rows than
+    datasets.max_rows, is refused (413) from what its chain claims, before a slice is fetched; nothing is kept."""
+    files = {
+        "wide": "".join(f"c{i}," for i in range(40)).rstrip(",") + "\n" + ",".join("1" * 40) + "\n",
+        "long": "a,b\n" + "".join(f"{i},{i}\n" for i in range(300)),
+        "fits": "a,b\n" + "".join(f"{i},{i}\n" for i in range(50)),
+    }
+    caps = {"datasets.max_columns": 30, "datasets.max_rows": 100}
+    async with (
+        inprocess_node(tmp_path / "a", kubo_session) as (src, ca),
+        inprocess_node(tmp_path / "b", kubo_session, **caps) as (puller, cb),
+    ):
+        for name, text in files.items():
+            resp = await ca.post("/api/v0/datasets", params={"name": name, "filename": f"{name}.csv"}, data=text)
+            assert resp.status == 201, await resp.text()
+
+        async def pull(name: str) -> tuple[int, Any]:
+            resp = await cb.post("/api/v0/pull", json={"source": f"{src.api_url}/odf/{name}"})
+            return resp.status, await resp.json()
+
+        assert_refused(*await pull("wide"), "40 columns", "datasets.max_columns (30)")
+        assert_refused(*await pull("long"), "300 rows", "datasets.max_rows")
+        status, body = await pull("fits")
+        assert status == 200 and body["name"] == "fits", body
+        listed = await (await cb.get("/api/v0/datasets")).json()
+        assert [d["name"] for d in listed["datasets"]] == ["fits"]
+        assert not list((puller.home.path / "tmp").iterdir())
