@@ -166,6 +166,27 @@ class DatasetSettings:
         "then (504). Raise it to pull large datasets over slow links.",
         default=600.0,
     )
+    max_input_bytes: int = _doc(
+        "Most bytes one ingest (upload, `path=` or pull) may read once decompressed: gzip/zstd text, a Parquet "
+        "file's decoded data (Arrow), a spooled Parquet file; beyond it the ingest is refused (413) and nothing is "
+        "kept.",
+        default=64 << 30,
+    )
+    max_decompression_ratio: int = _doc(
+        "Most bytes a compressed input (gzip, zstd, Parquet pages) may decompress to per byte read, beyond the first "
+        "64 MiB (a decompression bomb: 10 MB of gzip holding 10 GiB of CSV); beyond it the ingest is refused (413).",
+        default=100,
+    )
+    max_columns: int = _doc(
+        "Most columns an ingested input (or a pulled dataset) may have, nested fields counted; a wider one is refused "
+        "(413) from its header or Parquet footer, before its schema is built.",
+        default=10_000,
+    )
+    max_rows: int = _doc(
+        "Most rows one ingest (upload, `path=` or pull) may add; beyond it the ingest is refused (413) and nothing is "
+        "kept.",
+        default=1 << 31,
+    )
 
 
 @dataclass(frozen=True)
@@ -579,6 +600,14 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ),
         ("datasets.pull_timeout", s.datasets.pull_timeout > 0, "datasets.pull_timeout must be positive"),
         ("datasets.pull_deadline", s.datasets.pull_deadline > 0, "datasets.pull_deadline must be positive"),
+        ("datasets.max_input_bytes", s.datasets.max_input_bytes > 0, "datasets.max_input_bytes must be positive"),
+        (
+            "datasets.max_decompression_ratio",
+            s.datasets.max_decompression_ratio > 0,
+            "datasets.max_decompression_ratio must be positive",
+        ),
+        ("datasets.max_columns", s.datasets.max_columns > 0, "datasets.max_columns must be positive"),
+        ("datasets.max_rows", s.datasets.max_rows > 0, "datasets.max_rows must be positive"),
         ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
         ("spark.query_timeout", s.spark.query_timeout > 0, "spark.query_timeout must be positive"),
         ("spark.max_result_rows", s.spark.max_result_rows > 0, "spark.max_result_rows must be positive"),

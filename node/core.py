@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -14,6 +15,7 @@ from config import Settings
 from node import __version__
 from node.datasets import (
     Datasets,
+    InputLimits,
     Pulls,
     ReadOptions,
     Version,
@@ -182,7 +184,7 @@ class Node:
             kubo, managed = await _open_kubo(settings, home, stack)
             index = Index(home.path / "index.sqlite")
             stack.callback(index.close)
-            datasets = Datasets(kubo, index, home.path, settings.datasets.rows_per_slice)
+            datasets = Datasets(kubo, index, home.path, settings.datasets.rows_per_slice, _input_limits(settings))
             spark = WorkerStart(_worker(settings, home))
             stack.push_async_callback(spark.stop)
             resolver = _resolver(settings, datasets, kubo, index, spark, identity)
@@ -640,9 +642,11 @@ class Node:
         primary_key: list[str] | None = None,
         info: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> dict[str, Any]:
         """Ingest a file as a new dataset (``create``) or a new version of one; ``progress`` gets
-        (bytes read, rows read) as the input is consumed."""
+        (bytes read, rows read) as the input is consumed; ``stop`` set (the client went away) ends it before its
+        commit, nothing kept."""
         started = time.perf_counter()
         r = await self.datasets.add(
             source,
@@ -653,6 +657,7 @@ class Node:
             primary_key=primary_key,
             info=info,
             progress=progress,
+            stop=stop,
         )
         self._after_ingest(r.head)
         return {
@@ -1004,6 +1009,7 @@ def _worker(settings: Settings, home: Home) -> SparkWorker:
         token=sp.token,
         conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
         log_path=home.logs / "spark.log",
+        scratch=home.path / "spark-scratch",  # in the home even when the socket is not (a long home path)
         start_timeout=sp.start_timeout,
         max_jobs=sp.max_concurrent_jobs,
         max_queued=sp.max_queued_jobs,
@@ -1062,6 +1068,17 @@ async def _open_network(
     await network.start()
     stack.push_async_callback(network.stop)
     return network
+
+
+def _input_limits(settings: Settings) -> InputLimits:
+    """The caps every ingest and pull reads its input under (docs/datasets.md "Limits")."""
+    ds = settings.datasets
+    return InputLimits(
+        max_input_bytes=ds.max_input_bytes,
+        max_ratio=ds.max_decompression_ratio,
+        max_columns=ds.max_columns,
+        max_rows=ds.max_rows,
+    )
 
 
 def _socket_path(home: Path) -> Path:

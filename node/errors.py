@@ -98,7 +98,9 @@ class NotFound(CairnError):
 
 
 class TooLarge(CairnError):
-    """A request body over its route's cap (``api.max_json_bytes`` for JSON, ``api.max_upload_bytes`` for uploads)."""
+    """A request body over its route's cap (``api.max_json_bytes`` for JSON, ``api.max_upload_bytes`` for uploads), or
+    an input over an ingest cap (``datasets.max_input_bytes``, ``max_decompression_ratio``, ``max_columns``,
+    ``max_rows``): refused, nothing kept."""
 
     status = 413
 
@@ -181,6 +183,13 @@ class InsufficientStorage(CairnError):
             return True
         text = str(e).lower()
         return "no space left on device" in text or "disk quota exceeded" in text
+
+
+class IngestCancelled(CairnError):
+    """An ingest stopped before its commit because the client that asked for it went away: its work is removed and
+    nothing was kept (a bomb's upload must not go on eating CPU and disk for nobody)."""
+
+    status = 499  # nobody reads it (the client is gone); nginx's "client closed request"
 
 
 class ConfigError(CairnError):

@@ -77,6 +77,9 @@ WARMUP_STOP_GRACE_S = 1.0  # per step of a stop that finds only a warm-up runnin
 PR_SET_PDEATHSIG = 1
 
 WATCH_EVERY_S = 1.0
+#: How a full disk reads in a JVM or Python error, anywhere in its chain of causes (py4j's message is only
+#: "An error occurred while calling o1.getResult", the cause is in the Java stack trace after it).
+DISK_FULL_TEXTS = ("no space left on device", "disk quota exceeded")
 # A sample (WATCH_EVERY_S) in which the JVM used more CPU than this is progress: a computing job uses about a
 # core; an idle JVM's own threads (heartbeats, a GC) use a few ms.
 STALL_CPU_S = 0.1 * WATCH_EVERY_S
@@ -403,6 +406,8 @@ class Worker:
             return _error(str(exc), "analysis")
         if isinstance(exc, guard.Refused):
             return _error(str(exc), "refused", condition=exc.rule)
+        if _disk_full(exc):  # the node's disk, not the query: never answered (nor recorded) as the query's failure
+            return _error(f"no space left on disk for Spark's files during job {job.id}", "disk_full")
         condition = sqlstate = None
         if isinstance(exc, PySparkException):
             try:
@@ -1085,3 +1090,14 @@ def main(argv: list[str] | None = None) -> int:
     if worker is None:
         return EXIT_START_FAILED
     return _serve(worker)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """``exc`` says a disk filled: ENOSPC/EDQUOT, or the JVM's IOException text anywhere in its (Java) trace."""
+    if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
+        return True
+    try:
+        text = str(exc).lower()
+    except Exception:  # noqa: BLE001 - a py4j error whose text cannot be read: not a disk, as far as we know
+        return False
+    return any(t in text for t in DISK_FULL_TEXTS)

@@ -9,11 +9,13 @@ Every error is ``{"error": {"type": …, "message": …}}`` with the status its 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import re
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +47,15 @@ from node.api.local_files import open_local
 from node.api.metrics import Metrics
 from node.core import Node
 from node.datasets import ReadOptions
-from node.errors import CairnError, InsufficientStorage, InvalidInput, NotFound, TooLarge, Unauthorized
+from node.errors import (
+    CairnError,
+    IngestCancelled,
+    InsufficientStorage,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+)
 from node.model import INT64_MAX, cid_str, dagjson, parse_cid
 from node.resolve.resolver import TRUST_MODES, accepts, valid_mode
 
@@ -260,6 +270,7 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         source, label = await _receive(request, node)
         options = replace(options, label=label)  # errors name the client's file, never the spool file
     task: asyncio.Future[dict[str, object]] | None = None
+    stop = threading.Event()
     try:
         state = {"bytes": 0, "rows": 0}
 
@@ -275,17 +286,46 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             primary_key=[c for c in q.get("primary_key", "").split(",") if c],
             info=_info(q),
             progress=progress,
+            stop=stop,
         )
-        # The ingest runs as its own task: a client that goes away does not cut it half-way.
+        # The ingest runs as its own task, never cut at an arbitrary await: a client that goes away sets its `stop`
+        # (below), which ends it at its next read, before its commit, with nothing kept.
         task = asyncio.ensure_future(ingest)
         if q.get("progress") != "true":
-            return web.json_response(await asyncio.shield(task), status=201 if name else 200)
+            await _while_connected(request, task)
+            return web.json_response(task.result(), status=201 if name else 200)
         return await _progress_stream(request, task, state)
     finally:
         if task is None or task.done():
             _release(source)
         else:
-            task.add_done_callback(lambda _: _release(source))
+            stop.set()  # the handler left before the ingest ended: its client went away
+            task.add_done_callback(functools.partial(_after_stopped, source))
+
+
+async def _while_connected(request: web.Request, task: asyncio.Future[dict[str, object]]) -> None:
+    """Wait for ``task``; IngestCancelled as soon as the client's connection closes (the caller stops the ingest).
+    Watched here too: a server without aiohttp's handler_cancellation (a test server) never cancels the handler."""
+    while not task.done():
+        await asyncio.wait([task], timeout=_CONNECTION_CHECK_S)
+        if not task.done() and _client_gone(request):
+            raise IngestCancelled("the client went away: the ingest is stopped and nothing is kept")
+
+
+_CONNECTION_CHECK_S = 0.25
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _after_stopped(source: Path | BinaryIO, task: asyncio.Future[dict[str, object]]) -> None:
+    """An ingest whose client went away has ended (stopped, or committed if it was past its last check)."""
+    _release(source)
+    error = None if task.cancelled() else task.exception()  # retrieved: nobody else will
+    how = "kept" if error is None else error.message if isinstance(error, CairnError) else type(error).__name__
+    log.info("an ingest whose client went away ended: %s", how)
 
 
 def _release(source: Path | BinaryIO) -> None:
@@ -304,6 +344,8 @@ async def _progress_stream(
     await resp.prepare(request)
     while not task.done():
         await asyncio.wait([task], timeout=0.25)
+        if _client_gone(request):  # the caller stops the ingest; nothing is left to write to
+            raise IngestCancelled("the client went away: the ingest is stopped and nothing is kept")
         await resp.write(json.dumps(state).encode() + b"\n")
     try:
         final: dict[str, object] = {"result": task.result()}

@@ -2,13 +2,14 @@
 
 from node.datasets.chain import SliceRef, Version, appends, build_version
 from node.datasets.logical_hash import LogicalHash, LogicalHasher, canonical_type
-from node.datasets.readers import ReadOptions, open_input
+from node.datasets.readers import InputLimits, ReadOptions, open_input
 from node.datasets.service import AddResult, Datasets
 from node.datasets.transfer import PullResult, Pulls, block_of_dataset, pull, slice_of_dataset
 
 __all__ = [
     "AddResult",
     "Datasets",
+    "InputLimits",
     "LogicalHash",
     "LogicalHasher",
     "PullResult",

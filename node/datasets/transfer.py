@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
+from node.datasets.readers import InputLimits, check_parquet_file
 from node.datasets.service import Datasets, disk_full_is_507
 from node.datasets.slices import read_slice
 from node.errors import (
@@ -34,6 +35,7 @@ from node.errors import (
     PullCancelled,
     PullRefused,
     PullTimeout,
+    TooLarge,
     one_line,
 )
 from node.index import DatasetRow
@@ -327,6 +329,8 @@ async def _fetch_slice(ds: Datasets, src: _Source, s: SliceRef, work: Path) -> i
     got = await asyncio.to_thread(_file_cid, part)  # same UnixFS parameters: same CID or tampered
     if got != s.cid:
         raise PullRefused(f"slice {s.cid} from {src.base} does not match its CID (its bytes give {got}): refused")
+    # Within the ingest caps before it is decoded whole: a source's slice may be a column or decompression bomb.
+    await asyncio.to_thread(check_parquet_file, str(part), ds.limits, f"slice {s.cid} from {src.base}")
     table = await asyncio.to_thread(read_slice, part)
     h = LogicalHasher(table.schema)
     h.update(table)
@@ -387,6 +391,18 @@ def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> Non
         )
 
 
+def _refuse_over_caps(
+    limits: InputLimits, src: _Source, structures: dict[CID, Structure], missing: list[SliceRef]
+) -> None:
+    """A pull is an ingest from a peer: the same column and row caps, checked on what the chain claims before any
+    slice is fetched (the slices' own footers are checked as they arrive)."""
+    for cid, st in structures.items():
+        limits.check_columns(len(st.schema), f"structure {cid} from {src.base}")
+    rows = sum(s.rows for s in missing)
+    if limits.max_rows is not None and rows > limits.max_rows:
+        raise TooLarge(f"the pull from {src.base} would add {rows} rows, more than datasets.max_rows: refused")
+
+
 async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
     """Fetch the chain, its structures and the slices not cached here, checking every byte against its claims."""
     head = await src.head()
@@ -400,6 +416,7 @@ async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
     existing = ds.index.dataset_by_id(v.dataset_id)
     _refuse_divergence(existing, head, v)
     missing = [s for s in v.slices if not (ds.cache_dir / f"{s.cid}.parquet").exists()]
+    _refuse_over_caps(ds.limits, src, structures, missing)
     _refuse_overfill(ds, src, missing)
     total_bytes = 0
     for s in missing:

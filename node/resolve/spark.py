@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from config import spark_master_kind
 from node.errors import (
+    InsufficientStorage,
     SparkError,
     SparkQueueFull,
     SparkRefused,
@@ -132,6 +133,7 @@ class SparkWorker:
         mode: str = "local",
         remote: str = "",
         token: str = "",
+        scratch: Path | None = None,
     ) -> None:
         """``conf``: extra Spark settings (``spark.driver.memory``, cluster ``spark.driver.host``…).
         ``max_jobs``: jobs the worker runs at once (and this side lets in flight); ``limits``: the
@@ -139,16 +141,15 @@ class SparkWorker:
         ``stall_timeout``: the worker kills (and so restarts) a JVM that uses no CPU this long while a job
         runs (0: never). ``max_queued``: calls that may wait for a slot; more are refused (SparkQueueFull).
 
-        Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch
-        directory ``<stem>-scratch/`` (its working directory and ``spark.local.dir``), emptied at
-        every (re)start and on stop.
+        Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch directory
+        ``<stem>-scratch/`` (unless ``scratch``; its cwd and ``spark.local.dir``), emptied at every (re)start and stop.
         """
         self.socket_path = Path(socket_path).absolute()
         self.master, self.mode, self.remote, self._token = master, mode, remote, token  # see the class's docstring
         self.conf = dict(conf)
         stem = self.socket_path.stem
         self.log_path = Path(log_path) if log_path else self.socket_path.with_name(stem + ".log")
-        self.scratch = self.socket_path.with_name(stem + "-scratch")
+        self.scratch = Path(scratch).absolute() if scratch else self.socket_path.with_name(stem + "-scratch")
         self.python = python
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -726,6 +727,8 @@ def _answer_table(header: dict[str, Any], batches: list[pa.RecordBatch], job: st
     """The result table of a worker's answer (its batches, in the answer's ``order``), or the error it reports."""
     if not header.get("ok"):
         batches.clear()
+        if header.get("kind") == "disk_full":  # Spark's scratch (shuffle, spill) on a full disk: 507, not the query's
+            raise InsufficientStorage("the query's Spark work", "its scratch files under $CAIRN_HOME")
         if header.get("kind") == "refused":
             raise SparkRefused(str(header.get("error") or "query refused"), condition=header.get("condition"))
         raise SparkError(

@@ -641,3 +641,35 @@ async def test_full_disk_during_query_publish_is_507_and_hits_still_answer(
         got = frame_of(await (await client.get(f"/api/v0/executions/{rows['execution']}/data?format=csv")).read())
         pd.testing.assert_frame_equal(got, oracle(ALL_ROWS, big).sort_values("id").reset_index(drop=True))
         check_consistent(home, kubo_session)
+
+
+async def test_full_disk_during_a_query_miss_in_spark_is_507(
+    tmp_path: Path, small_disk: Path, kubo_session: ManagedKubo
+) -> None:
+    """Spark's own scratch (shuffle files, under $CAIRN_HOME) on a full disk: a one-line 507, never Spark's 500;
+    nothing is recorded as the query's failure, hits still answer, the retry works once space is freed."""
+    big = write_csv(tmp_path / "big.csv", 200_000, seed=16)
+    home = small_disk / "node"
+    shuffles = "SELECT grp, MAX(val) AS m, COUNT(DISTINCT pad) AS d FROM t GROUP BY grp"
+    async with inprocess_node(home, kubo_session) as (_, client):
+        status, created = await ingest(client, big, name="t")
+        assert status == 201, created
+
+        async def ask(sql: str) -> tuple[int, dict[str, Any]]:
+            resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"t": "t"}})
+            return resp.status, await resp.json()
+
+        status, groups = await ask(GROUPS)  # the worker started and warm while there is room
+        assert status == 200 and groups["source"] == "computed", groups
+        filler = fill(small_disk)
+        status, body = await ask(shuffles)  # a miss whose shuffle files Spark cannot write
+        assert "no space left on disk" in assert_one_line_error(status, body, {507}), body
+        status, hit = await ask(GROUPS)
+        assert status == 200 and hit["execution"] == groups["execution"], hit
+        filler.unlink()
+        status, done = await ask(shuffles)  # not a recorded failure: computed now that there is room
+        assert status == 200 and done["source"] == "computed", done
+        got = {r[0]: (r[1], r[2]) for r in done["rows"]}
+        want = oracle(shuffles, big)
+        assert got == {g: (int(m), int(d)) for g, m, d in want.itertuples(index=False)}
+        assert check_consistent(home, kubo_session)["t"] == created["head"]

@@ -40,7 +40,11 @@ plus the Arrow data parsed from them), never the input size: reading a 200 MB CS
 under 20 MB of Arrow memory at any time. Non-seekable input (the CLI passes
 ``sys.stdin.buffer``) is sniffed from its first bytes without seeking. Parquet needs random
 access: a non-seekable or compressed Parquet input is first spooled to a temporary file
-(disk, not memory), then read row group by row group.
+(disk, not memory: the ingest's work directory under ``$CAIRN_HOME/tmp``), then read row group by row group.
+
+**Caps** (``limits``: ``InputLimits``, module ``limits``): decompressed bytes (absolute, and as a ratio to the bytes
+received), columns (counted from the CSV header, the JSON keys or the Parquet footer before pyarrow builds a schema)
+and rows; beyond one the input is refused (``TooLarge``). Its ``stop`` event ends the reading at the next read.
 
 Choices, documented because callers and error messages depend on them:
 
@@ -91,18 +95,19 @@ Choices, documented because callers and error messages depend on them:
 - **Empty input** (no bytes, or only blank lines) is an error. A CSV with a header and no rows
   is not: it yields no batches and ``string`` columns (or the ``--type`` given).
 
-Modules, one concern each: ``options`` (ReadOptions, type names, limits), ``streams`` (peeking and
-push-back over the input's bytes), ``encodings`` (the text encoding, transcoding to UTF-8), ``source``
-(files and streams, decompression, format sniffing), ``chunking`` (cutting text into chunks
-of complete rows, UTF-8 checks), ``convert`` (conversions shared by the text formats), one module
-per format (``csv_format``, ``jsonl_format``, ``parquet_format``), and ``inputs`` (``Input``,
-``open_input``).
+Modules, one concern each: ``options`` (ReadOptions, type names, limits), ``limits`` (caps, the
+stop signal), ``streams`` (peeking and push-back over the input's bytes), ``encodings`` (the text
+encoding, transcoding to UTF-8), ``source`` (files and streams, decompression, format sniffing),
+``chunking`` (cutting text into chunks of complete rows, UTF-8 checks), ``convert`` (conversions
+shared by the text formats), one module per format (``csv_format``, ``jsonl_format``,
+``parquet_format``), and ``inputs`` (``Input``, ``open_input``).
 """
 
 from __future__ import annotations
 
 from node.datasets.readers.csv_format import SNIFFED_DELIMITERS
 from node.datasets.readers.inputs import Input, open_input
+from node.datasets.readers.limits import InputLimits, field_count
 from node.datasets.readers.options import (
     DEFAULT_BLOCK_SIZE,
     EVENT_TIME_TYPE,
@@ -112,6 +117,7 @@ from node.datasets.readers.options import (
     ReadOptions,
     parse_type_name,
 )
+from node.datasets.readers.parquet_format import check_parquet_file
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -121,7 +127,10 @@ __all__ = [
     "SNIFFED_DELIMITERS",
     "TYPE_NAMES",
     "Input",
+    "InputLimits",
     "ReadOptions",
+    "check_parquet_file",
+    "field_count",
     "open_input",
     "parse_type_name",
 ]

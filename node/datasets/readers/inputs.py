@@ -17,6 +17,7 @@ import pyarrow as pa
 from node.datasets.readers.convert import _TextFormat
 from node.datasets.readers.csv_format import _CsvFormat
 from node.datasets.readers.jsonl_format import _JsonFormat
+from node.datasets.readers.limits import NO_LIMITS, InputLimits
 from node.datasets.readers.options import ReadOptions
 from node.datasets.readers.parquet_format import _ParquetFormat
 from node.datasets.readers.source import _open_source
@@ -47,6 +48,7 @@ class Input:
         text: _TextFormat | None = None,
         parquet: _ParquetFormat | None = None,
         total_size: int | None = None,
+        limits: InputLimits = NO_LIMITS,
     ) -> None:
         self.name = name
         self.format = format
@@ -58,6 +60,7 @@ class Input:
         self._text = text
         self._parquet = parquet
         self._total_size = total_size
+        self._limits = limits
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
         self.batches: Iterator[pa.RecordBatch] = self._generate()
@@ -101,6 +104,8 @@ class Input:
 
     def _emit(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         self.rows_read += batch.num_rows
+        self._limits.check_rows(self.rows_read, self.name)
+        self._limits.check_stop(self.name)
         return batch
 
     def _generate(self) -> Iterator[pa.RecordBatch]:
@@ -145,17 +150,20 @@ class Input:
             self.close()
 
 
-def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None) -> Input:
+def open_input(
+    source: str | Path | BinaryIO, options: ReadOptions | None = None, limits: InputLimits = NO_LIMITS
+) -> Input:
     """Open ``source`` (a path, or a readable binary stream such as ``sys.stdin.buffer``).
 
     Reads the first chunk (to know the schema) and returns; the rest is read as
     ``Input.batches`` is iterated. Raises :class:`InvalidInput` for anything wrong with the
-    input or the options, with a one-line message.
+    input or the options, with a one-line message; ``TooLarge`` beyond one of ``limits``' caps, and
+    ``IngestCancelled`` once its ``stop`` is set (node.datasets.readers.limits).
     """
     options = options or ReadOptions()
     if not isinstance(options, ReadOptions):
         raise InvalidInput("open_input needs ReadOptions")
-    opened = _open_source(source, options)
+    opened = _open_source(source, options, limits)
     fmt = opened.format
     try:
         if fmt is None:
@@ -177,6 +185,7 @@ def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None
                 closers=opened.closers,
                 parquet=pf,
                 total_size=opened.total_size if pf.spooled is False else None,
+                limits=limits,
             )
         text: _TextFormat = _JsonFormat(opened, options) if fmt == "jsonl" else _CsvFormat(opened, options, fmt)
         return Input(
@@ -187,6 +196,7 @@ def open_input(source: str | Path | BinaryIO, options: ReadOptions | None = None
             bytes_read=opened.bytes_read,
             closers=opened.closers,
             text=text,
+            limits=limits,
         )
     except BaseException:
         for close in opened.closers:

@@ -14,10 +14,12 @@ import pyarrow.json as pajson
 
 from node.datasets.readers.chunking import _Chunker, _first_failure, _json_cut
 from node.datasets.readers.convert import MAX_TYPE_DEPTH, _event_time_supported, _output_schema, _TextFormat
+from node.datasets.readers.limits import field_count
 from node.datasets.readers.options import (
     EVENT_TIME_TYPE,
     ReadOptions,
     _check_names,
+    _names_text,
     _size_text,
     _snip,
 )
@@ -69,6 +71,25 @@ def _line_peak(text: np.ndarray, step: np.ndarray) -> tuple[int, int]:
     return int(depth[peak]), int(np.count_nonzero(newline[:peak]))
 
 
+#: A JSON string followed by a colon: an object's key (in valid JSON nothing else is; a string value's quotes are
+#: escaped inside it, so a match cannot start within one).
+_JSON_KEY = re.compile(rb'"([^"\\\n]*+(?:\\.[^"\\\n]*+)*+)"\s*+:')
+_KEY_PIECE = 1 << 20
+
+
+def _distinct_keys(data: bytes, cap: int) -> int:
+    """How many distinct keys (at any nesting level, same names counted once) the first chunk holds, scanned a
+    piece at a time, stopping once past ``cap`` (memory bounded by a piece, whatever the chunk's size)."""
+    seen: set[bytes] = set()
+    start = 0
+    while start < len(data) and len(seen) <= cap:
+        end = data.find(b"\n", start + _KEY_PIECE)
+        end = len(data) if end < 0 else end + 1
+        seen.update(_JSON_KEY.findall(data, start, end))
+        start = end
+    return len(seen)
+
+
 class _JsonFormat(_TextFormat):
     def __init__(self, opened: _Opened, options: ReadOptions) -> None:
         self.name = opened.name
@@ -78,6 +99,7 @@ class _JsonFormat(_TextFormat):
         self._overrides = options.override_types()
         self._null_spellings = ()
         self._read_schema: pa.Schema | None = None
+        self._limits = opened.limits
         self._setup()
 
     def _read(self, data: bytes, schema: pa.Schema | None, behavior: str = "error") -> pa.Table:
@@ -99,9 +121,12 @@ class _JsonFormat(_TextFormat):
         if first is None or not first[0].strip():
             raise InvalidInput(f"{self.name}: the input is empty")
         data, line = first
+        if self._limits.max_columns is not None:  # before pyarrow infers them: 300,000 keys cost it 670 MB
+            self._limits.check_columns(_distinct_keys(data, self._limits.max_columns), self.name, "distinct keys")
         inferred = self._parse_table(data, line, None)
         if inferred is None:
             raise InvalidInput(f"{self.name}: the input is empty")
+        self._limits.check_columns(field_count(inferred.schema), self.name)
         names = inferred.column_names
         if not names:
             raise InvalidInput(f"{self.name}: the JSON objects have no fields")
@@ -111,11 +136,11 @@ class _JsonFormat(_TextFormat):
             if col not in names:
                 raise InvalidInput(
                     f"{self.name}: --type {col}=…: no field {col!r} in the first"
-                    f" {_size_text(self._block)} of the input (fields: {', '.join(names)})"
+                    f" {_size_text(self._block)} of the input (fields: {_names_text(names)})"
                 )
         if opts.event_time is not None and opts.event_time not in names:
             raise InvalidInput(
-                f"{self.name}: event time column {opts.event_time!r} not found (fields: {', '.join(names)})"
+                f"{self.name}: event time column {opts.event_time!r} not found (fields: {_names_text(names)})"
             )
         read_fields, out_fields = [], []
         for f in inferred.schema:
@@ -214,7 +239,7 @@ class _JsonFormat(_TextFormat):
             if extra:
                 return (
                     f"{where}: field {extra[0]!r} is not among the fields found in the first"
-                    f" {_size_text(self._block)} of the input, which fix the columns ({', '.join(schema.names)})"
+                    f" {_size_text(self._block)} of the input, which fix the columns ({_names_text(schema.names)})"
                 )
         m = re.search(r"Column\(/([^)/]*)[^)]*\) was specified twice", msg)
         if m:

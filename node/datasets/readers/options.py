@@ -229,3 +229,14 @@ def _snip(value: Any, limit: int = 80) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     return repr(text) if isinstance(value, str) else text
+
+
+_NAMES_SHOWN = 20
+
+
+def _names_text(names: list[str]) -> str:
+    """Column names for a one-line message: the first few, then how many there are (a wide input's 10,000 names
+    would make a message of hundreds of KB)."""
+    if len(names) <= _NAMES_SHOWN:
+        return ", ".join(names)
+    return ", ".join(names[:_NAMES_SHOWN]) + f", … ({len(names)} columns)"

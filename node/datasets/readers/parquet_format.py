@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import os
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +23,8 @@ from node.datasets.readers.convert import (
     _to_event_time,
     _value_at,
 )
-from node.datasets.readers.options import EVENT_TIME_TYPE, ReadOptions, _check_names, _snip
+from node.datasets.readers.limits import InputLimits, field_count
+from node.datasets.readers.options import EVENT_TIME_TYPE, ReadOptions, _check_names, _names_text, _snip
 from node.datasets.readers.source import _Opened
 from node.errors import InvalidInput, one_line
 
@@ -34,25 +37,17 @@ class _ParquetFormat:
     def __init__(self, opened: _Opened, options: ReadOptions) -> None:
         self.name = opened.name
         self._options = options
-        self._spool = None
+        self._limits = opened.limits
+        self._spool: Any = None
         self.spooled = opened.path is None and opened.seekable_file is None
-        if opened.path is not None:
-            target: Any = opened.path
-        elif opened.seekable_file is not None:
-            target = opened.seekable_file
-        else:
-            self._spool = tempfile.TemporaryFile(prefix="cairn-parquet-")  # noqa: SIM115 - closed in close()
-            while True:
-                piece = opened.source.read(_SPOOL_PIECE)
-                if not piece:
-                    break
-                self._spool.write(piece)
-            if self._spool.tell() == 0:
-                self._spool.close()
-                raise InvalidInput(f"{self.name}: the input is empty")
-            self._spool.seek(0)
-            target = self._spool
+        target: Any = opened.path if opened.path is not None else opened.seekable_file
+        if target is None:
+            target = self._spool = self._spooled(opened)
+        # What the decoded data is measured against: the bytes received (compressed, for a .parquet.gz).
+        self._base = opened.bytes_read() if opened.codec != "none" else _size_of(target)
+        self._decoded = 0
         try:
+            self._check_footer(target)
             self._file = pq.ParquetFile(target, buffer_size=1 << 20, pre_buffer=False)
         except (pa.ArrowException, OSError) as e:
             if self._spool is not None:
@@ -60,21 +55,59 @@ class _ParquetFormat:
             if opened.total_size == 0:
                 raise InvalidInput(f"{self.name}: the input is empty") from None
             raise InvalidInput(f"{self.name}: not a readable Parquet file ({one_line(str(e))})") from None
+        except BaseException:
+            if self._spool is not None:
+                self._spool.close()
+            raise
         self.num_rows = self._file.metadata.num_rows
         raw = self._file.schema_arrow
+        self._limits.check_columns(field_count(raw), self.name)
+        self.schema = self._output(raw, options)
+        self.rows_done = 0
+
+    def _spooled(self, opened: _Opened) -> Any:
+        """The decompressed (or non-seekable) input in a temporary file of the ingest's work directory, counted
+        against the caps as it is written (opened.source is metered)."""
+        spool = tempfile.TemporaryFile(prefix="cairn-parquet-", dir=self._limits.spool_dir)  # noqa: SIM115 - closed in close()
+        try:
+            while piece := opened.source.read(_SPOOL_PIECE):
+                spool.write(piece)
+            if spool.tell() == 0:
+                raise InvalidInput(f"{self.name}: the input is empty")
+            spool.seek(0)
+        except BaseException:
+            spool.close()
+            raise
+        return spool
+
+    def _check_footer(self, target: Any) -> None:
+        """Refuse a footer declaring more schema elements than the column cap, before pyarrow decodes it (100,000
+        columns: 2 GB of metadata and schema objects)."""
+        if self._limits.max_columns is None:
+            return
+        if isinstance(target, str):
+            with open(target, "rb") as f:
+                elements = _schema_elements(f)
+        else:
+            elements = _schema_elements(target)
+        if elements is not None:
+            self._limits.check_columns(elements - 1, self.name, "columns and nested fields in its footer")
+
+    def _output(self, raw: pa.Schema, options: ReadOptions) -> pa.Schema:
+        """The normalised schema handed out (overrides, event time), with the columns those name checked."""
         names = raw.names
         if not names:
             raise InvalidInput(f"{self.name}: the Parquet file has no columns")
         _check_names(names, f"{self.name}: ")
         overrides = options.override_types()
         for col in overrides:
-            if col not in names:
-                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {', '.join(names)})")
+            if col not in raw.names:
+                raise InvalidInput(f"{self.name}: --type {col}=…: no column {col!r} (columns: {_names_text(names)})")
         ev = options.event_time
-        if ev is not None and ev not in names:
-            raise InvalidInput(f"{self.name}: event time column {ev!r} not found (columns: {', '.join(names)})")
+        if ev is not None and raw.get_field_index(ev) < 0:
+            raise InvalidInput(f"{self.name}: event time column {ev!r} not found (columns: {_names_text(names)})")
         self._overrides = overrides
-        self._event_index = names.index(ev) if ev is not None else None
+        self._event_index = raw.get_field_index(ev) if ev is not None else None
         fields = []
         for f in raw:
             t = overrides.get(f.name, f.type)
@@ -87,8 +120,7 @@ class _ParquetFormat:
                     )
                 t = EVENT_TIME_TYPE
             fields.append(pa.field(f.name, t))
-        self.schema = _output_schema(fields)
-        self.rows_done = 0
+        return _output_schema(fields)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         try:
@@ -100,6 +132,9 @@ class _ParquetFormat:
                     return
                 except (pa.ArrowException, OSError) as e:
                     raise InvalidInput(f"{self.name}: reading Parquet failed: {one_line(str(e))}") from None
+                # Parquet's own pages are a decompressor too (a dictionary or RLE run of a huge value): counted.
+                self._decoded += batch.get_total_buffer_size()
+                self._limits.check_decoded(self._decoded, self._base, self.name, "decodes")
                 yield self._convert(batch)
                 self.rows_done += batch.num_rows
         finally:
@@ -149,3 +184,111 @@ def _override_to_event_time(a: pa.Array, override: pa.DataType | None) -> pa.Arr
     if override is not None and a.type != override:
         a = a.cast(override)
     return _to_event_time(a)
+
+
+def _size_of(target: Any) -> int:
+    """The size of a Parquet file given as a path or a seekable file object (left where it was)."""
+    if isinstance(target, str):
+        return os.path.getsize(target)
+    here = target.tell()
+    size = int(target.seek(0, io.SEEK_END))
+    target.seek(here)
+    return size
+
+
+_FOOTER_PEEK = 64  # bytes of the footer read to find the schema's length (version and the list header come first)
+
+
+def _schema_elements(f: Any) -> int | None:
+    """How many schema elements (the root, groups and leaf columns) a Parquet file's footer declares, read from the
+    first bytes of its Thrift FileMetaData without decoding the rest; None when it cannot be read so (pyarrow then
+    reads the footer and says what is wrong). ``f``: a seekable binary file, left at offset 0."""
+    try:
+        end = int(f.seek(0, io.SEEK_END))
+        if end < 12:
+            return None
+        f.seek(end - 8)
+        tail = f.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or length > end - 12:
+            return None
+        f.seek(end - 8 - length)
+        head = f.read(min(length, _FOOTER_PEEK))
+    finally:
+        f.seek(0)
+    return _thrift_list_size(bytes(head), 2)  # FileMetaData field 2: list<SchemaElement> schema
+
+
+class _Thrift:
+    """Just enough of Thrift's compact protocol to walk a struct's leading scalar fields."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def byte(self) -> int:
+        b = self.data[self.pos]  # IndexError past the end: the caller's None
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        shift = value = 0
+        while shift < 64:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+        raise ValueError("varint too long")
+
+    def skip(self, kind: int) -> bool:
+        """Skip a scalar value of compact type ``kind``; False for a container or struct (not walked)."""
+        if kind in (1, 2):  # booleans live in the field header
+            return True
+        if kind in (3, 4, 5, 6, 7, 8):
+            self.pos += {3: 1, 7: 8}.get(kind, 0)
+            if kind in (4, 5, 6):
+                self.varint()
+            elif kind == 8:
+                self.pos += self.varint()
+            return True
+        return False
+
+
+def _thrift_list_size(data: bytes, wanted: int) -> int | None:
+    """The element count of the list field ``wanted`` of the compact-encoded struct at the start of ``data``,
+    reached by skipping the scalar fields before it; None when another shape comes first."""
+    t, last = _Thrift(data), 0
+    try:
+        while (header := t.byte()) != 0:  # 0: the struct's end
+            delta, kind = header >> 4, header & 0x0F
+            if delta:
+                last += delta
+            else:
+                z = t.varint()
+                last = (z >> 1) ^ -(z & 1)
+            if last == wanted:
+                if kind != 9:  # LIST
+                    return None
+                size = t.byte() >> 4
+                return t.varint() if size == 15 else size
+            if not t.skip(kind):
+                return None
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
+def check_parquet_file(path: str, limits: InputLimits, name: str) -> None:
+    """A Parquet file read whole (a pulled slice) within ``limits``: its footer's columns counted before pyarrow
+    decodes the footer, then the bytes its row groups declare they decode to (a lying footer is caught later by
+    the logical hash, not by this)."""
+    with open(path, "rb") as f:
+        elements = _schema_elements(f)
+    if elements is not None:
+        limits.check_columns(elements - 1, name, "columns and nested fields in its footer")
+    try:
+        meta = pq.read_metadata(path)
+    except (pa.ArrowException, OSError):
+        return  # the read that follows says what is wrong
+    declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    limits.check_decoded(declared, os.path.getsize(path), name, "declares it decodes")

@@ -8,12 +8,13 @@ import io
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 
 from node.datasets.readers.encodings import _decoded_source
+from node.datasets.readers.limits import InputLimits, _Metered
 from node.datasets.readers.options import _BOM, ReadOptions
 from node.datasets.readers.streams import _ByteSource, _PeekReader
 from node.errors import InvalidInput, one_line
@@ -36,6 +37,7 @@ class _Opened:
     seekable_file: Any  # an uncompressed seekable file object at offset 0, ditto
     total_size: int | None
     check_utf8: bool = True  # text: the chunker checks that it is UTF-8 (False: transcoded, so it is)
+    limits: InputLimits = field(default_factory=InputLimits)
 
 
 def _detect_from_name(name: str | None) -> tuple[str | None, str | None]:
@@ -179,7 +181,7 @@ def _text_and_format(
     return src, fmt, check_utf8
 
 
-def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> _Opened:
+def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions, limits: InputLimits) -> _Opened:
     closers: list[Callable[[], None]] = []
     target, name, label = _locate(source, closers, options.label)
     raw = _raw_file(target, closers, label) if isinstance(target, str) else _raw_stream(target)
@@ -187,7 +189,9 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
     fmt = options.format or name_fmt
     codec = options.compression or name_codec or _codec_from_magic(raw.magic)
     reader = raw.reader if codec == "none" else _decompressed(raw.reader, codec, label, closers)
-    src, fmt, check_utf8 = _text_and_format(_ByteSource(reader, codec, label), fmt, options, label)
+    # Every byte the readers take is counted here, decompressed: a bomb is refused as it inflates.
+    metered = _Metered(reader, limits, label, None if codec == "none" else raw.counter)
+    src, fmt, check_utf8 = _text_and_format(_ByteSource(metered, codec, label), fmt, options, label)
     plain = codec == "none"  # only then can Parquet read the file or stream at random
     return _Opened(
         name=label,
@@ -200,6 +204,7 @@ def _open_source(source: str | os.PathLike | BinaryIO, options: ReadOptions) -> 
         seekable_file=raw.seekable_file if plain else None,
         total_size=raw.total_size,
         check_utf8=check_utf8,
+        limits=limits,
     )
 
 
