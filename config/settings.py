@@ -560,6 +560,46 @@ def _address_problem(s: Settings) -> tuple[str, str] | None:
     return None
 
 
+#: Settings that must be above 0, and those that may be 0 (each: what its message says).
+_POSITIVE = (
+    "datasets.rows_per_slice",
+    "api.max_upload_bytes",
+    "api.max_json_bytes",
+    "api.max_jobs",
+    "api.job_keep_seconds",
+    "api.gateway_max_path_segments",
+    "api.gateway_timeout",
+    "datasets.pull_timeout",
+    "datasets.pull_deadline",
+    "datasets.max_input_bytes",
+    "datasets.max_decompression_ratio",
+    "datasets.max_columns",
+    "datasets.max_rows",
+    "peers.resolve_timeout",
+    "spark.query_timeout",
+    "spark.max_result_rows",
+    "spark.max_result_bytes",
+    "spark.max_concurrent_jobs",
+)
+_NOT_NEGATIVE = {
+    "spark.max_plan_bytes": "must be 0 or more",
+    "spark.max_queued_jobs": "must not be negative",
+    "spark.stall_timeout": "must be 0 or more",
+}
+
+
+def _sign_checks(s: Settings) -> list[tuple[str, bool, str]]:
+    """(key, ok, why) of the settings whose only rule is their sign."""
+
+    def value(key: str) -> Any:
+        section, name = key.split(".")
+        return getattr(getattr(s, section), name)
+
+    out = [(key, value(key) > 0, f"{key} must be positive") for key in _POSITIVE]
+    out += [(key, value(key) >= 0, f"{key} {why}") for key, why in _NOT_NEGATIVE.items()]
+    return out
+
+
 def _problem(s: Settings) -> tuple[str, str] | None:
     """The first setting whose value is out of range: (dotted key, why), or None."""
     found = _address_problem(s)
@@ -577,45 +617,16 @@ def _problem(s: Settings) -> tuple[str, str] | None:
             _is_ip(s.ipfs.swarm_host),
             f"ipfs.swarm_host must be an IPv4 or IPv6 address, got {s.ipfs.swarm_host!r}",
         ),
-        ("datasets.rows_per_slice", s.datasets.rows_per_slice > 0, "datasets.rows_per_slice must be positive"),
         (
             "peers.trust",
             s.peers.trust in ("self", "community", "verify", "any"),
             f"peers.trust must be self, community, verify or any, got {s.peers.trust!r}",
         ),
-        ("api.max_upload_bytes", s.api.max_upload_bytes > 0, "api.max_upload_bytes must be positive"),
-        ("api.max_json_bytes", s.api.max_json_bytes > 0, "api.max_json_bytes must be positive"),
-        ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
-        ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
-        (
-            "api.gateway_max_path_segments",
-            s.api.gateway_max_path_segments > 0,
-            "api.gateway_max_path_segments must be positive",
-        ),
-        ("api.gateway_timeout", s.api.gateway_timeout > 0, "api.gateway_timeout must be positive"),
         (
             "api.ingest_dirs",
             all(os.path.isabs(d) for d in s.api.ingest_dirs),
             f"api.ingest_dirs must hold absolute directories, got {s.api.ingest_dirs!r}",
         ),
-        ("datasets.pull_timeout", s.datasets.pull_timeout > 0, "datasets.pull_timeout must be positive"),
-        ("datasets.pull_deadline", s.datasets.pull_deadline > 0, "datasets.pull_deadline must be positive"),
-        ("datasets.max_input_bytes", s.datasets.max_input_bytes > 0, "datasets.max_input_bytes must be positive"),
-        (
-            "datasets.max_decompression_ratio",
-            s.datasets.max_decompression_ratio > 0,
-            "datasets.max_decompression_ratio must be positive",
-        ),
-        ("datasets.max_columns", s.datasets.max_columns > 0, "datasets.max_columns must be positive"),
-        ("datasets.max_rows", s.datasets.max_rows > 0, "datasets.max_rows must be positive"),
-        ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
-        ("spark.query_timeout", s.spark.query_timeout > 0, "spark.query_timeout must be positive"),
-        ("spark.max_result_rows", s.spark.max_result_rows > 0, "spark.max_result_rows must be positive"),
-        ("spark.max_result_bytes", s.spark.max_result_bytes > 0, "spark.max_result_bytes must be positive"),
-        ("spark.max_plan_bytes", s.spark.max_plan_bytes >= 0, "spark.max_plan_bytes must be 0 or more"),
-        ("spark.max_concurrent_jobs", s.spark.max_concurrent_jobs > 0, "spark.max_concurrent_jobs must be positive"),
-        ("spark.max_queued_jobs", s.spark.max_queued_jobs >= 0, "spark.max_queued_jobs must not be negative"),
-        ("spark.stall_timeout", s.spark.stall_timeout >= 0, "spark.stall_timeout must be 0 or more"),
         _spark_mode_problem(s.spark),
         ("spark.staging", not staging_problem(s.spark.staging), staging_problem(s.spark.staging)),
         (
@@ -625,7 +636,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
             "basic:USER:PASSWORD or basic:BASE64",  # never echo the secret itself
         ),
     )
-    return next(((key, why) for key, ok, why in checks if not ok), None)
+    return next(((key, why) for key, ok, why in (*checks, *_sign_checks(s)) if not ok), None)
 
 
 def _is_multiaddr(text: object) -> bool:
