@@ -279,6 +279,31 @@ class PeerSettings:
     )
     mdns: bool = _doc("Find peers on the local network with mDNS.", default=False)
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
+    # The host's connection, stream and frame budgets (docs/p2p.md "Limits of the host"; p2p/guard.py).
+    max_inbound_connections: int = _doc(
+        "Inbound libp2p connections open at once; one more is closed at accept. A connection gives its slot back "
+        "when it closes.",
+        default=250,
+    )
+    max_streams_per_peer: int = _doc(
+        "Streams one peer's connection may have open toward this node; one more is reset at once.", default=64
+    )
+    max_streams: int = _doc(
+        "Streams all peers together may have open toward this node; one more is reset at once.", default=1024
+    )
+    frame_budget_bytes: int = _doc(
+        "Bytes of request frames this node may be receiving from all peers at once: each frame's length is "
+        "reserved before its body is read, and a frame that does not fit is refused (its stream reset).",
+        default=64 * 1024 * 1024,
+    )
+    frame_budget_per_peer_bytes: int = _doc(
+        "The same budget for one peer (what it may have in flight across its streams).", default=8 * 1024 * 1024
+    )
+    frame_timeout: float = _doc(
+        "Seconds a peer has to send the rest of a request frame once its length arrived; past it the stream is "
+        "reset and the frame's budget freed.",
+        default=10.0,
+    )
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
     fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
     lookup_carry_bytes: int = _doc(
@@ -545,6 +570,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("datasets.pull_timeout", s.datasets.pull_timeout > 0, "datasets.pull_timeout must be positive"),
         ("datasets.pull_deadline", s.datasets.pull_deadline > 0, "datasets.pull_deadline must be positive"),
         ("peers.resolve_timeout", s.peers.resolve_timeout > 0, "peers.resolve_timeout must be positive"),
+        _host_limits_problem(s.peers),
         ("spark.query_timeout", s.spark.query_timeout > 0, "spark.query_timeout must be positive"),
         ("spark.max_result_rows", s.spark.max_result_rows > 0, "spark.max_result_rows must be positive"),
         ("spark.max_result_bytes", s.spark.max_result_bytes > 0, "spark.max_result_bytes must be positive"),
@@ -562,6 +588,22 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ),
     )
     return next(((key, why) for key, ok, why in checks if not ok), None)
+
+
+HOST_LIMITS = (
+    "max_inbound_connections",
+    "max_streams_per_peer",
+    "max_streams",
+    "frame_budget_bytes",
+    "frame_budget_per_peer_bytes",
+    "frame_timeout",
+)
+
+
+def _host_limits_problem(p: PeerSettings) -> tuple[str, bool, str]:
+    """The first of the p2p host's budgets that is not positive (a zero budget would refuse every peer)."""
+    bad = next((key for key in HOST_LIMITS if getattr(p, key) <= 0), None)
+    return (f"peers.{bad or 'max_streams'}", bad is None, f"peers.{bad} must be positive")
 
 
 def _is_multiaddr(text: object) -> bool:
