@@ -408,3 +408,63 @@ async def _read_body(stream: Any, length: int) -> bytes:
             )
         body += chunk
     return bytes(body)
+
+
+class MeteredStream:
+    """A stream another reader (py-libp2p's pubsub) reads uvarint-prefixed frames from, with each frame reserved
+    against the :class:`FrameBudget` as :func:`read_request_frame` does: the length is read here first, a frame
+    that does not fit raises :class:`FrameRefused`, and a body slower than the budget's ``frame_timeout`` raises
+    ``trio.TooSlowError``; the reader sees the same bytes. Everything but ``read`` is the stream's own.
+    :meth:`release` gives back what a frame cut short still holds."""
+
+    def __init__(self, stream: Any, peer: str, budget: FrameBudget, max_bytes: int) -> None:
+        self._stream = stream
+        self._peer = peer
+        self._budget = budget
+        self._max = max_bytes
+        self._prefix = b""  # a frame's length prefix, not yet handed to the reader
+        self._left = 0  # bytes of the current frame's body not yet read
+        self._held = 0  # bytes reserved for the current frame
+        self._deadline = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def read(self, n: int | None = None) -> bytes:
+        if not self._prefix and self._left == 0:
+            self.release()
+            if not await self._next_frame():
+                return b""  # end of stream: the reader says so in its own words
+        if self._prefix:
+            take = len(self._prefix) if n is None or n < 0 else n
+            out, self._prefix = self._prefix[:take], self._prefix[take:]
+            return out
+        with trio.fail_at(self._deadline):
+            data: bytes = await self._stream.read(self._left if n is None or n < 0 else min(n, self._left))
+        self._left -= len(data)
+        if self._left == 0:
+            self.release()
+        return data
+
+    async def _next_frame(self) -> bool:
+        prefix = b""
+        while not prefix or prefix[-1] & 0x80:
+            if len(prefix) == 10:
+                raise FrameRefused("a frame length over 10 bytes")
+            byte: bytes = await self._stream.read(1)
+            if not byte:
+                return False
+            prefix += byte
+        length = int(decode_uvarint(prefix))
+        if length > self._max:
+            raise FrameRefused(f"a {length}-byte frame is over the {self._max}-byte limit")
+        if not self._budget.take(self._peer, length):
+            raise FrameRefused(f"a {length}-byte frame is over the budget for frames being received")
+        self._prefix, self._left, self._held = prefix, length, length
+        self._deadline = trio.current_time() + self._budget.limits.frame_timeout
+        return True
+
+    def release(self) -> None:
+        if self._held:
+            self._budget.give(self._peer, self._held)
+            self._held = 0

@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import multiaddr
 import trio
@@ -56,7 +56,14 @@ from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_byt
 from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
 from p2p.errors import P2PBadInput, P2PError, P2PTimeout  # noqa: E402
-from p2p.guard import FrameBudget, HostLimits, StreamGuard, install, read_request_frame  # noqa: E402
+from p2p.guard import (  # noqa: E402
+    FrameBudget,
+    HostLimits,
+    MeteredStream,
+    StreamGuard,
+    install,
+    read_request_frame,
+)
 from p2p.peers import PeerTable, strip_p2p  # noqa: E402
 
 __all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "HostLimits", "P2PBadInput", "P2PError", "P2PHost", "P2PTimeout"]
@@ -266,8 +273,10 @@ class P2PHost:
         ends that peer's pubsub stream only: it is reset, the peer dropped from pubsub and counted."""
 
         async def handle(stream: Any) -> None:
+            # Each RPC frame reserved against the frame budget before its body is read (p2p/guard.py).
+            metered = MeteredStream(stream, _stream_peer(stream), self.frames, MAX_INBOUND_RPC_BYTES)
             try:
-                await pubsub.stream_handler(stream)
+                await pubsub.stream_handler(cast(Any, metered))  # duck-typed: the stream, its reads metered
             except trio.Cancelled:
                 raise
             except Exception as e:  # noqa: BLE001  any error from one peer's frames must not stop the host
@@ -279,6 +288,8 @@ class P2PHost:
                     pubsub._handle_dead_peer(stream.muxed_conn.peer_id)
                 except Exception as e2:  # noqa: BLE001  already gone: nothing to clean up
                     log.debug("pubsub peer cleanup: %s", one_line(e2))
+            finally:
+                metered.release()
 
         return handle
 
