@@ -170,7 +170,6 @@ class GuardedYamux(Yamux):
         super().__init__(gate, peer_id, is_initiator=is_initiator, on_close=on_close)
         self.guard = guard
         guard.add(self)
-        self._tamed: set[int] = set()
         self._warned = False
 
     def inbound_streams(self) -> int:
@@ -184,9 +183,8 @@ class GuardedYamux(Yamux):
     def _tame(self, stream: Any) -> None:
         """No window growth past the initial 256 KiB for this stream (instance attributes: the stream class is
         created inside yamux's reader, by name)."""
-        if id(stream) in self._tamed:
+        if vars(stream).get("_apply_autotune_epoch") is _no_growth:
             return
-        self._tamed.add(id(stream))
         stream.target_recv_window = DEFAULT_WINDOW_SIZE
         stream._apply_autotune_epoch = _no_growth
 

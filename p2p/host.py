@@ -139,12 +139,7 @@ class P2PHost:
         self.streams = StreamGuard(self.limits)  # trio side: inbound stream budgets, refusals counted
         self.frames = FrameBudget(self.limits)  # trio side: request frames being received
         self._bridge = TrioThread(f"cairn-p2p-{self.peer_id[-6:]}")
-        self._table = PeerTable(
-            self.peer_id, Path(peerstore_path) if peerstore_path is not None else None, forget_after
-        )
-        self._table.load()
-        for info in self._bootstrap:
-            self._table.remember(info.peer_id.to_base58(), [str(a) for a in info.addrs], "bootstrap")
+        self._table = self._load_table(peerstore_path, forget_after)
 
         # asyncio side
         self._topics: dict[str, list[GossipHandler]] = {}
@@ -166,9 +161,14 @@ class P2PHost:
         self._gossipsub: GossipSub | None = None
         self._subscribed: set[str] = set()
         self._discovery_handler: Callable[[PeerInfo], None] | None = None
-        self._probe_target: tuple[str, int] | None = None  # a listen address of ours, dialed by the accept probe
-        self._probe: tuple[float, str | None] | None = None  # (monotonic time, reason it cannot accept or None)
-        self._probing: asyncio.Task[str | None] | None = None
+        self._probe = _AcceptProbe()
+
+    def _load_table(self, peerstore_path: Path | str | None, forget_after: float) -> PeerTable:
+        table = PeerTable(self.peer_id, Path(peerstore_path) if peerstore_path is not None else None, forget_after)
+        table.load()
+        for info in self._bootstrap:
+            table.remember(info.peer_id.to_base58(), [str(a) for a in info.addrs], "bootstrap")
+        return table
 
     # ================================================================ lifecycle
 
@@ -301,7 +301,7 @@ class P2PHost:
         addrs = _dialable(host.get_addrs())
         if not addrs:
             raise P2PError(f"cannot listen on {', '.join(self._listen)}")
-        self._probe_target = _probe_target(addrs)
+        self._probe.target = _probe_target(addrs)
         addrs = self._announce or reachability_order(addrs)
         self._addrs = [f"{a}/p2p/{self.peer_id}" for a in addrs]
         async with trio.open_nursery() as nursery:
@@ -553,17 +553,9 @@ class P2PHost:
         a TCP connection to one of our own listen addresses must get the libp2p greeting (multistream-select's
         header) within PROBE_TIMEOUT s; a host out of inbound slots closes it at once, a stuck thread says nothing.
         One probe at a time, its answer kept PROBE_TTL s (``/healthz`` may be polled often)."""
-        if not self.running or self._probe_target is None:
+        if not self.running:
             return "the p2p host is not running"
-        if self._probe is not None and time.monotonic() - self._probe[0] < PROBE_TTL:
-            return self._probe[1]
-        if self._probing is None or self._probing.done():
-            self._probing = asyncio.ensure_future(_probe(*self._probe_target))
-        reason = await asyncio.shield(self._probing)
-        self._probe = (time.monotonic(), reason)
-        if reason is not None:
-            log.warning("p2p host does not accept connections: %s", reason)
-        return reason
+        return await self._probe.run()
 
     # ================================================================ gossip
 
@@ -905,6 +897,28 @@ async def _reset_stream(stream: Any) -> None:
             await stream.reset()
         except Exception as e:  # noqa: BLE001  already reset or closed: nothing left to reset
             log.debug("resetting a stream: %s", one_line(e))
+
+
+class _AcceptProbe:
+    """The accept probe's target (a listen address of ours), its last answer and the probe under way (asyncio)."""
+
+    def __init__(self) -> None:
+        self.target: tuple[str, int] | None = None
+        self._last: tuple[float, str | None] | None = None  # (monotonic time, why it cannot accept, or None)
+        self._running: asyncio.Task[str | None] | None = None
+
+    async def run(self) -> str | None:
+        if self.target is None:
+            return "the p2p host is not listening yet"
+        if self._last is not None and time.monotonic() - self._last[0] < PROBE_TTL:
+            return self._last[1]
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(_probe(*self.target))
+        reason = await asyncio.shield(self._running)
+        self._last = (time.monotonic(), reason)
+        if reason is not None:
+            log.warning("p2p host does not accept connections: %s", reason)
+        return reason
 
 
 def _probe_target(addrs: list[str]) -> tuple[str, int] | None:
