@@ -286,7 +286,7 @@ class PeerSettings:
         default=250,
     )
     max_streams_per_peer: int = _doc(
-        "Streams one peer's connection may have open toward this node; one more is reset at once.", default=64
+        "Streams one peer's connection may have open toward this node; one more is reset at once.", default=128
     )
     max_streams: int = _doc(
         "Streams all peers together may have open toward this node; one more is reset at once.", default=1024

@@ -69,7 +69,7 @@ class HostLimits:
     """The host's connection, stream and frame budgets (``peers.*`` settings; defaults as there)."""
 
     inbound_connections: int = 250
-    streams_per_connection: int = 64
+    streams_per_connection: int = 128
     streams_total: int = 1024
     frame_bytes_total: int = 64 * 1024 * 1024
     frame_bytes_per_peer: int = 8 * 1024 * 1024

@@ -27,6 +27,7 @@ IDENTIFY = b"/ipfs/id/1.0.0\n"
 MESHSUB = b"/meshsub/1.1.0\n"
 INBOUND = 16  # the module node's peers.max_inbound_connections: small, so that filling it is cheap
 MiB = 1024 * 1024
+STREAMS_PER_PEER = 128  # peers.max_streams_per_peer's default
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ async def test_one_peer_cannot_take_every_stream_slot(node: NodeProcess) -> None
             assert await in_thread(peer.settled)  # the node read every SYN
             await honest.answered(5)
             print(f"streams: {len(peer.resets)} of {count} reset")  # shown with -s
-            assert len(peer.resets) >= count - 64, f"{len(peer.resets)} of {count} streams reset"
+            assert len(peer.resets) >= count - STREAMS_PER_PEER, f"{len(peer.resets)} of {count} streams reset"
         finally:
             peer.close()
 
