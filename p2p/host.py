@@ -915,9 +915,12 @@ class _AcceptProbe:
         if self._running is None or self._running.done():
             self._running = asyncio.ensure_future(_probe(*self.target))
         reason = await asyncio.shield(self._running)
+        before = self._last[1] if self._last is not None else None
         self._last = (time.monotonic(), reason)
-        if reason is not None:
+        if reason is not None and before is None:  # logged when it changes, not at every /healthz
             log.warning("p2p host does not accept connections: %s", reason)
+        elif reason is None and before is not None:
+            log.info("p2p host accepts connections again")
         return reason
 
 
