@@ -317,6 +317,31 @@ class PeerSettings:
     )
     mdns: bool = _doc("Find peers on the local network with mDNS.", default=False)
     enabled: bool = _doc("Run the libp2p host (announcements and lookups).", default=True)
+    # The host's connection, stream and frame budgets (docs/p2p.md "Limits of the host"; p2p/guard.py).
+    max_inbound_connections: int = _doc(
+        "Inbound libp2p connections open at once; one more is closed at accept. A connection gives its slot back "
+        "when it closes.",
+        default=250,
+    )
+    max_streams_per_peer: int = _doc(
+        "Streams one peer's connection may have open toward this node; one more is reset at once.", default=128
+    )
+    max_streams: int = _doc(
+        "Streams all peers together may have open toward this node; one more is reset at once.", default=1024
+    )
+    frame_budget_bytes: int = _doc(
+        "Bytes of request frames this node may be receiving from all peers at once: each frame's length is "
+        "reserved before its body is read, and a frame that does not fit is refused (its stream reset).",
+        default=64 * 1024 * 1024,
+    )
+    frame_budget_per_peer_bytes: int = _doc(
+        "The same budget for one peer (what it may have in flight across its streams).", default=8 * 1024 * 1024
+    )
+    frame_timeout: float = _doc(
+        "Seconds a peer has to send the rest of a request frame once its length arrived; past it the stream is "
+        "reset and the frame's budget freed.",
+        default=10.0,
+    )
     lookup_timeout: float = _doc("Seconds a lookup waits for peers' answers before computing instead.", default=2.0)
     fetch_timeout: float = _doc("Seconds fetching a peer's result may wait for any one block.", default=60.0)
     lookup_carry_bytes: int = _doc(
@@ -580,6 +605,13 @@ _POSITIVE = (
     "spark.max_result_rows",
     "spark.max_result_bytes",
     "spark.max_concurrent_jobs",
+    # the p2p host's budgets: a zero one would refuse every peer
+    "peers.max_inbound_connections",
+    "peers.max_streams_per_peer",
+    "peers.max_streams",
+    "peers.frame_budget_bytes",
+    "peers.frame_budget_per_peer_bytes",
+    "peers.frame_timeout",
 )
 _NOT_NEGATIVE = {
     "spark.max_plan_bytes": "must be 0 or more",

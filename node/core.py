@@ -313,8 +313,7 @@ class Node:
         spark = {"state": spark_state, "ready": spark_state == "up"}  # up: the worker answered, it takes a job now
         p2p: dict[str, Any] = {"state": "disabled", "ready": True}  # no p2p host: nothing to wait for
         if self.network is not None:
-            up = self.network.host.running
-            p2p = {"state": "up" if up else "down", "ready": up}
+            p2p = await _p2p_health(self.network)
         ok = kubo["state"] == "up"
         # ok: the node and its Kubo serve (what the HTTP status says); ready: a miss would be computed at once.
         ready = ok and spark["ready"] and p2p["ready"] and not self.stopping
@@ -1079,6 +1078,18 @@ def _input_limits(settings: Settings) -> InputLimits:
         max_columns=ds.max_columns,
         max_rows=ds.max_rows,
     )
+
+
+async def _p2p_health(network: Network) -> dict[str, Any]:
+    """The p2p host's part of ``/healthz``: its thread running, and a new inbound connection accepted now (measured
+    by a probe connection, ``P2PHost.accepting``: a host that runs but accepts no peer is not ready)."""
+    host = network.host
+    if not host.running:
+        return {"state": "down", "ready": False, "accepting": False}
+    reason = await host.accepting()
+    if reason is None:
+        return {"state": "up", "ready": True, "accepting": True}
+    return {"state": "up", "ready": False, "accepting": False, "error": f"p2p host accepts no connection: {reason}"}
 
 
 def _socket_path(home: Path) -> Path:

@@ -4,6 +4,8 @@
   gossipsub, request/response protocols, remembered / bootstrap / mDNS peers.
 - ``p2p.bridge``: the asyncio ↔ trio bridge (one trio thread per host).
 - ``p2p.peers``: the peer table and its JSON file.
+- ``p2p.guard``: the connection, stream and frame budgets Cairn puts around py-libp2p (slots given back, the
+  receive window enforced, streams and partial frames bounded).
 - ``p2p.ids``: the peer id of an ed25519 key, computed by libp2p (the one peer-id function).
 - ``p2p.errors``: ``P2PError`` / ``P2PTimeout`` (the node maps them to its own errors where it calls p2p);
   ``p2p.logs``: libp2p's logging tamed.

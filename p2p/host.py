@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import multiaddr
 import trio
@@ -56,9 +56,17 @@ from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_byt
 from node.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
 from p2p.errors import P2PBadInput, P2PError, P2PTimeout  # noqa: E402
+from p2p.guard import (  # noqa: E402
+    FrameBudget,
+    HostLimits,
+    MeteredStream,
+    StreamGuard,
+    install,
+    read_request_frame,
+)
 from p2p.peers import PeerTable, strip_p2p  # noqa: E402
 
-__all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "P2PBadInput", "P2PError", "P2PHost", "P2PTimeout"]
+__all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "HostLimits", "P2PBadInput", "P2PError", "P2PHost", "P2PTimeout"]
 
 log = logging.getLogger("cairn.p2p")
 
@@ -75,6 +83,15 @@ MAX_FRAME_BYTES = 4 * 1024 * 1024
 KEPT_IDLE = 20.0
 #: Largest inbound gossipsub RPC frame: a longer length prefix resets the stream before its body is read.
 MAX_INBOUND_RPC_BYTES = 1024 * 1024 + 64 * 1024
+# libp2p keeps this many connection slots for its own dials: the swarm's inbound slots are its connection cap less
+# this (py-libp2p's ConnectionConfig: max_connections - min_connections).
+OUTBOUND_RESERVE = 50
+#: What a libp2p host sends first on a new connection (multistream-select's header): the accept probe's answer.
+GREETING = b"\x13/multistream/1.0.0\n"
+# /healthz measures acceptance at most this often (seconds; one probe is a loopback connection), and waits this
+# long for the greeting.
+PROBE_TTL = 2.0
+PROBE_TIMEOUT = 2.0
 
 GossipHandler = Callable[[str, bytes], "Awaitable[None] | None"]
 #: ``(origin, forwarder, data)``: ``forwarder`` is the peer whose connection the message came on.
@@ -107,6 +124,7 @@ class P2PHost:
         redial_interval: float = 30.0,
         forget_after: float = 30 * 86400.0,
         announce: Iterable[str] = (),
+        limits: HostLimits | None = None,
     ) -> None:
         if not isinstance(seed, (bytes, bytearray)) or len(seed) != 32:
             raise P2PError("the host identity must be a 32-byte ed25519 private seed")
@@ -124,13 +142,11 @@ class P2PHost:
         self._dial_timeout = dial_timeout
         self._handler_timeout = handler_timeout
         self._redial_interval = redial_interval
+        self.limits = limits or HostLimits()
+        self.streams = StreamGuard(self.limits)  # trio side: inbound stream budgets, refusals counted
+        self.frames = FrameBudget(self.limits)  # trio side: request frames being received
         self._bridge = TrioThread(f"cairn-p2p-{self.peer_id[-6:]}")
-        self._table = PeerTable(
-            self.peer_id, Path(peerstore_path) if peerstore_path is not None else None, forget_after
-        )
-        self._table.load()
-        for info in self._bootstrap:
-            self._table.remember(info.peer_id.to_base58(), [str(a) for a in info.addrs], "bootstrap")
+        self._table = self._load_table(peerstore_path, forget_after)
 
         # asyncio side
         self._topics: dict[str, list[RelayedGossipHandler]] = {}
@@ -152,6 +168,14 @@ class P2PHost:
         self._gossipsub: GossipSub | None = None
         self._subscribed: set[str] = set()
         self._discovery_handler: Callable[[PeerInfo], None] | None = None
+        self._probe = _AcceptProbe()
+
+    def _load_table(self, peerstore_path: Path | str | None, forget_after: float) -> PeerTable:
+        table = PeerTable(self.peer_id, Path(peerstore_path) if peerstore_path is not None else None, forget_after)
+        table.load()
+        for info in self._bootstrap:
+            table.remember(info.peer_id.to_base58(), [str(a) for a in info.addrs], "bootstrap")
+        return table
 
     # ================================================================ lifecycle
 
@@ -212,10 +236,9 @@ class P2PHost:
             muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
             listen_addrs=self._listen_ma,
             enable_mDNS=self._mdns,
-            # One connection per peer. Also removes a 250 ms wait from every dial: the swarm
-            # otherwise waits out its happy-eyeballs delay hoping for a second connection.
-            connection_config=ConnectionConfig(max_connections_per_peer=1, dial_timeout=self._dial_timeout),
+            connection_config=self._connection_config(),
         )
+        install(host.get_network(), self.streams)  # p2p/guard.py: slots given back, windows and budgets enforced
         gossipsub = GossipSub(
             protocols=[GOSSIPSUB_V12, GOSSIPSUB_V11, GOSSIPSUB_V10],
             degree=6,
@@ -239,14 +262,29 @@ class P2PHost:
             host.set_stream_handler(TProtocol(protocol), self._stream_handler(protocol))
         return host, pubsub, gossipsub
 
+    def _connection_config(self) -> ConnectionConfig:
+        inbound = max(1, self.limits.inbound_connections)
+        return ConnectionConfig(
+            # One connection per peer. Also removes a 250 ms wait from every dial: the swarm
+            # otherwise waits out its happy-eyeballs delay hoping for a second connection.
+            max_connections_per_peer=1,
+            dial_timeout=self._dial_timeout,
+            max_connections=inbound + OUTBOUND_RESERVE,
+            min_connections=OUTBOUND_RESERVE,
+            low_watermark=OUTBOUND_RESERVE,
+            high_watermark=inbound + OUTBOUND_RESERVE,
+        )
+
     def _guarded_pubsub_handler(self, pubsub: Pubsub) -> Callable[[Any], Awaitable[None]]:
         """py-libp2p's pubsub reader lets a protobuf DecodeError (a malformed RPC frame, such as one cut short)
         escape into the swarm's nursery, which stops the whole host (NOTES.md; issue 15). Here such a frame
         ends that peer's pubsub stream only: it is reset, the peer dropped from pubsub and counted."""
 
         async def handle(stream: Any) -> None:
+            # Each RPC frame reserved against the frame budget before its body is read (p2p/guard.py).
+            metered = MeteredStream(stream, _stream_peer(stream), self.frames, MAX_INBOUND_RPC_BYTES)
             try:
-                await pubsub.stream_handler(stream)
+                await pubsub.stream_handler(cast(Any, metered))  # duck-typed: the stream, its reads metered
             except trio.Cancelled:
                 raise
             except Exception as e:  # noqa: BLE001  any error from one peer's frames must not stop the host
@@ -258,6 +296,8 @@ class P2PHost:
                     pubsub._handle_dead_peer(stream.muxed_conn.peer_id)
                 except Exception as e2:  # noqa: BLE001  already gone: nothing to clean up
                     log.debug("pubsub peer cleanup: %s", one_line(e2))
+            finally:
+                metered.release()
 
         return handle
 
@@ -269,6 +309,7 @@ class P2PHost:
         addrs = _dialable(host.get_addrs())
         if not addrs:
             raise P2PError(f"cannot listen on {', '.join(self._listen)}")
+        self._probe.target = _probe_target(addrs)
         addrs = self._announce or reachability_order(addrs)
         self._addrs = [f"{a}/p2p/{self.peer_id}" for a in addrs]
         async with trio.open_nursery() as nursery:
@@ -515,6 +556,15 @@ class P2PHost:
         except Exception as e:  # noqa: BLE001  libp2p raises many unrelated types: one P2PError at the boundary
             raise P2PError(f"{what}: {_reason(e)}") from None
 
+    async def accepting(self) -> str | None:
+        """None if the host accepts a new inbound connection now, else why not (one line). Measured, not assumed:
+        a TCP connection to one of our own listen addresses must get the libp2p greeting (multistream-select's
+        header) within PROBE_TIMEOUT s; a host out of inbound slots closes it at once, a stuck thread says nothing.
+        One probe at a time, its answer kept PROBE_TTL s (``/healthz`` may be polled often)."""
+        if not self.running:
+            return "the p2p host is not running"
+        return await self._probe.run()
+
     # ================================================================ gossip
 
     def subscribe(self, topic: str, handler: GossipHandler) -> None:
@@ -760,10 +810,9 @@ class P2PHost:
             pid = stream.muxed_conn.peer_id.to_base58()
             try:
                 while True:  # one request per stream from us; more are answered in turn
-                    try:
-                        with trio.fail_after(self._handler_timeout):
-                            request = await _read_frame(stream)
-                    except Exception:  # noqa: BLE001 - EOF (the asker is done), reset, idle
+                    # Its length reserved against the frame budget before its body is read (p2p/guard.py).
+                    request = await read_request_frame(stream, pid, self.frames, MAX_FRAME_BYTES, self._handler_timeout)
+                    if request is None:  # EOF (the asker is done), reset, idle
                         break
                     handler = self._handlers.get(protocol)
                     if handler is None:
@@ -878,6 +927,59 @@ async def _reset_stream(stream: Any) -> None:
             await stream.reset()
         except Exception as e:  # noqa: BLE001  already reset or closed: nothing left to reset
             log.debug("resetting a stream: %s", one_line(e))
+
+
+class _AcceptProbe:
+    """The accept probe's target (a listen address of ours), its last answer and the probe under way (asyncio)."""
+
+    def __init__(self) -> None:
+        self.target: tuple[str, int] | None = None
+        self._last: tuple[float, str | None] | None = None  # (monotonic time, why it cannot accept, or None)
+        self._running: asyncio.Task[str | None] | None = None
+
+    async def run(self) -> str | None:
+        if self.target is None:
+            return "the p2p host is not listening yet"
+        if self._last is not None and time.monotonic() - self._last[0] < PROBE_TTL:
+            return self._last[1]
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(_probe(*self.target))
+        reason = await asyncio.shield(self._running)
+        before = self._last[1] if self._last is not None else None
+        self._last = (time.monotonic(), reason)
+        if reason is not None and before is None:  # logged when it changes, not at every /healthz
+            log.warning("p2p host does not accept connections: %s", reason)
+        elif reason is None and before is not None:
+            log.info("p2p host accepts connections again")
+        return reason
+
+
+def _probe_target(addrs: list[str]) -> tuple[str, int] | None:
+    """Where the accept probe dials: a loopback listen address if there is one, else the first one."""
+    targets = []
+    for a in addrs:
+        parts = a.split("/")
+        if len(parts) >= 5 and parts[1] in ("ip4", "ip6") and parts[3] == "tcp":
+            targets.append((parts[2], int(parts[4])))
+    loopback = [t for t in targets if t[0] in ("127.0.0.1", "::1")]
+    return (loopback or targets)[0] if targets else None
+
+
+async def _probe(host: str, port: int) -> str | None:
+    """One accept probe (see P2PHost.accepting): None, or why the host does not accept."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        return f"cannot connect to its own listen address {host}:{port}: {one_line(e) or type(e).__name__}"
+    try:
+        greeting = await asyncio.wait_for(reader.readexactly(len(GREETING)), PROBE_TIMEOUT)
+    except asyncio.IncompleteReadError:
+        return "it closes new connections at once (no inbound connection slot free)"
+    except (OSError, TimeoutError):
+        return f"a new connection got no libp2p greeting within {PROBE_TIMEOUT:g} s"
+    finally:
+        writer.close()
+    return None if greeting == GREETING else "a new connection got no libp2p greeting"
 
 
 def _parse_listen_addr(addr: str) -> multiaddr.Multiaddr:

@@ -43,7 +43,8 @@ HEALTH = obj(
         "queries": INT,  # queries running now (what a stopping node waits for)
         "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR}),
         "spark": _READINESS,
-        "p2p": _READINESS,
+        # accepting: a new inbound connection gets the libp2p greeting now (measured; absent when p2p is disabled)
+        "p2p": obj({"state": STR, "ready": BOOL}, {"accepting": BOOL, "error": STR}),
     },
 )
 NODE_INFO = obj(

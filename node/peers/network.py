@@ -53,7 +53,7 @@ from node.resolve.carry import CARRY_BLOCKS, CARRY_CAP, claim_blocks
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.addrs import reachability_order
-from p2p.host import P2PError, P2PHost, P2PTimeout
+from p2p.host import HostLimits, P2PError, P2PHost, P2PTimeout
 
 log = logging.getLogger("cairn.network")
 
@@ -99,6 +99,7 @@ class Network:
                 bootstrap=settings.bootstrap,
                 mdns=settings.mdns,
                 announce=settings.announce,
+                limits=_host_limits(settings),
             )
         except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
@@ -503,6 +504,17 @@ class Network:
                 await self.host.forget(peer, disconnect=False)
                 return
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _host_limits(s: PeerSettings) -> HostLimits:
+    return HostLimits(
+        inbound_connections=s.max_inbound_connections,
+        streams_per_connection=s.max_streams_per_peer,
+        streams_total=s.max_streams,
+        frame_bytes_total=s.frame_budget_bytes,
+        frame_bytes_per_peer=s.frame_budget_per_peer_bytes,
+        frame_timeout=s.frame_timeout,
+    )
 
 
 def _not_cairn(e: P2PError) -> bool:
