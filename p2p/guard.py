@@ -53,7 +53,7 @@ from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux
 from libp2p.utils.varint import decode_uvarint
 
 from node.errors import one_line
-from p2p.errors import P2PError
+from p2p.errors import FrameRefused, P2PError
 
 log = logging.getLogger("cairn.p2p")
 
@@ -356,10 +356,6 @@ class FrameBudget:
         else:
             self._by_peer.pop(peer, None)
         self.used -= n
-
-
-class FrameRefused(P2PError):
-    """A request frame this host will not read: too long, or over the budget just now."""
 
 
 async def read_request_frame(
