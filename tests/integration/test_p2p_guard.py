@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from libp2p.utils.varint import encode_uvarint as uvarint
 
 from p2p.host import MAX_FRAME_BYTES, P2PHost
 from tests.fixtures.nodes import NodeProcess, poll
-from tests.fixtures.rawp2p import MULTISTREAM, RawPeer, line, uvarint
+from tests.fixtures.rawp2p import MULTISTREAM, RawPeer, line
 
 LOOKUP = b"/cairn/lookup/1.0.0\n"
 IDENTIFY = b"/ipfs/id/1.0.0\n"
