@@ -56,6 +56,36 @@ class ApiSettings:
         "0 picks a free port (the chosen one is in `cairn status`).",
         default=-1,
     )
+    flight_max_calls: int = _doc(
+        "Arrow Flight SQL calls served at once (each holds a thread while it runs); one more is refused "
+        "RESOURCE_EXHAUSTED.",
+        default=64,
+    )
+    flight_max_streams: int = _doc(
+        "Arrow Flight SQL result streams (DoGet) open at once; one more is refused RESOURCE_EXHAUSTED. Each holds "
+        "about `api.flight_batch_bytes` and what gRPC has not yet sent, so this bounds the streams' memory.",
+        default=32,
+    )
+    flight_batch_bytes: int = _doc(
+        "Bytes of one record batch an Arrow Flight SQL stream sends, estimated from the Parquet slice's sizes: a "
+        "stream reads its result a batch at a time, never a whole slice.",
+        default=1 << 20,
+    )
+    flight_idle_timeout: float = _doc(
+        "Seconds an Arrow Flight SQL call may wait on its client: to send its request, or to take the next part "
+        "of the answer. Past it the call is cancelled (the client sees CANCELLED) and what it held is freed.",
+        default=60.0,
+    )
+    flight_max_message_bytes: int = _doc(
+        "Largest message an Arrow Flight SQL client may send (a statement, a ticket, an action), in bytes; a "
+        "larger one is refused RESOURCE_EXHAUSTED before it is read.",
+        default=1 << 20,
+    )
+    flight_max_pattern: int = _doc(
+        "Longest filter pattern (the LIKE patterns of GetTables and GetDbSchemas) an Arrow Flight SQL client may "
+        "send, in characters; a longer one is refused INVALID_ARGUMENT.",
+        default=256,
+    )
     max_upload_bytes: int = _doc(
         "Largest upload (dataset file, Holium import) the API accepts, in bytes; a larger `Content-Length` is "
         "refused before the body is read.",
@@ -488,6 +518,12 @@ def flight_port(api: ApiSettings) -> int:
     return api.port + 1 if 0 < api.port < 65535 else 0
 
 
+def _flight_checks(api: ApiSettings) -> list[tuple[str, bool, str]]:
+    """The Flight SQL limits: each must be positive."""
+    keys = ("max_calls", "max_streams", "batch_bytes", "idle_timeout", "max_message_bytes", "max_pattern")
+    return [(f"api.flight_{k}", getattr(api, f"flight_{k}") > 0, f"api.flight_{k} must be positive") for k in keys]
+
+
 def _address_problem(s: Settings) -> tuple[str, str] | None:
     """A port out of range, or an announce list that is not multiaddrs: (dotted key, why), or None."""
     for key, addrs in (
@@ -536,6 +572,7 @@ def _problem(s: Settings) -> tuple[str, str] | None:
         ("api.max_upload_bytes", s.api.max_upload_bytes > 0, "api.max_upload_bytes must be positive"),
         ("api.max_json_bytes", s.api.max_json_bytes > 0, "api.max_json_bytes must be positive"),
         ("api.max_jobs", s.api.max_jobs > 0, "api.max_jobs must be positive"),
+        *_flight_checks(s.api),
         ("api.job_keep_seconds", s.api.job_keep_seconds > 0, "api.job_keep_seconds must be positive"),
         (
             "api.ingest_dirs",

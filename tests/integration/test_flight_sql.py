@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import grpc
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
@@ -241,3 +243,119 @@ def test_a_flight_port_in_use_stops_node_start_with_one_line(tmp_path: Any) -> N
         "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
     )
     assert not (tmp_path / "h" / "node.json").exists()
+
+
+# -- what a client cannot do to the node: freeze it, exhaust it, read its internals ----------------------------
+
+SERVICE = "/arrow.flight.protocol.FlightService/"
+
+
+def raw_call(url: str, method: str, request: bytes, *, stream: bool = True, timeout: float = 120) -> list[bytes]:
+    """A Flight RPC with grpcio, no token, bytes both ways: what the server sent, status and details included
+    (pyarrow's client adds its own context to an error's text)."""
+    with grpc.insecure_channel(url.removeprefix("grpc://")) as channel:
+        if method in ("Handshake", "DoPut", "DoExchange"):
+            return list(channel.stream_stream(SERVICE + method)(iter([request]), timeout=timeout))
+        if stream:
+            return list(channel.unary_stream(SERVICE + method)(request, timeout=timeout))
+        return [channel.unary_unary(SERVICE + method)(request, timeout=timeout)]
+
+
+def refused(url: str, method: str, request: bytes, *, stream: bool = True) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as e:
+        raw_call(url, method, request, stream=stream)
+    return e.value.code(), e.value.details()
+
+
+def descriptor(command: bytes) -> bytes:
+    return fl.FlightDescriptor.for_command(command).serialize()
+
+
+def tables(url: str, fields: dict[str, Any]) -> list[str]:
+    """DoGet(CommandGetTables(fields)) without the token: the table names answered."""
+    ticket = fl.Ticket(proto.pack("CommandGetTables", **fields))
+    client = fl.FlightClient(url)
+    try:
+        reader = client.do_get(ticket, fl.FlightCallOptions(timeout=120))
+        return list(reader.read_all().column("table_name").to_pylist())
+    finally:
+        client.close()
+
+
+@aio
+async def test_a_backtracking_filter_pattern_is_answered_at_once(served: Any) -> None:
+    """A LIKE pattern that a regex translation backtracks on (``%`` × 200 then ``#``: hours per name, on the
+    node's loop) is matched in linear time on the call's thread; a pattern over ``api.flight_max_pattern`` is
+    INVALID_ARGUMENT; the matches are SQL LIKE's. ``/healthz`` answers after, so the loop was never held."""
+    (node, client), url = served
+    assert await off_loop(tables, url, {"table_name_filter_pattern": "%" * 200 + "#"}) == []
+    assert await off_loop(tables, url, {"table_name_filter_pattern": "%" * 200 + "s"}) == ["sales"]
+    assert await off_loop(tables, url, {"table_name_filter_pattern": "_a%e_"}) == ["sales"]
+    assert await off_loop(tables, url, {"db_schema_filter_pattern": "%" * 200 + "#"}) == []
+    assert await off_loop(tables, url, {"db_schema_filter_pattern": "%"}) == ["sales"]
+    too_long = proto.pack("CommandGetTables", table_name_filter_pattern="%" * 257)
+    code, details = await off_loop(refused, url, "DoGet", fl.Ticket(too_long).serialize())
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details == (
+        "a filter pattern has at most 256 characters (api.flight_max_pattern), this one 257"
+    )
+    assert (await client.get("/healthz")).status == 200
+
+
+def _handle(**fields: Any) -> bytes:
+    return fl.Ticket(proto.pack("TicketStatementQuery", statement_handle=json.dumps(fields).encode())).serialize()
+
+
+NO_EXECUTION = "bafyreigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"  # a CID, of no execution here
+BAD_INPUT = [  # (RPC, request bytes, the status, what the one line says)
+    ("GetFlightInfo", b"\xff\xff\xff", "INVALID_ARGUMENT", "not a Flight FlightDescriptor"),
+    ("GetFlightInfo", fl.FlightDescriptor.for_path("x").serialize(), "INVALID_ARGUMENT", "not a path"),
+    ("GetFlightInfo", descriptor(b"\xff\xff"), "INVALID_ARGUMENT", "not a Flight SQL command"),
+    ("GetFlightInfo", descriptor(b"\x0a\x0dexample.org/X"), "UNIMPLEMENTED", "not served"),
+    ("GetFlightInfo", descriptor(proto.pack("CommandStatementQuery", query=" ")), "INVALID_ARGUMENT", "empty"),
+    ("GetFlightInfo", descriptor(proto.pack("CommandStatementQuery", query="SELEC 1")), "INVALID_ARGUMENT", "refused"),
+    ("GetFlightInfo", descriptor(proto.pack("CommandStatementQuery", query=SQL + " LIMIT 1")), "UNAUTHENTICATED", ""),
+    (
+        "GetFlightInfo",
+        descriptor(proto.pack("CommandPreparedStatementQuery", prepared_statement_handle=b"\xff")),
+        "INVALID_ARGUMENT",
+        "handle",
+    ),
+    ("DoGet", b"\xff\xff\xff", "INVALID_ARGUMENT", "not a Flight Ticket"),
+    ("DoGet", fl.Ticket(b"\xff\xff").serialize(), "INVALID_ARGUMENT", "not a Flight SQL command"),
+    ("DoGet", fl.Ticket(proto.pack("CommandGetCatalogs")[:-3]).serialize(), "INVALID_ARGUMENT", "command"),
+    ("DoGet", fl.Ticket(proto.pack("CommandStatementQuery", query="x")).serialize(), "INVALID_ARGUMENT", "ticket"),
+    ("DoGet", _handle(), "INVALID_ARGUMENT", "statement handle"),
+    ("DoGet", _handle(execution={"/": 1}, columns=[]), "INVALID_ARGUMENT", "statement handle"),
+    ("DoGet", _handle(execution="bafy", columns=[]), "INVALID_ARGUMENT", "statement handle"),
+    ("DoGet", _handle(execution=NO_EXECUTION, columns=[1, None]), "NOT_FOUND", "no execution"),
+    ("DoAction", fl.Action("Nope\n", b"").serialize(), "UNIMPLEMENTED", 'action "Nope\\n"'),
+    ("DoAction", fl.Action("CreatePreparedStatement", b"\xff").serialize(), "INVALID_ARGUMENT", "command"),
+    (
+        "DoAction",
+        fl.Action("CreatePreparedStatement", proto.pack("CommandGetCatalogs")).serialize(),
+        "INVALID_ARGUMENT",
+        "ActionCreatePreparedStatementRequest",
+    ),
+    ("GetSchema", descriptor(b""), "UNIMPLEMENTED", "GetSchema is not served"),
+    ("ListFlights", b"", "UNIMPLEMENTED", "ListFlights is not served"),
+    ("PollFlightInfo", descriptor(b""), "UNIMPLEMENTED", "PollFlightInfo is not served"),
+    ("DoPut", b"", "UNIMPLEMENTED", "DoPut is not served"),
+    ("DoExchange", b"", "UNIMPLEMENTED", "DoExchange is not served"),
+    ("Handshake", b"", "UNIMPLEMENTED", "authentication"),
+]
+
+
+@aio
+async def test_every_error_is_one_line_with_its_true_status(served: Any) -> None:
+    """Bad input on every RPC, from a client without the token: its true gRPC status (INVALID_ARGUMENT, NOT_FOUND,
+    UNIMPLEMENTED, …, never INTERNAL or UNKNOWN) and one line that names no file, path or traceback."""
+    (node, _), url = served
+    unary = {"GetFlightInfo", "GetSchema", "PollFlightInfo"}
+    for method, request, code, says in BAD_INPUT:
+        got, details = await off_loop(lambda: refused(url, method, request, stream=method not in unary))
+        where = f"{method} {request[:40]!r}: {got.name} {details!r}"
+        assert got.name == code and says in details, where
+        assert "\n" not in details and "Traceback" not in details and ".py" not in details, where
+        assert not re.search(r"(^|[\s:(\"'])/\w", details), where  # no absolute path
+    after = await off_loop(fetch, url, node.home.token(), "SELECT COUNT(*) AS n FROM sales")
+    assert after.column("n").to_pylist() == [5]  # and the server still serves
