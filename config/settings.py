@@ -66,6 +66,12 @@ class ApiSettings:
         "about `api.flight_batch_bytes` and what gRPC has not yet sent, so this bounds the streams' memory.",
         default=32,
     )
+    flight_stream_bytes: int = _doc(
+        "Memory all Arrow Flight SQL result streams may hold at once, in bytes, as each reserves it when it opens "
+        "(from its slice's Parquet layout: a few batches, and a page and a dictionary of each column); a stream "
+        "that would pass it is refused RESOURCE_EXHAUSTED.",
+        default=512 << 20,
+    )
     flight_batch_bytes: int = _doc(
         "Bytes of one record batch an Arrow Flight SQL stream sends, estimated from the Parquet slice's sizes: a "
         "stream reads its result a batch at a time, never a whole slice.",
@@ -520,7 +526,15 @@ def flight_port(api: ApiSettings) -> int:
 
 def _flight_checks(api: ApiSettings) -> list[tuple[str, bool, str]]:
     """The Flight SQL limits: each must be positive."""
-    keys = ("max_calls", "max_streams", "batch_bytes", "idle_timeout", "max_message_bytes", "max_pattern")
+    keys = (
+        "max_calls",
+        "max_streams",
+        "stream_bytes",
+        "batch_bytes",
+        "idle_timeout",
+        "max_message_bytes",
+        "max_pattern",
+    )
     return [(f"api.flight_{k}", getattr(api, f"flight_{k}") > 0, f"api.flight_{k} must be positive") for k in keys]
 
 

@@ -34,7 +34,6 @@ from node import __version__
 from node.api import flight_proto as proto
 from node.api.flight_rpc import Call, Code, FlightService, Limits, Refused, Stream
 from node.core import Node
-from node.datasets.slices import slice_schema
 from node.errors import CairnError, ConfigError, quote
 from node.model import parse_cid
 
@@ -42,7 +41,12 @@ log = logging.getLogger("cairn.flight")
 
 META = "cairn."  # prefix of the schema metadata keys that say where an answer came from (docs/flight-sql.md)
 ANSWER_FIELDS = ("source", "trust", "verified", "query", "invocation", "execution", "receipt", "logicalHash")
-READ_BUFFER = 1 << 20  # a slice file is read through a buffer this big, never whole (pyarrow's default)
+# A slice file is read through a buffer this big, a column chunk at a time (pyarrow's default, pre_buffer, reads
+# every column chunk of a row group whole first: 11 MB, not 8, for three columns of a 1 Mi-row slice).
+READ_BUFFER = 64 << 10
+# What reading one column holds at a time: a data page and a dictionary page decoded (each at most 1 MiB as slices
+# are written, node/datasets/slices.py) and their buffers; measured: 2.2 MB for an int64 column, 8.4 MB for three.
+COLUMN_READ_BYTES = 3 << 20
 PROBE_ROWS = 1024  # rows decoded to learn a slice's bytes per row, and so its batch size
 STOP_GRACE_S = 5.0  # at stop: what the calls in progress are given before they are cancelled
 
@@ -85,7 +89,8 @@ class FlightFace(FlightService):
         first = await anext(files)  # every result has a slice, an empty result too: its schema
         if isinstance(files, AsyncGenerator):  # the rest is not read: let the reader go now
             await files.aclose()
-        return _named(await asyncio.to_thread(_schema_of, first), names or handle["columns"], handle)
+        schema, _ = await asyncio.to_thread(_layout, first, 0)
+        return _named(schema, names or handle["columns"], handle)
 
     # -- DoGet --------------------------------------------------------------------------------------
 
@@ -105,7 +110,9 @@ class FlightFace(FlightService):
         first = self.run(call, _next(files))
         if first is None:
             raise Refused(Code.INTERNAL, "this result has no slice")
-        schema = _named(_schema_of(first), names or columns, handle)
+        schema, footprint = _layout(first, self.limits.batch_bytes)
+        self.calls.reserve(call.watch, footprint)  # refused if the streams open hold the budget
+        schema = _named(schema, names or columns, handle)
         return schema, self._batches(call, first, files, schema)
 
     def _batches(self, call: Call, first: Path, files: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -226,10 +233,19 @@ def _named(schema: pa.Schema, columns: list[str], handle: dict[str, Any]) -> pa.
 # -- a result's slices, read a batch at a time ---------------------------------------------------------------
 
 
-def _schema_of(path: Path) -> pa.Schema:
+def _layout(path: Path, batch_bytes: int) -> tuple[pa.Schema, int]:
+    """A slice's schema, from its footer, and about what streaming it holds at most: the batch three times (decoded,
+    as IPC, given to gRPC) and, for each column, the smaller of its whole chunk and a page and a dictionary."""
     try:
-        return slice_schema(path)
-    except CairnError:
+        with pq.ParquetFile(path) as f:
+            md = f.metadata
+            groups = range(md.num_row_groups)
+            sizes = [
+                max((md.row_group(g).column(c).total_uncompressed_size for g in groups), default=0)
+                for c in range(md.num_columns)
+            ]
+            return f.schema_arrow, 3 * batch_bytes + sum(min(size, COLUMN_READ_BYTES) for size in sizes)
+    except (OSError, pa.ArrowException):
         raise Refused(Code.INTERNAL, "a slice of this result cannot be read") from None
 
 
@@ -246,7 +262,7 @@ def _batch_rows(f: pq.ParquetFile, batch_bytes: int) -> int:
 def _read(path: Path, schema: pa.Schema, batch_bytes: int) -> Iterator[pa.RecordBatch]:
     """A slice file a batch at a time, under the stream's ``schema``; the next batch is decoded only when asked."""
     try:
-        with pq.ParquetFile(path, buffer_size=READ_BUFFER) as f:
+        with pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False) as f:
             if len(f.schema_arrow) != len(schema):
                 raise Refused(Code.INTERNAL, "a slice of this result has another number of columns than its first")
             for batch in f.iter_batches(batch_size=_batch_rows(f, batch_bytes)):

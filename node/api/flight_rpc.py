@@ -80,6 +80,7 @@ class Limits:
 
     max_calls: int = 64
     max_streams: int = 32
+    stream_bytes: int = 512 << 20
     batch_bytes: int = 1 << 20
     idle_timeout: float = 60.0
     max_message_bytes: int = 1 << 20
@@ -90,6 +91,7 @@ class Limits:
         return cls(
             api.flight_max_calls,
             api.flight_max_streams,
+            api.flight_stream_bytes,
             api.flight_batch_bytes,
             api.flight_idle_timeout,
             api.flight_max_message_bytes,
@@ -101,14 +103,16 @@ class Limits:
 
 
 class Watch:
-    """One call: whether it waits on its client now (``since``: from when), and whether it is a result stream."""
+    """One call: whether it waits on its client now (``since``: from when), whether it is a result stream, and the
+    memory it has reserved."""
 
-    __slots__ = ("cancelled", "context", "since", "stream")
+    __slots__ = ("cancelled", "context", "reserved", "since", "stream")
 
     def __init__(self, context: Any, stream: bool) -> None:
         self.context, self.stream = context, stream
         self.since: float | None = None
         self.cancelled = False
+        self.reserved = 0
 
     @contextmanager
     def waiting(self) -> Iterator[None]:
@@ -123,13 +127,19 @@ class Watch:
 class Calls:
     """The calls in progress. A watchdog thread cancels each one that has waited on its client longer than
     ``idle_timeout`` (gRPC then frees its messages and ends its handler); result streams are counted against
-    ``max_streams``. A call leaves when gRPC says it ended (its done-callback), not when its handler returns:
-    an answer that is written but not yet taken is still held."""
+    ``max_streams``, and the memory they reserve against ``stream_bytes``. A call leaves, and gives its memory
+    back, when gRPC says it ended (its done-callback), not when its handler returns: an answer that is written but
+    not yet taken is still held."""
 
-    def __init__(self, idle_timeout: float, max_streams: int) -> None:
-        self.idle_timeout, self.max_streams = idle_timeout, max_streams
+    def __init__(self, limits: Limits) -> None:
+        self.idle_timeout, self.max_streams, self.stream_bytes = (
+            limits.idle_timeout,
+            limits.max_streams,
+            limits.stream_bytes,
+        )
         self._lock = threading.Lock()
         self._open: set[Watch] = set()
+        self._reserved = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watchdog, name="cairn-flight-watchdog", daemon=True)
 
@@ -155,18 +165,39 @@ class Calls:
             self._leave(watch)  # the call ended already
         return watch
 
+    def reserve(self, watch: Watch, nbytes: int) -> None:
+        """Reserve ``nbytes`` for the stream ``watch`` until it ends, or refuse it (RESOURCE_EXHAUSTED)."""
+        with self._lock:
+            if nbytes > self.stream_bytes:
+                raise Refused(
+                    Code.RESOURCE_EXHAUSTED,
+                    f"this result needs about {nbytes >> 20} MiB to stream, more than all streams may hold "
+                    f"({self.stream_bytes >> 20} MiB, api.flight_stream_bytes): ask for fewer columns",
+                )
+            if self._reserved + nbytes > self.stream_bytes:
+                raise Refused(
+                    Code.RESOURCE_EXHAUSTED,
+                    f"the result streams open hold the {self.stream_bytes >> 20} MiB this node gives them "
+                    "(api.flight_stream_bytes): try again when one ends",
+                )
+            if watch in self._open:  # not when the call has ended already: nothing would give it back
+                self._reserved += nbytes
+                watch.reserved += nbytes
+
     def _leave(self, watch: Watch) -> None:
         with self._lock:
-            self._open.discard(watch)
+            if watch in self._open:
+                self._open.discard(watch)
+                self._reserved -= watch.reserved
 
     def streams(self) -> int:
         """Result streams open now (callers hold the lock, or read a moment's value)."""
         return sum(1 for w in self._open if w.stream)
 
-    def count(self) -> tuple[int, int]:
-        """(calls, result streams) in progress now."""
+    def count(self) -> tuple[int, int, int]:
+        """(calls, result streams, bytes they reserved) in progress now."""
         with self._lock:
-            return len(self._open), self.streams()
+            return len(self._open), self.streams(), self._reserved
 
     def sweep(self) -> int:
         """Cancel the calls that have waited on their clients too long; how many were cancelled."""
@@ -263,7 +294,7 @@ class FlightService:
     def __init__(self, loop: asyncio.AbstractEventLoop, token: str, limits: Limits) -> None:
         self.loop, self.limits = loop, limits
         self._token = token.encode()
-        self.calls = Calls(limits.idle_timeout, limits.max_streams)
+        self.calls = Calls(limits)
         self._server: Any = None
         self.port = 0
 
@@ -359,7 +390,10 @@ class FlightService:
     def _request(call: Call, requests: Iterator[bytes]) -> bytes:
         """The call's one request message, waited for under the watch."""
         with call.watch.waiting():
-            message = next(requests, None)
+            try:
+                message = next(requests, None)
+            except grpc.RpcError:  # the call ended (cancelled by its client or by the watchdog) before it came
+                raise Refused(Code.CANCELLED, "the call was cancelled before its request came") from None
         if message is None:
             raise Refused(Code.INVALID_ARGUMENT, "the call carried no request message")
         return message
