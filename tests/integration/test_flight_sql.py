@@ -334,6 +334,12 @@ BAD_INPUT = [  # (RPC, request bytes, the status, what the one line says)
         "INVALID_ARGUMENT",
         "handle",
     ),
+    (
+        "GetFlightInfo",
+        descriptor(proto.pack("CommandStatementQuery", query="SELECT 1 -- " + "x" * (2 << 20))),
+        "RESOURCE_EXHAUSTED",  # over api.flight_max_message_bytes: refused by gRPC before it is read
+        "larger than max",
+    ),
     ("DoGet", b"\xff\xff\xff", "INVALID_ARGUMENT", "not a Flight Ticket"),
     ("DoGet", fl.Ticket(b"\xff\xff").serialize(), "INVALID_ARGUMENT", "not a Flight SQL command"),
     ("DoGet", fl.Ticket(proto.pack("CommandGetCatalogs")[:-3]).serialize(), "INVALID_ARGUMENT", "command"),
