@@ -379,11 +379,8 @@ class FlightService:
         )
 
     def _call(self, context: Any, stream: bool = False) -> Call:
-        headers = dict(context.invocation_metadata() or ())
-        given = headers.get("authorization", "")
-        given = given.decode(errors="replace") if isinstance(given, bytes) else given
-        token = given[7:].strip() if given.startswith("Bearer ") else ""
-        has_token = bool(token) and hmac.compare_digest(token.encode(), self._token)
+        kind, given = _authorization(context)
+        has_token = kind == "bearer" and bool(given) and hmac.compare_digest(given.encode(), self._token)
         return Call(context, self.calls.enter(context, stream), has_token)
 
     @staticmethod
@@ -436,16 +433,45 @@ class FlightService:
         return _streamed(context, answer)
 
     def _handshake(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
-        # What a Flight server without an authentication handler answers (Arrow's own words): JDBC's driver calls
-        # Handshake on connect and goes on with its token as a header when it gets this.
-        message = "This service does not have an authentication mechanism enabled."
-        return _streamed(context, lambda: _refuse(Refused(Code.UNIMPLEMENTED, message)))
+        """The API token as Flight's bearer authentication (what JDBC's driver does with ``token=``): a handshake
+        with the right ``authorization: Bearer`` header is answered with it, which the client then sends on every
+        call; a wrong token, or another kind of credential, is UNAUTHENTICATED; no credential at all is fine (a
+        call without one is answered as the API answers a client without the token)."""
+
+        def answer() -> Iterator[bytes]:
+            call = self._call(context)
+            kind, _ = _authorization(context)
+            if kind and not call.has_token:
+                raise Refused(
+                    Code.UNAUTHENTICATED,
+                    "this node takes its API token as a bearer header (authorization: Bearer <token>), and this "
+                    "is not it",
+                )
+            self._request(call, requests)  # one request (empty for bearer authentication); any more are not read
+            if call.has_token:
+                context.send_initial_metadata((("authorization", _header(context)),))
+            yield from ()
+
+        return _streamed(context, answer)
 
     def _unimplemented(self, method: str) -> Callable[[Iterator[bytes], Any], Iterator[bytes]]:
         def handler(requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
             return _streamed(context, lambda: _refuse(Refused(Code.UNIMPLEMENTED, f"{method} {NOT_SERVED}")))
 
         return handler
+
+
+def _header(context: Any) -> str:
+    value = dict(context.invocation_metadata() or ()).get("authorization", "")
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _authorization(context: Any) -> tuple[str, str]:
+    """The call's credential: (``"bearer"``, token), (another scheme, in lower case, ""), or ("", "") for none."""
+    scheme, _, rest = _header(context).strip().partition(" ")
+    if not scheme:
+        return "", ""
+    return (scheme.lower(), rest.strip()) if scheme.lower() == "bearer" else (scheme.lower(), "")
 
 
 async def _awaited(aw: Awaitable[T]) -> T:

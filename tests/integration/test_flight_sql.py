@@ -259,20 +259,21 @@ def test_a_flight_port_in_use_stops_node_start_with_one_line(tmp_path: Any) -> N
 SERVICE = "/arrow.flight.protocol.FlightService/"
 
 
-def raw_call(url: str, method: str, request: bytes, *, stream: bool = True, timeout: float = 120) -> list[bytes]:
-    """A Flight RPC with grpcio, no token, bytes both ways: what the server sent, status and details included
-    (pyarrow's client adds its own context to an error's text)."""
+def raw_call(url: str, method: str, request: bytes, stream: bool = True, headers: Any = None) -> list[bytes]:
+    """A Flight RPC with grpcio, bytes both ways (no token unless ``headers`` carry one): what the server sent,
+    status and details included (pyarrow's client adds its own context to an error's text)."""
     with grpc.insecure_channel(url.removeprefix("grpc://")) as channel:
+        kw: dict[str, Any] = {"timeout": 120, "metadata": headers}
         if method in ("Handshake", "DoPut", "DoExchange"):
-            return list(channel.stream_stream(SERVICE + method)(iter([request]), timeout=timeout))
+            return list(channel.stream_stream(SERVICE + method)(iter([request]), **kw))
         if stream:
-            return list(channel.unary_stream(SERVICE + method)(request, timeout=timeout))
-        return [channel.unary_unary(SERVICE + method)(request, timeout=timeout)]
+            return list(channel.unary_stream(SERVICE + method)(request, **kw))
+        return [channel.unary_unary(SERVICE + method)(request, **kw)]
 
 
-def refused(url: str, method: str, request: bytes, stream: bool = True) -> tuple[grpc.StatusCode, str]:
+def refused(url: str, method: str, request: bytes, stream: bool = True, headers: Any = None) -> tuple[Any, str]:
     with pytest.raises(grpc.RpcError) as e:
-        raw_call(url, method, request, stream=stream)
+        raw_call(url, method, request, stream, headers)
     return e.value.code(), e.value.details()
 
 
@@ -361,7 +362,6 @@ BAD_INPUT = [  # (RPC, request bytes, the status, what the one line says)
     ("PollFlightInfo", descriptor(b""), "UNIMPLEMENTED", "PollFlightInfo is not served"),
     ("DoPut", b"", "UNIMPLEMENTED", "DoPut is not served"),
     ("DoExchange", b"", "UNIMPLEMENTED", "DoExchange is not served"),
-    ("Handshake", b"", "UNIMPLEMENTED", "authentication"),
 ]
 
 
@@ -381,6 +381,31 @@ async def test_every_error_is_one_line_with_its_true_status(served: Any) -> None
     assert not wrong, "\n".join(wrong)
     after = await off_loop(fetch, url, node.home.token(), "SELECT COUNT(*) AS n FROM sales")
     assert after.column("n").to_pylist() == [5]  # and the server still serves
+
+
+def handshake(url: str, authorization: str) -> list[tuple[str, str]]:
+    """Flight's Handshake with one (empty) request and an ``authorization`` header: the headers answered."""
+    with grpc.insecure_channel(url.removeprefix("grpc://")) as channel:
+        call = channel.stream_stream(SERVICE + "Handshake")(
+            iter([b""]), timeout=120, metadata=(("authorization", authorization),)
+        )
+        assert list(call) == []
+        return [(k, v) for k, v in call.initial_metadata() if k == "authorization"]
+
+
+@aio
+async def test_a_handshake_with_the_token_is_answered_with_it(served: Any) -> None:
+    """What JDBC's driver does with ``token=`` before any call: a Handshake with ``authorization: Bearer <token>``,
+    then that header on every call. The right token is answered with it; a wrong one, or a user and password, is
+    UNAUTHENTICATED in one line (the old face answered every Handshake UNIMPLEMENTED: JDBC could not connect)."""
+    (node, _), url = served
+    bearer = f"Bearer {node.home.token()}"
+    assert await off_loop(handshake, url, bearer) == [("authorization", bearer)]
+    for wrong in ("Bearer not-the-token", "Basic dXNlcjpwYXNz"):
+        code, details = await off_loop(refused, url, "Handshake", b"", True, (("authorization", wrong),))
+        assert code == grpc.StatusCode.UNAUTHENTICATED and details == (
+            "this node takes its API token as a bearer header (authorization: Bearer <token>), and this is not it"
+        )
 
 
 BIG_ROWS = 1 << 19  # two result slices of about 54 MB each as Arrow holds them
