@@ -124,6 +124,8 @@ async def test_a_plain_statement_answers_the_same_with_its_provenance(served: An
     assert info.total_records == http["row_count"] == table.num_rows == 3
     assert [list(r.values()) for r in table.to_pylist()] == http["rows"]
     assert info.schema.names == table.column_names == ["product", "amount"]
+    info, empty = await off_loop(statement, url, node.home.token(), "SELECT region FROM sales WHERE amount > 1000")
+    assert info.total_records == empty.num_rows == 0 and empty.column_names == ["region"]  # a stream of no batch
 
 
 @aio
