@@ -56,6 +56,42 @@ class ApiSettings:
         "0 picks a free port (the chosen one is in `cairn status`).",
         default=-1,
     )
+    flight_max_calls: int = _doc(
+        "Arrow Flight SQL calls served at once (each holds a thread while it runs); one more is refused "
+        "RESOURCE_EXHAUSTED.",
+        default=64,
+    )
+    flight_max_streams: int = _doc(
+        "Arrow Flight SQL result streams (DoGet) open at once; one more is refused RESOURCE_EXHAUSTED. Each holds "
+        "about `api.flight_batch_bytes` and what gRPC has not yet sent, so this bounds the streams' memory.",
+        default=32,
+    )
+    flight_stream_bytes: int = _doc(
+        "Memory all Arrow Flight SQL result streams may hold at once, in bytes, as each reserves it when it opens "
+        "(from its slice's Parquet layout: a few batches, and a page and a dictionary of each column); a stream "
+        "that would pass it is refused RESOURCE_EXHAUSTED.",
+        default=512 << 20,
+    )
+    flight_batch_bytes: int = _doc(
+        "Bytes of one record batch an Arrow Flight SQL stream sends, estimated from the Parquet slice's sizes: a "
+        "stream reads its result a batch at a time, never a whole slice.",
+        default=1 << 20,
+    )
+    flight_idle_timeout: float = _doc(
+        "Seconds an Arrow Flight SQL call may wait on its client: to send its request, or to take the next part "
+        "of the answer. Past it the call is cancelled (the client sees CANCELLED) and what it held is freed.",
+        default=60.0,
+    )
+    flight_max_message_bytes: int = _doc(
+        "Largest message an Arrow Flight SQL client may send (a statement, a ticket, an action), in bytes; a "
+        "larger one is refused RESOURCE_EXHAUSTED before it is read.",
+        default=1 << 20,
+    )
+    flight_max_pattern: int = _doc(
+        "Longest filter pattern (the LIKE patterns of GetTables and GetDbSchemas) an Arrow Flight SQL client may "
+        "send, in characters; a longer one is refused INVALID_ARGUMENT.",
+        default=256,
+    )
     max_upload_bytes: int = _doc(
         "Largest upload (dataset file, Holium import) the API accepts, in bytes; a larger `Content-Length` is "
         "refused before the body is read.",
@@ -605,6 +641,13 @@ _POSITIVE = (
     "spark.max_result_rows",
     "spark.max_result_bytes",
     "spark.max_concurrent_jobs",
+    "api.flight_max_calls",
+    "api.flight_max_streams",
+    "api.flight_stream_bytes",
+    "api.flight_batch_bytes",
+    "api.flight_idle_timeout",
+    "api.flight_max_message_bytes",
+    "api.flight_max_pattern",
     # the p2p host's budgets: a zero one would refuse every peer
     "peers.max_inbound_connections",
     "peers.max_streams_per_peer",

@@ -68,6 +68,8 @@ from node.tally import Timings
 from node.types import TypeChecks
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
     from node.provenance.recompute import Recompute
 
@@ -544,6 +546,20 @@ class Node:
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
         return names or self.index.output_names(row.execution), self.resolver.iter_result(row)
+
+    async def execution_files(
+        self, cid: CID, names: list[str] | None = None
+    ) -> tuple[list[str] | None, AsyncIterator[Path]]:
+        """As :meth:`execution_data`, each slice as its local Parquet file: a reader that sends a result in small
+        batches (Arrow Flight SQL) never holds a slice whole."""
+        row = self.index.executions_by_cid(cid_str(cid))
+        if row is None:
+            raise NotFound(f"no execution {cid_str(cid)} in this node's index")
+        return names or self.index.output_names(row.execution), self.resolver.iter_result_files(row)
+
+    async def dataset_schema(self, ref: str) -> pa.Schema:
+        """The columns of a dataset's head, without reading a row (``Datasets.version_schema``)."""
+        return await self.datasets.version_schema(await self.dataset_version(ref))
 
     # -- peers and trust ------------------------------------------------------------------------
 

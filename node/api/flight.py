@@ -1,8 +1,8 @@
 """The Arrow Flight SQL face: what ADBC, JDBC and BI tools speak, answered by the same ``Node.query`` as HTTP.
 
-Issue 20 item 6. Like the HTTP face it parses, calls ``Node``, renders: a SQL statement is answered by
-``Node.query`` (index, peers' claims, Spark: hits, single-flight and trust all as ``POST /api/v0/query``), its rows
-are the execution's slices (``Node.execution_data``, as ``GET /api/v0/executions/{cid}/data``). The subset served
+Like the HTTP face it parses, calls ``Node``, renders: a SQL statement is answered by ``Node.query`` (index,
+peers' claims, Spark: hits, single-flight and trust all as ``POST /api/v0/query``), its rows are the execution's
+slices, streamed from their Parquet files a batch of about ``api.flight_batch_bytes`` at a time. The subset served
 (docs/flight-sql.md): GetFlightInfo on ``CommandStatementQuery`` and ``CommandPreparedStatementQuery`` (the
 prepared statement's handle is its SQL: nothing is held between calls), DoGet on the ticket that answers, the
 ``CreatePreparedStatement``/``ClosePreparedStatement`` actions, and the catalog commands a client asks on connect:
@@ -11,214 +11,215 @@ prepared statement's handle is its SQL: nothing is held between calls), DoGet on
 Token rules are HTTP's (node/api/access.py): ``authorization: Bearer <api.token>`` lets a query compute a miss;
 without it (and without ``api.open_compute``) a query is answered only from the index and peers, and a miss is
 refused with UNAUTHENTICATED. Errors are the node's one error tree (node/errors.py), mapped from their HTTP status
-to Flight status codes by :func:`flight_error`.
+to gRPC status codes (node/api/flight_rpc.py, which serves Flight's gRPC service and bounds what a client holds).
 
-pyarrow runs the handlers on gRPC's threads; each call hands its work to the node's event loop and waits for it.
+Handlers run on gRPC's threads; the node's work is handed to its event loop and waited for. What a client's input
+can make long (a filter pattern over every dataset name) runs on the handler's thread, never on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
-from concurrent.futures import CancelledError, Future, wait
-from typing import Any, TypeVar
+import re
+from collections.abc import AsyncGenerator, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.flight as fl
+import pyarrow.parquet as pq
 
 from node import __version__
 from node.api import flight_proto as proto
+from node.api.flight_rpc import Call, Code, FlightService, Limits, Refused, Stream
 from node.core import Node
-from node.errors import CairnError, ConfigError, InvalidInput
+from node.errors import CairnError, ConfigError, quote
 from node.model import parse_cid
 
 log = logging.getLogger("cairn.flight")
-T = TypeVar("T")
 
-AUTH = "cairn-auth"  # the middleware's key in a call's context
 META = "cairn."  # prefix of the schema metadata keys that say where an answer came from (docs/flight-sql.md)
-POLL_S = 0.25  # how often a waiting call looks whether its client went away
 ANSWER_FIELDS = ("source", "trust", "verified", "query", "invocation", "execution", "receipt", "logicalHash")
+# A slice file is read through a buffer this big, a column chunk at a time (pyarrow's default, pre_buffer, reads
+# every column chunk of a row group whole first: 11 MB, not 8, for three columns of a 1 Mi-row slice).
+READ_BUFFER = 64 << 10
+# What reading one column holds at a time: a data page and a dictionary page decoded (each at most 1 MiB as slices
+# are written, node/datasets/slices.py) and their buffers; measured: 2.2 MB for an int64 column, 8.4 MB for three.
+COLUMN_READ_BYTES = 3 << 20
+PROBE_ROWS = 1024  # rows decoded to learn a slice's bytes per row, and so its batch size
+STOP_GRACE_S = 5.0  # at stop: what the calls in progress are given before they are cancelled
 
 
-def flight_error(e: CairnError) -> Exception:
-    """The Flight error for a node error, by the HTTP status it carries (the one error tree, node/errors.py)."""
-    status, message = e.status, e.message
-    if status == 401:
-        return fl.FlightUnauthenticatedError(message)
-    if status == 403:
-        return fl.FlightUnauthorizedError(message)
-    if status == 404:
-        return pa.ArrowKeyError(message)  # gRPC NOT_FOUND
-    if status in (429, 502, 503):
-        return fl.FlightUnavailableError(message)
-    if status == 504:
-        return fl.FlightTimedOutError(message)
-    if status < 500:
-        return pa.ArrowInvalid(message)  # gRPC INVALID_ARGUMENT: bad SQL, unknown table, a refused query
-    return fl.FlightServerError(message)
+class FlightFace(FlightService):
+    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop, token: str, limits: Limits) -> None:
+        super().__init__(loop, token, limits)
+        self.node = node
 
-
-class _Caller(fl.ServerMiddleware):
-    def __init__(self, has_token: bool) -> None:
-        self.has_token = has_token
-
-
-class _TokenCheck(fl.ServerMiddlewareFactory):
-    """Reads ``authorization: Bearer <token>`` as the HTTP API does; a call without it is not refused here: the
-    query decides (an answer the node has is open, computing is not)."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token.encode()
-
-    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> _Caller:
-        given = next(iter(headers.get("authorization", [])), "")
-        given = given.decode(errors="replace") if isinstance(given, bytes) else given
-        token = given[7:].strip() if given.startswith("Bearer ") else ""
-        return _Caller(bool(token) and hmac.compare_digest(token.encode(), self.token))
-
-
-class FlightFace(fl.FlightServerBase):
-    def __init__(self, node: Node, loop: asyncio.AbstractEventLoop, location: str, token: str) -> None:
-        super().__init__(location, middleware={AUTH: _TokenCheck(token)})
-        self.node, self.loop = node, loop
-
-    # -- the bridge to the node's loop ---------------------------------------------------------------
-
-    def _run(self, coro: Awaitable[T], context: Any = None) -> T:
-        """``coro`` on the node's loop, waited for here. A client that goes away cancels it (with ``context``),
-        as a disconnect cancels an HTTP request and its query (node/daemon.py)."""
-        future: Future[T] = asyncio.run_coroutine_threadsafe(_awaited(coro), self.loop)
-        while context is not None and not wait([future], timeout=POLL_S).done:
-            if context.is_cancelled():
-                future.cancel()
-        try:
-            return future.result()
-        except CairnError as e:
-            raise flight_error(e) from None
-        except CancelledError:  # the client went away, or a second Ctrl-C cancelled the node's queries
-            raise fl.FlightCancelledError("the query was cancelled") from None
-        except (fl.FlightError, pa.ArrowException, NotImplementedError):
-            raise
-        except Exception as e:  # a bug: say so without leaking internals, keep the trace in the log
-            log.exception("unhandled error in a Flight SQL call")
-            raise fl.FlightInternalError(f"internal error: {type(e).__name__}") from None
-
-    def _may_compute(self, context: Any) -> bool:
-        caller = context.get_middleware(AUTH)
-        return bool(caller is not None and caller.has_token) or self.node.settings.api.open_compute
+    def _may_compute(self, call: Call) -> bool:
+        return call.has_token or self.node.settings.api.open_compute
 
     # -- GetFlightInfo ------------------------------------------------------------------------------
 
-    def get_flight_info(self, context: Any, descriptor: fl.FlightDescriptor) -> fl.FlightInfo:
-        name, message = _command(descriptor.command)
+    def get_flight_info(self, call: Call, descriptor: Any) -> bytes:
+        if descriptor.type != proto.DESCRIPTOR_CMD:
+            raise Refused(Code.INVALID_ARGUMENT, "a Flight SQL descriptor is a command (CMD), not a path")
+        name, message = _command(descriptor.cmd)
         if name == "CommandStatementQuery":
-            return self._statement(context, descriptor, message.query)
+            return self._statement(call, descriptor, message.query)
         if name == "CommandPreparedStatementQuery":  # the handle is the SQL (CreatePreparedStatement)
-            return self._statement(context, descriptor, _sql_of(message.prepared_statement_handle))
+            return self._statement(call, descriptor, _sql_of(message.prepared_statement_handle))
         if name in CATALOG:
             schema = TABLES_WITH_SCHEMA if name == "CommandGetTables" and message.include_schema else CATALOG[name][0]
             # The ticket is the command itself: DoGet answers it from the node's state at that time.
-            return fl.FlightInfo(schema, descriptor, [fl.FlightEndpoint(descriptor.command, [])], -1, -1)
-        raise NotImplementedError(f"Flight SQL command {name or 'unknown'} is not served by this node")
+            return _info(schema, descriptor, descriptor.cmd, -1)
+        raise Refused(Code.UNIMPLEMENTED, f"the Flight SQL command {name or 'given'} is not served by this node")
 
-    def _statement(self, context: Any, descriptor: fl.FlightDescriptor, sql: str) -> fl.FlightInfo:
+    def _statement(self, call: Call, descriptor: Any, sql: str) -> bytes:
         if not sql.strip():
-            raise flight_error(InvalidInput("the SQL statement is empty"))
-        may_compute = self._may_compute(context)
-        answer = self._run(self.node.query(sql, {}, limit=0, may_compute=may_compute), context)
+            raise Refused(Code.INVALID_ARGUMENT, "the SQL statement is empty")
+        answer = self.run(call, self.node.query(sql, {}, limit=0, may_compute=self._may_compute(call)))
         handle = {"columns": answer["columns"], **{k: answer[k] for k in ANSWER_FIELDS}}
-        schema = self._run(self._result_schema(handle))
-        ticket = fl.Ticket(proto.pack("TicketStatementQuery", statement_handle=json.dumps(handle).encode()))
-        endpoint = fl.FlightEndpoint(ticket, [])
-        meta = json.dumps(handle).encode()
-        return fl.FlightInfo(schema, descriptor, [endpoint], answer["row_count"], -1, app_metadata=meta)
+        schema = self.run(call, self._result_schema(handle))
+        ticket = proto.pack("TicketStatementQuery", statement_handle=json.dumps(handle).encode())
+        return _info(schema, descriptor, ticket, answer["row_count"], json.dumps(handle).encode())
 
     async def _result_schema(self, handle: dict[str, Any]) -> pa.Schema:
-        columns, tables = await self.node.execution_data(parse_cid(handle["execution"]), handle["columns"])
-        first = await anext(tables)  # every result has a slice, an empty result too: its schema
-        if isinstance(tables, AsyncGenerator):  # the rest is not read: let the reader go now
-            await tables.aclose()
-        return _named(first.schema, columns or handle["columns"], handle)
+        names, files = await self.node.execution_files(parse_cid(handle["execution"]), handle["columns"])
+        first = await anext(files)  # every result has a slice, an empty result too: its schema
+        if isinstance(files, AsyncGenerator):  # the rest is not read: let the reader go now
+            await files.aclose()
+        schema, _ = await asyncio.to_thread(_layout, first, 0)
+        return _named(schema, names or handle["columns"], handle)
 
     # -- DoGet --------------------------------------------------------------------------------------
 
-    def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
-        name, message = _command(ticket.ticket)
+    def do_get(self, call: Call, ticket: bytes) -> Stream:
+        name, message = _command(ticket)
         if name in CATALOG:
-            return fl.RecordBatchStream(self._run(CATALOG[name][1](self.node, message)))
+            table = CATALOG[name][1](self, call, message)
+            return table.schema, iter(table.to_batches())
         if name != "TicketStatementQuery":
-            raise pa.ArrowInvalid("this ticket is not one this node gave: ask GetFlightInfo for one")
+            raise Refused(Code.INVALID_ARGUMENT, "this ticket is not one this node gave: ask GetFlightInfo for one")
         try:
             handle = json.loads(message.statement_handle)
-            execution, columns = parse_cid(handle["execution"]), list(handle["columns"])
+            execution, columns = parse_cid(handle["execution"]), [str(c) for c in handle["columns"]]
         except (ValueError, KeyError, TypeError, CairnError):
-            raise pa.ArrowInvalid("this ticket's statement handle is not one this node gave") from None
-        names, tables = self._run(self.node.execution_data(execution, columns))
-        first = self._run(_first(tables))
-        schema = _named(first.schema, names or columns, handle)
-        return fl.GeneratorStream(schema, self._batches(first, tables, schema))
+            raise Refused(Code.INVALID_ARGUMENT, "this ticket's statement handle is not one this node gave") from None
+        names, files = self.run(call, self.node.execution_files(execution, columns))
+        first = self.run(call, _next(files))
+        if first is None:
+            raise Refused(Code.INTERNAL, "this result has no slice")
+        schema, footprint = _layout(first, self.limits.batch_bytes)
+        self.calls.reserve(call.watch, footprint)  # refused if the streams open hold the budget
+        schema = _named(schema, names or columns, handle)
+        return schema, self._batches(call, first, files, schema)
 
-    def _batches(self, first: pa.Table, tables: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """The result, slice by slice, each read from the node once the client has taken the one before; a
+    def _batches(self, call: Call, first: Path, files: Any, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """The result, slice by slice, each read a batch at a time once the client has taken the one before; a
         slice's own column names are positional (``_0``, …): the stream's are the asker's."""
-        table: pa.Table | None = first
-        while table is not None:
-            if table.num_columns != len(schema):
-                raise pa.ArrowInvalid("a slice of this result has another number of columns than its first")
-            yield from table.rename_columns(schema.names).replace_schema_metadata(schema.metadata).to_batches()
-            table = self._run(_next(tables))
+        path: Path | None = first
+        while path is not None:
+            yield from _read(path, schema, self.limits.batch_bytes)
+            path = self.run(call, _next(files))
 
     # -- actions: prepared statements ---------------------------------------------------------------
 
-    def list_actions(self, context: Any) -> list[tuple[str, str]]:
+    def list_actions(self) -> list[tuple[str, str]]:
         return [
             ("CreatePreparedStatement", "a prepared statement: its handle is its SQL"),
             ("ClosePreparedStatement", "nothing to release: a handle holds no state"),
         ]
 
-    def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
-        kind = action.type
+    def do_action(self, call: Call, kind: str, body: bytes) -> list[bytes]:
         if kind == "CreatePreparedStatement":
-            name, message = _command(action.body.to_pybytes())
+            name, message = _command(body)
             if name != "ActionCreatePreparedStatementRequest":
-                raise pa.ArrowInvalid("CreatePreparedStatement takes an ActionCreatePreparedStatementRequest")
+                raise Refused(
+                    Code.INVALID_ARGUMENT, "CreatePreparedStatement takes an ActionCreatePreparedStatementRequest"
+                )
             # No schema before the query is answered (answering is what computes): the client learns it from
             # GetFlightInfo, as for a statement. The handle is the SQL itself: nothing to keep or to leak.
-            body = proto.pack("ActionCreatePreparedStatementResult", prepared_statement_handle=message.query.encode())
-            return iter([fl.Result(body)])
+            return [proto.pack("ActionCreatePreparedStatementResult", prepared_statement_handle=message.query.encode())]
         if kind == "ClosePreparedStatement":
-            return iter([])
-        raise NotImplementedError(f"Flight action {kind!r} is not served by this node")
+            return []
+        raise Refused(Code.UNIMPLEMENTED, f"the Flight action {quote(kind)} is not served by this node")
+
+    # -- the catalog commands (on the handler's thread; the node's state read on its loop) ---------------------
+
+    def _pattern(self, text: str) -> Like | None:
+        """A client's filter pattern, bounded (``api.flight_max_pattern``); None: no pattern, everything passes."""
+        if not text:
+            return None
+        if len(text) > self.limits.max_pattern:
+            raise Refused(
+                Code.INVALID_ARGUMENT,
+                f"a filter pattern has at most {self.limits.max_pattern} characters (api.flight_max_pattern), "
+                f"this one {len(text)}",
+            )
+        return Like(text)
+
+    def _in_the_schema(self, message: Any) -> bool:
+        """Whether the command's catalog and schema filters pass the one schema there is: no catalog, named ""."""
+        schemas = self._pattern(message.db_schema_filter_pattern)
+        return not message.catalog and (schemas is None or schemas.match(""))
+
+    def _db_schemas(self, call: Call, message: Any) -> pa.Table:
+        """One schema, named "" (no catalog either): a client that walks catalog → schema → tables finds the
+        datasets under it and writes their bare names, as queries name them."""
+        names = [""] if self._in_the_schema(message) else []
+        return pa.Table.from_pydict({"catalog_name": [None] * len(names), "db_schema_name": names}, DB_SCHEMAS_SCHEMA)
+
+    def _tables(self, call: Call, message: Any) -> pa.Table:
+        """Every named dataset the filters pass, as a table a query may name in FROM (docs/queries.md); with
+        ``include_schema``, the Arrow schema of its head (JDBC's getColumns, DBeaver's navigator), as IPC."""
+        pattern = self._pattern(message.table_name_filter_pattern)
+        wanted = self._in_the_schema(message) and (not message.table_types or "TABLE" in message.table_types)
+        names = self.run(call, _dataset_names(self.node)) if wanted else []
+        if pattern is not None:
+            names = [n for n in names if pattern.match(n)]
+        columns: dict[str, list[Any]] = {
+            "catalog_name": [None] * len(names),
+            "db_schema_name": [""] * len(names),
+            "table_name": names,
+            "table_type": ["TABLE"] * len(names),
+        }
+        if not message.include_schema:
+            return pa.Table.from_pydict(columns, schema=TABLES_SCHEMA)
+        schemas = [self.run(call, self.node.dataset_schema(n)) for n in names]
+        columns["table_schema"] = [s.serialize().to_pybytes() for s in schemas]
+        return pa.Table.from_pydict(columns, schema=TABLES_WITH_SCHEMA)
 
 
-async def _awaited(aw: Awaitable[T]) -> T:
-    return await aw
+async def _next(files: Any) -> Path | None:
+    return await anext(files, None)
 
 
-async def _first(tables: Any) -> pa.Table:
-    return await anext(tables)
-
-
-async def _next(tables: Any) -> pa.Table | None:
-    return await anext(tables, None)
+async def _dataset_names(node: Node) -> list[str]:
+    return sorted(d["name"] for d in await node.list_datasets() if d["name"])
 
 
 def _command(data: bytes) -> tuple[str, Any]:
     try:
         return proto.unpack(data)
-    except ValueError as e:
-        raise pa.ArrowInvalid(f"not a Flight SQL command: {e}") from None
+    except ValueError:
+        raise Refused(Code.INVALID_ARGUMENT, "this is not a Flight SQL command") from None
 
 
 def _sql_of(handle: bytes) -> str:
     try:
         return handle.decode()
     except UnicodeDecodeError:
-        raise pa.ArrowInvalid("this prepared statement handle is not one this node gave") from None
+        raise Refused(Code.INVALID_ARGUMENT, "this prepared statement handle is not one this node gave") from None
+
+
+def _info(schema: pa.Schema, descriptor: Any, ticket: bytes, rows: int, app_metadata: bytes = b"") -> bytes:
+    """A FlightInfo: one endpoint, on this node (no location), with ``ticket``."""
+    info = proto.new("FlightInfo", schema=schema.serialize().to_pybytes(), total_records=rows, total_bytes=-1)
+    info.flight_descriptor.CopyFrom(descriptor)
+    info.endpoint.add().ticket.ticket = ticket
+    info.app_metadata = app_metadata
+    return proto.encode(info)
 
 
 def _named(schema: pa.Schema, columns: list[str], handle: dict[str, Any]) -> pa.Schema:
@@ -227,6 +228,84 @@ def _named(schema: pa.Schema, columns: list[str], handle: dict[str, Any]) -> pa.
         columns = list(schema.names)
     meta = {f"{META}{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in handle.items() if k != "columns"}
     return pa.schema([f.with_name(n) for f, n in zip(schema, columns)], metadata=meta)
+
+
+# -- a result's slices, read a batch at a time ---------------------------------------------------------------
+
+
+def _layout(path: Path, batch_bytes: int) -> tuple[pa.Schema, int]:
+    """A slice's schema, from its footer, and about what streaming it holds at most: the batch three times (decoded,
+    as IPC, given to gRPC) and, for each column, the smaller of its whole chunk and a page and a dictionary."""
+    try:
+        with pq.ParquetFile(path) as f:
+            md = f.metadata
+            groups = range(md.num_row_groups)
+            sizes = [
+                max((md.row_group(g).column(c).total_uncompressed_size for g in groups), default=0)
+                for c in range(md.num_columns)
+            ]
+            return f.schema_arrow, 3 * batch_bytes + sum(min(size, COLUMN_READ_BYTES) for size in sizes)
+    except (OSError, pa.ArrowException):
+        raise Refused(Code.INTERNAL, "a slice of this result cannot be read") from None
+
+
+def _batch_rows(f: pq.ParquetFile, batch_bytes: int) -> int:
+    """Rows in a batch of about ``batch_bytes``, from the bytes per row of the slice's first rows as Arrow holds
+    them (Parquet's own sizes are of its encoding: a repeated string costs a few bits there, not its length)."""
+    probe = next(f.iter_batches(batch_size=PROBE_ROWS), None)
+    if probe is None or probe.num_rows == 0:
+        return PROBE_ROWS
+    per_row = max(1, probe.nbytes // probe.num_rows)
+    return max(1, batch_bytes // per_row)
+
+
+def _read(path: Path, schema: pa.Schema, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+    """A slice file a batch at a time, under the stream's ``schema``; the next batch is decoded only when asked."""
+    try:
+        with pq.ParquetFile(path, buffer_size=READ_BUFFER, pre_buffer=False) as f:
+            if len(f.schema_arrow) != len(schema):
+                raise Refused(Code.INTERNAL, "a slice of this result has another number of columns than its first")
+            for batch in f.iter_batches(batch_size=_batch_rows(f, batch_bytes)):
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    except (OSError, pa.ArrowException):
+        raise Refused(Code.INTERNAL, "a slice of this result cannot be read") from None
+
+
+# -- filter patterns: SQL LIKE without backtracking ---------------------------------------------------------
+
+
+class Like:
+    """SQL LIKE as Flight SQL's filter patterns use it: ``%`` any run of characters, ``_`` one, no escape.
+
+    Matched without backtracking, in time linear in the name for each piece of the pattern: the pattern is cut at
+    each ``%`` into pieces that each match a fixed number of characters; the first must match at the start, the
+    last at the end, and each one between at its leftmost place after the one before (a later place only leaves
+    less room for the rest, so leftmost is never wrong). A piece is a regex of literal characters and ``.``, which
+    ``re`` tries at each place in time linear in the piece. A translation to one regex (``.*`` per ``%``) backtracks:
+    ``%`` × 60 then ``#`` held the node for seconds per name."""
+
+    def __init__(self, pattern: str) -> None:
+        # (the piece as a regex, the characters it matches)
+        pieces = [
+            (re.compile("".join("." if c == "_" else re.escape(c) for c in p), re.S), len(p))
+            for p in pattern.split("%")
+        ]
+        self.first, self.middle, self.last = pieces[0], [p for p, _ in pieces[1:-1]], pieces[-1]
+        self.whole = len(pieces) == 1  # no %: the one piece is the whole name
+
+    def match(self, name: str) -> bool:
+        (first, start), (last, width) = self.first, self.last
+        if self.whole:
+            return first.fullmatch(name) is not None
+        end = len(name) - width
+        if end < start or not first.match(name, 0, start) or not last.fullmatch(name, end):
+            return False
+        for piece in self.middle:
+            found = piece.search(name, start, end)
+            if found is None:
+                return False
+            start = found.end()
+        return True
 
 
 # -- the catalog commands: (the answer's schema, how to answer it) -----------------------------------------------
@@ -256,7 +335,7 @@ TABLES_WITH_SCHEMA = TABLES_SCHEMA.append(pa.field("table_schema", pa.binary(), 
 TABLE_TYPES_SCHEMA = pa.schema([pa.field("table_type", pa.utf8(), nullable=False)])
 
 
-async def _sql_info(node: Node, message: Any) -> pa.Table:
+def _sql_info(face: FlightFace, call: Call, message: Any) -> pa.Table:
     """Server name, version, Arrow version, read-only (SqlInfo 0-3): strings then one boolean."""
     known = {0: "cairn", 1: __version__, 2: pa.__version__, 3: True}
     wanted = [i for i in (list(message.info) or known) if i in known]
@@ -275,62 +354,20 @@ async def _sql_info(node: Node, message: Any) -> pa.Table:
     return pa.Table.from_arrays([pa.array(wanted, pa.uint32()), value], schema=SQL_INFO_SCHEMA)
 
 
-async def _catalogs(node: Node, message: Any) -> pa.Table:
+def _catalogs(face: FlightFace, call: Call, message: Any) -> pa.Table:
     return CATALOGS_SCHEMA.empty_table()  # datasets have no catalog: names are one flat namespace
 
 
-async def _db_schemas(node: Node, message: Any) -> pa.Table:
-    """One schema, named "" (no catalog either): a client that walks catalog → schema → tables finds the datasets
-    under it and writes their bare names, as queries name them."""
-    return pa.Table.from_pydict({"catalog_name": [None], "db_schema_name": [""]}, schema=DB_SCHEMAS_SCHEMA)
-
-
-async def _tables(node: Node, message: Any) -> pa.Table:
-    """Every named dataset, as a table a query may name in FROM (docs/queries.md); with ``include_schema``, the
-    Arrow schema of its head (JDBC's getColumns, DBeaver's navigator), as an IPC message."""
-    names = sorted(d["name"] for d in await node.list_datasets() if d["name"])
-    pattern = message.table_name_filter_pattern
-    if pattern:
-        names = [n for n in names if _like(n, pattern)]
-    if message.table_types and "TABLE" not in message.table_types:
-        names = []
-    columns: dict[str, list[Any]] = {
-        "catalog_name": [None] * len(names),
-        "db_schema_name": [""] * len(names),
-        "table_name": names,
-        "table_type": ["TABLE"] * len(names),
-    }
-    if not message.include_schema:
-        return pa.Table.from_pydict(columns, schema=TABLES_SCHEMA)
-    columns["table_schema"] = [(await _head_schema(node, n)).serialize().to_pybytes() for n in names]
-    return pa.Table.from_pydict(columns, schema=TABLES_WITH_SCHEMA)
-
-
-async def _head_schema(node: Node, name: str) -> pa.Schema:
-    """The columns of a dataset's head, as its first slice holds them (as ``GET /api/v0/datasets/{ref}/data``
-    reads it); a dataset with no rows yet has none."""
-    first = await anext(node.datasets.tables(await node.dataset_version(name)), None)
-    return first.schema.remove_metadata() if first is not None else pa.schema([])
-
-
-async def _table_types(node: Node, message: Any) -> pa.Table:
+def _table_types(face: FlightFace, call: Call, message: Any) -> pa.Table:
     return pa.Table.from_pydict({"table_type": ["TABLE"]}, schema=TABLE_TYPES_SCHEMA)
 
 
-def _like(name: str, pattern: str) -> bool:
-    """SQL LIKE as Flight SQL's filter patterns use it: ``%`` any run, ``_`` one character."""
-    import re
-
-    regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
-    return re.fullmatch(regex, name) is not None
-
-
-Answer = Callable[[Node, Any], Awaitable[pa.Table]]
+Answer = Callable[[FlightFace, Call, Any], pa.Table]
 CATALOG: dict[str, tuple[pa.Schema, Answer]] = {
     "CommandGetSqlInfo": (SQL_INFO_SCHEMA, _sql_info),
     "CommandGetCatalogs": (CATALOGS_SCHEMA, _catalogs),
-    "CommandGetDbSchemas": (DB_SCHEMAS_SCHEMA, _db_schemas),
-    "CommandGetTables": (TABLES_SCHEMA, _tables),
+    "CommandGetDbSchemas": (DB_SCHEMAS_SCHEMA, FlightFace._db_schemas),
+    "CommandGetTables": (TABLES_SCHEMA, FlightFace._tables),
     "CommandGetTableTypes": (TABLE_TYPES_SCHEMA, _table_types),
 }
 
@@ -338,12 +375,14 @@ CATALOG: dict[str, tuple[pa.Schema, Answer]] = {
 # -- start and stop, with the node (node/daemon.py) -------------------------------------------------------
 
 
-def start(node: Node, host: str, port: int, token: str) -> FlightFace:
-    """Listen on ``host:port`` (0: a free port); the address is set on the node (``Node.info``: ``flight``)."""
+def start(node: Node, host: str, port: int, token: str, limits: Limits | None = None) -> FlightFace:
+    """Listen on ``host:port`` (0: a free port); the address is set on the node (``Node.info``: ``flight``).
+    ``limits``: the ``api.flight_*`` settings unless given."""
     where = f"[{host}]" if ":" in host else host
+    face = FlightFace(node, asyncio.get_running_loop(), token, limits or Limits.of(node.settings.api))
     try:
-        face = FlightFace(node, asyncio.get_running_loop(), f"grpc://{where}:{port}", token)
-    except (OSError, pa.ArrowException):  # gRPC says only "Server did not start properly" (the cause is logged)
+        face.start(f"{where}:{port}")
+    except OSError:
         raise ConfigError(
             f"Arrow Flight SQL cannot listen on {host}:{port} (in use?): set api.flight_port "
             "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
@@ -353,6 +392,7 @@ def start(node: Node, host: str, port: int, token: str) -> FlightFace:
     return face
 
 
-async def stop(face: FlightFace) -> None:
-    """Stop serving; waits for calls in flight, off the loop (they wait on the loop themselves)."""
-    await asyncio.to_thread(face.shutdown)
+async def stop(face: FlightFace, grace: float = STOP_GRACE_S) -> None:
+    """Stop serving: new calls are refused, those in progress have ``grace`` seconds, then are cancelled. Off the
+    loop: the calls wait on the loop themselves."""
+    await asyncio.to_thread(face.shutdown, grace)

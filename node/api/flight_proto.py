@@ -1,11 +1,15 @@
-"""The few Arrow Flight SQL protobuf messages the Flight SQL face reads and writes (node/api/flight.py).
+"""The Arrow Flight and Flight SQL protobuf messages the Flight SQL face reads and writes (node/api/flight.py,
+node/api/flight_rpc.py).
 
-Flight SQL puts its commands, tickets and action bodies in ``google.protobuf.Any`` (type URL
-``type.googleapis.com/arrow.flight.protocol.sql.<Message>``); the field numbers are those of the Arrow repository's
-``format/FlightSql.proto``. No generated module ships with pyarrow, and ``protobuf`` is already a pinned dependency,
-so the messages are described here field by field and built by protobuf's own message factory: the bytes are
-protobuf's, only the schema is ours. Fields the face does not use (``transaction_id``, …) are left out: protobuf
-keeps unknown fields and ignores them. tests/unit/test_flight_proto.py checks bytes a real client sent.
+Flight's own messages (``FlightDescriptor``, ``Ticket``, ``FlightInfo``, …, package ``arrow.flight.protocol``) are
+the gRPC service's requests and answers. Flight SQL puts its commands, tickets and action bodies in
+``google.protobuf.Any`` (type URL ``type.googleapis.com/arrow.flight.protocol.sql.<Message>``). The field numbers
+are those of the Arrow repository's ``format/Flight.proto`` and ``format/FlightSql.proto``. No generated module
+ships with pyarrow, and ``protobuf`` is already a pinned dependency, so the messages are described here field by
+field and built by protobuf's own message factory: the bytes are protobuf's, only the schema is ours. Fields the
+face does not use (``transaction_id``, ``expiration_time``, …) are left out: protobuf keeps unknown fields and
+ignores them. ``FlightData``, the one message of every streamed batch, is written by :func:`flight_data` without
+protobuf (its body would be copied twice). tests/unit/test_flight_proto.py checks bytes real clients sent.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+FLIGHT_PACKAGE = "arrow.flight.protocol"
 PACKAGE = "arrow.flight.protocol.sql"
 TYPE_URL_PREFIX = "type.googleapis.com/"
 
@@ -22,11 +27,41 @@ _STRING = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
 _BYTES = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
 _UINT32 = descriptor_pb2.FieldDescriptorProto.TYPE_UINT32
 _BOOL = descriptor_pb2.FieldDescriptorProto.TYPE_BOOL
+_INT32 = descriptor_pb2.FieldDescriptorProto.TYPE_INT32  # also an enum's encoding on the wire
+_INT64 = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
+_MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
 _OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
 _REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
 
-# message name -> (field name, number, type, repeated), as in FlightSql.proto
-MESSAGES: dict[str, tuple[tuple[str, int, int, bool], ...]] = {
+Field = tuple[str, int, int | str, bool]  # name, number, scalar type or message name, repeated
+
+# Flight's messages: name -> fields, as in Flight.proto
+FLIGHT_MESSAGES: dict[str, tuple[Field, ...]] = {
+    "FlightDescriptor": (("type", 1, _INT32, False), ("cmd", 2, _BYTES, False), ("path", 3, _STRING, True)),
+    "Ticket": (("ticket", 1, _BYTES, False),),
+    "Location": (("uri", 1, _STRING, False),),
+    "FlightEndpoint": (
+        ("ticket", 1, "Ticket", False),
+        ("location", 2, "Location", True),
+        ("app_metadata", 4, _BYTES, False),
+    ),
+    "FlightInfo": (
+        ("schema", 1, _BYTES, False),
+        ("flight_descriptor", 2, "FlightDescriptor", False),
+        ("endpoint", 3, "FlightEndpoint", True),
+        ("total_records", 4, _INT64, False),
+        ("total_bytes", 5, _INT64, False),
+        ("ordered", 6, _BOOL, False),
+        ("app_metadata", 7, _BYTES, False),
+    ),
+    "Action": (("type", 1, _STRING, False), ("body", 2, _BYTES, False)),
+    "Result": (("body", 1, _BYTES, False),),
+    "ActionType": (("type", 1, _STRING, False), ("description", 2, _STRING, False)),
+}
+DESCRIPTOR_CMD = 2  # FlightDescriptor.DescriptorType.CMD (PATH is 1)
+
+# Flight SQL's messages: name -> fields, as in FlightSql.proto
+MESSAGES: dict[str, tuple[Field, ...]] = {
     "CommandGetSqlInfo": (("info", 1, _UINT32, True),),
     "CommandStatementQuery": (("query", 1, _STRING, False),),
     "TicketStatementQuery": (("statement_handle", 1, _BYTES, False),),
@@ -51,15 +86,26 @@ MESSAGES: dict[str, tuple[tuple[str, int, int, bool], ...]] = {
 }
 
 
-def _build() -> dict[str, Any]:
-    proto = descriptor_pb2.FileDescriptorProto(name="cairn_flight_sql.proto", package=PACKAGE, syntax="proto3")
-    for name, fields in MESSAGES.items():
-        msg = proto.message_type.add(name=name)
+def _file(name: str, package: str, messages: dict[str, tuple[Field, ...]]) -> descriptor_pb2.FileDescriptorProto:
+    proto = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
+    for message, fields in messages.items():
+        msg = proto.message_type.add(name=message)
         for fname, number, ftype, repeated in fields:
-            msg.field.add(name=fname, number=number, type=ftype, label=_REPEATED if repeated else _OPTIONAL)
+            label = _REPEATED if repeated else _OPTIONAL
+            if isinstance(ftype, str):  # a message of the same package
+                msg.field.add(name=fname, number=number, type=_MESSAGE, type_name=f".{package}.{ftype}", label=label)
+            else:
+                msg.field.add(name=fname, number=number, type=ftype, label=label)
+    return proto
+
+
+def _build() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()  # our own pool: nothing else in the process can clash with it
-    pool.Add(proto)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}")) for name in MESSAGES}
+    pool.Add(_file("cairn_flight.proto", FLIGHT_PACKAGE, FLIGHT_MESSAGES))
+    pool.Add(_file("cairn_flight_sql.proto", PACKAGE, MESSAGES))
+    classes = {name: pool.FindMessageTypeByName(f"{FLIGHT_PACKAGE}.{name}") for name in FLIGHT_MESSAGES}
+    classes |= {name: pool.FindMessageTypeByName(f"{PACKAGE}.{name}") for name in MESSAGES}
+    return {name: message_factory.GetMessageClass(d) for name, d in classes.items()}
 
 
 _CLASSES = _build()
@@ -85,7 +131,7 @@ def unpack(data: bytes) -> tuple[str, Any]:
         raise ValueError(f"not a protobuf Any: {e}") from None
     prefix = TYPE_URL_PREFIX + PACKAGE + "."
     name = holder.type_url[len(prefix) :] if holder.type_url.startswith(prefix) else ""
-    if name not in _CLASSES:
+    if name not in MESSAGES:
         return "", None
     message = _CLASSES[name]()
     try:
@@ -93,3 +139,47 @@ def unpack(data: bytes) -> tuple[str, Any]:
     except DecodeError as e:
         raise ValueError(f"not a valid {name}: {e}") from None
     return name, message
+
+
+# -- Flight's own messages (not in an Any) ---------------------------------------------------------------------
+
+
+def new(name: str, **fields: Any) -> Any:
+    """A Flight message ``name`` with ``fields`` (to fill further, or to ``encode``)."""
+    return _CLASSES[name](**fields)
+
+
+def encode(message: Any) -> bytes:
+    return bytes(message.SerializeToString())
+
+
+def decode(name: str, data: bytes) -> Any:
+    """The Flight message ``name`` in ``data``; ``ValueError`` when the bytes are not one."""
+    message = _CLASSES[name]()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as e:
+        raise ValueError(f"not a valid {name}: {e}") from None
+    return message
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_DATA_HEADER = b"\x12"  # FlightData field 2 (data_header), length-delimited
+_DATA_BODY = b"\xc2\x3e"  # FlightData field 1000 (data_body), length-delimited: the varint of 1000 << 3 | 2
+
+
+def flight_data(header: Any, body: Any = None) -> bytes:
+    """The bytes of a ``FlightData`` message holding one Arrow IPC message: its flatbuffer ``header`` and its
+    ``body`` (any bytes-like object; ``None`` or empty: none)."""
+    parts = [_DATA_HEADER, _varint(len(header)), header]
+    if body is not None and len(body):
+        parts += [_DATA_BODY, _varint(len(body)), body]
+    return b"".join(parts)

@@ -32,7 +32,14 @@ from node.datasets.chain import SliceRef, Version, appends, build_version
 from node.datasets.fetching import SliceVisit, fetch_file, scan_slices
 from node.datasets.logical_hash import LogicalHasher, canonical_type
 from node.datasets.readers import Input, InputLimits, ReadOptions, open_input
-from node.datasets.slices import iter_slices, read_slice, read_slice_head, take_canonical, write_parquet_slice
+from node.datasets.slices import (
+    iter_slices,
+    read_slice,
+    read_slice_head,
+    slice_schema,
+    take_canonical,
+    write_parquet_slice,
+)
 from node.errors import (
     CairnError,
     Conflict,
@@ -850,6 +857,15 @@ class Datasets:
             return await asyncio.to_thread(read_slice_head, path, rows)
         except InvalidInput:
             return (await self.read_cid(cid)).slice(0, max(rows, 0))
+
+    async def version_schema(self, v: Version) -> pa.Schema:
+        """The schema ``tables`` gives the version's rows (its last slice's, without metadata), read from that
+        slice's Parquet footer alone; a version with no slices has no columns."""
+        if not v.slices:
+            return pa.schema([])
+        last = v.slices[-1]
+        path = await self.cid_path(last.cid, size=last.size or None)
+        return (await asyncio.to_thread(slice_schema, path)).remove_metadata()
 
     async def tables(self, v: Version, only: list[SliceRef] | None = None) -> AsyncIterator[pa.Table]:
         """The version's rows, slice by slice (``only`` these of its slices); older slices get nulls for columns

@@ -252,6 +252,17 @@ def read_slice(path_or_buffer: str | os.PathLike | bytes | bytearray | memoryvie
         raise InvalidInput(f"not a readable Parquet slice: {e}") from None
 
 
+def slice_schema(path: str | os.PathLike) -> pa.Schema:
+    """A slice file's Arrow schema, from its footer alone (``read_slice(path).schema``, no row read)."""
+    try:
+        with pq.ParquetFile(os.fspath(path)) as f:
+            return f.schema_arrow
+    except FileNotFoundError:
+        raise NotFound(f"no slice at {path}") from None
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InvalidInput(f"not a readable Parquet slice: {e}") from None
+
+
 def read_slice_head(path: str | os.PathLike, rows: int) -> pa.Table:
     """The first ``rows`` rows of a slice file (all of them if it has fewer), the same
     as ``read_slice(path).slice(0, rows)``: only the pages those rows are in are decoded (an answer's 100 rows

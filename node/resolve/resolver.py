@@ -1617,6 +1617,12 @@ class Resolver:
         for s in row.slices:
             yield await self.datasets.read_cid(parse_cid(s))
 
+    async def iter_result_files(self, row: ExecutionRow) -> AsyncIterator[Path]:
+        """The result's slices in order, each as its local Parquet file (fetched into the slice cache first), for a
+        reader that streams a slice in small batches rather than holding it whole."""
+        for s in row.slices:
+            yield await self.datasets.cid_path(parse_cid(s))
+
     def preview(self, row: ExecutionRow, limit: int) -> Awaitable[tuple[pa.Schema, list[list[Any]]]]:
         """The result's schema and first ``limit`` rows, rendered JSON-safe (node.values); cached, since
         results never change."""

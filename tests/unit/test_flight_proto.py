@@ -53,3 +53,32 @@ def test_unknown_and_malformed() -> None:
     assert proto.unpack(b"\x0a\x0dexample.org/X") == ("", None)  # an Any of a message this module does not know
     with pytest.raises(ValueError, match="not a protobuf Any"):
         proto.unpack(b"\xff\xff\xff")
+
+
+def test_flight_messages_are_the_bytes_arrow_writes_and_reads() -> None:
+    """Flight's own messages (the gRPC requests and answers) against pyarrow.flight's serializations."""
+    import pyarrow as pa
+    import pyarrow.flight as fl
+
+    schema = pa.schema([("a", pa.int64())])
+    info = proto.new("FlightInfo", schema=schema.serialize().to_pybytes(), total_records=5, total_bytes=-1)
+    info.flight_descriptor.type, info.flight_descriptor.cmd = proto.DESCRIPTOR_CMD, b"cmd"
+    info.endpoint.add().ticket.ticket = b"tick"
+    info.app_metadata = b"meta"
+    theirs = fl.FlightInfo(
+        schema, fl.FlightDescriptor.for_command(b"cmd"), [fl.FlightEndpoint(b"tick", [])], 5, -1, app_metadata=b"meta"
+    )
+    assert proto.encode(info) == theirs.serialize()
+    assert proto.decode("Ticket", fl.Ticket(b"t").serialize()).ticket == b"t"
+    action = proto.decode("Action", fl.Action("Kind", b"body").serialize())
+    assert (action.type, action.body) == ("Kind", b"body")
+    path = proto.decode("FlightDescriptor", fl.FlightDescriptor.for_path("x").serialize())
+    assert path.type != proto.DESCRIPTOR_CMD and list(path.path) == ["x"]
+    with pytest.raises(ValueError, match="not a valid Ticket"):
+        proto.decode("Ticket", b"\xff\xff\xff")
+
+
+def test_flight_data_frames_an_ipc_message() -> None:
+    # field 2 (data_header) then field 1000 (data_body), each length-delimited; 300 needs a two-byte varint
+    assert proto.flight_data(b"h" * 300, b"body") == b"\x12\xac\x02" + b"h" * 300 + b"\xc2\x3e\x04body"
+    assert proto.flight_data(b"h") == b"\x12\x01h"  # a schema message: no body
