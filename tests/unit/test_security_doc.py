@@ -28,3 +28,19 @@ def test_every_claim_section_names_a_test() -> None:
     for section in re.split(r"^### ", claims, flags=re.M)[1:]:
         title = section.splitlines()[0]
         assert REF.search(section), f"section {title!r} of docs/security.md names no test"
+
+
+#: Settings that look like limits but bound no input from others (a work size the node chooses for itself).
+NOT_A_LIMIT = {"spark.warmup_rows": "the size of the worker's own JIT warm-up"}
+LIMIT_NAME = re.compile(
+    r"max|timeout|budget|bytes|rate|burst|deadline|per_|keep|seconds|window|strikes|ignore|marks|rows|ratio|columns"
+)
+
+
+def test_every_limit_setting_is_in_the_limits_tables() -> None:
+    from config import iter_fields
+
+    limits = DOC.read_text().split("## Limits: every one", 1)[1]
+    keys = [key for key, *_ in iter_fields() if LIMIT_NAME.search(key.split(".")[1])]
+    missing = [k for k in keys if f"`{k}`" not in limits and k not in NOT_A_LIMIT]
+    assert not missing, f"limits missing from docs/security.md's Limits tables: {missing}"
