@@ -38,6 +38,8 @@ ALLOWED = {
     "p2p.errors.P2PError": "the libp2p adapter's error; node.errors.peer_failure maps it where node code calls p2p",
     "p2p.errors.P2PTimeout": "as P2PError (a TimeoutError: peer_failure makes it PeerTimeout)",
     "p2p.errors.P2PBadInput": "as P2PError (a ValueError: peer_failure makes it InvalidInput)",
+    "node.api.flight_rpc.Refused": "control flow in the Flight face: a gRPC status and its one line (a node error "
+    "becomes one by its HTTP status, flight_rpc.refusal)",
     "p2p.errors.FrameRefused": "as P2PError: a peer's frame too long or over the budget; the stream is reset",
     "spark_worker.protocol.ProtocolError": "a malformed frame on the worker socket; the node makes it a SparkError",
     "spark_worker.guard.Refused": "control flow in the worker: sent to the node as kind 'refused' (SparkRefused)",
