@@ -24,7 +24,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -613,6 +613,16 @@ async def test_full_disk_during_pull_is_507_and_retry_works(
         pd.testing.assert_frame_equal(await dataset_frame(client, "copy"), expected(big))
 
 
+def in_process_asker(client: Any) -> Callable[[str], Awaitable[tuple[int, dict[str, Any]]]]:
+    """``ask(sql)`` over the dataset ``t`` through an in-process node's API client: (status, body)."""
+
+    async def ask(sql: str) -> tuple[int, dict[str, Any]]:
+        resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"t": "t"}})
+        return resp.status, await resp.json()
+
+    return ask
+
+
 async def test_full_disk_during_query_publish_is_507_and_hits_still_answer(
     tmp_path: Path, small_disk: Path, kubo_session: ManagedKubo
 ) -> None:
@@ -622,9 +632,7 @@ async def test_full_disk_during_query_publish_is_507_and_hits_still_answer(
         status, created = await ingest(client, big, name="t")
         assert status == 201, created
 
-        async def ask(sql: str) -> tuple[int, dict[str, Any]]:
-            resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"t": "t"}})
-            return resp.status, await resp.json()
+        ask = in_process_asker(client)
 
         status, groups = await ask(GROUPS)  # computed while there is room (and the worker warm)
         assert status == 200 and groups["source"] == "computed", groups
@@ -655,9 +663,7 @@ async def test_full_disk_during_a_query_miss_in_spark_is_507(
         status, created = await ingest(client, big, name="t")
         assert status == 201, created
 
-        async def ask(sql: str) -> tuple[int, dict[str, Any]]:
-            resp = await client.post("/api/v0/query", json={"sql": sql, "inputs": {"t": "t"}})
-            return resp.status, await resp.json()
+        ask = in_process_asker(client)
 
         status, groups = await ask(GROUPS)  # the worker started and warm while there is room
         assert status == 200 and groups["source"] == "computed", groups
