@@ -445,10 +445,6 @@ class Settings:
     peers: PeerSettings = field(default_factory=PeerSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
-    @property
-    def config_path(self) -> Path:
-        return self.home / "config.toml"
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"home": str(self.home)}
         for name in SECTIONS:

@@ -538,13 +538,6 @@ class SparkTimeout(SparkError):
 # -- provenance (node.provenance; docs/provenance.md) ---------------------------------------------------------
 
 
-class NotBuilt(CairnError):
-    """A mode of an operation this node does not have yet (verify by recomputing): said plainly, not faked. A 4xx,
-    not 501: the request is well-formed and the node cannot do it; a client may ask the other mode (offline)."""
-
-    status = 422
-
-
 class BlockMissing(NotFound):
     """A block a walk needs that this node does not hold and that did not come within the deadline (or was not
     asked for: offline). A lineage shows it as a ``missing`` node; verify as a check it could not make."""

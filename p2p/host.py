@@ -156,7 +156,6 @@ class P2PHost:
         self._reusable: set[str] = set()  # request protocols whose streams are kept per peer (trio side reads it)
         self._kept: dict[tuple[str, str], _Kept] = {}  # (peer id, protocol) -> an idle stream kept open (trio side)
         self._on_connected: list[PeerCallback] = []
-        self._on_disconnected: list[PeerCallback] = []
         self._addrs: list[str] = []
         self._stopped = False
         #: Inbound gossip RPC frames refused (malformed, cut short or oversized): each resets that peer's stream.
@@ -344,10 +343,6 @@ class P2PHost:
         does not replay old messages: use this to send a new peer what it missed (:meth:`send_direct`)."""
         self._on_connected.append(callback)
 
-    def on_peer_disconnected(self, callback: PeerCallback) -> None:
-        """Call ``callback(peer_id)`` when the last connection to a peer closes."""
-        self._on_disconnected.append(callback)
-
     async def connect(self, addr: str, timeout: float | None = None) -> str:
         """Dial a full multiaddr (``…/p2p/<peer id>``) and return the peer id. The address is
         remembered. Raises :class:`P2PBadInput` for a bad address, :class:`P2PError` (one line) for an
@@ -504,9 +499,6 @@ class P2PHost:
         # was never caught up (issue 16; test_network_catchup). Duplicates (simultaneous dials) are harmless.
         if (flipped and live) or up:
             for cb in self._on_connected:
-                self._bridge.to_loop(self._spawn_callback, cb, pid)
-        elif flipped:
-            for cb in self._on_disconnected:
                 self._bridge.to_loop(self._spawn_callback, cb, pid)
 
     def _start_mdns_dialer(self) -> None:

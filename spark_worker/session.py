@@ -209,21 +209,6 @@ _SPARK_INTERNAL = frozenset(
 
 UNSET = "<unset>"  # how the profile shows a setting with no value (Spark's "<undefined>" default)
 
-_LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
-
-
-def local_cores(master: str) -> int | None:
-    """Cores of a ``local``/``local[N]``/``local[*]``/``local[N,F]`` master; None for a cluster."""
-    m = _LOCAL.fullmatch(master.strip())
-    if not m:
-        return None
-    n = m.group(1)
-    if n is None:
-        return 1
-    if n == "*":
-        return os.cpu_count() or 1
-    return max(1, int(n))
-
 
 def defaults(master: str) -> dict[str, str]:
     """Settings a --conf may override (cluster deployments must, e.g. ``spark.driver.host``)."""

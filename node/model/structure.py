@@ -50,9 +50,5 @@ class Structure(Kind):
     def names(self) -> list[str]:
         return [n for n, _ in self.schema]
 
-    @property
-    def is_abstract(self) -> bool:
-        return all(n == f"col_{i}" for i, (n, _) in enumerate(self.schema))
-
     def abstract(self) -> Structure:
         return Structure(self.format, tuple((f"col_{i}", t) for i, (_, t) in enumerate(self.schema)))

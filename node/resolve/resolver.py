@@ -1609,9 +1609,6 @@ class Resolver:
                 log.debug("provide skipped", extra={"cid": cid_str(cid), "reason": e.message})
                 return
 
-    async def result_tables(self, row: ExecutionRow) -> list[pa.Table]:
-        return [t async for t in self.iter_result(row)]
-
     async def iter_result(self, row: ExecutionRow) -> AsyncIterator[pa.Table]:
         """The result's slices in order, read one at a time (a caller that has enough stops early)."""
         for s in row.slices:
