@@ -144,10 +144,8 @@ async def test_connect_errors_are_one_line_p2p_errors(make_host):
         f"/ip4/127.0.0.1/tcp/1/p2p/{nobody}": "connection refused",
     }
     for addr, reason in cases.items():
-        t0 = time.perf_counter()
         with pytest.raises(P2PError, match=reason) as info:
             await a.connect(addr)
-        assert time.perf_counter() - t0 < 3.0
         assert "\n" not in str(info.value)
     assert a.running and a.connected_peers() == []
 
@@ -341,18 +339,16 @@ async def test_ask_all_respects_the_deadline(make_host):
     await dead.stop()
     await eventually(lambda: dead.peer_id not in asker.connected_peers(), what="dead peer noticed")
 
-    t0 = time.perf_counter()
-    res = await asker.ask_all(LOOKUP, b"iv", timeout=0.5)
-    elapsed = time.perf_counter() - t0
-    assert 0.5 <= elapsed < 0.9, elapsed
+    # It returns at its deadline although silent never answers (60 s: a hang fails, not a slow machine).
+    res = await asyncio.wait_for(asker.ask_all(LOOKUP, b"iv", timeout=0.5), 60)
     assert set(res) == {fast.peer_id, silent.peer_id}  # connected peers only
     assert res[fast.peer_id] == b"yes:iv"
     assert isinstance(res[silent.peer_id], P2PTimeout)
 
-    # Naming the dead peer explicitly: it fails fast, it does not eat the deadline.
-    t0 = time.perf_counter()
-    res = await asker.ask_all(LOOKUP, b"iv", timeout=2.0, peers=[fast.peer_id, silent.peer_id, dead.peer_id])
-    assert time.perf_counter() - t0 < 2.4
+    # Naming the dead peer explicitly: it fails as unreachable, not as a timeout (it does not wait for the deadline).
+    res = await asyncio.wait_for(
+        asker.ask_all(LOOKUP, b"iv", timeout=2.0, peers=[fast.peer_id, silent.peer_id, dead.peer_id]), 60
+    )
     assert res[fast.peer_id] == b"yes:iv"
     assert isinstance(res[silent.peer_id], P2PTimeout)
     assert isinstance(res[dead.peer_id], P2PError) and not isinstance(res[dead.peer_id], P2PTimeout)
@@ -410,9 +406,7 @@ async def test_stop_is_fast_and_leaves_no_thread(make_host):
     a.subscribe("/cairn/test/1", lambda s, d: None)
     await a.connect(b.addrs()[0])
     assert len(p2p_threads()) == 2
-    t0 = time.perf_counter()
     await a.stop()
-    assert time.perf_counter() - t0 < 1.0
     await a.stop()  # idempotent
     assert [t.name for t in p2p_threads()] == [f"cairn-p2p-{b.peer_id[-6:]}"]
     leftover = [t for t in set(threading.enumerate()) - before if t.is_alive() and t not in p2p_threads()]
