@@ -8,7 +8,6 @@ it at once from the record (B from A's claim, checked); ``retry`` computes it ag
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -45,20 +44,18 @@ async def pair(kubo_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> A
         yield {"a": a, "a_client": a_client, "b": b, "b_client": b_client}
 
 
-async def _failed(client: Any, **body: Any) -> tuple[str, float]:
-    """A query that must be refused as a failure: its one-line message and how long the answer took (s)."""
-    t0 = time.perf_counter()
+async def _failed(client: Any, **body: Any) -> str:
+    """A query that must be refused as a failure: its one-line message."""
     status, out = await query(client, {"sql": DIVIDE, "inputs": INPUTS, **body})
-    elapsed = time.perf_counter() - t0
     assert status == 422 and out["error"]["type"] == "RecordedFailure", out
     message = out["error"]["message"]
     assert "\n" not in message and "DIVIDE_BY_ZERO (22012)" in message and "--retry" in message, message
-    return message, elapsed
+    return message
 
 
 async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(pair: dict[str, Any]) -> None:
     a, b = pair["a"], pair["b"]
-    first, _ = await _failed(pair["a_client"])
+    first = await _failed(pair["a_client"])
     assert first.startswith("failed here: DIVIDE_BY_ZERO") and a.resolver.computed == 1, first
     _, iv, _ = await _invocation(a)
     row = a.index.execution(iv)
@@ -78,11 +75,11 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     checked = await resp.json()
     assert resp.status == 200 and checked["ok"], checked  # offline verify: the execution failed, as recorded
     # Asked again on A: the record, at once, without Spark.
-    again, took = await _failed(pair["a_client"])
-    assert again.startswith("recorded failure: DIVIDE_BY_ZERO") and a.resolver.computed == 1 and took < 1.0
+    again = await _failed(pair["a_client"])
+    assert again.startswith("recorded failure: DIVIDE_BY_ZERO") and a.resolver.computed == 1  # no second Spark job
     assert row.execution in again and row.receipt in again
     # B (trusts A) gets A's recorded failure, checked, and keeps it: Spark never starts on B.
-    from_peer, _ = await _failed(pair["b_client"])
+    from_peer = await _failed(pair["b_client"])
     assert from_peer.startswith(f"recorded by peer signer {a.identity.node_key}"), from_peer
     assert row.execution in from_peer and b.resolver.computed == 0 and not b.spark.worker.alive()
     kept = b.index.execution(iv)
@@ -91,7 +88,7 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     assert rc_ == 1 and err.decode().startswith("error: recorded failure: DIVIDE_BY_ZERO"), err
     assert len(err.decode().strip().splitlines()) == 1 and b.resolver.computed == 0
     # retry computes again (Spark runs; it fails the same way), on A through the API.
-    retried, _ = await _failed(pair["a_client"], retry=True)
+    retried = await _failed(pair["a_client"], retry=True)
     assert retried.startswith("failed here: DIVIDE_BY_ZERO") and a.resolver.computed == 2
     status, out = await query(pair["a_client"], {"sql": DIVIDE, "inputs": INPUTS, "retry": "yes"})
     assert status == 400 and '"retry"' in out["error"]["message"]
