@@ -199,9 +199,10 @@ class Calls:
         with self._lock:
             return len(self._open), self.streams(), self._reserved
 
-    def sweep(self) -> int:
-        """Cancel the calls that have waited on their clients too long; how many were cancelled."""
-        now = time.monotonic()
+    def sweep(self, now: float | None = None) -> int:
+        """Cancel the calls that have waited on their clients too long at ``now`` (monotonic seconds; the clock's
+        reading when None); how many were cancelled."""
+        now = time.monotonic() if now is None else now
         with self._lock:
             late = [w for w in self._open if not w.cancelled and now - (w.since or now) > self.idle_timeout]
             for w in late:

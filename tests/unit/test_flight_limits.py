@@ -4,7 +4,6 @@ is cancelled, one that waits on the node is not."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import grpc
@@ -59,12 +58,14 @@ def test_a_call_waiting_on_its_client_past_the_idle_timeout_is_cancelled() -> No
     calls = Calls(Limits(idle_timeout=5))
     waiting, working, fresh = Context(), Context(), Context()
     w1, calls_working, w3 = calls.enter(waiting), calls.enter(working), calls.enter(fresh)
-    w1.since = time.monotonic() - 6  # its client has owed it something for 6 s
-    w3.since = time.monotonic()  # and this one since now
+    now = 1000.0  # a clock reading given to the sweep: the test owns time, the machine's load cannot move it
+    w1.since = now - 6  # its client has owed it something for 6 s
+    w3.since = now - 1  # and this one for 1 s
     assert calls_working.since is None  # waiting on the node (a query, a slice): never the client's fault
-    assert calls.sweep() == 1
+    assert calls.sweep(now) == 1
     assert waiting.cancelled and not working.cancelled and not fresh.cancelled
-    assert calls.sweep() == 0  # cancelled once
+    assert calls.sweep(now) == 0  # cancelled once
+    assert calls.sweep(now + 4.5) == 1 and fresh.cancelled  # 5.5 s: past the timeout too
     with w3.waiting():
         pass
     assert w3.since is None
