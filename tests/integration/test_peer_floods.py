@@ -7,9 +7,10 @@ through."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -118,6 +119,16 @@ def claims_signed_by(node: Node, keys: set[str]) -> int:
     return sum(c.signer in keys for c in node.index.claims(limit=10**6))
 
 
+@contextlib.asynccontextmanager
+async def running(*hosts: P2PHost) -> AsyncIterator[None]:
+    """The attacker's and the honest peers' hosts, started together and stopped whatever the test did."""
+    await asyncio.gather(*(h.start() for h in hosts))
+    try:
+        yield
+    finally:
+        await asyncio.gather(*(h.stop() for h in hosts))
+
+
 async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through(
     kubo_session: ManagedKubo, tmp_path: Path
 ) -> None:
@@ -126,8 +137,7 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
     async with inprocess_node(tmp_path / "victim", kubo_session, **QUOTAS) as (node, client):
         assert node.network is not None
         net = node.network
-        await asyncio.gather(mallory.start(), alice.start(), eve.start())
-        try:
+        async with running(mallory, alice, eve):
             for h in (mallory, alice, eve):
                 h.subscribe(TOPIC, lambda s, d: None)
                 await h.connect(net.host.addrs()[0])
@@ -182,8 +192,6 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
             ann = {s.labels["outcome"]: s.value for s in fams["cairn_announcements"].samples}
             assert ann["accepted"] == net.accepted >= 1 and ann["refused:limit"] == net.counters()["limit"] >= 1
             assert fams["cairn_peers"].samples[0].value == len(net.host.connected_peers())
-        finally:
-            await asyncio.gather(mallory.stop(), alice.stop(), eve.stop())
 
 
 async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_session: ManagedKubo, tmp_path: Path) -> None:
@@ -192,8 +200,7 @@ async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_sessio
     async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
         assert node.network is not None
         net = node.network
-        await asyncio.gather(mallory.start(), alice.start())
-        try:
+        async with running(mallory, alice):
             for h in (mallory, alice):
                 await h.connect(net.host.addrs()[0])
             victim_key, forger = generate(), generate()
@@ -213,8 +220,6 @@ async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_sessio
             assert signers_from(node, alice.peer_id) == {good.node_key}
             assert node.index.claim_count(peer=alice.peer_id) == 2
             assert len(node.index.refusals()) == 5  # bad messages are logged; what an ignored peer sends is not
-        finally:
-            await asyncio.gather(mallory.stop(), alice.stop())
 
 
 async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, tmp_path: Path) -> None:
@@ -236,8 +241,7 @@ async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, 
     async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
         assert node.network is not None
         net = node.network
-        await asyncio.gather(mallory.start(), alice.start())
-        try:
+        async with running(mallory, alice):
             for h in (mallory, alice):
                 await h.connect(net.host.addrs()[0])
             both = {mallory.peer_id, alice.peer_id}  # a lookup asks the peers the victim has seen connect
@@ -253,8 +257,6 @@ async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, 
             mallory.set_handler(LOOKUP, garbage)
             got = await net.lookup(cid_for(b"any invocation"))
             assert got[mallory.peer_id] == [] and net.counters()["malformed"] == 1
-        finally:
-            await asyncio.gather(mallory.stop(), alice.stop())
 
 
 FRESH_ORIGINS = 1000  # announcements, each from a fresh origin and a fresh key, over one connection
@@ -274,8 +276,7 @@ async def test_gossip_from_fresh_origins_over_one_connection_is_limited_by_that_
     async with inprocess_node(tmp_path / "victim", kubo_session, **settings) as (node, _client):
         assert node.network is not None
         net = node.network
-        await asyncio.gather(mallory.start(), alice.start())
-        try:
+        async with running(mallory, alice):
             for h in (mallory, alice):
                 h.subscribe(TOPIC, lambda s, d: None)
                 await h.connect(net.host.addrs()[0])
@@ -301,8 +302,6 @@ async def test_gossip_from_fresh_origins_over_one_connection_is_limited_by_that_
                 lambda: node.index.claim_count(peer=alice.peer_id) == 2,
                 poke=lambda: alice.publish(TOPIC, later),
             )
-        finally:
-            await asyncio.gather(mallory.stop(), alice.stop())
 
 
 async def test_a_replayed_announcement_costs_the_replayer_not_its_signer(
@@ -321,8 +320,7 @@ async def test_a_replayed_announcement_costs_the_replayer_not_its_signer(
     async with inprocess_node(home, kubo_session, **QUOTAS) as (node, _client):
         assert node.network is not None
         net = node.network
-        await asyncio.gather(bob.start(), mallory.start(), carol.start(), dave.start())
-        try:
+        async with running(bob, mallory, carol, dave):
             for h in (bob, mallory, carol):
                 h.subscribe(TOPIC, lambda s, d: None)
                 await h.connect(net.host.addrs()[0])
@@ -367,8 +365,6 @@ async def test_a_replayed_announcement_costs_the_replayer_not_its_signer(
                 lambda: dave_key.node_key in signers_from(node, carol.peer_id),
                 poke=lambda: dave.publish(TOPIC, relayed),
             )
-        finally:
-            await asyncio.gather(bob.stop(), mallory.stop(), carol.stop(), dave.stop())
 
     # After a restart, the watermark still tells the replay (from a new connection): refused, bob's key charged
     # nothing.
