@@ -1,4 +1,4 @@
-"""The clock rule end to end (issue 12 item 1): an in-process node (real Kubo, real Spark worker) answers HTTP 400 with
+"""The clock rule end to end: an in-process node (real Kubo, real Spark worker) answers HTTP 400 with
 the rule id for every clock spelling of tests/unit/test_query_clock.py and runs nothing, and fixed-format dates
 still work, with the rows DuckDB computes from the same CSV."""
 
