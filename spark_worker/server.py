@@ -6,7 +6,7 @@ Threads:
   at once, even while a job runs);
 - ``--max-jobs`` job threads (default 2) take jobs in arrival order, each with its own SparkSession
   (``spark.newSession()``: its own temp views and SQL settings, one SparkContext), so that one long job
-  does not hold every other behind it (issue 15). A thread owns its job's job group, so a job whose
+  does not hold every other behind it. A thread owns its job's job group, so a job whose
   client went away is cancelled. Each job's answer depends only on its plan and the pinned settings,
   not on what runs beside it (shuffle partitions and input splits are fixed: session.py).
 
@@ -335,8 +335,8 @@ class Worker:
                     raise Cancelled()
             result = spark.sql(job.statement)
             if not self.remote:  # both read the driver JVM's plan objects, which a Connect client has not
-                guard.check(spark, result)  # the second wall: Spark's own plan (issue 12, spark_worker/guard.py)
-                budget.check_plan(spark, result, job.limits)  # refused before it runs (issue 15)
+                guard.check(spark, result)  # the second wall: Spark's own plan (spark_worker/guard.py)
+                budget.check_plan(spark, result, job.limits)  # refused before it runs (spark_worker/budget.py)
             if job.cancelled.is_set():
                 raise Cancelled()
             order = results.send_result(
@@ -392,7 +392,7 @@ class Worker:
         from pyspark.errors import AnalysisException, PySparkException
 
         # An error that did not come from Java (py4j's lost connection) may be the JVM dying: wait for its exit,
-        # so the job is answered "died" and not as a runtime error of its own (the race seen in CI, issue 15).
+        # so the job is answered "died" and not as a runtime error of its own (a race seen in CI).
         if not self.jvm_alive(wait=0.0 if _from_java(exc) else JVM_EXIT_WAIT_S):
             # -XX:+ExitOnOutOfMemoryError (session.py) ends the JVM on an OOM, the watchdog kills a stalled
             # one; the worker then exits too, and the node restarts it.
@@ -477,7 +477,7 @@ class Worker:
         return True
 
     def _watchdog(self) -> None:
-        """Kill a JVM that burns no CPU for ``stall_s`` while a job runs (issue 15: after an OOM in its Arrow
+        """Kill a JVM that burns no CPU for ``stall_s`` while a job runs (after an OOM in its Arrow
         thread a job sat "running" at 0 % CPU forever). A long task that computes is never touched: only
         CPU time counts, not finished tasks. The job thread then answers "died" and the worker exits."""
         proc = self.jvm_proc()
@@ -584,7 +584,7 @@ class Worker:
 
     def progress(self, job_id: object) -> dict[str, Any]:
         """Spark's stages and tasks so far for a running job (its job group), from the status tracker: what a
-        client shows while it waits (issue 16)."""
+        client shows while it waits."""
         with self.lock:
             running = isinstance(job_id, str) and job_id in self.running
         if not running:
@@ -821,7 +821,7 @@ ORPHAN_KILL_S = 3 * STOP_GRACE_S + 5  # longer than a clean stop can take (job, 
 def _watch_parent(parent_pid: int) -> None:
     """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid(). An orphan that has
     not stopped cleanly within ORPHAN_KILL_S (a JVM wedged by an OOM, a thread stuck in py4j) kills itself
-    and its JVM: issue 15 saw an orphaned worker and JVM (780 MB) live on for 10+ minutes."""
+    and its JVM: without it, an orphaned worker and JVM (780 MB) live on for 10+ minutes."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     log.warning("parent process %d is gone; stopping", parent_pid)
@@ -886,7 +886,7 @@ def _warm_up(worker: Worker) -> None:
 
 # Filter, group, aggregate and order over the common column types: the plan shape of most queries. After the
 # small warm-up, the first such query on real data still took 2x a warm one (JIT of the Parquet readers,
-# aggregation and sort, code generation); after these two it took as long as a warm one (issue 18 item 7).
+# aggregation and sort, code generation); after these two it took as long as a warm one.
 JIT_SQL = (
     "SELECT col_2, col_0 % 97 AS b, COUNT(*) AS n, SUM(col_1) AS s, MIN(col_0) AS m FROM a "
     "WHERE col_1 > {c} GROUP BY col_2, col_0 % 97 ORDER BY col_2, b"
@@ -1058,7 +1058,7 @@ def _serve(worker: Worker) -> int:
         os.close(worker.wake_w)
         log.info("exited")
     # Spark and its JVM are stopped: end now, so that no thread or atexit hook left by PySpark/py4j can hold
-    # the process at interpreter shutdown (an orphan must end; issue 15).
+    # the process at interpreter shutdown (an orphan must end).
     logging.shutdown()
     os._exit(code)
 

@@ -208,7 +208,7 @@ def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any
     return ev
 
 
-# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
+# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (swept at start, or they would pile up):
 # ingest-*, pull-* (datasets), inputs-*, result-* (queries), and upload-* (an upload's spool file, written by
 # node/api/server.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
 # needed after a restart.
@@ -246,7 +246,7 @@ def _labelled(source: Any, label: str | None) -> Iterator[None]:
 @contextmanager
 def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
     """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
-    a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
+    a clear 507 ``InsufficientStorage``, not a 500 or a 502; the caller removes its work files."""
     try:
         yield
     except (OSError, KuboError) as e:
@@ -257,7 +257,7 @@ def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
 
 
 def bound_arrow_memory() -> None:
-    """Make Arrow give freed memory back to the system at once (issue 18: an ingest's RSS bounded by its slices, and
+    """Make Arrow give freed memory back to the system at once (so an ingest's RSS stays bounded by its slices, and
     flat whatever the input's size).
 
     With pyarrow's default pool (mimalloc) the node's peak during `scripts/bench/ingest.py` was 536 MB for 1 GB and
@@ -303,8 +303,8 @@ class Datasets:
         self._building: dict[CID, asyncio.Future[Version]] = {}
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
         self._projections: OrderedDict[CID, projecting.Projection] = OrderedDict()  # same bound as versions
-        # head → the logical hasher after its rows: a version that appends to it resumes from there (issue 18
-        # item 7: a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
+        # head → the logical hasher after its rows: a version that appends to it resumes from there (without
+        # it, a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
         self._hashers: OrderedDict[str, LogicalHasher] = OrderedDict()
 
     # -- objects ------------------------------------------------------------------------------
@@ -542,7 +542,7 @@ class Datasets:
         to its commit (storing and pinning the chain, moving the head), which then runs to its end."""
         if strategy not in ("append", "ledger", "snapshot"):
             raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
-        if create:  # a new name must be printable (issue 15); an existing one is looked up as it is
+        if create:  # a new name must be printable (names are printed raw); an existing one is looked up as it is
             check_dataset_name(name)
         elif not name:
             raise InvalidInput("give the name of the dataset to append to")
@@ -638,7 +638,7 @@ class Datasets:
     async def _write_slices(
         self, batches: Iterator[pa.RecordBatch], schema: pa.Schema, got: _Ingest, work: Path
     ) -> None:
-        """Three stages overlap (issue 18): the reader thread parses and cuts slice n+1, worker threads write and
+        """Three stages overlap: the reader thread parses and cuts slice n+1, worker threads write and
         hash slice n, and Kubo adds slice n-1. Slices are written, added and listed in their order, so the bytes,
         the CIDs and the AddData event are those of one slice at a time. At most two slices are held in memory."""
         adding: asyncio.Future[tuple[AddedFile, Path, int, str]] | None = None
