@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.readers import InputLimits, check_parquet_file
-from node.datasets.service import Datasets, disk_full_is_507
+from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
+from node.datasets.workdirs import disk_full_is_507
 from node.errors import (
     CairnError,
     Conflict,
