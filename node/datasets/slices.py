@@ -185,13 +185,11 @@ def take_canonical(holder: list[pa.Table]) -> pa.Table:
     """
     table = holder.pop()
     fields = list(table.schema)
-    pending: list[pa.ChunkedArray | None] = list(table.columns)
+    pending = table.columns[::-1]  # taken from the end: the first column first, each out of the list once taken
     del table
     columns = []
-    for i in range(len(pending)):
-        column = pending[i]
-        pending[i] = None
-        assert column is not None
+    while pending:
+        column = pending.pop()
         columns.append(_canonical_column(column))
         del column
     schema = pa.schema([pa.field(f.name, c.type) for f, c in zip(fields, columns, strict=True)])
