@@ -1,4 +1,4 @@
-"""Slices fetched by CID into the cache, and read as Parquet while their bytes arrive (issue 18 item 5).
+"""Slices fetched by CID into the cache, and read as Parquet while their bytes arrive.
 
 A peer's large result is checked slice by slice: each slice's bytes must give its CID, and its rows are decoded
 and hashed. Parquet's footer (where every column chunk is) comes last in the file, so decoding used to wait for a

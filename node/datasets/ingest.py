@@ -78,8 +78,8 @@ def _labelled(source: Any, label: str | None) -> Iterator[None]:
 
 
 def bound_arrow_memory() -> None:
-    """Make Arrow give freed memory back to the system at once (issue 18: an ingest's RSS bounded by its slices, and
-    flat whatever the input's size).
+    """Make Arrow give freed memory back to the system at once (an ingest's RSS bounded by its slices, and flat
+    whatever the input's size).
 
     With pyarrow's default pool (mimalloc) the node's peak during `scripts/bench/ingest.py` was 536 MB for 1 GB and
     605 MB for 4 GB of CSV; with jemalloc returning dirty pages at once, 491 and 495 MB. The price: ~12 % more CPU
@@ -140,7 +140,7 @@ class Ingest:
         to its commit (storing and pinning the chain, moving the head), which then runs to its end."""
         if strategy not in ("append", "ledger", "snapshot"):
             raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
-        if create:  # a new name must be printable (issue 15); an existing one is looked up as it is
+        if create:  # a new name must be printable (it is shown everywhere); an existing one is looked up as it is
             check_dataset_name(name)
         elif not name:
             raise InvalidInput("give the name of the dataset to append to")

@@ -1,5 +1,5 @@
-"""An ingest's batches cut into slices, written, hashed and added to Kubo, three stages overlapping (issue 18): the
-reader thread parses and cuts slice n+1, worker threads write and hash slice n, and Kubo adds slice n-1."""
+"""An ingest's batches cut into slices, written, hashed and added to Kubo, three stages overlapping on the node's
+cores: the reader thread parses and cuts slice n+1, worker threads write and hash slice n, and Kubo adds slice n-1."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ async def write_slices(
     work: Path,
     rows_per_slice: int,
 ) -> None:
-    """Three stages overlap (issue 18): the reader thread parses and cuts slice n+1, worker threads write and
+    """Three stages overlap: the reader thread parses and cuts slice n+1, worker threads write and
     hash slice n, and Kubo adds slice n-1. Slices are written, added and listed in their order, so the bytes,
     the CIDs and the AddData event are those of one slice at a time. At most two slices are held in memory."""
     adding: asyncio.Future[tuple[AddedFile, Path, int, str]] | None = None

@@ -180,8 +180,8 @@ def take_canonical(holder: list[pa.Table]) -> pa.Table:
     """The canonical form (one chunk per column, canonical types) of the one table in ``holder``, taken out of it.
 
     The same table :func:`write_parquet_slice` writes (writing it again changes nothing), made so that the input is
-    held about once, not twice: each column's chunks are released as soon as its one-chunk copy exists (issue 18:
-    ingest memory bounded by one slice). ``holder`` is the only reference the caller keeps.
+    held about once, not twice: each column's chunks are released as soon as its one-chunk copy exists (an
+    ingest's memory bounded by one slice). ``holder`` is the only reference the caller keeps.
     """
     table = holder.pop()
     fields = list(table.schema)

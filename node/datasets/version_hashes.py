@@ -24,8 +24,8 @@ class VersionHashes:
         self.index = index
         self.cache = cache
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
-        # head → the logical hasher after its rows: a version that appends to it resumes from there (issue 18
-        # item 7: a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
+        # head → the logical hasher after its rows: a version that appends to it resumes from there (without it,
+        # a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
         self._hashers: OrderedDict[str, LogicalHasher] = OrderedDict()
 
     async def version_hash(self, v: Version) -> tuple[str, int]:

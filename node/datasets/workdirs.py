@@ -13,7 +13,7 @@ from node.errors import InsufficientStorage, KuboError
 
 log = logging.getLogger("cairn.datasets")
 
-# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
+# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (a crash must not fill the disk over time):
 # ingest-*, pull-* (datasets), inputs-*, result-* (queries), and upload-* (an upload's spool file, written by
 # node/api/server.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
 # needed after a restart.
@@ -38,7 +38,8 @@ def sweep_tmp(tmp_dir: Path) -> int:
 @contextmanager
 def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
     """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
-    a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
+    a clear 507 ``InsufficientStorage`` (the client can act on it), not a 500 or a 502; the caller removes its work
+    files."""
     try:
         yield
     except (OSError, KuboError) as e:

@@ -1,4 +1,4 @@
-"""A proof's CAR file as the block source of the offline checks, with no node and no network (issue 17 item 3).
+"""A proof's CAR file as the block source of the offline checks, with no node and no network.
 
 The file is read strictly before any check runs (docs/provenance.md "Proofs"): a CARv1 header that names exactly
 one root; then sections to the last byte, each a minimal length varint, a CID and bytes that hash to that CID,

@@ -1,4 +1,4 @@
-"""Once-per-version work is done after an ingest, not by the first query (issue 18 item 7).
+"""Once-per-version work is done after an ingest, not by the first query.
 
 A version's logical hash (the invocation binds it) took a first miss hundreds of milliseconds on a large input.
 The node now computes it in the background as soon as a version is added; a query asking at the same time shares

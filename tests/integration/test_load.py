@@ -1,4 +1,4 @@
-"""A node under load, bounded (issue 15 item 6): the bench's own driver (scripts/bench/load.py) in small.
+"""A node under load, bounded: the bench's own driver (scripts/bench/load.py) in small.
 
 One real node process (`cairn node start`: its managed Kubo, its Spark worker) holds a generated CSV. The module
 runs the bench's phases once, with 50 hit clients for 5 s, 5 miss clients for 5 s and ``/healthz`` sampled every
@@ -97,7 +97,7 @@ def test_hits_under_load_are_all_right_and_from_the_index(loaded: tuple[Any, dic
 
 
 def test_the_trivial_route_baseline_is_measured_in_the_same_run(loaded: tuple[Any, dict[str, Any]]) -> None:
-    """Hits/s are judged against GET /api/v0/trust by the same clients (issue 18); reported, not asserted."""
+    """Hits/s are judged against GET /api/v0/trust by the same clients; reported, not asserted."""
     _, figures = loaded
     _clean({**figures["trivial_route"], "wrong_answers": 0})
     assert figures["trivial_route"]["requests"] >= 50

@@ -1,6 +1,6 @@
-"""The CID-keyed slice cache (issue 12 item 4) against a real Kubo: concurrent and cancelled fetches, hashing
+"""The CID-keyed slice cache against a real Kubo: concurrent and cancelled fetches, hashing
 before the rename, and re-verification of a cached file that is suspect; slices decoded while they arrive, which
-count only once their bytes gave their CID (issue 18 item 5)."""
+count only once their bytes gave their CID."""
 
 from __future__ import annotations
 

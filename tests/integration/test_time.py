@@ -1,4 +1,4 @@
-"""A dataset as of an earlier version (issue 17 item 6, "Time"): ``NAME@-N`` and ``NAME@BLOCKCID`` wherever a dataset
+"""A dataset as of an earlier version ("Time"): ``NAME@-N`` and ``NAME@BLOCKCID`` wherever a dataset
 ref is resolved. One in-process node on the session's real Kubo with its real Spark worker: ``sales`` is ingested
 (v1), queried, then appended to (v2). Expected rows come from DuckDB and pandas over the v1 CSV bytes, not from
 Cairn. ``snap`` is a snapshot dataset (two states): queried as its state "as at" each block (ODF "Projection"),
