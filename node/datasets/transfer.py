@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.readers import InputLimits, check_parquet_file
-from node.datasets.service import Datasets, disk_full_is_507
+from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
+from node.datasets.workdirs import disk_full_is_507
 from node.errors import (
     CairnError,
     Conflict,
@@ -116,7 +117,8 @@ def _why(e: BaseException) -> str:
 class _HttpSource:
     """A peer's ODF Simple Transfer Protocol endpoint: ``{base}/refs/head``, ``/blocks/{cid}``, ``/data/{cid}``.
 
-    Nothing it sends is echoed in an error: messages say what was wrong (status, size, "not a CID").
+    Nothing it sends is echoed in an error (it may be any bytes, made to mislead a reader): messages say what was
+    wrong (status, size, "not a CID").
     Redirects are followed only within the source's origin (scheme, host, port), at most ``_MAX_REDIRECTS``."""
 
     def __init__(self, base: str, timeout: float) -> None:
@@ -189,7 +191,7 @@ class _HttpSource:
 
     async def head(self) -> CID:
         data = await self._read("/refs/head", _MAX_HEAD_BYTES)
-        try:  # a foreign answer may be any bytes (a UnicodeDecodeError must not be a 500; never echoed)
+        try:  # a foreign answer may be any bytes (UnicodeDecodeError was a 500; never echoed)
             return parse_cid(data.decode("ascii").strip())
         except (UnicodeDecodeError, CairnError):
             raise PullRefused(f"{self.base}/refs/head answered {len(data)} bytes that are not a CID") from None
@@ -484,7 +486,7 @@ async def _discard(src: _Source) -> None:
 
 class Pulls:
     """The pulls running on a node, so that a stopping node ends them at once instead of waiting for a slow source
-    (a slow-drip pull would hold shutdown). Each pull runs as its own task: cancelling it leaves the request
+    (a slow-drip pull held shutdown). Each pull runs as its own task: cancelling it leaves the request
     that asked for it to answer 503."""
 
     def __init__(self) -> None:

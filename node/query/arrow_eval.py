@@ -236,9 +236,9 @@ def forward(statement: str, old: pa.Table, new: pa.Table) -> pa.Table | None:
     group = tree.args.get("group")
     if group is None:
         return union
-    assert isinstance(tree, exp.Select)  # evaluate took it
-    outs = _outputs(tree)
-    assert outs is not None
+    outs = _outputs(tree) if isinstance(tree, exp.Select) else None
+    if outs is None:  # never: evaluate took the statement (a SELECT whose outputs are named _0, _1, …)
+        return None
     keys = {g.sql(dialect="spark") for g in group.expressions}
     merged, by = [], []
     for i, (alias, e) in enumerate(outs):

@@ -137,7 +137,7 @@ async def test_an_appended_versions_hash_resumes_from_the_older_ones(nodes: Any,
     oracle = await info(b, (await add(b, write(tmp_path, "whole.csv", whole), "--name", "resume-whole"))["name"])
     got = await info(a, heads[-1])
     assert (got["logicalHash"], got["rows"]) == (oracle["logicalHash"], oracle["rows"]) == (got["logicalHash"], 6)
-    assert set(heads) <= set(a.node.datasets._hashers)  # each version's hasher kept for the next to resume
+    assert set(heads) <= set(a.node.datasets.hashes._hashers)  # each version's hasher kept for the next to resume
 
 
 async def test_added_column_allowed_other_schema_changes_refused(nodes: Any, tmp_path: Path) -> None:

@@ -200,9 +200,9 @@ async def test_the_state_invocation_binds_content_and_is_reused(timed: dict[str,
     chain, so its question is the same invocation (reused, no Spark job) while its changelog is another."""
     node, client = timed["node"], timed["client"]
     first = await ask(client, STATE, t="snap")
-    node.datasets._projections.clear()  # as after a restart: the remembered file and the slice cache serve it
+    node.datasets.projections._kept.clear()  # as after a restart: the remembered file and the slice cache serve it
     assert (await ask(client, STATE, t="snap"))["invocation"] == first["invocation"]
-    node.datasets._projections.clear()  # forget the projection: the next query folds the changelog again
+    node.datasets.projections._kept.clear()  # forget the projection: the next query folds the changelog again
     for remembered in node.datasets.projections_dir.iterdir():
         remembered.unlink()
     before = jobs(timed)
