@@ -393,7 +393,7 @@ class Datasets:
     async def resolve(self, ref: str) -> tuple[DatasetRow | None, Version]:
         """A name, a dataset id (did:key) or a block CID (a frozen version) → its version; any of them followed by
         ``@BLOCKCID`` (a block of that dataset's chain) or ``@-N`` (N data versions back) → that earlier version."""
-        if "@" in ref and self.index.dataset(ref) is None:  # a name may hold '@': the whole name comes first
+        if "@" in ref and self.index.catalog.dataset(ref) is None:  # a name may hold '@': the whole name comes first
             base, _, when = ref.rpartition("@")
             row, now = await self._resolve_now(base)
             return row, await self._as_of(base, now, when)
@@ -482,7 +482,7 @@ class Datasets:
         return await self.version(cid)
 
     async def _resolve_now(self, ref: str) -> tuple[DatasetRow | None, Version]:
-        row = self.index.dataset(ref) if not ref.startswith("did:") else self.index.dataset_by_id(ref)
+        row = self.index.catalog.dataset(ref) if not ref.startswith("did:") else self.index.catalog.dataset_by_id(ref)
         if row is not None:
             return row, await self.version(parse_cid(row.head))
         if ref.startswith("did:"):
@@ -492,20 +492,20 @@ class Datasets:
         except CairnError:
             raise NotFound(f"no dataset named {ref!r} on this node{self.suggest(ref)}") from None
         v = await self.version(cid, timeout=30.0)
-        return self.index.dataset_by_id(v.dataset_id), v
+        return self.index.catalog.dataset_by_id(v.dataset_id), v
 
     def find_table(self, name: str) -> DatasetRow | None:
         """The dataset a query's table ``name`` names when no ``--input`` declares it. Spark's table names are
         case-insensitive: ``FROM Orders`` finds ``orders`` when no other name differs from it only in case."""
-        row = self.index.dataset(name)
+        row = self.index.catalog.dataset(name)
         if row is None:
-            same = [r for r in self.index.datasets() if r.name.lower() == name.lower()]
+            same = [r for r in self.index.catalog.datasets() if r.name.lower() == name.lower()]
             row = same[0] if len(same) == 1 else None
         return row
 
     def suggest(self, name: str) -> str:
         """`` (did you mean 'orders'?)`` when a dataset of this node has a name close to ``name``, else ``""``."""
-        return did_you_mean(name, (row.name for row in self.index.datasets()))
+        return did_you_mean(name, (row.name for row in self.index.catalog.datasets()))
 
     # -- ingest -------------------------------------------------------------------------------
 
@@ -548,7 +548,7 @@ class Datasets:
             raise InvalidInput("give the name of the dataset to append to")
         pk = list(primary_key or [])
         async with self._lock(name):
-            row = self.index.dataset(name)
+            row = self.index.catalog.dataset(name)
             if create and row is not None:
                 raise InvalidInput(f"dataset {name!r} already exists: append with --to {name}")
             if not create and row is None:
@@ -702,12 +702,12 @@ class Datasets:
     ) -> None:
         if old is None or old.rows == 0:
             # The whole version is this ingest's rows: its logical hash is known now, not at the first query.
-            self.index.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
+            self.index.catalog.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
             self._keep_hasher(head, got.total)
         # Everything is stored and pinned: now, and only now, the head moves.
         if row is None:
-            self.index.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
-        elif not self.index.move_head(name, row.head, cid_str(head)):
+            self.index.catalog.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
+        elif not self.index.catalog.move_head(name, row.head, cid_str(head)):
             raise Conflict(f"dataset {name!r} moved while this ingest ran; nothing was changed")
         if old is not None:
             await self.kubo.pin_rm(old.head, recursive=True)  # covered by the new recursive pin
@@ -763,7 +763,7 @@ class Datasets:
             )
         signer = _Signer(ident.private_key, ident.node_key, "", None, None, 0)
         head = await self._store_chain(signer, blocks, events, shallow=[r.cid for r in refs])
-        self.index.set_version_facts(cid_str(head), *facts)
+        self.index.catalog.set_version_facts(cid_str(head), *facts)
         return head
 
     # -- reading ------------------------------------------------------------------------------
@@ -892,7 +892,7 @@ class Datasets:
         if isinstance(v, projecting.Projection):  # the state's own, not the changelog's (same head)
             return v.logical_hash, v.row_count
         key = cid_str(v.head)
-        cached = self.index.version_facts(key)
+        cached = self.index.catalog.version_facts(key)
         if cached:
             return cached
         running, waiting = self._hashing.get(key, (None, 0))
@@ -927,7 +927,7 @@ class Datasets:
         if hasher is None:
             return ("", 0)
         facts = (str(hasher.finish()), hasher.rows)
-        self.index.set_version_facts(cid_str(v.head), *facts)
+        self.index.catalog.set_version_facts(cid_str(v.head), *facts)
         self._keep_hasher(v.head, hasher)
         return facts
 

@@ -193,7 +193,7 @@ class LineageWalk:
             obj = await self.fetch.obj(cid)
         except Missing as e:
             raise NotFound(f"{cid_str(cid)}: {e.message}") from None
-        row = self.index.executions_by_cid(cid_str(cid)) if isinstance(obj, Execution) else None
+        row = self.index.results.executions_by_cid(cid_str(cid)) if isinstance(obj, Execution) else None
         if row is not None:
             return "receipt", parse_cid(row.receipt), cid
         kinds = {Receipt: "receipt", Execution: "execution", MetadataBlock: "dataset", Invocation: "invocation"}
@@ -276,7 +276,7 @@ class LineageWalk:
     def _producer(self, slices: list[str]) -> ExecutionRow | None:
         if not slices:
             return None
-        for row in self.index.executions_with_slice(slices[0]):
+        for row in self.index.results.executions_with_slice(slices[0]):
             if list(row.slices) == slices:
                 return row
         return None
@@ -294,7 +294,7 @@ class LineageWalk:
         except InvalidInput as e:  # a signature or a link of the chain that does not check: say it on the node
             self._node("dataset", cid, "version whose chain does not check", None, {"chain": f"failed: {e.message}"})
             return
-        row = self.index.dataset_by_id(version.dataset_id)
+        row = self.index.catalog.dataset_by_id(version.dataset_id)
         seed = version.blocks[-1][1].event
         # A derivative version (a pipeline step's result, node.pipelines) names the receipt that wrote its slices.
         made_by = [b.event["transform"] for _, b in version.blocks if b.kind == "AddData" and "transform" in b.event]
@@ -326,14 +326,14 @@ class LineageWalk:
 
     async def _slice(self, cid: CID) -> None:
         key = cid_str(cid)
-        rows = self.index.executions_with_slice(key)
+        rows = self.index.results.executions_with_slice(key)
         label = "slice (a UnixFS file: it names nothing; found through the index)"
         self._node("slice", cid, label, None, {"hash": "not checked here (verify hashes data)"})
         for row in rows:
             self._push("receipt", parse_cid(row.receipt), cid, "output of", "index")
         if rows:
             return
-        for ds in self.index.datasets():
+        for ds in self.index.catalog.datasets():
             version = await self.datasets.version(parse_cid(ds.head), timeout=self.fetch.fetch_timeout)
             if any(cid_str(s.cid) == key for s in version.slices):
                 self._push("dataset", version.head, cid, "slice of", "index")
@@ -341,7 +341,7 @@ class LineageWalk:
         self.graph.nodes[key]["label"] = "slice that no execution or dataset of this node lists: the walk stops"
 
     async def _invocation(self, cid: CID) -> None:
-        row = self.index.execution(cid_str(cid))
+        row = self.index.results.execution(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution of invocation {cid_str(cid)} in this node's index")
         self._node("invocation", cid, "the cache key", None, {})

@@ -467,7 +467,7 @@ class OfflineVerify(Checks):
                 f"not a CID: {ref.strip()[:80]!r} (verify takes a receipt, execution or slice CID)"
             ) from None
         if cid.codec.name in UNIXFS_CODECS:
-            rows = self.index.executions_with_slice(cid_str(cid))
+            rows = self.index.results.executions_with_slice(cid_str(cid))
             if not rows:
                 raise NotFound(f"no execution of this node's index lists the slice {cid_str(cid)}")
             return parse_cid(rows[0].receipt)
@@ -481,9 +481,9 @@ class OfflineVerify(Checks):
             return obj.receipt
         row = None
         if isinstance(obj, Execution):
-            row = self.index.executions_by_cid(cid_str(cid))
+            row = self.index.results.executions_by_cid(cid_str(cid))
         elif isinstance(obj, Invocation):
-            row = self.index.execution(cid_str(cid))
+            row = self.index.results.execution(cid_str(cid))
         if row is not None:
             return parse_cid(row.receipt)
         raise InvalidInput(f"{cid_str(cid)} is not a receipt, or an execution, invocation or slice with one here")
