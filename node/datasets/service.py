@@ -53,12 +53,12 @@ from node.errors import (
     quote,
 )
 from node.index import DatasetRow, Index
-from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.client import AddResult as AddedFile
 from node.ipfs.unixfs import bytes_cid, file_cid
 from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str, decode, decode_object, parse_cid
 from node.model.names import check_dataset_name
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -274,7 +274,7 @@ def bound_arrow_memory() -> None:
 class Datasets:
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         index: Index,
         home: Path,
         rows_per_slice: int = DEFAULT_ROWS_PER_SLICE,

@@ -39,7 +39,6 @@ from node.errors import (
     one_line,
 )
 from node.index import DatasetRow
-from node.ipfs import KuboClient
 from node.ipfs.unixfs import CHUNK, UnixfsHasher
 from node.model import (
     CID,
@@ -53,6 +52,7 @@ from node.model import (
     verify_block,
 )
 from node.model.names import check_dataset_name, name_problem
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -205,7 +205,7 @@ class _HttpSource:
 class _IpfsSource:
     """The same objects fetched by CID through our Kubo (bitswap), starting from a known head."""
 
-    def __init__(self, kubo: KuboClient, head: CID, timeout: float) -> None:
+    def __init__(self, kubo: BlockStore, head: CID, timeout: float) -> None:
         self.kubo, self._head, self.timeout = kubo, head, timeout
         self.base = "ipfs"
         self.brought: list[CID] = []  # what our Kubo fetched for this pull and did not hold before

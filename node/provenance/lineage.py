@@ -5,7 +5,7 @@ execution and the dataset versions (``mb_0`` heads) it read; an ``ex_0`` names i
 an ``mb_0`` version's chain ends at its Seed. What no object links is looked up in the node's index, and said so
 (``via: index``): from a slice to the execution that wrote it or the dataset that holds it, from an ``ex_0`` or an
 ``iv_0`` to its receipt, and from an input slice list to an execution whose output it is (a result that is itself
-an input chains further: pipelines). Every block is re-hashed against its CID as it is read (KuboClient), a
+an input chains further: pipelines). Every block is re-hashed against its CID as it is read (the block store), a
 receipt's signature is checked with its signer's did:key, a dataset version's whole chain with its dataset key
 (ODF "Verifiability": signatures and hashes; data is hashed by ``verify``, not here).
 
@@ -26,7 +26,6 @@ from node.errors import BlockMissing as Missing
 from node.errors import CairnError, InvalidInput, KuboError, KuboTimeout, KuboUnreachable, NotFound
 from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
 from node.model import (
     CID,
     Announcement,
@@ -40,6 +39,7 @@ from node.model import (
     decode_object,
     parse_cid,
 )
+from node.ports.block_store import BlockStore
 
 UNIXFS_CODECS = ("raw", "dag-pb")  # a slice is a UnixFS file: its root is one of these
 
@@ -47,7 +47,7 @@ UNIXFS_CODECS = ("raw", "dag-pb")  # a slice is a UnixFS file: its root is one o
 class Fetcher:
     """Blocks by CID: this node's Kubo first (offline), then the network within a deadline unless ``offline``."""
 
-    def __init__(self, kubo: KuboClient, fetch_timeout: float, offline: bool, deadline: float) -> None:
+    def __init__(self, kubo: BlockStore, fetch_timeout: float, offline: bool, deadline: float) -> None:
         self.kubo, self.fetch_timeout, self.offline, self.deadline = kubo, fetch_timeout, offline, deadline
         self.fetched: set[str] = set()  # CIDs that came from the network during this walk
 
@@ -127,7 +127,7 @@ class LineageWalk:
 
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         datasets: Datasets,
         index: Index,
         *,
