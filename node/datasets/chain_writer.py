@@ -15,8 +15,8 @@ from node.datasets.chain import Version
 from node.datasets.versions import Versions
 from node.errors import CairnError
 from node.index import DatasetRow
-from node.ipfs import KuboClient
 from node.model import CID, Block, MetadataBlock, Structure, block_of, cid_str
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -50,7 +50,7 @@ class ChainWriter:
     """Signs and stores chains in ``kubo``, the keys in ``keys_dir``; the blocks it signs are remembered by
     ``versions``, so that reading the new version decodes none of them again."""
 
-    def __init__(self, kubo: KuboClient, versions: Versions, keys_dir: Path) -> None:
+    def __init__(self, kubo: BlockStore, versions: Versions, keys_dir: Path) -> None:
         self.kubo = kubo
         self.versions = versions
         self.keys_dir = keys_dir

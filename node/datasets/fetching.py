@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from node.errors import InvalidInput, KuboError, SliceCorrupt, SliceFetchStopped
-from node.ipfs import KuboClient
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, cid_str
+from node.ports.block_store import BlockStore
 
 __all__ = ["Arrival", "SliceVisit", "fetch_file", "scan_slices"]
 
@@ -166,7 +166,7 @@ def _metadata(tail: bytes) -> pq.FileMetaData:
     return pq.read_metadata(pa.BufferReader(b"PAR1" + tail[len(tail) - need :]))
 
 
-async def _fetch_tail(kubo: KuboClient, cid: CID, size: int, arrival: Arrival, timeout: float | None) -> None:
+async def _fetch_tail(kubo: BlockStore, cid: CID, size: int, arrival: Arrival, timeout: float | None) -> None:
     want = min(size, TAIL_BYTES)
     while True:
         tail = b"".join([c async for c in kubo.cat(cid, offset=size - want, length=want, timeout=timeout)])
@@ -193,7 +193,7 @@ async def _settle_tail(arrival: Arrival, tail_task: asyncio.Future[None] | None,
 
 
 async def fetch_file(
-    kubo: KuboClient, cid: CID, path: Path, *, timeout: float | None = None, arrival: Arrival | None = None
+    kubo: BlockStore, cid: CID, path: Path, *, timeout: float | None = None, arrival: Arrival | None = None
 ) -> Path:
     """Fetch the UnixFS file ``cid`` to ``path`` (atomically: a temp file renamed once its bytes give ``cid``).
 
@@ -248,7 +248,7 @@ async def fetch_file(
     return path
 
 
-async def _forget(kubo: KuboClient, cid: CID) -> None:
+async def _forget(kubo: BlockStore, cid: CID) -> None:
     """A refused slice leaves our Kubo (its blocks came by bitswap, each true to its own CID, but the file is not
     one of ours): not kept, not served by /ipfs/. A pinned block stays."""
     try:
@@ -288,7 +288,7 @@ async def _decoded(cid: CID, arrival: Arrival, visit: SliceVisit, i: int) -> Non
 
 
 async def scan_slices(
-    kubo: KuboClient,
+    kubo: BlockStore,
     cache_dir: Path,
     cids: list[CID],
     visit: SliceVisit,

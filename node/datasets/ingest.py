@@ -32,9 +32,9 @@ from node.datasets.versions import Versions
 from node.datasets.workdirs import disk_full_is_507
 from node.errors import CairnError, Conflict, InvalidInput, NotFound
 from node.index import DatasetRow, Index
-from node.ipfs import KuboClient
 from node.model import CID, Structure, cid_str, parse_cid
 from node.model.names import check_dataset_name
+from node.ports.block_store import BlockStore
 
 DEFAULT_ROWS_PER_SLICE = 1 << 20
 
@@ -98,7 +98,7 @@ class Ingest:
 
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         index: Index,
         *,
         versions: Versions,

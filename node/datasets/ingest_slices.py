@@ -15,8 +15,8 @@ from node.datasets.chain import SliceRef
 from node.datasets.ingest_batches import Ingested
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slices import iter_slices, take_canonical, write_parquet_slice
-from node.ipfs import KuboClient
 from node.ipfs.client import AddResult as AddedFile
+from node.ports.block_store import BlockStore
 
 
 class Prefetch:
@@ -98,12 +98,12 @@ def _record(got: Ingested, added: AddedFile, path: Path, rows: int, lh: str) -> 
     got.offset += rows
 
 
-async def _add_file(kubo: KuboClient, path: Path, rows: int, lh: str) -> tuple[AddedFile, Path, int, str]:
+async def _add_file(kubo: BlockStore, path: Path, rows: int, lh: str) -> tuple[AddedFile, Path, int, str]:
     return await kubo.add(path, pin=False), path, rows, lh
 
 
 async def write_slices(
-    kubo: KuboClient,
+    kubo: BlockStore,
     batches: Iterator[pa.RecordBatch],
     schema: pa.Schema,
     got: Ingested,

@@ -16,8 +16,8 @@ from node.datasets.chain import SliceRef, Version
 from node.datasets.slice_cache import SliceCache
 from node.datasets.versions import MEMO_VERSIONS
 from node.datasets.workdirs import disk_full_is_507
-from node.ipfs import KuboClient
 from node.model import CID, cid_str
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -26,7 +26,7 @@ class Projections:
     """Snapshot versions' states: their slices written to ``cache``, added to ``kubo``; their records in
     ``projections_dir``; the work done under ``tmp_dir``."""
 
-    def __init__(self, kubo: KuboClient, cache: SliceCache, projections_dir: Path, tmp_dir: Path) -> None:
+    def __init__(self, kubo: BlockStore, cache: SliceCache, projections_dir: Path, tmp_dir: Path) -> None:
         self.kubo = kubo
         self.cache = cache
         self.projections_dir = projections_dir  # HEAD.json: the state of a snapshot version

@@ -33,8 +33,8 @@ from node.datasets.version_hashes import VersionHashes
 from node.datasets.versions import Versions
 from node.datasets.workdirs import disk_full_is_507, sweep_tmp
 from node.index import DatasetRow, Index
-from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure
+from node.ports.block_store import BlockStore
 
 __all__ = ["AddResult", "Datasets", "disk_full_is_507"]
 
@@ -45,7 +45,7 @@ class Datasets:
 
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         index: Index,
         home: Path,
         rows_per_slice: int = DEFAULT_ROWS_PER_SLICE,

@@ -16,10 +16,10 @@ from node.datasets.chain import SliceRef, Version
 from node.datasets.fetching import SliceVisit, fetch_file, scan_slices
 from node.datasets.slices import read_slice, read_slice_head, slice_schema
 from node.errors import InvalidInput
-from node.ipfs import KuboClient
 from node.ipfs.client import CHUNK_SIZE
 from node.ipfs.unixfs import bytes_cid, file_cid
 from node.model import CID, cid_str
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -27,7 +27,7 @@ log = logging.getLogger("cairn.datasets")
 class SliceCache:
     """Slices by CID in ``cache_dir``, fetched from ``kubo`` when missing."""
 
-    def __init__(self, kubo: KuboClient, cache_dir: Path) -> None:
+    def __init__(self, kubo: BlockStore, cache_dir: Path) -> None:
         self.kubo = kubo
         self.cache_dir = cache_dir
 

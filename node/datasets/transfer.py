@@ -40,7 +40,6 @@ from node.errors import (
     one_line,
 )
 from node.index import DatasetRow
-from node.ipfs import KuboClient
 from node.ipfs.unixfs import CHUNK, UnixfsHasher
 from node.model import (
     CID,
@@ -54,6 +53,7 @@ from node.model import (
     verify_block,
 )
 from node.model.names import check_dataset_name, name_problem
+from node.ports.block_store import BlockStore
 
 log = logging.getLogger("cairn.datasets")
 
@@ -207,7 +207,7 @@ class _HttpSource:
 class _IpfsSource:
     """The same objects fetched by CID through our Kubo (bitswap), starting from a known head."""
 
-    def __init__(self, kubo: KuboClient, head: CID, timeout: float) -> None:
+    def __init__(self, kubo: BlockStore, head: CID, timeout: float) -> None:
         self.kubo, self._head, self.timeout = kubo, head, timeout
         self.base = "ipfs"
         self.brought: list[CID] = []  # what our Kubo fetched for this pull and did not hold before
@@ -357,13 +357,13 @@ def _register(
     if existing is None:
         local = name or default_name or v.info.get("title") or v.dataset_id
         # A name from the source (URL tail, title) that could not be typed here gives way to the id.
-        if name_problem(local) or ds.index.dataset(local) is not None:
+        if name_problem(local) or ds.index.catalog.dataset(local) is not None:
             local = name or v.dataset_id.removeprefix("did:key:")
-        if ds.index.dataset(local) is not None:
+        if ds.index.catalog.dataset(local) is not None:
             raise InvalidInput(f"a dataset named {local!r} exists here already: pull with --name")
-        ds.index.create_dataset(local, v.dataset_id, cid_str(head), None, "")
+        ds.index.catalog.create_dataset(local, v.dataset_id, cid_str(head), None, "")
         return local
-    if existing.head != cid_str(head) and not ds.index.move_head(existing.name, existing.head, cid_str(head)):
+    if existing.head != cid_str(head) and not ds.index.catalog.move_head(existing.name, existing.head, cid_str(head)):
         raise Conflict(f"dataset {existing.name!r} moved while pulling; nothing was changed")
     return existing.name
 
@@ -415,7 +415,7 @@ async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
         v = build_version(head, blocks, structures)
     except CairnError as e:
         raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
-    existing = ds.index.dataset_by_id(v.dataset_id)
+    existing = ds.index.catalog.dataset_by_id(v.dataset_id)
     _refuse_divergence(existing, head, v)
     missing = [s for s in v.slices if not (ds.cache_dir / f"{s.cid}.parquet").exists()]
     _refuse_over_caps(ds.limits, src, structures, missing)

@@ -10,8 +10,8 @@ from typing import Any
 
 from node.datasets.chain import Version, build_version
 from node.errors import InvalidInput, InvalidObject
-from node.ipfs import KuboClient
 from node.model import CID, MetadataBlock, Structure, decode, decode_object
+from node.ports.block_store import BlockStore
 
 MEMO_VERSIONS = 256  # versions kept built (see Versions.version)
 
@@ -19,7 +19,7 @@ MEMO_VERSIONS = 256  # versions kept built (see Versions.version)
 class Versions:
     """The checked objects of dataset chains read from ``kubo``, and the versions they make."""
 
-    def __init__(self, kubo: KuboClient) -> None:
+    def __init__(self, kubo: BlockStore) -> None:
         self.kubo = kubo
         self._blocks: dict[CID, MetadataBlock] = {}  # immutable: a cache never goes stale
         self._structures: dict[CID, Structure] = {}

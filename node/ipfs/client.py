@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextvars
 import json
 import os
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import blake3
@@ -39,7 +37,6 @@ from multiformats import CID
 
 from node.errors import (
     ConfigError,
-    InvalidInput,
     KuboCIDMismatch,
     KuboError,
     KuboNotFound,
@@ -50,16 +47,26 @@ from node.errors import (
     one_line,
 )
 from node.ipfs.addr import api_base_url, unix_socket_path
+from node.ipfs.behind import WritesBehind
 from node.ipfs.car import CarHeaderReader, CarVerifier, check_block
+from node.ipfs.sources import chunks_of
 from node.model.cid import CODECS, blake3_cid, cid_for, cid_str, parse_cid, same_cid
+from node.ports.block_store import (
+    AddResult,
+    BlockStat,
+    BlockStore,
+    KeyInfo,
+    KuboVersion,
+    NamePublished,
+    NodeIdentity,
+    PeerInfo,
+    Source,
+)
 
 DEFAULT_API = "http://127.0.0.1:5001"
 CHUNK_SIZE = 1 << 20  # UnixFS leaves: fixed 1 MiB chunks (DESIGN.md, bulk data)
-READ_SIZE = 1 << 20  # how much of a file we read at a time when uploading it
 SLACK = 2.0  # our own deadline trails Kubo's, so Kubo's error (with its message) wins the race
 T = TypeVar("T")
-
-Source = bytes | bytearray | memoryview | str | os.PathLike[str] | AsyncIterable[bytes]
 
 # Kubo's "Code" is 0 for almost every error; these texts are its "does not exist" answers.
 _NOT_FOUND = (
@@ -71,56 +78,6 @@ _NOT_FOUND = (
     "no key by the given name",
 )
 _CODE_NOT_FOUND = 3  # go-ipfs-cmds ErrNotFound, in case a command uses it
-
-
-@dataclass(frozen=True)
-class AddResult:
-    cid: CID
-    size: int  # what Kubo reports: bytes of the whole UnixFS DAG (leaves plus nodes)
-    name: str
-    file_size: int  # bytes we uploaded
-
-
-@dataclass(frozen=True)
-class BlockStat:
-    cid: CID
-    size: int
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    id: str
-    addrs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class NodeIdentity:
-    id: str
-    public_key: str
-    addresses: tuple[str, ...]  # full multiaddrs, with /p2p/<id>
-    agent_version: str
-    protocols: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class KuboVersion:
-    version: str  # "0.42.0"
-    commit: str
-    repo: str
-    system: str
-    golang: str
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    name: str
-    id: str  # the IPNS name (base36 k51…)
-
-
-@dataclass(frozen=True)
-class NamePublished:
-    name: str
-    value: str  # the path it points to, /ipfs/<cid>
 
 
 def _go_duration(seconds: float) -> str:
@@ -183,10 +140,6 @@ def classify(path: str, message: str, code: int | None, http_status: int, timeou
     return KuboRPCError(path, message, code, http_status)
 
 
-# Set inside a write-behind task (``KuboClient.write_behind``): its own calls do not wait for it.
-_BEHIND: contextvars.ContextVar[bool] = contextvars.ContextVar("kubo_write_behind", default=False)
-
-
 class KuboClient:
     """One aiohttp session per client; every method is one RPC call (or a stream of one)."""
 
@@ -212,7 +165,7 @@ class KuboClient:
         self._provide_path: str | None = None  # learnt on first use: provide/once, else routing/provide
         self.calls: Counter[str] = Counter()  # RPC calls by path (metrics: cairn_kubo_calls_total)
         self.errors: Counter[str] = Counter()  # …of which failed (cairn_kubo_errors_total)
-        self._behind: set[asyncio.Task[Any]] = set()  # writes still running in the background (write_behind)
+        self._writes = WritesBehind()  # writes still running in the background (write_behind)
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -220,15 +173,7 @@ class KuboClient:
         """Run ``write`` (calls of this client) in the background: every call made on this client after this
         one waits for it first, so that this node reads its own writes; the write's own calls do not wait.
         Its failure is the caller's to handle (the task's result)."""
-
-        async def run() -> T:
-            _BEHIND.set(True)  # in this task's own context
-            return await write
-
-        task = asyncio.ensure_future(run())
-        self._behind.add(task)
-        task.add_done_callback(self._behind.discard)
-        return task
+        return self._writes.start(write)
 
     @property
     def api_url(self) -> str:
@@ -273,8 +218,7 @@ class KuboClient:
         timeout: float | None = None,
         stream: bool = False,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        if self._behind and not _BEHIND.get():
-            await asyncio.wait(list(self._behind))  # not gather: a caller cancelled here must not cancel the writes
+        await self._writes.settle()
         limit = timeout if timeout is not None else (self.stream_timeout if stream else self.timeout)
         query = [(k, _param(v)) for k, v in params if v is not None]
         query.append(("timeout", _go_duration(limit)))
@@ -521,7 +465,7 @@ class KuboClient:
                 header.feed(chunk)
                 yield chunk
 
-        body = _multipart(watched(_chunks(source)), "car")
+        body = _multipart(watched(chunks_of(source)), "car")
         lines = await self._json_lines(
             "dag/import", [("pin-roots", pin_roots)], body=body, timeout=timeout, stream=True
         )
@@ -556,7 +500,7 @@ class KuboClient:
             ("only-hash", only_hash),
             ("progress", False),
         ]
-        body = _multipart(meter.wrap(_chunks(source)), name)
+        body = _multipart(meter.wrap(chunks_of(source)), name)
         lines = await self._json_lines("add", params, body=body, timeout=timeout, stream=True)
         entries = [o for o in lines if "Hash" in o]
         if not entries:
@@ -799,42 +743,6 @@ def _multipart(payload: Any, filename: str = "data") -> aiohttp.MultipartWriter:
     return writer
 
 
-def _chunks(source: Source) -> AsyncIterator[bytes]:
-    """bytes, a file path (read a chunk at a time off the loop) or an async iterator of bytes.
-
-    A path is opened here, before any request starts, so a missing file fails early and plainly.
-    """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return _from_bytes(memoryview(source))
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            f = open(source, "rb")  # noqa: SIM115 -- closed by _from_file
-        except OSError as e:
-            raise InvalidInput(f"cannot read {os.path.basename(os.fspath(source))}: {e.strerror}") from e
-        return _from_file(f)
-    if isinstance(source, AsyncIterable):
-        return _from_async(source)
-    raise InvalidInput(f"cannot upload a {type(source).__name__}: give bytes, a path or an async iterator of bytes")
-
-
-async def _from_bytes(view: memoryview) -> AsyncIterator[bytes]:
-    for i in range(0, len(view), READ_SIZE):
-        yield bytes(view[i : i + READ_SIZE])
-
-
-async def _from_file(f: BinaryIO) -> AsyncIterator[bytes]:
-    try:
-        while chunk := await asyncio.to_thread(f.read, READ_SIZE):
-            yield chunk
-    finally:
-        f.close()
-
-
-async def _from_async(source: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    async for chunk in source:
-        yield bytes(chunk)
-
-
 class _Meter:
     """Counts the bytes going up and hashes the first chunk's worth (enough to check a one-leaf file)."""
 
@@ -851,3 +759,8 @@ class _Meter:
 
     def digest(self) -> bytes:
         return self._hasher.digest()
+
+
+def _conforms(client: KuboClient) -> BlockStore:
+    """Checked by mypy: the client is a BlockStore (the in-memory twin's check: node/ipfs/memory.py)."""
+    return client

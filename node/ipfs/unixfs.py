@@ -49,13 +49,19 @@ class _Node:
         self.cid, self.file_size, self.tsize = cid, file_size, tsize
 
 
-def _branch(children: list[_Node]) -> _Node:
+Sink = list[tuple[CID, bytes]] | None  # where the blocks built go, when they are wanted (not only the CID)
+
+
+def _branch(children: list[_Node], sink: Sink = None) -> _Node:
     """A dag-pb UnixFS File node over ``children`` (PBNode: Links first, then Data; PBLink: Hash, Name "", Tsize)."""
     links = b"".join(_field(2, _field(1, bytes(c.cid)) + _field(2, b"") + b"\x18" + _varint(c.tsize)) for c in children)
     size = sum(c.file_size for c in children)
     data = b"\x08\x02" + b"\x18" + _varint(size) + b"".join(b"\x20" + _varint(c.file_size) for c in children)
     block = links + _field(1, data)
-    return _Node(_cid("dag-pb", block), size, len(block) + sum(c.tsize for c in children))
+    cid = _cid("dag-pb", block)
+    if sink is not None:
+        sink.append((cid, block))
+    return _Node(cid, size, len(block) + sum(c.tsize for c in children))
 
 
 class UnixfsHasher:
@@ -110,15 +116,15 @@ def file_cid(path: Path) -> CID:
         return read_cid(f.read)
 
 
-def _balanced(leaves: list[_Node]) -> _Node:
+def _balanced(leaves: list[_Node], sink: Sink = None) -> _Node:
     """boxo's balanced layout: the smallest depth that holds every leaf, full subtrees filled left to right."""
     depth, capacity = 1, MAX_LINKS
     while capacity < len(leaves):
         depth, capacity = depth + 1, capacity * MAX_LINKS
-    return _fill(leaves, 0, depth)[0]
+    return _fill(leaves, 0, depth, sink)[0]
 
 
-def _fill(leaves: list[_Node], start: int, depth: int) -> tuple[_Node, int]:
+def _fill(leaves: list[_Node], start: int, depth: int, sink: Sink) -> tuple[_Node, int]:
     """The node of ``depth`` over leaves from ``start``, and the index after its last leaf."""
     children: list[_Node] = []
     i = start
@@ -127,6 +133,19 @@ def _fill(leaves: list[_Node], start: int, depth: int) -> tuple[_Node, int]:
             children.append(leaves[i])
             i += 1
         else:
-            child, i = _fill(leaves, i, depth - 1)
+            child, i = _fill(leaves, i, depth - 1, sink)
             children.append(child)
-    return _branch(children), i
+    return _branch(children, sink), i
+
+
+def file_dag(data: bytes | memoryview) -> tuple[CID, int, list[tuple[CID, bytes]]]:
+    """The UnixFS DAG Kubo's ``add`` builds over ``data``: its root, the root's Tsize (the ``Size`` Kubo reports:
+    every block's bytes) and the blocks themselves, leaves first."""
+    view = memoryview(data)
+    blocks = [
+        (cid_for(bytes(view[i : i + CHUNK]), "raw"), bytes(view[i : i + CHUNK])) for i in range(0, len(view), CHUNK)
+    ]
+    blocks = blocks or [(cid_for(b"", "raw"), b"")]  # an empty file is one empty raw leaf
+    leaves = [_Node(c, len(b), len(b)) for c, b in blocks]
+    root = leaves[0] if len(leaves) == 1 else _balanced(leaves, blocks)
+    return root.cid, root.tsize, blocks

@@ -36,7 +36,6 @@ from node.errors import (
 )
 from node.identity import Identity
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
 from node.lru import Lru
 from node.model import (
     CID,
@@ -48,12 +47,15 @@ from node.model import (
     parse_cid,
 )
 from node.peers.limits import Admission, Limits, Replays
+from node.ports.block_store import BlockStore
+from node.ports.peer_host import PeerHost
 from node.resolve import Resolver
 from node.resolve.carry import CARRY_BLOCKS, CARRY_CAP, claim_blocks
 from node.resolve.claims import MAX_PROVIDERS, UNREACHABLE, check_announcement, provider_ok
 from node.resolve.resolver import VERIFIED_LABELS
 from p2p.addrs import reachability_order
 from p2p.host import HostLimits, P2PError, P2PHost, P2PTimeout
+from p2p.memory import MemoryHost
 
 log = logging.getLogger("cairn.network")
 
@@ -87,22 +89,14 @@ class Network:
         identity: Identity,
         resolver: Resolver,
         index: Index,
-        kubo: KuboClient,
+        kubo: BlockStore,
         peerstore: Any,
+        host: PeerHost | None = None,
     ) -> None:
+        """``host``: the transport (None: a libp2p host made from ``settings``; ``p2p.memory.MemoryHost`` runs the
+        node on an in-memory network)."""
         self.settings, self.identity, self.resolver, self.index, self.kubo = settings, identity, resolver, index, kubo
-        try:
-            self.host = P2PHost(
-                identity.seed,
-                settings.listen,
-                peerstore_path=peerstore,
-                bootstrap=settings.bootstrap,
-                mdns=settings.mdns,
-                announce=settings.announce,
-                limits=_host_limits(settings),
-            )
-        except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
-            raise ConfigError(f"p2p host: {e}") from None
+        self.host: PeerHost = host if host is not None else _libp2p_host(settings, identity, peerstore)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.admission = Admission(_limits(settings), replays=Replays(stored=index.signer_mark))
         self._providers_cache: tuple[float, list[str]] | None = None
@@ -504,6 +498,26 @@ class Network:
                 await self.host.forget(peer, disconnect=False)
                 return
             log.info("catch-up not delivered", extra={"peer": peer, "error": str(e)})
+
+
+def _libp2p_host(settings: PeerSettings, identity: Identity, peerstore: Any) -> P2PHost:
+    try:
+        return P2PHost(
+            identity.seed,
+            settings.listen,
+            peerstore_path=peerstore,
+            bootstrap=settings.bootstrap,
+            mdns=settings.mdns,
+            announce=settings.announce,
+            limits=_host_limits(settings),
+        )
+    except P2PError as e:  # a bad peers.listen / peers.bootstrap multiaddr: the node's own config
+        raise ConfigError(f"p2p host: {e}") from None
+
+
+def _conforms(real: P2PHost, twin: MemoryHost) -> tuple[PeerHost, PeerHost]:
+    """Checked by mypy: the libp2p host and its in-memory twin are PeerHosts."""
+    return real, twin
 
 
 def _host_limits(s: PeerSettings) -> HostLimits:

@@ -24,7 +24,6 @@ from node import clock
 from node.datasets import Datasets
 from node.errors import CairnError, NotFound, quote
 from node.identity import Identity
-from node.ipfs import KuboClient
 from node.model import (
     CID,
     Block,
@@ -45,6 +44,7 @@ from node.model import (
     parse_cid,
 )
 from node.pipelines.spec import PipelineSpec, Step
+from node.ports.block_store import BlockStore
 from node.resolve.claims import bytecode_of
 from node.resolve.resolver import ENGINE_HANDLE
 
@@ -72,7 +72,7 @@ class _Done:
 class PipelineRunner:
     """Runs pipelines for one node; ``pipelines.json`` in the home names each pipeline's latest run."""
 
-    def __init__(self, kubo: KuboClient, datasets: Datasets, identity: Identity, home: Path, query: QueryFn) -> None:
+    def __init__(self, kubo: BlockStore, datasets: Datasets, identity: Identity, home: Path, query: QueryFn) -> None:
         self.kubo, self.datasets, self.identity, self.query = kubo, datasets, identity, query
         self.heads_file = home / "pipelines.json"
         self._locks: dict[str, asyncio.Lock] = {}

@@ -5,7 +5,7 @@ execution and the dataset versions (``mb_0`` heads) it read; an ``ex_0`` names i
 an ``mb_0`` version's chain ends at its Seed. What no object links is looked up in the node's index, and said so
 (``via: index``): from a slice to the execution that wrote it or the dataset that holds it, from an ``ex_0`` or an
 ``iv_0`` to its receipt, and from an input slice list to an execution whose output it is (a result that is itself
-an input chains further: pipelines). Every block is re-hashed against its CID as it is read (KuboClient), a
+an input chains further: pipelines). Every block is re-hashed against its CID as it is read (the block store), a
 receipt's signature is checked with its signer's did:key, a dataset version's whole chain with its dataset key
 (ODF "Verifiability": signatures and hashes; data is hashed by ``verify``, not here).
 
@@ -26,7 +26,6 @@ from node.errors import BlockMissing as Missing
 from node.errors import CairnError, InvalidInput, KuboError, KuboTimeout, KuboUnreachable, NotFound
 from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
 from node.model import (
     CID,
     Announcement,
@@ -40,6 +39,7 @@ from node.model import (
     decode_object,
     parse_cid,
 )
+from node.ports.block_store import BlockStore
 
 UNIXFS_CODECS = ("raw", "dag-pb")  # a slice is a UnixFS file: its root is one of these
 
@@ -47,7 +47,7 @@ UNIXFS_CODECS = ("raw", "dag-pb")  # a slice is a UnixFS file: its root is one o
 class Fetcher:
     """Blocks by CID: this node's Kubo first (offline), then the network within a deadline unless ``offline``."""
 
-    def __init__(self, kubo: KuboClient, fetch_timeout: float, offline: bool, deadline: float) -> None:
+    def __init__(self, kubo: BlockStore, fetch_timeout: float, offline: bool, deadline: float) -> None:
         self.kubo, self.fetch_timeout, self.offline, self.deadline = kubo, fetch_timeout, offline, deadline
         self.fetched: set[str] = set()  # CIDs that came from the network during this walk
 
@@ -127,7 +127,7 @@ class LineageWalk:
 
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         datasets: Datasets,
         index: Index,
         *,
@@ -193,7 +193,7 @@ class LineageWalk:
             obj = await self.fetch.obj(cid)
         except Missing as e:
             raise NotFound(f"{cid_str(cid)}: {e.message}") from None
-        row = self.index.executions_by_cid(cid_str(cid)) if isinstance(obj, Execution) else None
+        row = self.index.results.executions_by_cid(cid_str(cid)) if isinstance(obj, Execution) else None
         if row is not None:
             return "receipt", parse_cid(row.receipt), cid
         kinds = {Receipt: "receipt", Execution: "execution", MetadataBlock: "dataset", Invocation: "invocation"}
@@ -276,7 +276,7 @@ class LineageWalk:
     def _producer(self, slices: list[str]) -> ExecutionRow | None:
         if not slices:
             return None
-        for row in self.index.executions_with_slice(slices[0]):
+        for row in self.index.results.executions_with_slice(slices[0]):
             if list(row.slices) == slices:
                 return row
         return None
@@ -294,7 +294,7 @@ class LineageWalk:
         except InvalidInput as e:  # a signature or a link of the chain that does not check: say it on the node
             self._node("dataset", cid, "version whose chain does not check", None, {"chain": f"failed: {e.message}"})
             return
-        row = self.index.dataset_by_id(version.dataset_id)
+        row = self.index.catalog.dataset_by_id(version.dataset_id)
         seed = version.blocks[-1][1].event
         # A derivative version (a pipeline step's result, node.pipelines) names the receipt that wrote its slices.
         made_by = [b.event["transform"] for _, b in version.blocks if b.kind == "AddData" and "transform" in b.event]
@@ -326,14 +326,14 @@ class LineageWalk:
 
     async def _slice(self, cid: CID) -> None:
         key = cid_str(cid)
-        rows = self.index.executions_with_slice(key)
+        rows = self.index.results.executions_with_slice(key)
         label = "slice (a UnixFS file: it names nothing; found through the index)"
         self._node("slice", cid, label, None, {"hash": "not checked here (verify hashes data)"})
         for row in rows:
             self._push("receipt", parse_cid(row.receipt), cid, "output of", "index")
         if rows:
             return
-        for ds in self.index.datasets():
+        for ds in self.index.catalog.datasets():
             version = await self.datasets.version(parse_cid(ds.head), timeout=self.fetch.fetch_timeout)
             if any(cid_str(s.cid) == key for s in version.slices):
                 self._push("dataset", version.head, cid, "slice of", "index")
@@ -341,7 +341,7 @@ class LineageWalk:
         self.graph.nodes[key]["label"] = "slice that no execution or dataset of this node lists: the walk stops"
 
     async def _invocation(self, cid: CID) -> None:
-        row = self.index.execution(cid_str(cid))
+        row = self.index.results.execution(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution of invocation {cid_str(cid)} in this node's index")
         self._node("invocation", cid, "the cache key", None, {})

@@ -21,9 +21,9 @@ import pyarrow as pa
 from node.datasets import Datasets
 from node.errors import KuboError, KuboUnreachable, NotFound
 from node.index import Index
-from node.ipfs import KuboClient
 from node.ipfs.car import CarVerifier
 from node.model import CID, cid_str
+from node.ports.block_store import BlockStore
 from node.provenance.car_source import BadCar, CarSource, index_car
 from node.provenance.lineage import Fetcher
 from node.provenance.verify import FAILED, OK, Checks, OfflineVerify, Report, answer
@@ -56,7 +56,7 @@ class _Recorder:
 
     absent = "not held by this node"
 
-    def __init__(self, kubo: KuboClient) -> None:
+    def __init__(self, kubo: BlockStore) -> None:
         self.fetch = Fetcher(kubo, 0.0, offline=True, deadline=float("inf"))
         self.blocks: dict[bytes, tuple[CID, bytes]] = {}
         self.slices: dict[bytes, CID] = {}
@@ -72,7 +72,7 @@ class _Recorder:
 
 
 async def export_proof(
-    kubo: KuboClient, datasets: Datasets, index: Index, ref: str, *, data: bool = True, timeout: float = 60.0
+    kubo: BlockStore, datasets: Datasets, index: Index, ref: str, *, data: bool = True, timeout: float = 60.0
 ) -> tuple[CID, AsyncIterator[bytes]]:
     """The receipt ``ref`` leads to, and the proof's CAR as a stream. Everything that can fail for the caller
     (not a CID, not a result, a block this node lacks) fails here, before the first byte is sent."""
@@ -97,7 +97,7 @@ async def export_proof(
 
 
 async def _stream(
-    kubo: KuboClient, root: CID, blocks: list[tuple[CID, bytes]], slices: list[CID], timeout: float
+    kubo: BlockStore, root: CID, blocks: list[tuple[CID, bytes]], slices: list[CID], timeout: float
 ) -> AsyncIterator[bytes]:
     """The CAR: header, the checks' blocks in the order they were read, then each slice's blocks (once each:
     slices may share leaves). A slice is streamed from Kubo's ``dag export``, never held whole."""

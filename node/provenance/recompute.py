@@ -27,8 +27,8 @@ from node.errors import CairnError, KuboUnreachable
 from node.errors import InvalidInput as NotRun  # a step that could not run, and why (a 4xx elsewhere)
 from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
 from node.model import CID, Block, Invocation, Receipt, cid_str, decode, decode_object, parse_cid
+from node.ports.block_store import BlockStore
 from node.provenance.lineage import UNIXFS_CODECS, LineageWalk
 from node.provenance.verify import OfflineVerify
 from node.resolve.resolver import Resolver
@@ -50,7 +50,7 @@ class _Question:
 class Recompute:
     def __init__(
         self,
-        kubo: KuboClient,
+        kubo: BlockStore,
         datasets: Datasets,
         index: Index,
         resolver: Resolver,

@@ -43,7 +43,6 @@ from node.errors import BlockMissing as Missing
 from node.errors import CairnError, InvalidInput, KuboError, KuboUnreachable, NotFound, ProofLacks
 from node.identity import public_key_from_did
 from node.index import Index
-from node.ipfs import KuboClient
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import (
     CID,
@@ -63,6 +62,7 @@ from node.model import (
     decode_object,
     parse_cid,
 )
+from node.ports.block_store import BlockStore
 from node.provenance.lineage import UNIXFS_CODECS, Fetcher, LineageWalk
 from node.resolve.claims import bytecode_of
 from node.resolve.resolver import ENGINE_HANDLE
@@ -140,7 +140,7 @@ class KuboSource:
 
     absent = "not held by this node"
 
-    def __init__(self, kubo: KuboClient, datasets: Datasets) -> None:
+    def __init__(self, kubo: BlockStore, datasets: Datasets) -> None:
         self.kubo, self.datasets = kubo, datasets
         self.fetch = Fetcher(kubo, 0.0, offline=True, deadline=float("inf"))
 
@@ -436,7 +436,7 @@ class Checks:
 class OfflineVerify(Checks):
     """The checks over this node's Kubo; a ref that is not a receipt is led to one through the index."""
 
-    def __init__(self, kubo: KuboClient, datasets: Datasets, index: Index, lineage: dict[str, Any]) -> None:
+    def __init__(self, kubo: BlockStore, datasets: Datasets, index: Index, lineage: dict[str, Any]) -> None:
         source = KuboSource(kubo, datasets)
         super().__init__(source)
         self.kubo, self.datasets, self.index = kubo, datasets, index
@@ -467,7 +467,7 @@ class OfflineVerify(Checks):
                 f"not a CID: {ref.strip()[:80]!r} (verify takes a receipt, execution or slice CID)"
             ) from None
         if cid.codec.name in UNIXFS_CODECS:
-            rows = self.index.executions_with_slice(cid_str(cid))
+            rows = self.index.results.executions_with_slice(cid_str(cid))
             if not rows:
                 raise NotFound(f"no execution of this node's index lists the slice {cid_str(cid)}")
             return parse_cid(rows[0].receipt)
@@ -481,9 +481,9 @@ class OfflineVerify(Checks):
             return obj.receipt
         row = None
         if isinstance(obj, Execution):
-            row = self.index.executions_by_cid(cid_str(cid))
+            row = self.index.results.executions_by_cid(cid_str(cid))
         elif isinstance(obj, Invocation):
-            row = self.index.execution(cid_str(cid))
+            row = self.index.results.execution(cid_str(cid))
         if row is not None:
             return parse_cid(row.receipt)
         raise InvalidInput(f"{cid_str(cid)} is not a receipt, or an execution, invocation or slice with one here")

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from node.errors import CairnError
-from node.ipfs import KuboClient
 from node.lru import Lru
 from node.model import (
     CID,
@@ -28,6 +27,7 @@ from node.model import (
     decode,
     decode_object,
 )
+from node.ports.block_store import BlockStore
 from node.resolve.claims import connect_providers
 
 log = logging.getLogger("cairn.resolve")
@@ -131,7 +131,7 @@ class FetchAhead:
     carried ones, by the claim's checks when used. ``salt``: this node's key, which picks its share of the claims
     naming no shape."""
 
-    def __init__(self, kubo: KuboClient, budget: int, salt: str = "") -> None:
+    def __init__(self, kubo: BlockStore, budget: int, salt: str = "") -> None:
         self.kubo, self.budget, self.salt = kubo, budget, salt
         self._kept: dict[str, Mapping[bytes, bytes]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}  # execution CID → its fetch under way

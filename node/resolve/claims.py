@@ -34,7 +34,6 @@ from node.datasets import Datasets, LogicalHasher, canonical_type
 from node.errors import CairnError, ClaimRefused, InvalidInput
 from node.identity import public_key_from_did
 from node.index import ExecutionRow
-from node.ipfs import KuboClient
 from node.model import (
     CID,
     Announcement,
@@ -50,6 +49,7 @@ from node.model import (
     decode,
     decode_object,
 )
+from node.ports.block_store import BlockStore
 from node.resolve.failures import recorded
 
 MAX_PROVIDERS = 8  # an announcement naming more is refused: each one may cost a connect attempt
@@ -146,7 +146,7 @@ class Blocks:
     remembered: they are put into our Kubo with the answer (``used_blocks``)."""
 
     def __init__(
-        self, kubo: KuboClient, carried: Mapping[bytes, bytes] | None = None, providers: tuple[str, ...] = ()
+        self, kubo: BlockStore, carried: Mapping[bytes, bytes] | None = None, providers: tuple[str, ...] = ()
     ) -> None:
         self.kubo = kubo
         self.carried = carried or {}
@@ -197,7 +197,7 @@ def provider_ok(addr: object) -> bool:
     return _provider_ok(addr)
 
 
-async def connect_providers(kubo: KuboClient, providers: tuple[str, ...] | list[str]) -> bool:
+async def connect_providers(kubo: BlockStore, providers: tuple[str, ...] | list[str]) -> bool:
     """Reach a peer's Kubo before asking ours for blocks (bitswap does the rest): all providers at once, the
     first that answers wins. False when none could be reached."""
     tasks = [asyncio.ensure_future(kubo.swarm_connect(a, timeout=CONNECT_TIMEOUT)) for a in providers]
@@ -295,7 +295,7 @@ async def _check_inputs(
 
 
 async def fetch_and_verify(
-    kubo: KuboClient,
+    kubo: BlockStore,
     datasets: Datasets,
     an: Announcement,
     want: Asked,

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +44,7 @@ from node.errors import (
     SparkWorkerDied,
     one_line,
 )
+from node.ports.sql_engine import RunResult, SqlEngine
 from node.tally import Timings
 from spark_worker.protocol import (
     PREFIX,
@@ -63,15 +63,6 @@ _job_ids = itertools.count(1)
 REMOTE_SCHEMES = ("hdfs://", "s3a://")  # spark.staging locations Spark reads under their own scheme
 PROGRESS_EVERY_S = 0.5
 _PROGRESS_KEYS = ("running", "stages", "stages_done", "tasks", "tasks_done", "tasks_running")
-
-
-@dataclass(frozen=True)
-class RunResult:
-    table: pa.Table
-    elapsed_ms: float  # in the worker: temp views + Spark + collecting the result as Arrow
-    total_ms: float = 0.0  # seen by the node: the above + serialising, transfer, decoding
-    job: str = ""
-    profile: Mapping[str, Any] = field(default_factory=dict)  # the engine profile of the worker that ran it
 
 
 def _package_root() -> str:
@@ -750,3 +741,8 @@ def _answer_table(header: dict[str, Any], batches: list[pa.RecordBatch], job: st
     holder = [batches[:]]
     batches.clear()
     return _one_chunk_columns(holder, schema)
+
+
+def _conforms(worker: SparkWorker) -> SqlEngine:
+    """Checked by mypy: the worker's handle is a SqlEngine (the twin's check: node/resolve/memory_engine.py)."""
+    return worker

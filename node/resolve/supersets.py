@@ -32,9 +32,9 @@ from node import clock
 from node.datasets import SliceRef, Version, appends
 from node.errors import CairnError
 from node.index import ClaimRow, ExecutionRow, Index
-from node.ipfs import KuboClient
 from node.lru import Lru
 from node.model import Block, Invocation, Query, cid_str, decode, decode_object
+from node.ports.block_store import BlockStore
 from node.query import CanonicalQuery
 from node.query.rewrite import Rewrite, forward, rewrite, shape_key
 from node.resolve.claims import Blocks
@@ -167,7 +167,7 @@ class Statement:
 
 
 async def read_statement(
-    kubo: KuboClient, invocation: str, carried: Mapping[bytes, bytes], providers: tuple[str, ...]
+    kubo: BlockStore, invocation: str, carried: Mapping[bytes, bytes], providers: tuple[str, ...]
 ) -> Statement | None:
     """A peer candidate's iv_0 and qy_0, read from the blocks its lookup answer carried, else our Kubo (its
     providers dialled first) within ``STATEMENT_TIMEOUT`` each; ``None`` when they cannot be read or are not an

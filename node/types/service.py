@@ -22,7 +22,6 @@ from multiformats import CID
 from node.datasets import Datasets
 from node.errors import CairnError, InvalidInput, InvalidObject
 from node.identity import public_key_from_did
-from node.ipfs import KuboClient
 from node.model import Receipt, cid_str, decode, encode, parse_cid
 from node.model.cid import cid_for
 from node.model.functions import BUILTINS, builtin_output
@@ -37,12 +36,13 @@ from node.model.typecheck import (
     unknown_type_checking,
 )
 from node.model.types import Function, Type, object_kind, parse_object
+from node.ports.block_store import BlockStore
 
 EXTERNAL_EXECUTIONS = ("WASM", "IPDR")  # Table 4's externally defined functions
 
 
 class TypeChecks:
-    def __init__(self, kubo: KuboClient, datasets: Datasets, timeout: float) -> None:
+    def __init__(self, kubo: BlockStore, datasets: Datasets, timeout: float) -> None:
         self.kubo, self.datasets, self.timeout = kubo, datasets, timeout
 
     def context(self) -> TypeContext:

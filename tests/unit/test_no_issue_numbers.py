@@ -38,7 +38,6 @@ ALLOWED = {
     "node/api/",
     "node/core.py",
     "node/daemon.py",
-    "node/index.py",
     "tests/fixtures/",
     "tests/test_docs.py",
     "tests/integration/test_p2p_host.py",

@@ -1,0 +1,68 @@
+"""``Index``: the node's index as six repositories (``node.ports.repositories``), on SQLite or in memory."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from node.index.catalog import SqliteCatalog
+from node.index.claims import SqliteClaims
+from node.index.db import Db
+from node.index.executions import SqliteExecutions
+from node.index.flat import FlatMethods
+from node.index.memory import MemoryCatalog, MemoryClaims, MemoryExecutions, MemoryPins, MemoryShapes, MemoryTrust
+from node.index.pins import SqlitePins
+from node.index.shapes import SqliteShapes
+from node.index.trust import SqliteTrust
+from node.ports.repositories import (
+    CatalogRepository,
+    ClaimRepository,
+    ExecutionRepository,
+    PinRepository,
+    ShapeRepository,
+    TrustRepository,
+)
+
+MEMORY = Path(":memory:")  # the path of an index that lives in memory (``Index.in_memory``)
+
+
+class Index(FlatMethods):
+    """``Index(path)``: the SQLite index at ``path`` (its repositories share one connection);
+    ``Index.in_memory()``: the same repositories as in-memory twins."""
+
+    catalog: CatalogRepository
+    results: ExecutionRepository
+    peer_claims: ClaimRepository
+    trust: TrustRepository
+    pins: PinRepository
+    shapes: ShapeRepository
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._store: Db | None = None
+        if path == MEMORY:
+            self.catalog, self.results, self.peer_claims = MemoryCatalog(), MemoryExecutions(), MemoryClaims()
+            self.trust, self.pins, self.shapes = MemoryTrust(), MemoryPins(), MemoryShapes()
+            return
+        self._store = db = Db(path)
+        self.catalog, self.results, self.peer_claims = SqliteCatalog(db), SqliteExecutions(db), SqliteClaims(db)
+        self.trust, self.pins, self.shapes = SqliteTrust(db), SqlitePins(db), SqliteShapes(db)
+
+    @classmethod
+    def in_memory(cls) -> Index:
+        return cls(MEMORY)
+
+    @property
+    def _db(self) -> sqlite3.Connection | None:
+        """The SQLite connection (None in memory): for tests that reach under the repositories."""
+        return None if self._store is None else self._store.conn
+
+    @property
+    def generation(self) -> int:
+        """Changes at every write to the tables a query's answer is read from (heads, executions):
+        node.resolve.answers keeps answers made at one generation only."""
+        return self.catalog.generation + self.results.generation
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
