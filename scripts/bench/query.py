@@ -40,7 +40,7 @@ Ratios (DESIGN.md "Targets"): ``ratio_miss_over_warm_spark`` = p50 miss / p50 wa
     .venv/bin/python scripts/bench/query.py [--rows 10000000] [--hits 200] [--misses 9] [--warm-misses 4]
     .venv/bin/python scripts/bench/query.py --modes local,standalone,connect --rows 200000 --misses 5
 
-``--modes`` (issue 21 item 3) instead times, per Spark mode, a fresh node's misses and bare Spark's run of the same
+``--modes`` instead times, per Spark mode, a fresh node's misses and bare Spark's run of the same
 statements in the same mode (same files; a standalone master + 1 worker or a Connect server from
 scripts/spark_cluster.py; the node's inputs staged in ``spark.staging``), and prints their p50s and ratio.
                                             [--quiet-wait SECONDS] [--keep]
@@ -83,7 +83,7 @@ MB = 1_000_000
 GEN_ROWS = 1 << 20  # rows generated (and written as one row group) per chunk
 DATASET = "bench"
 # A second dataset of the same shape and size but other rows (new files), asked once the worker is warm: its first
-# miss is what a new version costs beyond a warm miss (issue 18 item 7), apart from the young JVM's JIT.
+# miss is what a new version costs beyond a warm miss, apart from the young JVM's JIT.
 FRESH_DATASET = "bench_fresh"
 FRESH_CONSTANTS = ("0.0511", "0.0512")  # never asked before in this JVM (a literal is part of Spark's code)
 SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k ORDER BY k"
@@ -753,7 +753,7 @@ def bench_duckdb(paths: list[Path], warm: list[str], timed: list[str]) -> tuple[
     return {"p50": p50(samples), "samples": samples, "version": duckdb.__version__}, "measured"
 
 
-# --------------------------------------------------------------------------- --modes (issue 21 item 3)
+# --------------------------------------------------------------------------- --modes
 
 MODES = ("local", "standalone", "connect")
 

@@ -1,4 +1,4 @@
-"""The one error tree (issue 14 item 2): every error the node raises is a CairnError of node.errors, with an HTTP
+"""The one error tree: every error the node raises is a CairnError of node.errors, with an HTTP
 status and a one-line message; the layers below the node (config, p2p, spark_worker) keep only the few exception
 types listed here, each mapped where the node calls them."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 4: decoder and parser fuzzing. Every input a peer or a user can send ends in a typed error of the
+"""Decoder and parser fuzzing. Every input a peer or a user can send ends in a typed error of the
 layer (a ``CairnError`` subclass; ``P2PError`` for the p2p layer's multiaddr parsing) or a valid result: never
 another exception, never a hang (inputs are bounded), never unbounded memory (each call's Python allocations are
 measured with tracemalloc and bounded).

@@ -1,4 +1,4 @@
-"""The result path without holding a large result twice (issue 21 item 2; docs/spark.md "The result path"): the
+"""The result path without holding a large result twice (docs/spark.md "The result path"): the
 worker's batch frames and budgets, the node putting batches back in order, and slices taken by sort indices giving
 the bytes the whole sorted table gave."""
 
