@@ -12,7 +12,7 @@ COMPILE  := $(VENV)/bin/pip-compile --quiet --generate-hashes --no-emit-index-ur
 SHIM_DIR ?= $(HOME)/.local/bin
 CAIRN    := $(abspath $(VENV))/bin/cairn
 
-.PHONY: run shim test lint setup lock kubo java faketime chromium clean
+.PHONY: run shim test lint setup parts lock kubo java debs faketime chromium clean
 
 run: setup
 	@command -v cairn >/dev/null 2>&1 || echo "cairn is not on PATH: run 'make shim' (a cairn shim in $(SHIM_DIR)), or alias cairn=$(CAIRN)"
@@ -35,7 +35,16 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-setup: $(STAMP) kubo java faketime chromium
+# The parts run side by side (the Kubo build is CPU, the rest mostly downloads); the two Debian packages one after
+# the other, since apt holds one lock.
+setup:
+	@$(MAKE) --no-print-directory -j3 parts
+
+parts: $(STAMP) kubo java debs
+
+debs:
+	@bash scripts/setup/faketime.sh
+	@bash scripts/setup/chromium.sh
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

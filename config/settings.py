@@ -400,7 +400,7 @@ class PeerSettings:
         "still fetched.",
         default=10.0,
     )
-    # Floods and quotas (docs/peers.md "Floods and quotas"; issue 15): what peers may make this node store.
+    # Floods and quotas (docs/peers.md "Floods and quotas"): what peers may make this node store.
     announce_rate: float = _doc(
         "Announcements per second accepted from one peer, and signed by one key (token buckets).", default=2.0
     )

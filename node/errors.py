@@ -167,7 +167,7 @@ class TypeMismatch(CairnError):
 
 class InsufficientStorage(CairnError):
     """A disk is full (ENOSPC, EDQUOT) while the node writes an upload or an ingest's slices, or while Kubo stores
-    them in its repo: the work is abandoned, its files removed, and nothing changed (issue 15: a full disk is a
+    them in its repo: the work is abandoned, its files removed, and nothing changed (a full disk is a
     clear error, not a 500 or a 502)."""
 
     status = 507
@@ -491,7 +491,7 @@ class RecordedFailure(CairnError):
 
 class SparkQueueFull(SparkError):
     """``spark.max_queued_jobs`` queries already wait for a free Spark slot: this one is refused at once instead of
-    joining an unbounded queue (issue 15: each waiting miss holds a connection and memory)."""
+    joining an unbounded queue (each waiting miss holds a connection and memory)."""
 
     status = 429
 

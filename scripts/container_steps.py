@@ -1,4 +1,4 @@
-"""The Dockerfile's steps as a script, for where Docker cannot run (issue 20 item 5).
+"""The Dockerfile's steps as a script, for where Docker cannot run.
 
 Reads the Dockerfile and, for one stage, replays its ENV, WORKDIR, COPY (from this checkout) and RUN lines under a
 scratch root: absolute paths in ENV and WORKDIR are moved under the root, and each RUN line runs as written, with

@@ -1,4 +1,4 @@
-"""A local Spark cluster from the installed pyspark package (issue 21 item 3; docs/scaling.md "Real clusters"):
+"""A local Spark cluster from the installed pyspark package (docs/scaling.md "Real clusters"):
 a standalone master and N workers, or a Spark Connect server with a token, on 127.0.0.1.
 
     .venv/bin/python scripts/spark_cluster.py start --state DIR [--workers N] [--connect] [--token T]

@@ -1,4 +1,4 @@
-"""Per-query budgets the worker enforces (issue 15 item 1; docs/spark.md "Budgets").
+"""Per-query budgets the worker enforces (docs/spark.md "Budgets").
 
 - ``plan_bytes``: the work a plan will do, estimated from Spark's optimized plan statistics
   (``LogicalPlan.stats.sizeInBytes``) before the job runs. Spark's own estimate of a join is the

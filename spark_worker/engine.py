@@ -108,7 +108,7 @@ class Engine:
             result = spark.sql(job.statement)
             if not self.remote:  # both read the driver JVM's plan objects, which a Connect client has not
                 guard.check(spark, result)  # the second wall: Spark's own plan (spark_worker/guard.py)
-                budget.check_plan(spark, result, job.limits)  # refused before it runs
+                budget.check_plan(spark, result, job.limits)  # refused before it runs (spark_worker/budget.py)
             if job.cancelled.is_set():
                 raise Cancelled()
             order = results.send_result(result, sender, remote=bool(self.remote), cancel=lambda: self.cancel(job))

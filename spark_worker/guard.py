@@ -3,7 +3,7 @@
 The canonicalizer types what it can see in the SQL text; Spark's analyzer adds the casts it needs (``d < 'today'``
 becomes ``d < CAST('today' AS DATE)``), so here every cast is visible. The plan is checked as the optimizer first
 sees it: after ``ReplaceExpressions`` (``to_date('today')`` is then ``CAST('today' AS DATE)``), the step before
-``SpecialDatetimeValues`` reads the clock. Refused (issue 12 item 1; docs/queries.md "Environment"):
+``SpecialDatetimeValues`` reads the clock. Refused (docs/queries.md "Environment"):
 
 - ``clock-value``: ``SpecialDatetimeValues`` would change the plan (Spark's own rule, exactly); a constant string
   cast to DATE/TIMESTAMP/TIMESTAMP_NTZ that is not a literal in a fixed format; any string expression cast to

@@ -6,7 +6,7 @@ that ACK by 40 ms. Measured on these machines (Spark 4.3, py4j's pinned threads)
 back from the JVM in 0.2 ms, an 8,200-character one in 44 ms, and so did every longer one; with this option set on
 the JVM's socket, 0.15 ms (9 KB) and 9.7 ms (1 MB). The guard's plan JSON is over 8 KiB for a filter under a
 GROUP BY (``TreeNode.toJSON``, spark_worker/guard.py), and so is a wide input's schema: 44 ms of a job each time
-(issue 18, the miss path).
+(on the miss path).
 
 py4j gives no setting for it, and a listening socket's options cannot be set from Java, so each connection is set
 once it exists: the JVM thread serving this Python thread (py4j pins one to each) holds the connection, whose

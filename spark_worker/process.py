@@ -105,7 +105,7 @@ def set_parent_death_signal() -> None:
 def watch_parent(parent_pid: int) -> None:
     """Backup for PR_SET_PDEATHSIG (which follows the parent *thread*): poll getppid(). An orphan that has
     not stopped cleanly within ORPHAN_KILL_S (a JVM wedged by an OOM, a thread stuck in py4j) kills itself
-    and its JVM: an orphaned worker and JVM (780 MB) were seen to live on for 10+ minutes."""
+    and its JVM: without it, an orphaned worker and JVM (780 MB) live on for 10+ minutes."""
     while os.getppid() == parent_pid:
         time.sleep(0.5)
     log.warning("parent process %d is gone; stopping", parent_pid)

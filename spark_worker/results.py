@@ -1,4 +1,5 @@
-"""A job's result, handed on as Arrow record batches as Spark sends them, each its own frame within the job's budgets.
+"""A job's result, handed on as Arrow record batches as Spark sends them (a large result is never held whole), each
+its own frame within the job's budgets.
 
 pyspark's ``DataFrame.toArrow`` (pyspark/sql/pandas/conversion.py) collects every batch the JVM sends, puts them in
 order and builds one table; the worker then wrote that table as one Arrow IPC buffer, so a large result was held

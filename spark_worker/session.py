@@ -261,7 +261,7 @@ def pin_process_env() -> None:
             del os.environ[var]
     os.environ.update({"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC"})
     time.tzset()
-    # An OutOfMemoryError ends the JVM instead of leaving a job "running" at 0 % CPU forever (issue 15:
+    # An OutOfMemoryError ends the JVM instead of leaving a job "running" at 0 % CPU forever (as
     # an OOM in the Arrow-serving thread did); the worker sees the JVM gone, answers "died" and exits,
     # and the node restarts it. Not an answer-relevant setting, so it is not part of the engine profile.
     opts = os.environ.get("SPARK_SUBMIT_OPTS", "")

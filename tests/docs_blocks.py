@@ -1,4 +1,4 @@
-"""The shell commands that README.md and docs/*.md show, as data (issue 20 item 3), and the shape of their output.
+"""The shell commands that README.md and docs/*.md show, as data, and the shape of their output.
 
 A block is a fenced ```console (``$ `` lines, each followed by the output it shows) or ```sh block (each line a
 command). A heredoc (``cat > f <<'EOF'`` … ``EOF``) belongs to its command. Blocks are named by file, the heading

@@ -120,7 +120,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"flight sql {info['flight']}  (ADBC, JDBC: docs/flight-sql.md)")
     print(f"peer id    {info['peer_id']}")
     print(f"node key   {info['node_key']}")
-    # The address to share comes first and says so; Kubo's swarm is labelled as Kubo's (issue 16).
+    # The address to share comes first and says so; Kubo's swarm is labelled as Kubo's, so that
+    # no one shares it for `cairn connect` (a Kubo address is no Cairn node).
     for addr in info.get("p2p_addrs", []):
         print(f"connect    {addr}  (share this: other nodes run `cairn connect` with it)")
     if not info.get("p2p_addrs"):
@@ -383,7 +384,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"from peer   {p['peer']} signed by {p['signer']}, trust mode {p['mode']}: {label}", file=sys.stderr)
     else:
         print(f"trust       {label}", file=sys.stderr)
-    for hint in out.get("hints", []):  # e.g. a peer had it, signed by a key not trusted here (issue 16)
+    for hint in out.get("hints", []):  # e.g. a peer had it, signed by a key not trusted here
         print(f"hint        {hint}", file=sys.stderr)
     print(f"query       {out['query']}", file=sys.stderr)
     print(f"invocation  {out['invocation']}", file=sys.stderr)

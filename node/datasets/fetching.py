@@ -1,4 +1,4 @@
-"""Slices fetched by CID into the cache, and read as Parquet while their bytes arrive (issue 18 item 5).
+"""Slices fetched by CID into the cache, and read as Parquet while their bytes arrive.
 
 A peer's large result is checked slice by slice: each slice's bytes must give its CID, and its rows are decoded
 and hashed. Parquet's footer (where every column chunk is) comes last in the file, so decoding used to wait for a
@@ -79,15 +79,32 @@ class Arrival:
         if fd is not None:
             os.close(fd)
 
+    def _raise_if_failed(self) -> None:
+        if self.failed is not None:
+            raise SliceFetchStopped(f"the fetch stopped: {self.failed!r}")
+
     def _wait(self, ready: Callable[[], bool]) -> None:
         while not ready():  # the caller holds self._cond
-            if self.failed is not None:
-                raise SliceFetchStopped(f"the fetch stopped: {self.failed!r}")
+            self._raise_if_failed()
             self._cond.wait()
 
-    def wait(self, ready: Callable[[], bool]) -> None:
+    def wait_tail(self) -> bytes:
+        """The file's last bytes, footer included, once known (the small cat's, or the file's own)."""
         with self._cond:
-            self._wait(ready)
+            while (tail := self.tail) is None:
+                self._raise_if_failed()
+                self._cond.wait()
+            return tail
+
+    def read_end(self, n: int) -> bytes:
+        """The last ``n`` bytes written of a file whose size is known (fewer if it is smaller), read under the lock
+        ``close`` takes, as ``read`` does."""
+        with self._cond:
+            if self.fd is None:
+                raise SliceFetchStopped("the scan ended")
+            size = self.size or 0
+            n = min(n, size)
+            return os.pread(self.fd, n, size - n)
 
     def read(self, pos: int, n: int) -> bytes:
         """``n`` bytes at ``pos`` (fewer at the end of the file), once written. Read under the lock that
@@ -161,13 +178,6 @@ async def _fetch_tail(kubo: KuboClient, cid: CID, size: int, arrival: Arrival, t
         arrival._update(tail=tail)
 
 
-def _local_tail(arrival: Arrival, n: int) -> bytes:
-    size = arrival.size or 0
-    n = min(n, size)
-    assert arrival.fd is not None
-    return os.pread(arrival.fd, n, size - n)
-
-
 async def _settle_tail(arrival: Arrival, tail_task: asyncio.Future[None] | None, cid: CID) -> None:
     """The tail the decoder uses is the file's own: checked against the bytes written; taken from them when
     the small cat has not answered (or failed: the bytes are here now)."""
@@ -176,9 +186,9 @@ async def _settle_tail(arrival: Arrival, tail_task: asyncio.Future[None] | None,
     if tail_task is not None:
         await asyncio.gather(tail_task, return_exceptions=True)
     if arrival.tail is None:
-        need = _footer_need(_local_tail(arrival, 8)) or 0
-        arrival._update(tail=_local_tail(arrival, max(need, 8)))
-    elif _local_tail(arrival, len(arrival.tail)) != arrival.tail:
+        need = _footer_need(arrival.read_end(8)) or 0
+        arrival._update(tail=arrival.read_end(max(need, 8)))
+    elif arrival.read_end(len(arrival.tail)) != arrival.tail:
         raise SliceCorrupt(f"the footer Kubo gave for {cid_str(cid)} is not the end of its bytes: not cached")
 
 
@@ -195,18 +205,21 @@ async def fetch_file(
     hasher = UnixfsHasher()  # hashed as it streams in: no second pass before the rename
     tail_task: asyncio.Future[None] | None = None
 
-    def sized(n: int) -> None:
-        nonlocal tail_task
-        assert arrival is not None
-        arrival._update(size=n)
-        if n > TAIL_BYTES:  # a small file's tail is the whole of it: read once it is here
-            tail_task = asyncio.ensure_future(_fetch_tail(kubo, cid, n, arrival, timeout))
+    def sized_for(known: Arrival) -> Callable[[int], None]:
+        def sized(n: int) -> None:
+            nonlocal tail_task
+            known._update(size=n)
+            if n > TAIL_BYTES:  # a small file's tail is the whole of it: read once it is here
+                tail_task = asyncio.ensure_future(_fetch_tail(kubo, cid, n, known, timeout))
 
+        return sized
+
+    on_length = sized_for(arrival) if arrival is not None else None
     try:
         if arrival is not None:
             arrival.fd = os.open(tmp, os.O_RDONLY)
         with os.fdopen(fd, "wb") as f:
-            async for chunk in kubo.cat(cid, timeout=timeout, on_length=sized if arrival is not None else None):
+            async for chunk in kubo.cat(cid, timeout=timeout, on_length=on_length):
                 f.write(chunk)
                 hasher.update(chunk)
                 if arrival is not None:
@@ -246,12 +259,9 @@ async def _forget(kubo: KuboClient, cid: CID) -> None:
 
 def _decode(arrival: Arrival, visit: SliceVisit, i: int) -> None:
     """On a worker thread: the slice's rows as they arrive, batch by batch, to ``visit``."""
-    arrival.wait(lambda: arrival.tail is not None)
-    assert arrival.tail is not None
+    tail = arrival.wait_tail()
     try:
-        parquet = pq.ParquetFile(
-            _Growing(arrival), metadata=_metadata(arrival.tail), pre_buffer=False, buffer_size=READ_BUFFER
-        )
+        parquet = pq.ParquetFile(_Growing(arrival), metadata=_metadata(tail), pre_buffer=False, buffer_size=READ_BUFFER)
         schema = parquet.schema_arrow
     except (pa.ArrowException, OSError) as e:
         raise InvalidInput(f"not a readable Parquet slice: {e}") from None

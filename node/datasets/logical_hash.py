@@ -612,7 +612,7 @@ class LogicalHasher:
 
     def copy(self) -> LogicalHasher:
         """An independent hasher in this one's state: the rows so far, more to follow (an appended version's hash
-        resumes from its older version's, node.datasets.service)."""
+        resumes from its older version's, node.datasets.version_hashes)."""
         twin = LogicalHasher.__new__(LogicalHasher)
         twin.schema, twin.types, twin.rows = self.schema, list(self.types), self.rows
         twin._nodes = [_clone(n) for n in self._nodes]

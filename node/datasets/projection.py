@@ -34,7 +34,7 @@ from node.datasets import merge as merging
 from node.datasets.chain import SliceRef, Version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slices import iter_slices, write_parquet_slice
-from node.errors import CairnError
+from node.errors import CairnError, InvalidInput
 from node.ipfs.unixfs import file_cid
 from node.model import CID, Structure, block_of, cid_str, parse_cid
 
@@ -117,10 +117,16 @@ def write_state(table: pa.Table, work: Path) -> Written:
     return Written(files, str(total.finish()), total.rows)
 
 
+def _changelog_structure(v: Version) -> Structure:
+    """The structure of ``v``'s changelog, which its state's drops ``op`` from (callers checked ``is_changelog``)."""
+    if v.structure is None:
+        raise InvalidInput(f"version {cid_str(v.head)} has no schema: it has no state to project")
+    return v.structure
+
+
 def build(v: Version, slices: list[SliceRef], logical_hash: str, rows: int) -> Projection:
     """The projection of ``v`` whose state is ``slices``."""
-    assert v.structure is not None  # is_changelog checked it
-    st = projected_structure(v.structure)
+    st = projected_structure(_changelog_structure(v))
     return Projection(
         head=v.head,
         blocks=v.blocks,
@@ -170,10 +176,10 @@ class Expected:
 def expected(v: Version, tables: list[pa.Table], work: Path) -> Expected:
     """Recompute the projection of ``v`` from its changelog ``tables`` (each read from bytes checked against its
     CID): the slice CIDs (UnixFS, as Kubo's add gives them), the abstract structure and the identity."""
-    assert v.structure is not None
+    structure = _changelog_structure(v)
     written = write_state(state(tables, v.merge["primaryKey"]), work)
     cids = []
     for path, _, _ in written.files:
         cids.append(file_cid(path))
-    abstract = block_of(projected_structure(v.structure).abstract()).cid
+    abstract = block_of(projected_structure(structure).abstract()).cid
     return Expected(cids, abstract, written.logical_hash, written.rows)

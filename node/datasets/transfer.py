@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from node.datasets.chain import SliceRef, Version, build_version
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.readers import InputLimits, check_parquet_file
-from node.datasets.service import Datasets, disk_full_is_507
+from node.datasets.service import Datasets
 from node.datasets.slices import read_slice
+from node.datasets.workdirs import disk_full_is_507
 from node.errors import (
     CairnError,
     Conflict,
@@ -79,7 +80,7 @@ class _Source(Protocol):
     async def close(self) -> None: ...
 
 
-# Caps on what a source may send (issue 15: a source must not fill memory or disk). A head is one CID; a block is
+# Caps on what a source may send (a source must not fill memory or disk). A head is one CID; a block is
 # at most what our codec writes (node.model.MAX_BLOCK_BYTES); a slice at most the size its AddData block claims.
 _MAX_HEAD_BYTES = 4096
 _MAX_SLICE_BYTES = 4 << 30  # a slice whose block claims no size (0)
@@ -116,7 +117,8 @@ def _why(e: BaseException) -> str:
 class _HttpSource:
     """A peer's ODF Simple Transfer Protocol endpoint: ``{base}/refs/head``, ``/blocks/{cid}``, ``/data/{cid}``.
 
-    Nothing it sends is echoed in an error (issue 15): messages say what was wrong (status, size, "not a CID").
+    Nothing it sends is echoed in an error (it may be any bytes, made to mislead a reader): messages say what was
+    wrong (status, size, "not a CID").
     Redirects are followed only within the source's origin (scheme, host, port), at most ``_MAX_REDIRECTS``."""
 
     def __init__(self, base: str, timeout: float) -> None:
@@ -189,7 +191,7 @@ class _HttpSource:
 
     async def head(self) -> CID:
         data = await self._read("/refs/head", _MAX_HEAD_BYTES)
-        try:  # a foreign answer may be any bytes (issue 15: UnicodeDecodeError was a 500; never echoed)
+        try:  # a foreign answer may be any bytes (UnicodeDecodeError was a 500; never echoed)
             return parse_cid(data.decode("ascii").strip())
         except (UnicodeDecodeError, CairnError):
             raise PullRefused(f"{self.base}/refs/head answered {len(data)} bytes that are not a CID") from None
@@ -263,7 +265,7 @@ class _Fetcher:
         self.raw[cid] = data
         try:
             return decode_object(decode(data))
-        except CairnError as e:  # its kind only: the decoder's message may quote the foreign bytes (issue 15)
+        except CairnError as e:  # its kind only: the decoder's message may quote the foreign bytes
             raise PullRefused(f"block {cid} from {self.src.base} is not a valid object ({type(e).__name__})") from None
 
     async def chain(self, head: CID) -> list[tuple[CID, MetadataBlock]]:
@@ -354,7 +356,7 @@ def _register(
     """Make the pulled head visible under a local name (new dataset, or the existing one moved forward)."""
     if existing is None:
         local = name or default_name or v.info.get("title") or v.dataset_id
-        # A name from the source (URL tail, title) that could not be typed here gives way to the id (issue 15).
+        # A name from the source (URL tail, title) that could not be typed here gives way to the id.
         if name_problem(local) or ds.index.dataset(local) is not None:
             local = name or v.dataset_id.removeprefix("did:key:")
         if ds.index.dataset(local) is not None:
@@ -381,7 +383,7 @@ class _Fetched:
 
 def _refuse_overfill(ds: Datasets, src: _Source, missing: list[SliceRef]) -> None:
     """Refuse before fetching slices that, as their blocks claim, would not fit: each is written to the pull's work
-    directory, then added to Kubo (issue 15: a source must not fill the disk)."""
+    directory, then added to Kubo (a source must not fill the disk)."""
     need = sum(s.size for s in missing)
     free = shutil.disk_usage(ds.tmp_dir).free
     if 2 * need > free:
@@ -457,7 +459,7 @@ async def pull(
     brought: Sequence[CID] = (),
 ) -> PullResult:
     """Pull a dataset (chain, structures, slices), check all of it, then store it and make it visible here.
-    ``timeout`` bounds each read; ``deadline`` the whole fetch (a source that drips its bytes; issue 15).
+    ``timeout`` bounds each read; ``deadline`` the whole fetch (a source that drips its bytes).
     ``brought``: what our Kubo fetched for this pull before it began (the head, probed): dropped if it is refused."""
     if name is not None:
         check_dataset_name(name)  # before anything is fetched
@@ -484,7 +486,7 @@ async def _discard(src: _Source) -> None:
 
 class Pulls:
     """The pulls running on a node, so that a stopping node ends them at once instead of waiting for a slow source
-    (issue 15: a slow-drip pull held shutdown). Each pull runs as its own task: cancelling it leaves the request
+    (a slow-drip pull held shutdown). Each pull runs as its own task: cancelling it leaves the request
     that asked for it to answer 503."""
 
     def __init__(self) -> None:

@@ -3,7 +3,7 @@
 The process is a plain ``subprocess.Popen`` polled from asyncio, not an asyncio subprocess, so a
 ManagedKubo is bound to no event loop (a test session can start it in one loop and use it from others).
 
-Issue 15 hardening:
+Hardening (a node attacked, overloaded or crashed keeps its data):
 - The daemon ends with its node: it is forked with ``PR_SET_PDEATHSIG = SIGTERM``, which the kernel sends when
   the *thread* that forked it ends, so ``start`` (and the supervisor's restarts) fork from the event loop's
   thread, never from a pool thread. A daemon that outlived a node anyway (an older node, a signal lost in a
@@ -648,7 +648,7 @@ class ManagedKubo:
     async def _exit_or(self, poll_interval: float) -> None:
         """Until the daemon exits, or ``RECHECK_S`` pass (a stop begun meanwhile is then seen). Woken by the
         process's pidfd, not by polling: a 0.1 s poll woke an idle node's event loop 10 times a second, 0.4-0.9 %
-        of a core (issue 21). Where there is no pidfd (or no live process), it sleeps ``poll_interval``."""
+        of a core. Where there is no pidfd (or no live process), it sleeps ``poll_interval``."""
         proc = self._proc
         fd = -1
         if proc is not None and proc.poll() is None:  # not reaped: its pid is still this process's

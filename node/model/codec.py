@@ -25,7 +25,7 @@ from node.model.plaincbor import decode_plain, encode_plain
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 # Kubo refuses blocks over 1 MiB ("produced block is over 1MiB", boxo's SoftBlockLimit); DESIGN.md "Object
-# rules" sends bulk data to UnixFS instead. A bigger object is the caller's error, not Kubo's (issue 15).
+# rules" sends bulk data to UnixFS instead. A bigger object is the caller's error, not Kubo's.
 MAX_BLOCK_BYTES = 1 << 20
 
 __all__ = [
@@ -189,7 +189,7 @@ class Block:
 
 
 # Blocks of the kinds every query hit rebuilds (st_0, qy_0, iv_0: a third of a hit's time was their DAG-CBOR
-# encoding, issue 18), remembered by value. Only kinds that opt in (``memo_blocks``): frozen, hashable, and
+# encoding), remembered by value. Only kinds that opt in (``memo_blocks``): frozen, hashable, and
 # whose fields are str, int and CIDs only, so equal objects always encode to the same bytes.
 _MEMO: dict[tuple[type, Any], Block] = {}
 MEMO_BLOCKS = 4096  # entries (each a few hundred bytes); the oldest half is dropped when full

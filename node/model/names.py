@@ -1,8 +1,8 @@
 """Local dataset names: what a user (or a pulled dataset's title) may call a dataset on this node.
 
 Names are printed raw by ``cairn ls`` and in logs, so a name holding a line break, ESC, NUL or a bidi override
-(U+202E turns ``txt.exe`` into ``exe.txt`` on screen) could forge output: such names are refused with one line
-(issue 15, "500s for bad input": "dataset names refuse control characters").
+(U+202E turns ``txt.exe`` into ``exe.txt`` on screen) could forge output: such names are refused with one
+line, not a 500.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 - ``rc_0`` a signed receipt: who computed which execution (``ex_0``) for which invocation, on which dataset
   versions, with which engine (``profile``: link to the ``ep_0``, node/model/engine.py), giving which logical
   hash and row count, in how long.
-- A recorded failure (issue 22 item 1, docs/queries.md "Recorded failures"): an ``ex_0`` whose exitStatus is
+- A recorded failure (docs/queries.md "Recorded failures"): an ``ex_0`` whose exitStatus is
   true (Holium: ``false`` = success) and has no output, a receipt with ``failure`` (Spark's error class, its
   SQLSTATE, its one-line message), an empty logical hash, 0 rows and the structure of no columns, and an
   announcement with ``failure`` (the class). Receipts and announcements of results have no ``failure`` key and
@@ -141,12 +141,13 @@ class Receipt(Signed, Kind):
     # ep_0 of the engine that computed it (DESIGN.md "Engine profile"); None only in receipts written
     # before profiles existed, which keep their CIDs (the key is then absent).
     profile: CID | None = None
-    # A verification receipt (issue 17 item 2, docs/provenance.md "Verify (recompute)"): the rc_0 of another
+    # A verification receipt (docs/provenance.md "Verify (recompute)"): the rc_0 of another
     # signer this node recomputed and agreed with. Absent in every other receipt, which keep their CIDs.
     verifies: CID | None = None
-    # A recorded deterministic failure (issue 22 item 1): absent in receipts of results, which keep their CIDs.
+    # A recorded deterministic failure (docs/queries.md "Recorded failures"): absent in receipts of results, which
+    # keep their CIDs.
     failure: Failure | None = None
-    # An answer from a superset (issue 22 item 3, docs/queries.md "Answers from supersets"): the ex_0 whose result
+    # An answer from a superset (docs/queries.md "Answers from supersets"): the ex_0 whose result
     # the statement was computed from, and the node.query.rewrite rule that proved it. Absent otherwise.
     derived_from: CID | None = None
     rewrite: str | None = None
@@ -254,10 +255,10 @@ class Announcement(Signed, Kind):
     signer: str
     time: str
     sig: bytes = b""
-    failure: str | None = None  # a recorded failure's error class (issue 22 item 1); absent for a result
+    failure: str | None = None  # a recorded failure's error class; absent for a result
     # The result's abstract query shape (node.resolve.supersets.public_shape: a SHA-256 hex digest of its inputs'
     # content identities and types, selection and projection stripped), so that peers find it as a candidate
-    # superset of their queries (issue 22 item 3). Absent for failures and results no rule can use; signed if present.
+    # superset of their queries. Absent for failures and results no rule can use; signed if present.
     shape: str | None = None
 
     def _unsigned(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ Protocols (docs/p2p.md):
 - ``/cairn/catchup/1.0.0``: sent to a peer when it connects: DAG-CBOR list of ``an_0`` blocks for results
   we already held, since gossip never replays old messages.
 - ``/cairn/have/1.0.0``: request = a binary CID; answer = DAG-CBOR list of our Kubo's multiaddrs if our Kubo
-  holds that block, else an empty list: how a pull by CID finds whose Kubo to connect to (issue 16).
+  holds that block, else an empty list: how a pull by CID finds whose Kubo to connect to.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Network:
         self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
         # Our signed an_0 per execution and providers: a lookup answer is the very announcement we gossiped, so an
         # asker that heard it checks its signature once (node/resolve/claims.py keeps checked bytes), and we sign
-        # once (issue 18 item 4).
+        # once.
         self._signed: Lru[bytes] = Lru(CARRY_CACHE)
         self._answers: Lru[tuple[bytes, list[tuple[CID, bytes]], bytes]] = Lru(CARRY_CACHE)  # 1.1.0 answers, encoded
         self.received = 0
@@ -124,7 +124,7 @@ class Network:
         self.host.set_handler(LOOKUP_CARRYING, self._on_lookup_carrying)
         self.host.set_handler(CATCHUP, self._on_catchup)
         self.host.set_handler(HAVE, self._on_have)
-        # Lookups are idempotent reads: sent on a stream kept per peer, not a new one each (issue 18 item 4).
+        # Lookups are idempotent reads: sent on a stream kept per peer, not a new one each.
         self.host.reuse_streams(LOOKUP_CARRYING, LOOKUP, HAVE)
         self.host.on_peer_connected(self._on_connected)
         try:
@@ -190,7 +190,7 @@ class Network:
             log.warning("announcement not sent", extra={"invocation": row.invocation, "error": str(e)})
 
     async def connect(self, addr: str) -> str:
-        """Dial a peer and keep it only if it speaks Cairn's lookup protocol (issue 16: a Kubo swarm address
+        """Dial a peer and keep it only if it speaks Cairn's lookup protocol (otherwise a Kubo swarm address
         "connected", was kept in peers.json and failed at every start). The probe is an empty lookup, which
         every Cairn node answers with an empty list."""
         try:
@@ -481,7 +481,7 @@ class Network:
 
     async def _send_catch_up(self, peer: str, data: bytes) -> None:
         """One catch-up, tried twice: a stream opened while a peer reconnects may land on its old connection,
-        which is closing and never answers (issue 16: "no answer within 10 s" at reconnects)."""
+        which is closing and never answers (seen as "no answer within 10 s" at reconnects)."""
         try:
             await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
         except P2PTimeout:

@@ -1,4 +1,4 @@
-"""Pipelines (issue 17 item 5; docs/provenance.md "Pipelines"): a file of named SQL steps over datasets and over
+"""Pipelines (docs/provenance.md "Pipelines"): a file of named SQL steps over datasets and over
 earlier steps, run in dependency order, each step answered like any query, recorded as a ``pl_0`` and a signed
 ``pr_0`` run whose ``previous`` link makes the latest run's CID the whole history."""
 

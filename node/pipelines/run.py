@@ -162,12 +162,14 @@ class PipelineRunner:
         trust: str | None,
         emit: Emit,
     ) -> _Done:
-        blocked = [r for r in step.inputs.values() if r in done and done[r].record.version is None]
+        # The version a later step reads of each earlier step it reads: only steps that succeeded have one.
+        read = {r: v for r in step.inputs.values() if r in done and (v := done[r].record.version) is not None}
+        blocked = [r for r in step.inputs.values() if r in done and r not in read]
         if blocked:
             why = f"not run: step {quote(blocked[0])} it reads did not succeed"
             emit("step", {"step": step.name, "state": "skipped", "error": why})
             return await self._unrun(step, vertex, "skipped", why)
-        inputs = {a: cid_str(_read(done[r]) if r in done else roots[r]) for a, r in step.inputs.items()}
+        inputs = {a: cid_str(read[r] if r in done else roots[r]) for a, r in step.inputs.items()}
         emit("step", {"step": step.name, "state": "running"})
         t0 = time.perf_counter()
         try:
@@ -286,9 +288,3 @@ def _step_view(s: RunStep) -> dict[str, Any]:
         )
     }
     return {"name": s.name, "vertex": s.vertex, "source": s.source, **links, "error": s.error}
-
-
-def _read(d: _Done) -> CID:
-    """The version a later step reads of step ``d`` (only asked of steps that succeeded)."""
-    assert d.record.version is not None
-    return d.record.version

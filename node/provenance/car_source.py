@@ -1,4 +1,4 @@
-"""A proof's CAR file as the block source of the offline checks, with no node and no network (issue 17 item 3).
+"""A proof's CAR file as the block source of the offline checks, with no node and no network.
 
 The file is read strictly before any check runs (docs/provenance.md "Proofs"): a CARv1 header that names exactly
 one root; then sections to the last byte, each a minimal length varint, a CID and bytes that hash to that CID,
@@ -46,22 +46,18 @@ class CarIndex:
 
 
 def _varint(f: BinaryIO, pos: int, what: str) -> tuple[int, int]:
-    """A minimal unsigned varint at ``pos``: (value, next position)."""
-    buf = bytearray()
-    while True:
+    """A minimal unsigned varint at ``pos`` (at most 10 bytes): (value, next position)."""
+    value = 0
+    for n in range(10):
         b = f.read(1)
         if not b:
-            raise BadCar(f"the file ends inside the length of {what} (byte {pos + len(buf)})")
-        buf += b
+            raise BadCar(f"the file ends inside the length of {what} (byte {pos + n})")
+        value |= (b[0] & 0x7F) << (7 * n)
         if not b[0] & 0x80:
-            break
-        if len(buf) > 9:
-            raise BadCar(f"the length of {what} at byte {pos} is not a varint")
-    if len(buf) > 1 and buf[-1] == 0:
-        raise BadCar(f"the length of {what} at byte {pos} is not minimally encoded")
-    r = read_varint(buf, 0)
-    assert r is not None
-    return r[0], pos + len(buf)
+            if n and b[0] == 0:
+                raise BadCar(f"the length of {what} at byte {pos} is not minimally encoded")
+            return value, pos + n + 1
+    raise BadCar(f"the length of {what} at byte {pos} is not a varint")
 
 
 def index_car(path: Path) -> CarIndex:

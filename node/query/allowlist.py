@@ -13,7 +13,7 @@ higher-order ``transform``/``exists``) are listed in ``SPECIAL_SYNTAX_NODES``.
 
 from __future__ import annotations
 
-RULES_REVISION = 2  # 2: clock-value, float-format, collation (issue 12 item 1)
+RULES_REVISION = 2  # 2: clock-value, float-format, collation (values that depended on the environment)
 
 # --- functions ---------------------------------------------------------------------------------------
 
@@ -178,7 +178,8 @@ FORBIDDEN_NODES = {
     "SessionParameter": ("forbidden-clause", "parameters and variables are not allowed"),
     "Any": ("unsupported-construct", "ANY/SOME is not supported (use bool_or for the aggregate)"),
     "All": ("unsupported-construct", "ALL is not supported"),
-    # Only the default collation: ICU collations compare by the ICU data the engine ships (issue 12 item 1).
+    # Only the default collation: ICU collations compare by the ICU data the engine ships, so an answer would
+    # depend on the engine's version.
     "Collate": ("collation", "COLLATE is not allowed: only the default (binary) collation"),
 }
 

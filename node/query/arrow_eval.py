@@ -1,4 +1,4 @@
-"""Rewritten statements evaluated in the node with Arrow, no Spark job (issue 22 item 5: a superset's answer ≥ 20×
+"""Rewritten statements evaluated in the node with Arrow, no Spark job (so that a superset's answer is ≥ 20×
 faster than the miss). A derived answer over a small cached result spent ~95 % of its time in the Spark job's fixed
 cost (a 7-row answer from a 7 000-row result: Spark 370–480 ms, publishing ~20 ms), so the statements whose Spark
 result can be computed *exactly* here are.
@@ -225,7 +225,7 @@ _AGAIN: dict[type[exp.Expr], str] = {exp.Count: "SUM", exp.Sum: "SUM", exp.Min: 
 def forward(statement: str, old: pa.Table, new: pa.Table) -> pa.Table | None:
     """``statement``'s result over old rows ∪ ``new`` rows, from its result ``old`` over the old rows (columns
     ``_i``) and the appended rows ``new`` (columns ``col_j``): node.query.rewrite.forward's decomposition computed
-    here (issue 22 item 4). The statement over ``new``, then, with a GROUP BY, the union re-aggregated by the same keys
+    here. The statement over ``new``, then, with a GROUP BY, the union re-aggregated by the same keys
     (``COUNT`` and ``SUM`` by ``SUM``, ``MIN``, ``MAX``); without one, the union itself. ``None`` outside the subset
     or when the two parts' types differ (Spark's union would widen them)."""
     part = evaluate(statement, new)
@@ -236,9 +236,9 @@ def forward(statement: str, old: pa.Table, new: pa.Table) -> pa.Table | None:
     group = tree.args.get("group")
     if group is None:
         return union
-    assert isinstance(tree, exp.Select)  # evaluate took it
-    outs = _outputs(tree)
-    assert outs is not None
+    outs = _outputs(tree) if isinstance(tree, exp.Select) else None
+    if outs is None:  # never: evaluate took the statement (a SELECT whose outputs are named _0, _1, …)
+        return None
     keys = {g.sql(dialect="spark") for g in group.expressions}
     merged, by = [], []
     for i, (alias, e) in enumerate(outs):

@@ -46,7 +46,7 @@ __all__ = [
     "canonicalize_declared",
 ]
 
-FORM_REVISION = 3  # 2: float tie-breakers in completed orders (issue 12 item 1); 3: equivalences (issue 16)
+FORM_REVISION = 3  # 2: float tie-breakers in completed orders; 3: semantic equivalences (equivalences.py)
 
 
 def _rules_digest() -> str:

@@ -55,7 +55,7 @@ def parse(ctx: Context) -> exp.Expr:
         tokens = DIALECT.tokenize(text)
     except TokenError as e:
         raise QueryRefused("parse-error", f"cannot read the statement ({e})", ctx.sql) from None
-    check_tokens(tokens, ctx.sql)  # cheap counts first: the parser is slow on some shapes (issue 15)
+    check_tokens(tokens, ctx.sql)  # cheap counts first: the parser is slow on some shapes (query/limits.py)
     try:
         statements = DIALECT.parser(error_level=ErrorLevel.RAISE).parse(tokens, text)
     except ParseError as e:

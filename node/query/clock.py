@@ -5,7 +5,7 @@ TIMESTAMP_NTZ whose value is ``now``, ``today``, ``yesterday``, ``tomorrow`` or 
 a zone id after all but ``now``) by the current date or time, and the parser does the same for typed literals
 (``DATE 'today'``). Implicit casts count: ``d < 'today'``, ``date_sub('today', 1)``, ``year('now')``. Besides, a
 string cast to TIMESTAMP that holds only a time (``'12:00'``, from a column too) takes *today's* date
-(``DateTimeUtils.stringToTimestamp``). So (issue 12 item 1), following types rather than spellings:
+(``DateTimeUtils.stringToTimestamp``). So, following types rather than spellings:
 
 - a string literal reaching a date/time type must be a date/time in a fixed format (``FIXED_FORMS``);
 - a computed constant string (``concat('to', 'day')``) reaching a date/time type is refused;

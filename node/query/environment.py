@@ -1,4 +1,4 @@
-"""Environment rules besides the clock (issue 12 item 1; docs/queries.md "What a value may not depend on").
+"""Environment rules besides the clock (docs/queries.md "What a value may not depend on").
 
 ``float-format``: a FLOAT/DOUBLE turned into text is written by the JVM's ``Double.toString``, whose output changed
 in JDK 19 (JDK-4511638: ``2.0E23`` instead of ``1.9999999999999998E23``), so the same query would give different

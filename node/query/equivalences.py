@@ -1,4 +1,4 @@
-"""Semantic equivalences (docs/queries.md "The rewrite", step 7; issue 16 item 6): spellings that Spark evaluates
+"""Semantic equivalences (docs/queries.md "The rewrite", step 7): spellings that Spark evaluates
 alike, written one way so that they share a query CID.
 
 - ``x [NOT] BETWEEN lo AND hi`` is ``[NOT] (x >= lo AND x <= hi)``: Spark's own replacement of ``Between``.

@@ -1,7 +1,7 @@
 """Structural limits checked on the token list, before the parser runs (docs/queries.md "Limits").
 
 sqlglot's parser and the rewrite are recursive and super-linear on some shapes: a 100 KB ``… OR id = 1 OR …``
-chain took 43.8 s to be refused (issue 15, first finding). Tokenizing is linear and cheap (about 0.2 s for
+chain took 43.8 s to be refused. Tokenizing is linear and cheap (about 0.2 s for
 100 000 characters), so these counts refuse such statements before any tree is built. The limits sit well above
 any hand-written query (TPC-H's largest has under 1 000 tokens) and below the sizes the parser handles slowly.
 """

@@ -34,7 +34,7 @@ def canonical_order(table: pa.Table) -> pa.Table:
 
 def canonical_indices(table: pa.Table) -> pa.Array | None:
     """The row indices that put ``table`` in the canonical order (None: fewer than 2 rows). Taking them a slice at a
-    time, not the whole table at once, never holds a second copy of a large result (issue 21 item 2)."""
+    time, not the whole table at once, never holds a second copy of a large result."""
     if table.num_rows < 2:
         return None
     keys: list[pa.Array] = []

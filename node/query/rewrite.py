@@ -1,4 +1,4 @@
-"""Answering a query from a cached superset (issue 22 item 3): sound, syntactic rewrite rules only.
+"""Answering a query from a cached superset: sound, syntactic rewrite rules only.
 
 ``rewrite(cached, new)`` decides whether ``new`` can be computed from the *result* of ``cached`` (both canonical,
 over the same single input) and returns the statement to run over that result, registered as table ``a`` whose
@@ -27,7 +27,7 @@ atom of the new WHERE's conjunction):
   over floats (NaN, -0.0), ``avg`` without those four aggregates or over non-integral columns, and an empty GROUP
   BY (over no rows ``count`` is 0 but ``SUM`` of no counts is NULL).
 
-Appends (issue 22 item 4, ``forward``): the same statement Q over a version that extends the cached one by AddData
+Appends (``forward``): the same statement Q over a version that extends the cached one by AddData
 blocks only reads the rows old ∪ new (a multiset). ``forward(Q)`` returns a statement over table ``b`` (the cached
 result, columns ``col_i`` = outputs ``_i``) and table ``a`` (the *new* slices only, as Q reads its input):
 

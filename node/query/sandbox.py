@@ -1,6 +1,6 @@
 """Canonicalization off the event loop, in child processes with a wall-time budget (docs/queries.md "Limits").
 
-Issue 15, first finding: the canonicalizer ran on the event loop, so one hostile statement (a 100 KB OR chain:
+Why: on the event loop, one hostile statement given to the canonicalizer (a 100 KB OR chain:
 43.8 s) froze the whole node, ``/healthz`` included, and could be sent again at once. Here:
 
 - each statement is canonicalized in a child process (a pool of at most ``processes``, started at first need and

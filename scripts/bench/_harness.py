@@ -331,7 +331,7 @@ class BenchNode:
     def wait_spark(self, timeout: float = 300.0, jit: bool = True) -> dict[str, Any]:
         """Until the worker is up and its warm-up query is done (a first job would wait for it); with ``jit``, also
         its idle JIT warm-up (``spark.warmup_rows``, which follows the first one: a first miss measured before its
-        end would stop it and pay the JIT it was doing, issue 18 item 7; a node with ``warmup_rows`` 0 never logs
+        end would stop it and pay the JIT it was doing; a node with ``warmup_rows`` 0 never logs
         one). The worker's state, with ``warmup_ms`` and ``jit_warmup_ms`` from spark.log."""
         log = self.home / "logs" / "spark.log"
         deadline = time.monotonic() + timeout

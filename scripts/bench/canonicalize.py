@@ -1,4 +1,4 @@
-"""Benchmark: the canonicalizer in the node's process (before issue 15) vs in the sandbox's child processes.
+"""Benchmark: the canonicalizer in the node's process (as it once ran) vs in the sandbox's child processes.
 
 Prints one JSON object: p50/p90 in milliseconds of ``canonicalize`` for a typical statement (a join, a filter, a
 GROUP BY and an ORDER BY over two inputs), three ways:

@@ -1,4 +1,4 @@
-"""Benchmark: a node under load on loopback (issue 15 item 6). Prints one JSON object on stdout.
+"""Benchmark: a node under load on loopback. Prints one JSON object on stdout.
 
 1. Writes a deterministic CSV (``--rows`` rows: ``id`` 0…n-1, ``k`` = id % 10, ``v`` = id·2654435761 mod
    1000003, all integers, so sums are exact) and ingests it into a fresh node (temp home, free ports, its own
@@ -257,7 +257,7 @@ TRIVIAL_PATH = "/api/v0/trust"  # a real route doing almost nothing (one small i
 
 
 async def drive_get(base: str, clients: int, seconds: float, path: str = TRIVIAL_PATH) -> Tally:
-    """As ``drive``, every client asking ``GET path`` (issue 18: hits/s are judged against this, same run)."""
+    """As ``drive``, every client asking ``GET path`` (hits/s are judged against this, same run)."""
     tally = Tally()
     timeout = aiohttp.ClientTimeout(total=600)
     deadline = time.monotonic() + seconds
@@ -515,7 +515,7 @@ async def phases(run: Run, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "hits": {**hits.report(), **run.costs("start", "after_hits", len(hits.latencies_ms))},
         "trivial_route": {"path": TRIVIAL_PATH, **trivial.report()},
-        # issue 18 target: hits/s at least half of what the same server answers on a trivial route, same clients
+        # the target: hits/s at least half of what the same server answers on a trivial route, same clients
         "ratio_hits_over_trivial": round(
             len(hits.latencies_ms) / hits.wall_s / (len(trivial.latencies_ms) / trivial.wall_s), 3
         )

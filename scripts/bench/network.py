@@ -38,7 +38,7 @@ Prints one JSON object on stdout (progress goes to stderr):
    Kubos) and removes the temp dir (unless ``--keep``).
 
 Targets (DESIGN.md): peer hit ≥ 10× faster than recomputing on warm Spark; fetch through Cairn ≥ 0.95×
-plain Kubo (issue 18 item 5).
+plain Kubo.
 
     .venv/bin/python scripts/bench/network.py [--rows 2000000] [--result-mb 500] [--queries 7] [--warm 3]
         [--diag 5] [--probes 3] [--announces 9] [--quiet-wait S] [--a-spark-conf auto|none|K=V,…] [--keep]
@@ -90,9 +90,9 @@ STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
 STR_LEN = 96
 PRINTABLE = bytes(0x20 + (b % 95) for b in range(256))  # byte → one of the 95 printable ASCII characters
 POLL_S = 0.010
-TARGET_PEER_RATIO = 15  # issue 18 item 4: recompute over peer hit, on warm Spark
-TARGET_PEER_P50_MS = 35  # issue 18 item 4: peer hit p50, client wall time
-TARGET_FETCH_RATIO = 0.95  # issue 18 item 5: fetch through Cairn over plain Kubo, a 485 MB result
+TARGET_PEER_RATIO = 15  # recompute over peer hit, on warm Spark
+TARGET_PEER_P50_MS = 35  # peer hit p50, client wall time
+TARGET_FETCH_RATIO = 0.95  # fetch through Cairn over plain Kubo, a 485 MB result
 PARTS = ("peer", "announce", "fetch")  # --parts: 1 peer hit vs recompute, 2 announcement propagation, 3 fetch
 
 

@@ -1,4 +1,4 @@
-"""Benchmark: many full nodes on one machine (issue 21 item 5), and how each figure grows with their number.
+"""Benchmark: many full nodes on one machine, and how each figure grows with their number.
 
 For each N of ``--sizes`` (default 3, 6, 12; a size the machine cannot hold is reported, not run): N full nodes
 (`cairn node start`, each its own home, managed Kubo and free ports; Spark only on the node that computes) in a

@@ -90,7 +90,7 @@ SQL = "SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t WHERE v > {c} GROUP BY k 
 FIRST_CONSTANT = "0.05"  # the first query on the fresh version (reported apart)
 HIT_WARMUP = 5
 STRINGS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf"]
-# Issue 18's targets: a hit at the HTTP floor, a miss and a first miss close to warm Spark.
+# The targets: a hit at the HTTP floor, a miss and a first miss close to warm Spark.
 TARGET_MISS_RATIO = 1.2
 TARGET_FIRST_MISS_RATIO = 1.5
 TARGET_HIT_RATIO = 600

@@ -1,4 +1,4 @@
-"""Benchmark: the memory a large query result costs on its way from Spark to the node's slices (issue 21 item 2).
+"""Benchmark: the memory a large query result costs on its way from Spark to the node's slices.
 
 Prints one JSON object on stdout (progress on stderr):
 

@@ -1,4 +1,4 @@
-"""Benchmark (issue 22 item 5): a question answered from a cached superset vs the same question computed from the
+"""Benchmark: a question answered from a cached superset vs the same question computed from the
 base data, on one node, in the same run.
 
 Prints one JSON object on stdout (progress goes to stderr):
@@ -16,7 +16,7 @@ Prints one JSON object on stdout (progress goes to stderr):
 
 ``ratio_miss_over_superset`` = p50 from the base data / p50 from the superset, per rule (target ≥ 20).
 
-Appends (issue 22 item 4), in each phase after the rules: ``--warm`` + ``--asks`` rounds of *append 1 % new rows*
+Appends, in each phase after the rules: ``--warm`` + ``--asks`` rounds of *append 1 % new rows*
 (``--rows`` / 100, new ids) then ``APPEND_SQL`` (the rollup's cached aggregate) over the new version, timed. With
 supersets on each answer must be brought forward from the previous version's (``cairn_answers_forwarded`` moves
 by one): Spark reads the new slice and the old result only; off, Spark reads the whole dataset.

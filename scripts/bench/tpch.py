@@ -1,6 +1,6 @@
 """Benchmark: TPC-H Q1 and Q6 over lineitem, answered by Cairn (hit, miss) vs warm Spark and DuckDB, in one run.
 
-Prints one JSON object on stdout (progress on stderr). Issue 18 item 3.
+Prints one JSON object on stdout (progress on stderr).
 
 1. ``tpchgen-cli parquet -s SF --tables lineitem`` (PyPI, test extra) writes lineitem (SF 1: 6 M rows, decimal
    and date columns) into a temp dir; a fresh node (own home, free ports, managed Kubo, Spark autostart) ingests it
@@ -16,7 +16,7 @@ Prints one JSON object on stdout (progress on stderr). Issue 18 item 3.
    timed statements (``duckdb_miss_ms``) and the hit statement ``--hits`` times (``duckdb_hit_statement_ms``:
    what recomputing the answer costs the fastest engine at hand).
 
-Ratios (issue 18 targets): ``ratio_warm_spark_over_hit`` (≥ 600), ``ratio_duckdb_over_hit`` (≥ 100 on Q1 SF 1),
+Ratios (with their targets): ``ratio_warm_spark_over_hit`` (≥ 600), ``ratio_duckdb_over_hit`` (≥ 100 on Q1 SF 1),
 ``ratio_miss_over_warm_spark`` (≤ 1.2), ``ratio_first_miss_over_warm_spark`` (≤ 1.5).
 
     .venv/bin/python scripts/bench/tpch.py [--sf 1] [--hits 100] [--misses 5] [--warm-misses 3] [--keep]

@@ -1,4 +1,4 @@
-"""Once-per-version work is done after an ingest, not by the first query (issue 18 item 7).
+"""Once-per-version work is done after an ingest, not by the first query.
 
 A version's logical hash (the invocation binds it) took a first miss hundreds of milliseconds on a large input.
 The node now computes it in the background as soon as a version is added; a query asking at the same time shares
@@ -50,14 +50,14 @@ async def test_askers_at_once_share_one_computation(inode: InNode) -> None:
     version = await node.datasets.version(parse_cid(added["head"]))
     node.index._db.execute("DELETE FROM version_facts WHERE head = ?", (added["head"],))
     calls = 0
-    real = node.datasets._version_hash
+    real = node.datasets.hashes._version_hash
 
     async def counted(v: object) -> tuple[str, int]:
         nonlocal calls
         calls += 1
         return await real(v)  # type: ignore[arg-type]  # a Version
 
-    node.datasets._version_hash = counted  # type: ignore[method-assign]  # count the computations
+    node.datasets.hashes._version_hash = counted  # type: ignore[method-assign]  # count the computations
     first, second = await asyncio.gather(node.datasets.version_hash(version), node.datasets.version_hash(version))
     assert first == second and calls == 1
 

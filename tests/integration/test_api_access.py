@@ -1,6 +1,6 @@
-"""Access and limits, declared once per route (issue 15 item 1) and the OpenAPI document generated from the same
-table (item 3's precondition). Every test runs against a real node (in-process, on the session's real Kubo);
-each finding of the issue has a test that fails on the code before this change:
+"""Access and limits, declared once per route, and the OpenAPI document generated from the same table (what the
+API contract fuzzing reads). Every test runs against a real node (in-process, on the session's real Kubo);
+each hole found in access has a test that failed on the code that had it:
 
 - ``POST /api/v0/query`` computed, signed and pinned for anyone: a miss without the token is refused (401) and
   nothing is computed; a looser trust than the node's needs the token;

@@ -1,4 +1,4 @@
-"""API contract fuzzing (issue 15 item 3): schemathesis against the node's own ``/api/v0/openapi.json``.
+"""API contract fuzzing: schemathesis against the node's own ``/api/v0/openapi.json``.
 
 A real node (the session's real Kubo, a real Spark worker) serves its API on a real port from an event loop in a
 thread of its own (schemathesis sends with ``requests``, synchronously). It is seeded with a dataset, a query
@@ -379,7 +379,7 @@ def test_write_answers_match_the_document(served: ServedNode) -> None:
         assert response.status_code == status, (method, path, response.status_code, response.text[:300])
 
 
-# -- fixes found by the fuzzing: each failed on the code before issue 15 item 3 ---------------------------------
+# -- fixes found by the fuzzing: each failed on the code before them ---------------------------------------------
 
 
 @pytest.mark.parametrize(

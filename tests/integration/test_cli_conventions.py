@@ -1,4 +1,4 @@
-"""Issue 16 item 4: CLI conventions a newcomer expects.
+"""CLI conventions a newcomer expects.
 
 - global options anywhere: ``--home`` after the subcommand too;
 - `make run` says how to put ``cairn`` on PATH, and `make shim` (opt-in) installs one, as the README shows;
@@ -7,7 +7,7 @@
   multipart body without a file part is a clear 400;
 - errors never show the node's internal paths (its spool files, slices, logs).
 
-Each fails on the code before issue 16.
+Each failed on the code before these conventions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15, "token holders and peers reach too far": what ``path=`` may read and what a pull source can do.
+"""Token holders and peers must not reach too far: what ``path=`` may read and what a pull source can do.
 
 Real nodes (in-process, the session's real Kubo; a `cairn node start` process where the process is the subject)
 and real aiohttp servers on 127.0.0.1 acting as hostile pull sources. docs/api.md "Ingesting a local file" and
@@ -269,7 +269,7 @@ async def test_a_source_answering_garbage_is_never_echoed(inode: InNode) -> None
 
     server = await _serve(garbage)
     try:
-        for path in ("/fail/x", "/odf/x"):  # an error status first: its body was echoed (issue 15)
+        for path in ("/fail/x", "/odf/x"):  # an error status first: its body was once echoed
             message = await _refused(await _pull(client, _url(server, path)), 502, MARKER, "<html>")
             assert "not a CID" in message or "HTTP 500" in message, message
     finally:

@@ -1,4 +1,4 @@
-"""The Dockerfile's `python` stage run without Docker (issue 20 item 5; docs/container.md "Where Docker cannot
+"""The Dockerfile's `python` stage run without Docker (docs/container.md "Where Docker cannot
 run"): scripts/container_steps.py replays the stage's own ENV/WORKDIR/COPY/RUN lines under a scratch root, so the
 hash-checked locks install from scratch into a fresh venv and the project installs on top. The `apt-get` lines and
 the `kubo` stage do not run here: they would change this machine's system packages, and the `kubo` stage is

@@ -125,7 +125,7 @@ async def test_append_chain_and_frozen_versions(nodes: Any, tmp_path: Path) -> N
 
 
 async def test_an_appended_versions_hash_resumes_from_the_older_ones(nodes: Any, tmp_path: Path) -> None:
-    """Issue 18 item 7: a version that only appends to one whose hash is known is hashed over the new slices,
+    """A version that only appends to one whose hash is known is hashed over the new slices,
     resuming the older version's hasher; its logical hash is the one of all its rows hashed from the first (the
     oracle: node b ingests the same rows as one file)."""
     a, b = nodes
@@ -137,7 +137,7 @@ async def test_an_appended_versions_hash_resumes_from_the_older_ones(nodes: Any,
     oracle = await info(b, (await add(b, write(tmp_path, "whole.csv", whole), "--name", "resume-whole"))["name"])
     got = await info(a, heads[-1])
     assert (got["logicalHash"], got["rows"]) == (oracle["logicalHash"], oracle["rows"]) == (got["logicalHash"], 6)
-    assert set(heads) <= set(a.node.datasets._hashers)  # each version's hasher kept for the next to resume
+    assert set(heads) <= set(a.node.datasets.hashes._hashers)  # each version's hasher kept for the next to resume
 
 
 async def test_added_column_allowed_other_schema_changes_refused(nodes: Any, tmp_path: Path) -> None:
@@ -368,7 +368,7 @@ async def test_get_writes_csv_and_parquet_files(nodes: Any, tmp_path: Path) -> N
     assert r.returncode == 1 and "nope" in r.stderr.decode()
 
 
-# -- text encodings and dialects (issue 13 item 5) ---------------------------------------------
+# -- text encodings and dialects -------------------------------------------------------------
 
 LATIN1 = "id,city,pop\n1,Orléans,116000\n2,Besançon,117000\n3,Saint-Étienne,173000\n".encode("latin-1")
 

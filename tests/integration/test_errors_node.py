@@ -1,6 +1,6 @@
 """End to end, on real nodes (real Kubo, real libp2p host): what a user or a peer can get wrong is a 4xx over HTTP
 and ``error: <one line>`` from the CLI; a peer that cannot be reached is the node's PeerError, never a 500; a broken
-config stops ``cairn node start`` with one line, not a traceback (issue 14 item 2)."""
+config stops ``cairn node start`` with one line, not a traceback."""
 
 from __future__ import annotations
 

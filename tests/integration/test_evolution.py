@@ -1,4 +1,4 @@
-"""Schema evolution end to end (issue 13 item 4): two in-process nodes, real Kubo, real Spark workers.
+"""Schema evolution end to end: two in-process nodes, real Kubo, real Spark workers.
 
 A dataset that gained a column reads its older slices with nulls in that column (ODF "Schema
 Evolution": only adding columns is allowed), in queries as in reads, and its identity (version logical

@@ -1,4 +1,4 @@
-"""Issue 15, "500s for bad input": each input a user or a source can send is a one-line 4xx on a real node
+"""No 500s for bad input: each input a user or a source can send is a one-line 4xx on a real node
 (in-process, the session's real Kubo), and nothing is lost: datasets already there stay, unchanged."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ async def test_pull_from_a_source_answering_garbage_is_refused(inode: InNode, ga
     for source in (f"{garbage_source}/odf/x", f"{garbage_source}/fail"):
         resp = await client.post("/api/v0/pull", json={"source": source})
         # The source's fault, not the caller's: PullRefused, the node's 502 for a bad upstream (was a 500).
-        await _error(resp, 502)  # (not echoing the foreign bytes at all is helper "access"'s part of issue 15)
+        await _error(resp, 502)  # (that the foreign bytes are never echoed: test_confine.py)
     assert await _datasets(client) == before
 
 
@@ -117,7 +117,7 @@ async def test_dag_object_over_the_block_limit_is_413(kubo_session: ManagedKubo,
     # Default caps: the JSON body cap (api.max_json_bytes, 1 MiB) refuses it before it is read.
     async with inprocess_node(tmp_path / "a", kubo_session) as (_, client):
         assert "api.max_json_bytes" in await _error(await client.post("/api/v0/dag", json=big), 413)
-    # A node that takes larger JSON bodies still refuses a block Kubo would refuse (a 502 before issue 15).
+    # A node that takes larger JSON bodies still refuses a block Kubo would refuse (once a 502).
     async with inprocess_node(tmp_path / "b", kubo_session, **{"api.max_json_bytes": 16 << 20}) as (_, client):
         assert "block limit" in await _error(await client.post("/api/v0/dag", json=big), 413)
         resp = await client.post("/api/v0/dag", json={"s": "x" * 1000})  # a small one still goes in

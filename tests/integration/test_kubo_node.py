@@ -1,4 +1,4 @@
-"""Issue 15, the node's managed Kubo: it ends with a SIGKILLed node (a real `cairn node start` process), so the
+"""The node's managed Kubo, hardened: it ends with a SIGKILLed node (a real `cairn node start` process), so the
 next node on the same home starts and serves the same data; and its RPC API answers only the node's secret,
 while the node works end to end (ingest, query checked against DuckDB) with that secret on."""
 

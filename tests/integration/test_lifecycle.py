@@ -1,11 +1,11 @@
-"""Issue 16 item 2: the node's life cycle as a user drives it.
+"""The node's life cycle as a user drives it.
 
 - Ctrl-C during a long query (a real Spark job) says what the node waits for; a second Ctrl-C cancels the query
   (its Spark job group too) and the node is gone within 5 s, with nothing half-written;
 - `cairn node start --detach` / `cairn node stop`, exactly as the README shows them;
 - ``/healthz`` says Spark is not ready until the worker takes a query.
 
-Each fails on the code before issue 16 (the second signal was ignored while queries drained, there was no
+Each failed on the code before (the second signal was ignored while queries drained, there was no
 --detach and no `node stop`, and /healthz said nothing of Spark).
 """
 
@@ -82,7 +82,7 @@ def test_a_second_sigint_cancels_a_long_query_and_the_node_is_gone_within_5_s(tm
 
         node.proc.send_signal(signal.SIGINT)
         exited = lambda: node.proc is not None and node.proc.poll() is not None  # noqa: E731
-        poll(exited, 5, what="the node to exit")  # the issue's 5 s
+        poll(exited, 5, what="the node to exit")  # the 5 s promised above
         assert node.proc.returncode == 0, _log(node)
         with pytest.raises(OSError):  # the waiting client's connection ends without an answer
             waiting.result(30)

@@ -1,4 +1,4 @@
-"""A node under load, bounded (issue 15 item 6): the bench's own driver (scripts/bench/load.py) in small.
+"""A node under load, bounded: the bench's own driver (scripts/bench/load.py) in small.
 
 One real node process (`cairn node start`: its managed Kubo, its Spark worker) holds a generated CSV. The module
 runs the bench's phases once, with 50 hit clients for 5 s, 5 miss clients for 5 s and ``/healthz`` sampled every
@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID, multihash
 
-from node.datasets import service
+from node.datasets import versions
 from node.model.cid import blake3_cid, cid_str, parse_cid
 from tests.fixtures.inprocess import add_csv
 from tests.fixtures.nodes import NodeProcess
@@ -97,7 +97,7 @@ def test_hits_under_load_are_all_right_and_from_the_index(loaded: tuple[Any, dic
 
 
 def test_the_trivial_route_baseline_is_measured_in_the_same_run(loaded: tuple[Any, dict[str, Any]]) -> None:
-    """Hits/s are judged against GET /api/v0/trust by the same clients (issue 18); reported, not asserted."""
+    """Hits/s are judged against GET /api/v0/trust by the same clients; reported, not asserted."""
     _, figures = loaded
     _clean({**figures["trivial_route"], "wrong_answers": 0})
     assert figures["trivial_route"]["requests"] >= 50
@@ -191,13 +191,13 @@ async def test_a_dataset_version_is_built_once_per_head(inode: Any, monkeypatch:
     which names its whole chain, is built once, and an append (a new head) is seen at once."""
     node, client = inode
     builds: list[str] = []
-    real = service.build_version
+    real = versions.build_version
 
     def counting(head: CID, *rest: Any) -> Any:
         builds.append(cid_str(head))
         return real(head, *rest)
 
-    monkeypatch.setattr(service, "build_version", counting)
+    monkeypatch.setattr(versions, "build_version", counting)
     await add_csv(client, "memo", b"id,v\n1,10\n2,20\n")
     first = [await node.datasets.resolve("memo") for _ in range(20)]
     assert len(builds) <= 1 and {v.head for _, v in first} == {first[0][1].head} and first[0][1].rows == 2
@@ -217,18 +217,18 @@ async def test_overlapping_readers_of_a_head_share_one_build(inode: Any, monkeyp
     await add_csv(client, "overlap", b"id\n1\n2\n3\n")
     _, v = await node.datasets.resolve("overlap")
     builds: list[CID] = []
-    real = node.datasets._build_version
+    real = node.datasets.versions._build_version
 
     async def slow(head: CID, timeout: float | None) -> Any:
         builds.append(head)
         await asyncio.sleep(0.05)  # wide enough for every reader to arrive while it runs
         return await real(head, timeout)
 
-    monkeypatch.setattr(node.datasets, "_build_version", slow)
-    node.datasets._versions.clear()
+    monkeypatch.setattr(node.datasets.versions, "_build_version", slow)
+    node.datasets.versions._versions.clear()
     got = await asyncio.gather(*(node.datasets.version(v.head) for _ in range(10)))
     assert builds == [v.head] and {g.rows for g in got} == {3}
-    node.datasets._versions.clear()
+    node.datasets.versions._versions.clear()
     first = asyncio.create_task(node.datasets.version(v.head))
     await asyncio.sleep(0.01)
     second = asyncio.create_task(node.datasets.version(v.head))

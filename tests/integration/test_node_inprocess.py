@@ -1,4 +1,4 @@
-"""The node in the test's own process (issue 14 item 1): ``Node.open`` builds every part or nothing, ``close``
+"""The node in the test's own process: ``Node.open`` builds every part or nothing, ``close``
 stops what it started, and the HTTP app (node/api/server.py) over the built node, driven by an in-process
 client. Real Kubo (the session's, or a managed one), no subprocess node; oracles: pandas on the same bytes,
 dag_cbor and Kubo's own block store, py-libp2p-free.

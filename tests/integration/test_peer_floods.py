@@ -1,4 +1,4 @@
-"""Peers that lie or flood (issue 15 item 2), against a real in-process node (real Kubo, index, resolver, libp2p
+"""Peers that lie or flood, against a real in-process node (real Kubo, index, resolver, libp2p
 host) and attackers that are real libp2p hosts: minted keys, catch-up and gossip floods, malformed and oversized
 gossip frames, gossip from a fresh origin per message, replayed announcements. The node's storage stays within
 its quotas, its host stays up, the peer that floods or replays pays for it, and an honest peer still gets
@@ -187,7 +187,7 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
             resp = await client.get("/metrics")
             text = await resp.text()
             assert 'cairn_peer_refused{kind="limit"}' in text and 'cairn_peer_refused{kind="gossip-frame"}' in text
-            # The announcements family (issue 20 item 4): alice's accepted, mallory's refused by kind; peers counted.
+            # The announcements family: alice's accepted, mallory's refused by kind; peers counted.
             fams = {f.name: f for f in text_string_to_metric_families(text)}
             ann = {s.labels["outcome"]: s.value for s in fams["cairn_announcements"].samples}
             assert ann["accepted"] == net.accepted >= 1 and ann["refused:limit"] == net.counters()["limit"] >= 1

@@ -1,4 +1,4 @@
-"""A peer hit from blocks the lookup answer carried (issue 18 item 4), on real in-process nodes (real Kubo, libp2p,
+"""A peer hit from blocks the lookup answer carried, on real in-process nodes (real Kubo, libp2p,
 index, resolver): ``/cairn/lookup/1.1.0`` answers carry a claim's small blocks; the asker hash-checks them, runs
 every check of node/resolve/claims.py on them, stores them, answers, then pins from a durable queue."""
 

@@ -1,4 +1,4 @@
-"""Peers that just work (issue 16 item 1), on real in-process nodes (real Kubo, libp2p, index, resolver): the
+"""Peers that just work, on real in-process nodes (real Kubo, libp2p, index, resolver): the
 address to share, `connect` keeping only Cairn peers, the untrusted-claim hint, pulls by CID between two nodes
 with their own Kubo, a prompt 404 from the gateway, and catch-up across a reconnect."""
 
@@ -107,7 +107,7 @@ async def test_untrusted_claim_is_named_in_the_answer(kubo_session: ManagedKubo,
 async def test_pull_by_cid_connects_the_holders_kubo(kubo_binary: Path, tmp_path: Path) -> None:
     """Two nodes, each with its own Kubo, connected only by `cairn connect`: B pulls A's version by CID. B's Kubo
     was never told where A's Kubo is; B asks its peers who holds the CID and connects to their Kubo first. The
-    deadlines are the test's: before issue 16 this waited out datasets.pull_timeout (60 s) and failed."""
+    deadlines are the test's: without the lookup this waited out datasets.pull_timeout (60 s) and failed."""
     own = {**PEERS, "ipfs.binary": str(kubo_binary)}
     async with (
         inprocess_node(tmp_path / "a", None, **own) as (a, a_client),
@@ -202,7 +202,7 @@ def _dial_failed(host: P2PHost) -> bool:
 
 
 async def test_node_forgets_a_remembered_peer_that_is_not_cairn(kubo_session: ManagedKubo, tmp_path: Path) -> None:
-    """A Kubo peer kept in peers.json before `connect` checked (issue 16): dialled at start, found not to speak
+    """A Kubo peer kept in peers.json before `connect` checked peers: dialled at start, found not to speak
     Cairn's protocols by the catch-up, and forgotten, so it is not tried (and warned about) at every start."""
     kubo_addr = await kubo_swarm_addr(kubo_session)
     kubo_id = kubo_addr.rsplit("/p2p/", 1)[1]

@@ -1,4 +1,4 @@
-"""Pipelines (issue 17 item 5; docs/provenance.md "Pipelines") on real in-process nodes: real Kubo, real Spark, real
+"""Pipelines (docs/provenance.md "Pipelines") on real in-process nodes: real Kubo, real Spark, real
 libp2p between two nodes. Spark jobs are counted by the resolver (``resolver.computed``); results are checked
 against pandas on the same CSVs."""
 

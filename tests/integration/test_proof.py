@@ -1,4 +1,4 @@
-"""A proof anyone can check (issue 17 item 3; docs/provenance.md "Proofs").
+"""A proof anyone can check (docs/provenance.md "Proofs").
 
 One in-process node on the session's real Kubo with its real Spark worker answers one query over two datasets;
 its proof is exported through the API and the real CLI, then checked with no node: in this process

@@ -1,4 +1,4 @@
-"""Lineage and offline verification (issue 17 items 1 and 2; docs/provenance.md "Lineage", "Verify (offline)").
+"""Lineage and offline verification (docs/provenance.md "Lineage", "Verify (offline)").
 
 One in-process node on the session's real Kubo with its real Spark worker (one query for the module, over two
 datasets); a second node with its own managed Kubo, connected to the first's swarm, holds nothing but a receipt
@@ -360,7 +360,7 @@ async def test_the_walk_is_cut_at_max_nodes(prov: dict[str, Any]) -> None:
 async def test_a_result_is_a_verifiable_car_for_a_browser_and_a_plain_kubo(
     prov: dict[str, Any], kubo_binary: Path, tmp_path: Path
 ) -> None:
-    """Issue 19: a page's `fetch` of `?format=car` (another origin, CORS) and a plain Kubo's `dag import` both get
+    """A page's `fetch` of `?format=car` (another origin, CORS) and a plain Kubo's `dag import` both get
     a CAR of a Cairn result that checks out, block by block."""
     answer, client = prov["answer"], prov["client"]
     browser = {"Origin": "https://example.org", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "cross-site"}

@@ -227,7 +227,7 @@ async def test_worker_killed_mid_query_is_a_clear_error_then_recovers(nodes: Any
     assert (await ask(a[1], sql))["rows"] == duck(csv_dir, sql)
 
 
-# --- issue 16: implicit inputs, canonical equivalences, did-you-mean ------------------------------------------
+# --- implicit inputs, canonical equivalences, did-you-mean ---------------------------------------------------
 
 
 async def ask_implicit(client: Any, sql: str, **inputs: str) -> dict[str, Any]:
@@ -378,7 +378,7 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def test_metrics_move_with_real_misses_hits_and_refusals(nodes: Any) -> None:
-    """Issue 20 item 4: queries by source with their latency, Spark jobs, Kubo calls (read with the Prometheus
+    """Metrics: queries by source with their latency, Spark jobs, Kubo calls (read with the Prometheus
     parser before and after a real miss, hit and refusal)."""
     a, _ = nodes
     before = _samples(await (await a[1].get("/metrics")).text())
@@ -414,7 +414,7 @@ async def _receipt(node: InNode, cid: str) -> Any:
 
 
 async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_dir: Path) -> None:
-    """query.answer_from_supersets (issue 22 item 3) on node b: a filter+projection and a roll-up are computed from
+    """query.answer_from_supersets on node b: a filter+projection and a roll-up are computed from
     b's cached supersets (receipt ``derived``), with the execution (slices, logical hash) node a computes from the
     base data: in b with Arrow where node.query.arrow_eval computes the rewritten statement (receipt timings
     ``arrow_ms``, no Spark job), else on Spark (a scalar expression); a query no rule covers reads the base data.
@@ -485,7 +485,7 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
 
 
 async def test_more_restrictions_than_the_candidate_window_are_all_derived(nodes: Any, csv_dir: Path) -> None:
-    """Derived answers are not remembered as candidates (issue 22 item 3): 40 restrictions of one cached roll-up,
+    """Derived answers are not remembered as candidates: 40 restrictions of one cached roll-up,
     more than ``Index.shape_candidates`` lists, are each derived from it, none computed from the base data."""
     b = nodes[1]
     was, b[0].resolver.from_supersets = b[0].resolver.from_supersets, True
@@ -505,7 +505,7 @@ async def test_more_restrictions_than_the_candidate_window_are_all_derived(nodes
 
 
 async def test_an_appended_version_is_answered_from_the_old_result(nodes: Any) -> None:
-    """Appends (issue 22 item 4, under query.answer_from_supersets): node b computes over the first version of a
+    """Appends (under query.answer_from_supersets): node b computes over the first version of a
     dataset; the dataset gains rows on both nodes; b answers over the new version by running only over the new slice
     and merging (receipt ``derived``: the old execution, rule ``append``; cairn_answers_forwarded; with Arrow in the
     node where it computes the statement, else on Spark), with the execution (slices, logical hash) node a computes

@@ -1,4 +1,4 @@
-"""The clock rule end to end (issue 12 item 1): an in-process node (real Kubo, real Spark worker) answers HTTP 400 with
+"""The clock rule end to end: an in-process node (real Kubo, real Spark worker) answers HTTP 400 with
 the rule id for every clock spelling of tests/unit/test_query_clock.py and runs nothing, and fixed-format dates
 still work, with the rows DuckDB computes from the same CSV."""
 
@@ -61,7 +61,7 @@ async def test_clock_queries_get_400(node: tuple[InNode, Path], sql: str) -> Non
 
 async def test_fixed_format_date_still_works(node: tuple[InNode, Path]) -> None:
     n, csv = node
-    # Dates go out as text: the node's JSON answer cannot hold date values yet (a 500, reported to the lead).
+    # Dates go out as text: the node's JSON answer cannot hold date values yet (a 500).
     sql = (
         "SELECT s, CAST(d AS STRING), CAST(date_add(d, CAST(k AS INT)) AS STRING) AS due FROM t "
         "WHERE d >= '2024-01-01' AND d < DATE '2024-03-01' AND ts < '2024-02-29T23:59:59Z' ORDER BY d"

@@ -1,4 +1,4 @@
-"""One hostile statement no longer freezes the node (issue 15, first finding), on a real in-process node over the
+"""One hostile statement no longer freezes the node, on a real in-process node over the
 session's real Kubo: while a statement is being refused, ``/healthz`` keeps answering on the same event loop; the
 same statement again is refused from the memo without reaching a child process; a statement the canonicalizer
 works on too long is cut by ``query.canonicalize_timeout``; normal statements canonicalize as in-process."""
@@ -63,7 +63,8 @@ async def test_healthz_answers_while_the_100kb_chain_is_refused(served: InNode) 
         f"query refused (too-complex): the statement has more than {MAX_BOOLEAN_TERMS} AND/OR"
         in body["error"]["message"]
     )
-    # On the event loop (before issue 15) nothing else ran until the refusal: at most the poll in flight.
+    # On the event loop (where the canonicalizer once ran) nothing else ran until the refusal: at most the poll in
+    # flight.
     assert answered >= 3, answered
 
 

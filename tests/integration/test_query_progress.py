@@ -1,10 +1,10 @@
-"""Issue 16 item 3: progress and cancel in the CLI, on a real Spark worker.
+"""Progress and cancel in the CLI, on a real Spark worker.
 
 `cairn query` runs in a real terminal (a pty) against an in-process node: it shows the query's live stages from
 its job's server-sent events, prints nothing but the answer when piped, and Ctrl-C (the terminal's ^C) cancels the
 job and its Spark job with a clear line; a local-path `cairn add` shows its ingest bar with the file's size.
 
-Each fails on the code before issue 16 (no stages; Ctrl-C exited silently; the in-place add showed 0/0 bytes).
+Each failed on the code before (no stages; Ctrl-C exited silently; the in-place add showed 0/0 bytes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reusing what the network knows, beyond results (issue 22): recorded failures and quorum across two nodes.
+"""Reusing what the network knows, beyond results: recorded failures and quorum across two nodes.
 
 Two in-process nodes with peers on, each with a managed Kubo of its own (as test_verify_recompute's V and C):
 A computes on its real Spark worker; B trusts A's key and never starts Spark. A deterministic failure (ANSI

@@ -1,6 +1,6 @@
-"""The CID-keyed slice cache (issue 12 item 4) against a real Kubo: concurrent and cancelled fetches, hashing
+"""The CID-keyed slice cache against a real Kubo: concurrent and cancelled fetches, hashing
 before the rename, and re-verification of a cached file that is suspect; slices decoded while they arrive, which
-count only once their bytes gave their CID (issue 18 item 5)."""
+count only once their bytes gave their CID."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ async def test_cancelled_fetch_leaves_nothing(kubo_client: KuboClient, tmp_path:
     ds = _datasets(kubo_client, tmp_path / "home")
     ref = SliceRef(cid, 0, len(data), "", 0)
     slow = _SlowKubo(kubo_client)
-    ds.kubo = slow  # type: ignore[assignment]
+    ds.cache.kubo = slow  # type: ignore[assignment]
     task = asyncio.ensure_future(ds.slice_path(ref, timeout=60))
     await asyncio.wait_for(slow.first_chunk.wait(), 60)  # bytes are being written to a temp file
     assert _leftovers(ds), "the fetch writes to a temp file first"
@@ -67,7 +67,7 @@ async def test_cancelled_fetch_leaves_nothing(kubo_client: KuboClient, tmp_path:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert _leftovers(ds) == [] and not (ds.cache_dir / f"{cid_str(cid)}.parquet").exists()
-    ds.kubo = kubo_client
+    ds.cache.kubo = kubo_client
     assert (await ds.slice_path(ref, timeout=60)).read_bytes() == data
 
 
@@ -80,7 +80,7 @@ async def test_cancelled_and_concurrent_fetches_never_cache_a_partial_file(
     ds = _datasets(kubo_client, tmp_path / "home")
     ref = SliceRef(cid, 0, len(data), "", 0)
     slow = _SlowKubo(kubo_client)
-    ds.kubo = slow  # type: ignore[assignment]
+    ds.cache.kubo = slow  # type: ignore[assignment]
     doomed = asyncio.ensure_future(ds.slice_path(ref, timeout=60))
     await asyncio.wait_for(slow.first_chunk.wait(), 60)
     survivor = asyncio.ensure_future(ds.slice_path(ref, timeout=60))
@@ -94,7 +94,7 @@ async def test_bytes_that_do_not_give_the_cid_never_enter_the_cache(kubo_client:
     data = os.urandom(2 * CHUNK_SIZE)
     cid = await _add_bytes(kubo_client, tmp_path / "src.bin", data)
     ds = _datasets(kubo_client, tmp_path / "home")
-    ds.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
+    ds.cache.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
     with pytest.raises(SliceCorrupt):
         await ds.cid_path(cid, timeout=60)
     assert not (ds.cache_dir / f"{cid_str(cid)}.parquet").exists() and _leftovers(ds) == []
@@ -112,7 +112,7 @@ async def test_a_refused_slice_leaves_kubo_unless_pinned(kubo: ManagedKubo, tmp_
 
 async def _refused_slices_leave(kubo_client: KuboClient, tmp_path: Path) -> None:
     ds = _datasets(kubo_client, tmp_path / "home")
-    ds.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
+    ds.cache.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
     for pin in (False, True):
         path = tmp_path / f"src-{pin}.bin"
         await asyncio.to_thread(path.write_bytes, os.urandom(2 * CHUNK_SIZE + 5))
@@ -209,7 +209,7 @@ async def test_scan_decodes_a_slice_while_its_bytes_arrive(kubo_client: KuboClie
     cids = [(await kubo_client.add(tmp_path / n, pin=True)).cid for n in ("big.parquet", "small.parquet")]
     ds = _datasets(kubo_client, tmp_path / "home")
     gated = _GatedKubo(kubo_client, (tmp_path / "big.parquet").stat().st_size // 2)
-    ds.kubo = gated  # type: ignore[assignment]
+    ds.cache.kubo = gated  # type: ignore[assignment]
     loop = asyncio.get_running_loop()
     hashers: dict[int, LogicalHasher] = {}
     seen: list[int] = []
@@ -240,7 +240,7 @@ async def test_scan_refuses_bytes_that_do_not_give_the_cid(kubo_client: KuboClie
     _big_slice(tmp_path / "big.parquet")
     cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
     ds = _datasets(kubo_client, tmp_path / "home")
-    ds.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
+    ds.cache.kubo = _FlippingKubo(kubo_client)  # type: ignore[assignment]
     with pytest.raises(SliceCorrupt):
         await ds.scan_slices([cid], _hash_visit({}, []), timeout=60)
     assert not ds.cached(cid) and _leftovers(ds) == []
@@ -252,7 +252,7 @@ async def test_scan_refuses_a_footer_that_is_not_the_files(kubo_client: KuboClie
     _big_slice(tmp_path / "big.parquet")
     cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
     ds = _datasets(kubo_client, tmp_path / "home")
-    ds.kubo = _TailLyingKubo(kubo_client)  # type: ignore[assignment]
+    ds.cache.kubo = _TailLyingKubo(kubo_client)  # type: ignore[assignment]
     with pytest.raises(SliceCorrupt, match="footer"):
         await ds.scan_slices([cid], _hash_visit({}, []), timeout=60)
     assert not ds.cached(cid) and _leftovers(ds) == []
@@ -272,7 +272,7 @@ async def test_cancelled_scan_leaves_nothing(kubo_client: KuboClient, tmp_path: 
     cid = (await kubo_client.add(tmp_path / "big.parquet", pin=True)).cid
     ds = _datasets(kubo_client, tmp_path / "home")
     slow = _SlowKubo(kubo_client)
-    ds.kubo = slow  # type: ignore[assignment]
+    ds.cache.kubo = slow  # type: ignore[assignment]
     task = asyncio.ensure_future(ds.scan_slices([cid], _hash_visit({}, []), timeout=60))
     await asyncio.wait_for(slow.first_chunk.wait(), 60)
     task.cancel()

@@ -1,4 +1,4 @@
-"""Issue 15: nothing outlives the node. After kill -9 of a node (a real `cairn node start` process) its Spark
+"""Nothing outlives the node. After kill -9 of a node (a real `cairn node start` process) its Spark
 worker and the worker's JVM end within a deadline; what a killed node left in ``$CAIRN_HOME/tmp`` is swept when
 the next node starts on that home."""
 

@@ -1,4 +1,4 @@
-"""A dataset as of an earlier version (issue 17 item 6, "Time"): ``NAME@-N`` and ``NAME@BLOCKCID`` wherever a dataset
+"""A dataset as of an earlier version ("Time"): ``NAME@-N`` and ``NAME@BLOCKCID`` wherever a dataset
 ref is resolved. One in-process node on the session's real Kubo with its real Spark worker: ``sales`` is ingested
 (v1), queried, then appended to (v2). Expected rows come from DuckDB and pandas over the v1 CSV bytes, not from
 Cairn. ``snap`` is a snapshot dataset (two states): queried as its state "as at" each block (ODF "Projection"),
@@ -200,9 +200,9 @@ async def test_the_state_invocation_binds_content_and_is_reused(timed: dict[str,
     chain, so its question is the same invocation (reused, no Spark job) while its changelog is another."""
     node, client = timed["node"], timed["client"]
     first = await ask(client, STATE, t="snap")
-    node.datasets._projections.clear()  # as after a restart: the remembered file and the slice cache serve it
+    node.datasets.projections._kept.clear()  # as after a restart: the remembered file and the slice cache serve it
     assert (await ask(client, STATE, t="snap"))["invocation"] == first["invocation"]
-    node.datasets._projections.clear()  # forget the projection: the next query folds the changelog again
+    node.datasets.projections._kept.clear()  # forget the projection: the next query folds the changelog again
     for remembered in node.datasets.projections_dir.iterdir():
         remembered.unlink()
     before = jobs(timed)

@@ -1,6 +1,6 @@
 """All 22 TPC-H queries through Cairn (real Kubo, real Spark) against DuckDB on the same Parquet files.
 
-Issue 13 item 6. `tpchgen-cli` writes the eight tables as Parquet (decimal and date columns, NOTES.md); each is
+`tpchgen-cli` writes the eight tables as Parquet (decimal and date columns, NOTES.md); each is
 ingested once into one in-process node (`POST /api/v0/datasets?path=`). Each query (tests/data/tpch/qNN.sql: the
 TPC-H specification's text with its default substitution parameters, only Q15's view written as a CTE) goes through
 `POST /api/v0/query`;

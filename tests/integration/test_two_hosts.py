@@ -1,4 +1,4 @@
-"""Two nodes on two hosts that share no loopback (issue 21 item 4): each in its own network namespace, joined only
+"""Two nodes on two hosts that share no loopback: each in its own network namespace, joined only
 by a veth pair. Their p2p hosts and Kubo swarms listen on the hosts' addresses (`peers.listen`,
 `ipfs.swarm_host`), `cairn connect` uses the address `cairn status` prints, and node B answers a query from node
 A's result, fetched over the pair, with no Spark job of its own."""

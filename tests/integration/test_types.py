@@ -1,4 +1,4 @@
-"""Transform.Storage types end to end (issue 17 item 4): an in-process node on the session's real Kubo, its HTTP
+"""Transform.Storage types end to end: an in-process node on the session's real Kubo, its HTTP
 API and the real `cairn` process (no Spark: nothing here queries).
 
 - ``test_documented_walkthrough``: the commands of docs/provenance.md "Types", run as the doc runs them (the test

@@ -1,4 +1,4 @@
-"""A query that declares its output type (issue 17 item 4): an in-process node on the session's real Kubo with its
+"""A query that declares its output type: an in-process node on the session's real Kubo with its
 real Spark worker (one for the module). The result's structure, with the column names the query gives, is checked
 with Algorithm 3: a term answers as usual (and says so in ``type``), a mismatch is a 422 ``TypeMismatch`` naming
 the spec's code (the execution stays recorded), and a type that is no type is a 400 before anything is computed."""

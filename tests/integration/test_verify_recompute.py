@@ -1,4 +1,4 @@
-"""Verify by recomputing (issue 17 item 2; docs/provenance.md "Verify (recompute)").
+"""Verify by recomputing (docs/provenance.md "Verify (recompute)").
 
 One in-process node P on the session's real Kubo with its real Spark worker answers one query over two datasets
 (module-scoped: every recompute is a real Spark job, so they are few). Receipts a peer would send are made the

@@ -1,4 +1,4 @@
-"""The node's web page (issue 20 item 1, docs/web.md) in a real browser: Playwright (PyPI) driving Debian's
+"""The node's web page (docs/web.md) in a real browser: Playwright (PyPI) driving Debian's
 ``chromium`` (scripts/setup/chromium.sh) against a real in-process node (the session's real Kubo, a real Spark
 worker) served on a real 127.0.0.1 port.
 

@@ -1,4 +1,4 @@
-"""docs/architecture.md matches the tree (issue 14 item 6).
+"""docs/architecture.md matches the tree.
 
 - Every package and module the doc names exists, and every package (a directory with ``__init__.py`` under
   ``node/``, and every top-level one) and every module directly under ``node/`` is named in it.

@@ -1,4 +1,4 @@
-"""Issue 12 item 3, the parts that need no network: announcement bounds, trust labels in the index."""
+"""Claims from peers, the parts that need no network: announcement bounds, trust labels in the index."""
 
 from __future__ import annotations
 

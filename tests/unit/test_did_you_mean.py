@@ -1,4 +1,4 @@
-""" "Did you mean" (issue 16 item 4): an unknown column, table or dataset name is refused with the closest
+""" "Did you mean": an unknown column, table or dataset name is refused with the closest
 existing names (difflib), never a bare "unknown"."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Fetching a trusted claim's blocks ahead of need (node/resolve/carry.py ``FetchAhead``), without IO: only claims
 of a shape this node asked lately (or, naming no shape, a deterministic share of the nodes), never for a claim whose
 signer's node is a neighbour (its lookup answer carries the blocks), one fetch per claim at a time, and an answer
-asked while the fetch is under way waits for it (``settle``) instead of fetching the same blocks beside it (issue 21
-item 5 and "many nodes", docs/scaling.md)."""
+asked while the fetch is under way waits for it (``settle``) instead of fetching the same blocks beside it
+("many nodes", docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ async def _ask(resolver: Resolver, monkeypatch: pytest.MonkeyPatch, sql: str, lo
 async def test_a_trusted_claim_of_a_shape_we_asked_is_fetched_ahead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 21, "many nodes": a node that asked a query of the claim's shape (the same inputs' content, any
+    """Many nodes: a node that asked a query of the claim's shape (the same inputs' content, any
     selection) fetches the claim's blocks when the announcement comes, before it is asked the claim's query; the
     same node, before it asked, only connected."""
     kubo = SlowKubo()

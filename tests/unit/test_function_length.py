@@ -1,4 +1,4 @@
-"""No function over ~60 lines without a reason (issue 14 item 4).
+"""No function over ~60 lines without a reason.
 
 Walks the source packages with `ast`; a function may be longer than MAX_LINES only when the line before its `def`
 (or before its first decorator), or a comment line between its signature and its first statement, holds a comment

@@ -1,4 +1,4 @@
-"""The ingest's reader stage (node/datasets/service.py ``_Prefetch``): one slice ahead, never more than two held."""
+"""The ingest's reader stage (node.datasets.ingest_slices ``Prefetch``): one slice ahead, never more than two held."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from node.datasets.service import _Prefetch
+from node.datasets.ingest_slices import Prefetch
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
@@ -27,7 +27,7 @@ async def test_reader_holds_at_most_two_slices_and_keeps_order() -> None:
             yield pa.table({"i": [i]})
 
     got = []
-    async with _Prefetch(tables()) as reader:
+    async with Prefetch(tables()) as reader:
         first = await reader.get()
         assert first is not None
         got.append(first.pop()["i"][0].as_py())
@@ -48,7 +48,7 @@ async def test_a_reader_error_reaches_the_consumer_in_order() -> None:
         yield pa.table({"i": [0]})
         raise ValueError("bad input")
 
-    async with _Prefetch(tables()) as reader:
+    async with Prefetch(tables()) as reader:
         holder = await reader.get()
         assert holder is not None and holder.pop()["i"][0].as_py() == 0
         reader.release()

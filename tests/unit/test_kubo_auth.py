@@ -1,4 +1,4 @@
-"""The Kubo RPC secret settings (issue 15): ``ipfs.api_auth`` for an external Kubo and the client's header.
+"""The Kubo RPC secret settings: ``ipfs.api_auth`` for an external Kubo and the client's header.
 
 Kubo itself is the oracle of the header in tests/integration/test_kubo_managed.py
 (test_client_sends_each_kind_of_kubo_secret); here: refusals are one line and never echo the secret."""

@@ -313,7 +313,7 @@ def test_rechunking_does_not_change_the_hash(table: pa.Table, cuts: list[int]) -
 @SETTINGS
 @given(tables(), st.integers(0, 1000))
 def test_a_copied_hasher_resumes_where_its_original_was(table: pa.Table, cut: int) -> None:
-    """An appended version's hash resumes from a copy of the older version's hasher (node.datasets.service):
+    """An appended version's hash resumes from a copy of the older version's hasher (node.datasets.version_hashes):
     the copy fed the rest gives the whole table's hash, and the original, left alone, still gives its rows'."""
     cut %= table.num_rows + 1
     head, rest = table.slice(0, cut), table.slice(cut)

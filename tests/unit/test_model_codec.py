@@ -224,7 +224,7 @@ def test_block_verify_detects_tampering() -> None:
 
 
 def test_remembered_blocks_are_the_blocks_a_fresh_encoding_gives() -> None:
-    """st_0, qy_0 and iv_0 blocks are remembered by value (issue 18: a hit rebuilds them): the remembered block is
+    """st_0, qy_0 and iv_0 blocks are remembered by value (a hit rebuilds them): the remembered block is
     byte-identical to encoding the object again, an object differing in any field gets its own block, and the
     memory stays bounded."""
     from node.model import InputIdentity, Invocation, Query, Structure, codec

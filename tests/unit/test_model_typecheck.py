@@ -1,4 +1,4 @@
-"""Algorithms 1–4 of transform-storage-provenance.md §6.1, branch by branch (issue 17 item 4).
+"""Algorithms 1–4 of transform-storage-provenance.md §6.1, branch by branch.
 
 Each test is named after the pseudocode line it covers (``a<algorithm>_line<n>``); blocks come from a dict through
 the injected loader (no IO). The map of branches to tests:

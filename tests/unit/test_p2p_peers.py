@@ -95,7 +95,7 @@ def test_old_bad_and_foreign_entries_are_dropped(tmp_path, caplog):
 
 
 def test_a_forgotten_peer_is_not_saved_and_its_disconnection_does_not_bring_it_back(tmp_path):
-    """issue 16: a peer that is not a Cairn node is forgotten; the disconnect that follows must not re-add it."""
+    """A peer that is not a Cairn node is forgotten; the disconnect that follows must not re-add it."""
     path = tmp_path / "peers.json"
     t = PeerTable(ME, path)
     t.remember(A, ["/ip4/127.0.0.1/tcp/4001"], "dialed")

@@ -1,4 +1,4 @@
-"""Peers' shapes (issue 22 item 3, last sentence): the an_0 ``shape`` field, its record with the claim, and which
+"""Peers' shapes: the an_0 ``shape`` field, its record with the claim, and which
 peers' claims a miss tries as candidate supersets (node.resolve.supersets)."""
 
 from __future__ import annotations

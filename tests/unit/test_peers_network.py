@@ -119,7 +119,7 @@ async def test_catch_up_lookup_and_refusals(tmp_path: Path) -> None:
 
 
 async def test_catch_up_asks_kubo_once_not_once_per_row(tmp_path: Path) -> None:
-    """Issue 15: catch-up made one Kubo RPC (`id`, for the providers) per row, up to 1000 per connecting peer."""
+    """Catch-up once made one Kubo RPC (`id`, for the providers) per row, up to 1000 per connecting peer."""
     a, _, a_index = await _network(tmp_path, "a", kubo_up=True)
     b, b_resolver, _ = await _network(tmp_path, "b", kubo_up=True)
     try:

@@ -1,5 +1,5 @@
-"""Appends brought forward (node/query/rewrite.py ``forward``, node/resolve/supersets.py ``appended``; issue 22
-item 4): which statements decompose over old ∪ new, and that the merge is sound.
+"""Appends brought forward (node/query/rewrite.py ``forward``, node/resolve/supersets.py ``appended``):
+which statements decompose over old ∪ new, and that the merge is sound.
 
 Oracle: SQLite (the standard library's) runs the canonical statement over old ∪ new rows from scratch, and the
 ``forward`` statement over table ``b`` = the statement's result over the old rows and ``a`` = the new rows; the

@@ -671,7 +671,7 @@ def test_output_names_are_kept_for_display():
     ],
 )
 def test_column_alias_lists_name_the_outputs(sql: str, names: tuple[str, ...], same_as: str):
-    # Issue 13: a column alias list renames a derived table's or CTE's outputs for display; the statement
+    # A column alias list renames a derived table's or CTE's outputs for display; the statement
     # itself is the same as without the list.
     q = canonicalize(sql, ONE)
     assert q.output_names == names
@@ -709,7 +709,7 @@ def _tj(key: str) -> str:
     ],
 )
 def test_float_sort_keys_get_a_tiebreaker(type_string: str, tied: bool):
-    # Issue 12 item 1: Spark's order ties -0.0 with 0.0; the tie-breaker tells them apart (docs/queries.md "Order").
+    # Spark's order ties -0.0 with 0.0; the tie-breaker tells them apart (docs/queries.md "Order").
     q = canonicalize("SELECT k, v FROM t ORDER BY k LIMIT 3", {"t": [("k", "int64"), ("v", type_string)]})
     key = "MAP_ENTRIES(_1)" if type_string.startswith("map<") else "_1"
     expected = f"ORDER BY _0, {key}, {_tj(key)} LIMIT 3" if tied else f"ORDER BY _0, {key} LIMIT 3"

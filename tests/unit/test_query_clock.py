@@ -1,4 +1,4 @@
-"""The clock rule (issue 12 item 1, docs/queries.md "clock-value"): every spelling that lets Spark read the clock
+"""The clock rule (docs/queries.md "clock-value"): every spelling that lets Spark read the clock
 through a string reaching a date/time type is refused; fixed-format literals still pass."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ T = {
     ]
 }
 
-# The issue's list, each spelling, plus the other places Spark casts a string to a date/time.
+# Each spelling of a clock value (node/query/clock.py), plus the other places Spark casts a string to a date/time.
 CLOCK_QUERIES = [
     "SELECT CAST('now' AS TIMESTAMP) FROM t",
     "SELECT DATE 'today' FROM t",

@@ -1,4 +1,4 @@
-"""Every other way a value can depend on when, where or by whom a query runs (issue 12 item 1; docs/queries.md
+"""Every other way a value can depend on when, where or by whom a query runs (docs/queries.md
 "What a value may not depend on"): each is refused with its rule, or allowed for the reason the docs give."""
 
 from __future__ import annotations

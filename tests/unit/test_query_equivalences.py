@@ -1,4 +1,4 @@
-"""Canonical equivalences (issue 16 item 6; docs/queries.md "The rewrite", step 7): spellings Spark evaluates alike
+"""Canonical equivalences (docs/queries.md "The rewrite", step 7): spellings Spark evaluates alike
 share one canonical statement, hence one qy_0 and one invocation; a near miss beside each must not.
 
 tests/integration/test_query_equivalences.py runs these same pairs on a real Spark worker.

@@ -1,4 +1,4 @@
-"""Structural limits before parsing (node/query/limits.py; issue 15, first finding): statements the parser handles
+"""Structural limits before parsing (node/query/limits.py): statements the parser handles
 slowly are refused from their token counts, each refusal naming its limit; statements within the limits are not."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def or_chain(terms: int) -> str:
 
 
 def test_the_5000_term_chain_is_refused_by_the_boolean_limit() -> None:
-    # Before the limits this took 13.7 s and ended in "nests too deeply" (the probe of issue 15).
+    # Before the limits this took 13.7 s and ended in "nests too deeply".
     with pytest.raises(QueryRefused) as info:
         canonicalize(or_chain(5000), ONE)
     e = info.value

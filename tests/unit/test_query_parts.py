@@ -1,4 +1,4 @@
-"""Each part of the canonicalizer alone (issue 12 item 6): the allowlist checks per node class, inputs, naming,
+"""Each part of the canonicalizer alone: the allowlist checks per node class, inputs, naming,
 spelling, order completion and qualification, without running the whole rewrite."""
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def test_minus_zero_comes_before_zero_everywhere() -> None:
 
 
 def test_nested_outputs_never_raise_a_500() -> None:
-    # Issue 12 item 2: a list or struct output without ORDER BY raised pyarrow.ArrowTypeError.
+    # A list or struct output without ORDER BY raised pyarrow.ArrowTypeError.
     table = pa.table(
         {
             "t": pa.array([[3, 4], [1], [2, 3]], pa.list_(pa.int64())),

@@ -1,4 +1,4 @@
-"""Answers from supersets (node/query/rewrite.py, issue 22 item 3): the rules' decisions and their soundness.
+"""Answers from supersets (node/query/rewrite.py): the rules' decisions and their soundness.
 
 Oracle: SQLite (the standard library's, not Cairn's engine) runs the canonical statements translated by sqlglot
 over tiny generated tables: the new query from scratch must give the same multiset of rows as the rewritten

@@ -1,4 +1,4 @@
-"""The canonicalizer in bounded child processes (node/query/sandbox.py; issue 15, first finding), on real child
+"""The canonicalizer in bounded child processes (node/query/sandbox.py), on real child
 processes: the same answers as the in-process canonicalizer (the oracle), a budget that kills the child, refusals
 remembered so a repeated statement never reaches a child, single-flight, and children that end with the sandbox."""
 

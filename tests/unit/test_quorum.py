@@ -1,4 +1,4 @@
-"""quorum:K counting (issue 22 item 2; docs/peers.md "Quorum"): pure logic, no node."""
+"""quorum:K counting (docs/peers.md "Quorum"): pure logic, no node."""
 
 from __future__ import annotations
 

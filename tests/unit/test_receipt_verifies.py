@@ -1,4 +1,4 @@
-"""rc_0 ``verifies`` (issue 17 item 2; docs/object-model.md): optional, a link, absent from every receipt that
+"""rc_0 ``verifies`` (docs/object-model.md): optional, a link, absent from every receipt that
 does not verify another, so their bytes (and CIDs) are those they had before the key existed."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_the_signature_covers_verifies() -> None:
 
 
 def test_a_derived_receipt_names_its_superset_and_rule_and_others_keep_their_bytes() -> None:
-    """rc_0 ``derived`` (issue 22 item 3): written only for an answer computed from a cached superset's result."""
+    """rc_0 ``derived``: written only for an answer computed from a cached superset's result."""
     new = Receipt(**{**_receipt().__dict__, "derived_from": CHECKED, "rewrite": "rollup"})
     content = new.to_ipld()["content"]
     assert content["derived"] == {"execution": CHECKED, "rule": "rollup"} and CHECKED in new.links()

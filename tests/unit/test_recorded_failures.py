@@ -1,4 +1,4 @@
-"""Recorded failures (issue 22 item 1; docs/queries.md "Recorded failures"): which Spark failures are recorded,
+"""Recorded failures (docs/queries.md "Recorded failures"): which Spark failures are recorded,
 how a failure is written in rc_0/an_0 (optional keys: results keep their bytes) and kept in the index."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``spark.staging`` (issue 21 item 2; node/resolve/staging.py): slices staged once under their CID, shared by
+"""``spark.staging`` (node/resolve/staging.py): slices staged once under their CID, shared by
 nodes, never overwritten, checked before use. The end-to-end test (Spark executors reading a staging directory two
 nodes share) is in tests/integration/test_spark_modes.py."""
 

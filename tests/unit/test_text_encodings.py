@@ -1,4 +1,4 @@
-"""Text encodings and CSV dialects of the readers (issue 13 item 5): any encoding Python knows,
+"""Text encodings and CSV dialects of the readers: any encoding Python knows,
 UTF-8 enforced by default with the line and byte offset of the first bad byte, delimiters sniffed.
 
 Oracles: Python's codecs and csv module write the inputs and decode the expected values; the

@@ -1,4 +1,4 @@
-"""Every ``type: ignore`` in the shipped code names its error code and says why, on the same line (issue 14).
+"""Every ``type: ignore`` in the shipped code names its error code and says why, on the same line.
 
 The form is ``# type: ignore[code, ...]  # reason``: mypy (``ignore-without-code``) already refuses a bare
 ignore; this test also refuses one without a reason, and scans comments only (tokenize), never strings.
@@ -19,11 +19,6 @@ CHECKED = ("node", "config", "p2p", "spark_worker", "scripts")
 # `type: ignore` anywhere in a comment (mypy reads it there too), and the one accepted shape of it.
 _IGNORE = re.compile(r"type:\s*ignore")
 _EXPLAINED = re.compile(r"#\s*type:\s*ignore\[[a-z][a-z0-9-]*(?:\s*,\s*[a-z][a-z0-9-]*)*\]\s+#\s*\S.{2,}")
-
-# Until the merge of issue 14's branches: how many unexplained ignores each file that another helper owns and is
-# rewriting still holds (the core's complete `Node`, the errors tree, the p2p layer, the readers split, the bench
-# scripts). The lead empties this when merging: a file with more fails the main test, a file with fewer fails
-# `test_tolerance_is_not_stale`, so the list cannot outlive its reason.
 
 
 def unexplained(source: str) -> list[tuple[int, str]]:

@@ -103,7 +103,7 @@ def _rfc_quotes(values: np.ndarray, quotes: np.ndarray, delimiter: int) -> bool:
     start or the previous closing quote (``""``), and each closing quote is followed by a
     delimiter, a line end, the end or the next opening quote. Then a line end is inside quotes
     exactly when an odd number of quotes precedes it, as pyarrow's lexer sees it.
-    Vectorised with numpy (twice as fast as the same with pyarrow.compute: issue 18 item 6; both run
+    Vectorised with numpy (twice as fast as the same with pyarrow.compute; both run
     without the GIL)."""
     if len(quotes) == 0:
         return True
@@ -132,7 +132,7 @@ _COUNT_PIECE = 1 << 18
 
 def _count_byte(data: bytearray, byte: bytes) -> int:
     """``data.count(byte)`` for a one-byte ``byte``, vectorised in cache-sized pieces: the cutter thread counts
-    the lines of every chunk, and bytes.count took about 0.55 s a GB of CSV, this about 0.1 s (issue 18 item 6)."""
+    the lines of every chunk, and bytes.count took about 0.55 s a GB of CSV, this about 0.1 s."""
     if len(byte) != 1:  # pragma: no cover - line terminators here are one byte (\n or \r)
         return data.count(byte)
     values = np.frombuffer(data, np.uint8)

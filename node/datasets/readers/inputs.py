@@ -111,43 +111,47 @@ class Input:
     def _generate(self) -> Iterator[pa.RecordBatch]:
         try:
             if self._parquet is not None:
-                for batch in self._parquet.batches():
-                    if self._closed:
-                        return
-                    yield self._emit(batch)
-                return
-            text = self._text
-            assert text is not None
-            for batch in text.first_batches():
-                yield self._emit(batch)
-            chunker = text.chunker
-            if _WORKERS == 1:
-                while not self._closed and (item := chunker.next()) is not None:
-                    for batch in text.parse(*item):
-                        yield self._emit(batch)
-                return
-            self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="cairn-read")
-            pending: deque[Future[list[pa.RecordBatch]]] = deque()
-            stop: Any = None
-            while not self._closed:
-                while stop is None and len(pending) <= _WORKERS:
-                    try:
-                        item = chunker.next()
-                    except InvalidInput as e:
-                        stop = e  # raised after the chunks before it, in order
-                        break
-                    if item is None:
-                        stop = _EOF
-                        break
-                    pending.append(self._pool.submit(text.parse, *item))
-                if not pending:
-                    break
-                for batch in pending.popleft().result():
-                    yield self._emit(batch)
-            if isinstance(stop, InvalidInput):
-                raise stop
+                yield from self._parquet_batches(self._parquet)
+            elif self._text is not None:  # open_input gives an Input one of the two
+                yield from self._text_batches(self._text)
         finally:
             self.close()
+
+    def _parquet_batches(self, parquet: _ParquetFormat) -> Iterator[pa.RecordBatch]:
+        for batch in parquet.batches():
+            if self._closed:
+                return
+            yield self._emit(batch)
+
+    def _text_batches(self, text: _TextFormat) -> Iterator[pa.RecordBatch]:
+        for batch in text.first_batches():
+            yield self._emit(batch)
+        chunker = text.chunker
+        if _WORKERS == 1:
+            while not self._closed and (item := chunker.next()) is not None:
+                for batch in text.parse(*item):
+                    yield self._emit(batch)
+            return
+        self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="cairn-read")
+        pending: deque[Future[list[pa.RecordBatch]]] = deque()
+        stop: Any = None
+        while not self._closed:
+            while stop is None and len(pending) <= _WORKERS:
+                try:
+                    item = chunker.next()
+                except InvalidInput as e:
+                    stop = e  # raised after the chunks before it, in order
+                    break
+                if item is None:
+                    stop = _EOF
+                    break
+                pending.append(self._pool.submit(text.parse, *item))
+            if not pending:
+                break
+            for batch in pending.popleft().result():
+                yield self._emit(batch)
+        if isinstance(stop, InvalidInput):
+            raise stop
 
 
 def open_input(
