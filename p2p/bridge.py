@@ -194,8 +194,10 @@ class TrioThread:
 
     async def wait_stopping(self) -> None:
         """In trio: returns when :meth:`stop` was called and bridge tasks were cancelled."""
-        assert self._stopping is not None
-        await self._stopping.wait()
+        stopping = self._stopping
+        if stopping is None:  # set before the service starts: only a caller outside the service gets here
+            raise P2PError("wait_stopping is for the service the bridge runs")
+        await stopping.wait()
 
     # ------------------------------------------------------------------ asyncio → trio
 

@@ -165,6 +165,15 @@ class PeerTable:
             self.dirty = True
             return flipped
 
+    def connection_changed(self, pid: str, *, up: bool, live: bool, inbound: bool, remote: str | None) -> bool:
+        """A connection to ``pid`` opened (``up``) or closed; ``live``: whether the peer still has one. Record it,
+        and return True when the node should treat it as a (re)connection (send the peer what it missed)."""
+        flipped = self.set_connected(pid, live, source="inbound" if inbound else "dialed", inbound_from=remote)
+        # Every new connection counts as a (re)connection, not only a flip of the table: a peer that restarts
+        # at once dials us before we saw its old connection close, so the table never flips and the peer
+        # was never caught up (test_network_catchup). Duplicates (simultaneous dials) are harmless.
+        return (flipped and live) or up
+
     def forget(self, pid: str) -> None:
         """Drop a peer (not re-dialled, not saved), e.g. one that turned out not to be a Cairn node."""
         with self._lock:

@@ -1,5 +1,5 @@
-"""A job's result, handed on as Arrow record batches as Spark sends them (a large result is never
-held whole).
+"""A job's result, handed on as Arrow record batches as Spark sends them (a large result is never held whole), each
+its own frame within the job's budgets.
 
 pyspark's ``DataFrame.toArrow`` (pyspark/sql/pandas/conversion.py) collects every batch the JVM sends, puts them in
 order and builds one table; the worker then wrote that table as one Arrow IPC buffer, so a large result was held
@@ -17,12 +17,44 @@ Imports nothing from the node.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import pyarrow as pa
 
+from spark_worker import budget
+from spark_worker.jobs import Cancelled, ClientGone, Job
+
 Send = Callable[[pa.RecordBatch], None]
+
+
+class Batches:
+    """Sends a job's result batch by batch (an Arrow IPC stream of one batch per frame), within its budgets."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.rows = self.bytes = self.frames = 0
+        self.seconds = 0.0  # serialising and sending
+
+    def __call__(self, batch: Any) -> None:
+        t0 = time.perf_counter()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        buf = sink.getvalue()
+        self.rows += batch.num_rows
+        self.bytes += buf.size
+        budget.check_result(self.rows, self.bytes, self.job.limits)  # before this batch is served
+        if self.job.cancelled.is_set():
+            raise Cancelled()
+        if self.job.send is not None:
+            try:
+                self.job.send({"batch": self.frames}, buf)
+            except OSError as e:
+                raise ClientGone(f"job {self.job.id}: the client went away") from e
+        self.frames += 1
+        self.seconds += time.perf_counter() - t0
 
 
 def arrow_schema(df: Any) -> pa.Schema:

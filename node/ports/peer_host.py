@@ -21,7 +21,10 @@ PeerCallback = Callable[[str], "Awaitable[None] | None"]
 
 class PeerHost(Protocol):
     peer_id: str  # 12D3KooW…
-    inbound_refused: int  # inbound gossip frames refused (malformed or oversized)
+
+    @property
+    def inbound_refused(self) -> int:
+        """Inbound gossip frames refused (malformed or oversized)."""
 
     @property
     def running(self) -> bool: ...

@@ -28,7 +28,7 @@ Prints one JSON object on stdout (progress goes to stderr):
    constants (untimed), then the timed constants (``warm_spark_ms``), so both JVMs are equally warm.
    A second pass (diagnostic, same session) runs, per timed constant and in rotating order, with constants
    never seen before (Spark generates code per statement, literals included): the same plain run, the view
-   already registered (SQL + toArrow only), and the worker's own job code (``spark_worker.server.Worker.execute``:
+   already registered (SQL + toArrow only), and the worker's own job code (``spark_worker.worker.Worker.execute``:
    canonical statement, ``col_N`` names, forced session settings, temp views dropped, Arrow IPC), plus the
    timed statement run again (``repeat``: what a statement Spark has already compiled costs).
    The node and this SparkSession never run together. DuckDB: timed the same way if importable, else ``null``.
@@ -619,7 +619,7 @@ class _Baseline:
     def worker_job(self, c: str) -> tuple[float, float]:
         """The worker's own job code: its elapsed_ms (what a receipt calls compute_ms) and the call's wall time."""
         from node.query import canonicalize
-        from spark_worker.server import Job
+        from spark_worker.jobs import Job
 
         statement = canonicalize(SQL.format(c=c), {"t": self.schema}).statement
         abstract = [f"col_{i}" for i in range(len(self.columns))]
@@ -629,7 +629,7 @@ class _Baseline:
 
     def warm_up(self, warm: list[str]) -> float:
         """The node worker's sequence: its warm-up query (the same code), the first query, the warm misses."""
-        from spark_worker.server import Job
+        from spark_worker.jobs import Job
 
         t0 = time.perf_counter()
         small = self.work / "warmup.parquet"
@@ -677,7 +677,7 @@ class _Baseline:
         return diag
 
     def close(self) -> None:
-        from spark_worker.server import stop_spark
+        from spark_worker.process import stop_spark
 
         if self.worker is not None:
             os.close(self.worker.wake_r)
@@ -694,7 +694,7 @@ def bench_spark(
     phases: dict[str, Any],
 ) -> dict[str, Any]:
     """The same SQL in a warm SparkSession in this process, with the worker's settings and warm-up."""
-    from spark_worker.server import Worker
+    from spark_worker.worker import Worker
 
     base = _Baseline(work, paths, schema)
     try:

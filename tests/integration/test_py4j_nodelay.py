@@ -19,7 +19,8 @@ from pathlib import Path
 import pyarrow as pa, pyarrow.parquet as pq
 sys.path.insert(0, sys.argv[1])
 from spark_worker import nodelay
-from spark_worker.server import Job, Worker
+from spark_worker.jobs import Job
+from spark_worker.worker import Worker
 from spark_worker.session import build_session
 
 spark = build_session("local[1]", {})

@@ -43,10 +43,10 @@ ALLOWED = {
     "p2p.errors.FrameRefused": "as P2PError: a peer's frame too long or over the budget; the stream is reset",
     "spark_worker.protocol.ProtocolError": "a malformed frame on the worker socket; the node makes it a SparkError",
     "spark_worker.guard.Refused": "control flow in the worker: sent to the node as kind 'refused' (SparkRefused)",
-    "spark_worker.server.RequestError": "control flow in the worker: answered as an error frame of kind 'request'",
-    "spark_worker.server.InputMismatch": "control flow in the worker: answered as an error frame of kind 'analysis'",
-    "spark_worker.server.Cancelled": "control flow in the worker: answered as an error frame of kind 'cancelled'",
-    "spark_worker.server.ClientGone": "a Cancelled: the node went away while result batches were sent; its job ends",
+    "spark_worker.jobs.RequestError": "control flow in the worker: answered as an error frame of kind 'request'",
+    "spark_worker.jobs.InputMismatch": "control flow in the worker: answered as an error frame of kind 'analysis'",
+    "spark_worker.jobs.Cancelled": "control flow in the worker: answered as an error frame of kind 'cancelled'",
+    "spark_worker.jobs.ClientGone": "a Cancelled: the node went away while result batches were sent; its job ends",
 }
 
 MULTI = "first line\n  second\tline\r\nthird"

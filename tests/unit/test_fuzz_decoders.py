@@ -41,7 +41,8 @@ from node.model.plaincbor import decode_plain
 from node.peers import Network
 from node.query import canonicalize
 from node.resolve.claims import check_announcement
-from p2p.host import P2PError, _parse_listen_addr, _parse_peer_addr
+from p2p.errors import P2PError
+from p2p.multiaddrs import parse_listen_addr, parse_peer_addr
 from tests.unit.model_samples import samples
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "fuzz"
@@ -174,7 +175,7 @@ def check_cid(data: bytes) -> None:
 def check_multiaddr(data: bytes) -> None:
     """Multiaddrs: the p2p layer's P2PError (peer and listen addresses), the node's ConfigError (Kubo's address)."""
     text = data.decode("utf-8", "replace")
-    for parse in (_parse_peer_addr, _parse_listen_addr):
+    for parse in (parse_peer_addr, parse_listen_addr):
         try:
             parse(text)
         except P2PError:

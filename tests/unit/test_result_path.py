@@ -14,7 +14,8 @@ from node.errors import SparkError, SparkRefused
 from node.query.result_order import canonical_indices, canonical_order
 from node.resolve.spark import _answer_table, _own_batch
 from spark_worker import budget, guard
-from spark_worker.server import ClientGone, Job, _Batches
+from spark_worker.jobs import ClientGone, Job
+from spark_worker.results import Batches
 
 SCHEMA = pa.schema([("k", pa.int64()), ("x", pa.float64()), ("s", pa.string())])
 
@@ -34,7 +35,7 @@ def _frames(table: pa.Table, max_rows: int, limits: budget.Limits | None = None)
     sent: list[tuple[dict, pa.Buffer]] = []
     job = Job("j1", "SELECT 1", {}, limits=limits or budget.Limits())
     job.send = lambda header, payload: sent.append((header, payload))
-    batches = _Batches(job)
+    batches = Batches(job)
     for b in table.to_batches(max_chunksize=max_rows):
         batches(b)
     assert (batches.rows, batches.frames) == (table.num_rows, len(sent))
@@ -78,7 +79,7 @@ def test_budgets_stop_the_stream_before_the_batch_that_passes_them() -> None:
     sent: list[dict] = []
     job = Job("j2", "SELECT 1", {}, limits=budget.Limits(rows=20))
     job.send = lambda header, payload: sent.append(header)
-    batches = _Batches(job)
+    batches = Batches(job)
     with pytest.raises(guard.Refused) as e:
         for b in table.to_batches(max_chunksize=7):
             batches(b)
@@ -90,7 +91,7 @@ def test_budgets_stop_the_stream_before_the_batch_that_passes_them() -> None:
     job = Job("j3", "SELECT 1", {})
     job.send = gone
     with pytest.raises(ClientGone):
-        _Batches(job)(table.to_batches()[0])
+        Batches(job)(table.to_batches()[0])
 
 
 @pytest.mark.parametrize("rows_per_slice", [1, 7, 64, 1000])
