@@ -311,7 +311,7 @@ class SparkWorker:
             )
         log.info("Spark worker starting (pid %d, master %s)", self._proc.pid, self.master)
         try:
-            pong = await self._wait_ready(t0 + self.start_timeout)
+            pong = await self._wait_ready(self._proc, t0 + self.start_timeout)
         except BaseException:
             await self._kill_group(self._proc)
             raise
@@ -330,9 +330,7 @@ class SparkWorker:
         for part in ("local", "tmp"):
             shutil.rmtree(self.scratch / part, ignore_errors=True)
 
-    async def _wait_ready(self, deadline: float) -> dict[str, Any]:
-        proc = self._proc
-        assert proc is not None
+    async def _wait_ready(self, proc: subprocess.Popen[bytes], deadline: float) -> dict[str, Any]:
         while True:
             if proc.poll() is not None:
                 self.last_exit = proc.returncode
@@ -369,7 +367,7 @@ class SparkWorker:
             if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln
         ]
         tail = " | ".join(kept[-lines:])
-        # Answered to API clients: the node's own directories are named, never shown (issue 16).
+        # Answered to API clients: the node's directories are named, never shown (they tell how the host is laid out).
         for folder, shown in (
             (self.scratch, "<scratch>"),
             (self.log_path.parent, "<logs>"),
@@ -627,7 +625,7 @@ class SparkWorker:
                 raise await self._jvm_died(proc, header)
             try:
                 table = _answer_table(header, batches, job)
-            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown (issue 16)
+            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown
                 e.args = (_hide_paths(e.message, inputs), *e.args[1:])
                 raise
             return RunResult(
@@ -696,7 +694,7 @@ def _run_request(
 def _own_batch(payload: pa.Buffer) -> pa.RecordBatch:
     """The one record batch of a batch frame, each column copied into its own memory: the frame's buffer is freed at
     once, and the columns can later be made one chunk each while freeing the batches column by column
-    (``_one_chunk_columns``: the result held about once, not twice; issue 21 item 2)."""
+    (``_one_chunk_columns``: the result held about once, not twice)."""
     try:
         batch = pa.ipc.open_stream(payload).read_next_batch()
     except (pa.ArrowInvalid, StopIteration) as e:
@@ -708,13 +706,11 @@ def _one_chunk_columns(holder: list[list[pa.RecordBatch]], schema: pa.Schema) ->
     """The batches in ``holder`` (its only item, taken out) as a table of one chunk per column, each column's chunks
     freed as soon as its one-chunk copy exists (sorting and taking from one chunk is the fast path)."""
     batches = holder.pop()
-    pending: list[list[pa.Array] | None] = [[b.column(i) for b in batches] for i in range(len(schema))]
+    pending: list[list[pa.Array]] = [[b.column(i) for b in batches] for i in range(len(schema))]
     del batches
     columns = []
     for i in range(len(pending)):
-        chunks = pending[i]
-        pending[i] = None
-        assert chunks is not None
+        chunks, pending[i] = pending[i], []  # the list's only reference now: freed with it
         try:
             columns.append(chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks))
         except (pa.ArrowInvalid, pa.ArrowCapacityError):  # over 2 GiB of values in a 32-bit-offset column
