@@ -12,7 +12,8 @@ import pytest
 from node.datasets.slices import iter_slices, slice_bytes
 from node.errors import SparkError, SparkRefused
 from node.query.result_order import canonical_indices, canonical_order
-from node.resolve.spark import _answer_table, _own_batch
+from node.resolve.spark import _answer_table
+from node.resolve.spark_wire import own_batch as _own_batch
 from spark_worker import budget, guard
 from spark_worker.server import ClientGone, Job, _Batches
 
