@@ -1043,13 +1043,10 @@ def _checked_cbor(obj: Any) -> bytes:
 def _resolver(
     settings: Settings, datasets: Datasets, kubo: KuboClient, index: Index, spark: WorkerStart, identity: Identity
 ) -> Resolver:
+    from node.resolve.resolver import Options
+
     peers = settings.peers
-    return Resolver(
-        datasets,
-        kubo,
-        index,
-        spark.worker,
-        identity,
+    options = Options(
         datasets.tmp_dir,
         settings.datasets.rows_per_slice,
         settings.spark.query_timeout,
@@ -1057,11 +1054,19 @@ def _resolver(
         community=peers.community or None,
         fetch_timeout=peers.fetch_timeout,
         resolve_timeout=peers.resolve_timeout,
-        worker_ready=spark.ready,
-        canonicalizer=Sandbox(settings.query.canonicalize_timeout),
         fetch_ahead_bytes=peers.fetch_ahead_bytes,
         from_supersets=settings.query.answer_from_supersets,
         from_peer_supersets=settings.query.answer_from_peer_supersets,
+    )
+    return Resolver(
+        datasets,
+        kubo,
+        index,
+        spark.worker,
+        identity,
+        options,
+        worker_ready=spark.ready,
+        canonicalizer=Sandbox(settings.query.canonicalize_timeout),
         staging=Staging(settings.spark.staging) if settings.spark.staging else None,
     )
 

@@ -125,14 +125,10 @@ class Network:
             await self.host.start()
         except P2PError as e:  # cannot listen where peers.listen says: the node's own config
             raise ConfigError(f"p2p host: {e}") from None
-        self.resolver.lookup = self.lookup_carrying
-        self.resolver.on_published = self.announce
-        self.resolver.on_refused = self._on_claim_refused
+        self.resolver.link.attach(self)  # the resolver asks, tells and strikes through us from now on
 
     async def stop(self) -> None:
-        self.resolver.lookup = None
-        self.resolver.on_published = None
-        self.resolver.on_refused = None
+        self.resolver.link.attach(None)
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -262,7 +258,7 @@ class Network:
         """The announcements of one peer's answer that may be looked at: at most ``LOOKUP_ITEMS`` (a peer can sign
         for one execution per invocation; more is a flood), none from an ignored peer, within the bound on new
         keys; each with the blocks it carried (``carrying``: 1.1.0). The resolver checks and records them
-        (node/resolve/resolver.py)."""
+        (node/resolve/peer_answers.py)."""
         now = time.monotonic()
         if reason := self.admission.ignored(peer, now):
             self._refuse(peer, "ignored", reason, strike=False)
@@ -373,7 +369,7 @@ class Network:
             s = self.settings
             self.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 
-    def _on_claim_refused(self, peer: str, reason: str) -> None:
+    def claim_refused(self, peer: str, reason: str) -> None:
         """A claim from ``peer`` failed a check when used (node/resolve/claims.py: blocks, receipt, data): its
         signer is scored down by the resolver, and the peer that brought it gets a strike. A claim whose
         providers could not be reached says nothing against the peer: counted, no strike."""

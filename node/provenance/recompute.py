@@ -3,7 +3,7 @@
 What offline verification cannot show, that a result's rows are its query's answer, is shown by running the query
 again: each receipt's invocation is run on this node's Spark worker over the dataset versions the receipt names
 (blocks and slices this node lacks are fetched by CID, each within ``query.lineage_fetch_timeout``), as a miss is
-computed (node/resolve/resolver.py ``Resolver.recompute``), and its logical hash and rows compared with the
+computed (node/resolve/compute.py ``Compute.recompute``), and its logical hash and rows compared with the
 receipt's. Each step is:
 
 * ``reproduced``: the same logical hash and rows. With canonical Parquet the output slices, and so the ``ex_0``,

@@ -38,9 +38,9 @@ AHEAD_CLAIMS = 64  # claims whose blocks fetched ahead are kept (immutable: a CI
 AHEAD_TASKS = 4  # fetches ahead at once; beyond, a claim is fetched when asked, as before
 AHEAD_TIMEOUT = 5.0  # seconds for any one block fetched ahead
 # Seconds an answer waits for a fetch ahead of the same claim still under way, rather than fetch the same blocks a
-# second time beside it (the bench asks as soon as the claim arrives: both fetches shared two cores, issue 21 item 5).
+# second time beside it (the bench asks as soon as the claim arrives: both fetches shared two cores).
 AHEAD_SETTLE = 1.0
-# Who fetches ahead (issue 21, "many nodes"). When every node that trusted the signer fetched each new claim, the 12
+# Who fetches ahead. When every node that trusted the signer fetched each new claim, the 12
 # nodes of a ring on 2 cores fetched at once at every announcement: propagation p50/p99 118/473 ms, to all 456 ms,
 # the far answer 437 ms, against 94/182, 154 and 158 ms with the fetch ahead off (docs/scaling.md). Now a node
 # fetches a claim ahead only if it asked a query of the claim's shape (its inputs' content and types: the
@@ -48,7 +48,7 @@ AHEAD_SETTLE = 1.0
 # to ask for the result. A claim naming no shape (ORDER BY, several inputs, a failure) says nothing of who will use
 # it: one node in ``AHEAD_SHARE`` fetches it, chosen by a hash of its own key and the execution CID (the same nodes
 # for every announcement of it, a different share for each claim). The others only connect their Kubo to the
-# claim's providers (Resolver.reach_ahead), which is cheap and spares their first answer that connection.
+# claim's providers (ClaimBook.reach_ahead), which is cheap and spares their first answer that connection.
 ASKED_SHAPES = 256
 AHEAD_SHARE = 4
 

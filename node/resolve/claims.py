@@ -13,7 +13,7 @@ used only if every statement in it holds against what was fetched or what we bui
   fetched and hashed here, give the invocation input's abstract structure, logical hash and row count;
 - every output slice reads as Parquet whose structure is the receipt's ``st_0``, and the logical hash and row
   count of all output rows, recomputed here, equal the claim's.
-A claim of a recorded failure (issue 22 item 1; its ``an_0`` and ``rc_0`` name ``failure``) is checked the same
+A claim of a recorded failure (its ``an_0`` and ``rc_0`` name ``failure``: docs/queries.md) is checked the same
 way up to the execution: it failed (exitStatus true, no output), ran the bytecode asked over the inputs asked, and
 its error class is one this node records itself (node/resolve/failures.py); it claims no rows.
 Any failure refuses the claim with a reason naming the CID at fault, and leaves nothing usable in the index.
@@ -39,6 +39,7 @@ from node.model import (
     Announcement,
     Block,
     Execution,
+    Failure,
     Invocation,
     ModuleBytecodeEnvelope,
     Receipt,
@@ -99,7 +100,7 @@ def _provider_ok(addr: object) -> bool:
 
 # Announcements that passed check_announcement, by their exact bytes: the check is a function of the bytes alone,
 # and a peer hit made it three times over the same ones (on gossip arrival, in the lookup answer, in the
-# resolver), ~1 ms each (issue 18 item 4). Refusals are not remembered: each is checked, logged and counted anew.
+# resolver), ~1 ms each. Refusals are not remembered: each is checked, logged and counted anew.
 _CHECKED: dict[bytes, Announcement] = {}
 CHECKED_MAX = 1024  # entries (each an an_0 of under 1 kB); the oldest half is dropped when full
 
@@ -253,7 +254,8 @@ async def _hash_slices(
         await datasets.scan_slices(cids, visit, timeout=timeout, done=(lambda _: progress()) if progress else None)
     except InvalidInput as e:  # names the slice that does not read
         raise ClaimRefused(f"{what}: {e.message}") from None
-    assert structure is not None and hasher is not None
+    if structure is None or hasher is None:  # no slice at all: nothing to give the data's identity
+        raise ClaimRefused(f"{what}: names no slices")
     return structure, hasher
 
 
@@ -316,7 +318,7 @@ async def fetch_and_verify(
     try:
         rc = await _verified_receipt(src, an, timeout)
         if rc.failure is not None:
-            return await _verified_failure(src, datasets, an, rc, want, timeout)
+            return await _verified_failure(src, datasets, an, rc, rc.failure, want, timeout)
         output = await _verified_execution(src, datasets, rc, want, timeout)
         env = await _object(src, output, timeout, RecursiveDataEnvelope)
         assert isinstance(env, RecursiveDataEnvelope)
@@ -368,13 +370,12 @@ async def _verified_receipt(src: Blocks, an: Announcement, timeout: float) -> Re
 
 
 async def _verified_failure(
-    src: Blocks, datasets: Datasets, an: Announcement, rc: Receipt, want: Asked, timeout: float
+    src: Blocks, datasets: Datasets, an: Announcement, rc: Receipt, failure: Failure, want: Asked, timeout: float
 ) -> Verified:
-    """A recorded failure: the execution failed, ran the asked bytecode over the asked inputs, and its class is
-    one this node would record (a peer cannot make us cache a timeout or an unknown class as a fact)."""
-    assert rc.failure is not None
-    if not recorded(rc.failure.error_class):
-        raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {rc.failure.error_class!r} is not a deterministic failure")
+    """A recorded failure (``rc.failure``): the execution failed, ran the asked bytecode over the asked inputs, and
+    its class is one this node would record (a peer cannot make us cache a timeout or an unknown class as a fact)."""
+    if not recorded(failure.error_class):
+        raise ClaimRefused(f"receipt {cid_str(an.receipt)}: {failure.error_class!r} is not a deterministic failure")
     ex = await _object(src, rc.execution, timeout, Execution)
     assert isinstance(ex, Execution)
     if not ex.exit_status or ex.output is not None:
@@ -394,7 +395,7 @@ async def _verified_failure(
         clock.now(),
         trust="unverified",
         profile=cid_str(rc.profile) if rc.profile else None,
-        failure=rc.failure,
+        failure=failure,
     )
     pins = tuple((cid, False) for cid in (an.receipt, rc.execution, rc.structure))
     return Verified(row, rc, pins, src.used_blocks())

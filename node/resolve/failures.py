@@ -1,6 +1,7 @@
 """Which Spark failures are facts about the question (recorded and reused), and which are accidents of one run.
 
-Issue 22 item 1 (docs/queries.md "Recorded failures"). A failure is recorded only when Spark names an error
+docs/queries.md "Recorded failures": a deterministic failure is kept and reused like a result, so that asking again
+does not run the same failing job again. A failure is recorded only when Spark names an error
 class on this allowlist: runtime errors that ANSI mode raises from the values alone (arithmetic, casts, indexes,
 datetime fields), so the same statement over the same input content fails the same way on every run of the
 pinned engine profile (DESIGN.md "Engine profile": ANSI is pinned). The class names are Spark's error conditions
@@ -11,7 +12,11 @@ allowlist, never a blocklist, as for the canonicalizer's functions (DESIGN.md "D
 
 from __future__ import annotations
 
-from node.errors import SparkError
+from collections.abc import Mapping
+from typing import Any
+
+from node.errors import CairnError, RecordedFailure, SparkError
+from node.index import ExecutionRow
 
 DETERMINISTIC: frozenset[str] = frozenset(
     {
@@ -55,3 +60,19 @@ def deterministic(e: SparkError) -> str | None:
 def recorded(cls: str) -> bool:
     """A peer's recorded failure is usable only for a class this node would record itself."""
     return cls in DETERMINISTIC
+
+
+def recorded_failure(row: ExecutionRow, peer: Mapping[str, Any] | None, first: bool = False) -> RecordedFailure:
+    """The one-line 4xx a recorded failure answers with (docs/queries.md "Recorded failures")."""
+    f = row.failure
+    if f is None:
+        raise CairnError(f"execution {row.execution} is a result, not a recorded failure")
+    by = f"recorded by peer signer {peer['signer']}" if peer else "failed here" if first else "recorded failure"
+    return RecordedFailure(
+        f"{by}: {f.error_class}{f' ({f.sqlstate})' if f.sqlstate else ''}: {f.message} [execution "
+        f"{row.execution}, receipt {row.receipt}]; it fails the same way on these inputs: "
+        f'--retry (API: "retry": true) computes it again',
+        error_class=f.error_class,
+        execution=row.execution,
+        receipt=row.receipt,
+    )

@@ -1,7 +1,7 @@
 """Query jobs: a query started with ``wait: false`` runs as a job whose progress events can be followed
 (server-sent events) and whose answer is kept for a while.
 
-The table is bounded (issue 15 item 1 "bounded job tables"): at most ``max_live`` jobs run at once (more are
+The table is bounded, so that no client can grow it without end: at most ``max_live`` jobs run at once (more are
 refused with 429), and a finished job is dropped ``keep_seconds`` after it ended, the oldest first beyond
 ``max_kept``."""
 

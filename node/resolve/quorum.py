@@ -1,4 +1,4 @@
-"""Trust mode ``quorum:K`` (issue 22 item 2; docs/peers.md "Quorum"): a peer's answer is used when K distinct
+"""Trust mode ``quorum:K`` (docs/peers.md "Quorum"): a peer's answer is used when K distinct
 signers announced the same output (logical hash and rows) for the invocation; ``quorum:K:communities`` also needs
 them from K different trusted communities (the index's trust table). Pure counting: the resolver fetches and checks
 the claim chosen, and refuses the outvoted ones (which lowers their signers' scores)."""

@@ -1,28 +1,19 @@
 """The node's handle on its co-located Spark worker (``python -m spark_worker``, see docs/spark.md).
 
-The worker is a separate process holding one warm SparkSession; the node talks to it over a
-Unix domain socket (mode 0600) with the frames of ``spark_worker.protocol``, one connection per
-call. Closing a connection while a job runs makes the worker cancel that job, so a timed-out or
-cancelled ``run`` does not leave Spark busy.
-
-The process is a plain ``subprocess.Popen`` (in its own session and process group, with the JVM
-Spark starts in that same group), so a SparkWorker is bound to no event loop between calls.
-``start`` must be called from the event loop's thread: the worker asks the kernel for SIGTERM
-when the thread that spawned it exits (PR_SET_PDEATHSIG), and also polls its parent's pid.
+The worker is a separate process holding one warm SparkSession (its start, stop and restarts:
+node/resolve/spark_process.py); the node talks to it over a Unix domain socket (mode 0600) with the
+frames of ``spark_worker.protocol``, one connection per call (node/resolve/spark_wire.py). Closing a
+connection while a job runs makes the worker cancel that job, so a timed-out or cancelled ``run``
+does not leave Spark busy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import itertools
 import logging
 import os
-import shutil
-import signal
-import socket
-import stat
 import subprocess
 import sys
 import time
@@ -33,29 +24,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from config import spark_master_kind
 from node.errors import (
     InsufficientStorage,
     SparkError,
     SparkQueueFull,
     SparkRefused,
-    SparkStartError,
     SparkTimeout,
     SparkWorkerDied,
     one_line,
 )
 from node.ports.sql_engine import RunResult, SqlEngine
+from node.resolve.spark_process import WorkerProcess, describe_exit
+from node.resolve.spark_process import group_members as group_members  # where callers have found it
+from node.resolve.spark_wire import exchange
 from node.tally import Timings
-from spark_worker.protocol import (
-    PREFIX,
-    TOKEN_ENV,
-    ProtocolError,
-    decode_header,
-    decode_prefix,
-    encode_frame,
-)
+from spark_worker.protocol import ProtocolError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # "node.resolve.spark", as spark_process's
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _NO_LIMITS: Mapping[str, int] = MappingProxyType({})
@@ -65,42 +50,7 @@ PROGRESS_EVERY_S = 0.5
 _PROGRESS_KEYS = ("running", "stages", "stages_done", "tasks", "tasks_done", "tasks_running")
 
 
-def _package_root() -> str:
-    spec = importlib.util.find_spec("spark_worker")
-    if spec is None or spec.origin is None:
-        raise SparkStartError("the spark_worker package is not importable")
-    return str(Path(spec.origin).resolve().parent.parent)
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in process group ``pgid``, read from /proc."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()  # after "pid (comm) "
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-class SparkWorker:
+class SparkWorker(WorkerProcess):
     """The node's side of one worker process. ``mode`` (docs/spark.md "Modes"): ``local``, ``standalone``
     (``master`` a cluster's) or ``connect`` (``remote`` an ``sc://`` server, ``token`` its token, handed over in the
     environment and never shown)."""
@@ -135,56 +85,29 @@ class SparkWorker:
         Next to ``socket_path`` the worker gets ``<stem>.log`` (unless ``log_path``) and a scratch directory
         ``<stem>-scratch/`` (unless ``scratch``; its cwd and ``spark.local.dir``), emptied at every (re)start and stop.
         """
-        self.socket_path = Path(socket_path).absolute()
-        self.master, self.mode, self.remote, self._token = master, mode, remote, token  # see the class's docstring
-        self.conf = dict(conf)
-        stem = self.socket_path.stem
-        self.log_path = Path(log_path) if log_path else self.socket_path.with_name(stem + ".log")
-        self.scratch = Path(scratch).absolute() if scratch else self.socket_path.with_name(stem + "-scratch")
-        self.python = python
-        self.start_timeout = start_timeout
-        self.stop_timeout = stop_timeout
-        self.warmup = warmup
-        self.max_jobs = max_jobs
+        super().__init__(
+            socket_path,
+            master=master,
+            conf=conf,
+            log_path=log_path,
+            python=python,
+            start_timeout=start_timeout,
+            stop_timeout=stop_timeout,
+            warmup=warmup,
+            max_jobs=max_jobs,
+            stall_timeout=stall_timeout,
+            jit_rows=jit_rows,
+            mode=mode,
+            remote=remote,
+            token=token,
+            scratch=scratch,
+        )
         self.max_queued = max_queued
         self.waiting = 0  # calls waiting for a slot
-        self.stall_timeout = stall_timeout
-        self.jit_rows = jit_rows  # the worker's idle JIT warm-up (spark.warmup_rows)
         self.job_times = Timings()  # each run's wall time by outcome: ok, or the SparkError's kind (/metrics)
         self.limits = dict(limits)
-        self.restarts = 0
         self.jobs_sent = 0
-        self.last_exit: int | None = None
-        self.spark_version: str | None = None
-        # What the running worker reported as its engine profile (versions, JVM pins, settings; see
-        # spark_worker.session.engine_profile); the node writes it as an ep_0 that receipts link.
-        self.profile: Mapping[str, Any] = _EMPTY
-        self._proc: subprocess.Popen[bytes] | None = None
         self._slots: asyncio.Semaphore | None = None  # jobs in flight, at most max_jobs
-        self._restart_lock: asyncio.Lock | None = None
-        self._restart_task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._log_offset = 0
-
-    # --- state -----------------------------------------------------------------------------
-
-    @property
-    def deployment(self) -> dict[str, str]:
-        """Where Spark runs, for receipts (rc_0 ``engine``): empty in local mode, so local receipts keep their
-        bytes; ``{"mode": "standalone", "master": "spark"|"yarn"|"k8s"}`` or ``{"mode": "connect", "master":
-        "connect"}`` otherwise. The kind only: never a host, port or token."""
-        if self.mode == "local":
-            return {}
-        if self.mode == "connect":
-            return {"mode": "connect", "master": "connect"}
-        return {"mode": self.mode, "master": spark_master_kind(self.master) or "other"}
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def _get_slots(self) -> asyncio.Semaphore:
         if self._slots is None:  # made lazily: bound to the loop of the first call
@@ -210,309 +133,11 @@ class SparkWorker:
         finally:
             slots.release()
 
-    def _get_restart_lock(self) -> asyncio.Lock:
-        if self._restart_lock is None:
-            self._restart_lock = asyncio.Lock()
-        return self._restart_lock
-
-    # --- start / stop ----------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Spawn the worker and wait (up to ``start_timeout``) until it answers a ping."""
-        self._stopping = False
-        if self._restart_task is not None and not self._restart_task.done():
-            await asyncio.shield(self._restart_task)
-        if self.alive():
-            return
-        if self._proc is not None:  # an earlier worker that died: make sure its JVM is gone too
-            await self._kill_group(self._proc)
-            self.last_exit = self._proc.returncode
-        await self._launch()
-
-    def _command(self) -> list[str]:
-        cmd = [
-            self.python,
-            "-m",
-            "spark_worker",
-            "--socket",
-            str(self.socket_path),
-            "--master",
-            self.master,
-            "--mode",
-            self.mode,
-            *(("--remote", self.remote) if self.mode == "connect" else ()),
-            "--log",
-            str(self.log_path),
-            "--parent-pid",
-            str(os.getpid()),
-        ]
-        conf = dict(self.conf)
-        if self.mode != "connect":  # a Connect server's settings are its own (the worker checks them)
-            conf.setdefault("spark.local.dir", str(self.scratch / "local"))
-            conf.setdefault("spark.sql.warehouse.dir", str(self.scratch / "warehouse"))
-        for key, value in conf.items():
-            cmd += ["--conf", f"{key}={value}"]
-        if not self.warmup:
-            cmd.append("--no-warmup")
-        cmd += ["--max-jobs", str(self.max_jobs), "--stall-timeout", str(self.stall_timeout)]
-        cmd += ["--jit-warmup-rows", str(self.jit_rows)]
-        return cmd
-
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        root = _package_root()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        # Temporary files of Python (TMPDIR) and of the JVM (java.io.tmpdir: spark-submit makes a
-        # spark-<uuid> dir there) go to the scratch directory too: a SIGKILLed JVM leaves them behind.
-        tmp = str(self.scratch / "tmp")
-        env["TMPDIR"] = tmp
-        env["SPARK_SUBMIT_OPTS"] = " ".join(p for p in (env.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}") if p)
-        if self.master.strip().startswith("local"):
-            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        env.pop(TOKEN_ENV, None)
-        if self.mode == "connect" and self._token:
-            env[TOKEN_ENV] = self._token  # the environment, not argv: /proc/PID/cmdline is world-readable
-        return env
-
-    async def _launch(self) -> None:
-        if len(os.fsencode(self.socket_path)) > 107:
-            raise SparkStartError(f"the worker's socket path is {len(os.fsencode(self.socket_path))} bytes, over 107")
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
-                os.unlink(self.socket_path)  # stale; the old worker is gone (we reaped it or never had it)
-        self._clean_scratch()
-        (self.scratch / "tmp").mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        # Blocking but instant; Popen runs in the loop's thread on purpose (PR_SET_PDEATHSIG follows
-        # the spawning thread, and a worker thread of a pool may exit).
-        with open(self.log_path, "ab") as logf:  # noqa: ASYNC230
-            self._log_offset = logf.tell()
-            t0 = time.monotonic()
-            # Own session and process group (the JVM joins it): a Ctrl-C meant for the node does
-            # not reach Spark, and the whole group can be killed if the worker dies.
-            self._proc = subprocess.Popen(  # noqa: ASYNC220
-                self._command(),
-                cwd=self.scratch,
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        log.info("Spark worker starting (pid %d, master %s)", self._proc.pid, self.master)
-        try:
-            pong = await self._wait_ready(t0 + self.start_timeout)
-        except BaseException:
-            await self._kill_group(self._proc)
-            raise
-        self.spark_version = pong.get("spark")
-        profile = pong.get("profile")
-        if not isinstance(profile, dict):
-            await self._kill_group(self._proc)
-            raise SparkStartError("the Spark worker reported no engine profile (an older worker?)")
-        self.profile = MappingProxyType(profile)
-        log.info(
-            "Spark worker ready (pid %d, Spark %s) in %.1f s", self._proc.pid, self.spark_version, time.monotonic() - t0
-        )
-
-    def _clean_scratch(self) -> None:
-        """Empty the temporary parts of the scratch directory (only once no worker runs)."""
-        for part in ("local", "tmp"):
-            shutil.rmtree(self.scratch / part, ignore_errors=True)
-
-    async def _wait_ready(self, deadline: float) -> dict[str, Any]:
-        proc = self._proc
-        assert proc is not None
-        while True:
-            if proc.poll() is not None:
-                self.last_exit = proc.returncode
-                raise SparkStartError(
-                    f"the Spark worker exited while starting ({_describe_exit(proc.returncode)}): {self._log_tail()}"
-                )
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SparkStartError(
-                    f"the Spark worker did not answer within {self.start_timeout:.0f} s: {self._log_tail()}"
-                )
-            if os.path.exists(self.socket_path):  # noqa: ASYNC240  one stat of a local socket path
-                # The worker binds its socket before Spark starts and accepts once the session is
-                # up: this ping simply waits for it (or fails when the process exits).
-                try:
-                    async with asyncio.timeout(left):
-                        header, _ = await self._exchange({"op": "ping"})
-                    if header.get("ok"):
-                        return header
-                except (OSError, ProtocolError, TimeoutError):
-                    pass
-            await asyncio.sleep(0.05)  # polling for the socket file / the process; not a fixed wait
-
-    def _log_tail(self, lines: int = 4) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(max(self._log_offset, f.seek(0, os.SEEK_END) - 16384))
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
-        kept = [
-            ln.strip()
-            for ln in text.splitlines()
-            if ln.strip() and not ln.lstrip().startswith("at ") and "WARN" not in ln
-        ]
-        tail = " | ".join(kept[-lines:])
-        # Answered to API clients: the node's own directories are named, never shown (issue 16).
-        for folder, shown in (
-            (self.scratch, "<scratch>"),
-            (self.log_path.parent, "<logs>"),
-            (self.socket_path.parent, "<home>"),
-        ):
-            tail = tail.replace(str(folder), shown)
-        if self._token:
-            tail = tail.replace(self._token, "***")
-        return (tail[-1500:] or "(log empty)") + f" (log: {self.log_path.name} in the node's logs)"
-
-    async def stop(self) -> None:
-        """SIGTERM the worker (by pid), SIGKILL its process group after ``stop_timeout``; idempotent."""
-        self._stopping = True
-        task, self._restart_task = self._restart_task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            if not await self._wait_exit(proc, self.stop_timeout):
-                log.warning("Spark worker %d ignored SIGTERM for %.0f s; killing it", proc.pid, self.stop_timeout)
-        await self._kill_group(proc)
-        self.last_exit = proc.returncode
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
-                os.unlink(self.socket_path)
-        self._clean_scratch()
-        log.info("Spark worker %d stopped (%s)", proc.pid, _describe_exit(proc.returncode))
-
-    @staticmethod
-    async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while proc.poll() is None:
-            if time.monotonic() >= deadline:
-                return False
-            await asyncio.sleep(0.02)
-        return True
-
-    async def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:
-        """Make sure the worker and everything in its process group (the JVM) are gone.
-
-        After a clean exit the group is already empty (the worker waits for its JVM). If the
-        worker died or hung, what is left gets SIGKILL at once: an orphaned JVM would otherwise
-        keep computing the abandoned job on the cores the next worker needs (its temporary files
-        are in the scratch directory, which the next start empties).
-        """
-        pgid = proc.pid  # start_new_session: the worker leads its own group
-        for _ in range(3):
-            if proc.poll() is None or group_members(pgid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pgid, signal.SIGKILL)
-            await self._wait_exit(proc, 5.0)
-            deadline = time.monotonic() + 5.0
-            while group_members(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110  no event tells a group ended
-                await asyncio.sleep(0.02)
-            if proc.poll() is not None and not group_members(pgid):
-                return
-        log.error("Spark worker group %d survived SIGKILL: %s", pgid, group_members(pgid))
-
-    # --- restarts --------------------------------------------------------------------------
-
-    def _schedule_restart(self) -> None:
-        if self._stopping or (self._restart_task is not None and not self._restart_task.done()):
-            return
-        self._restart_task = asyncio.get_running_loop().create_task(self._restart(), name="spark-worker-restart")
-        self._restart_task.add_done_callback(self._restart_done)
-
-    @staticmethod
-    def _restart_done(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error("Spark worker restart failed: %s", task.exception())
-
-    async def _restart(self) -> None:
-        old = self._proc
-        if old is not None:
-            await self._kill_group(old)
-            self.last_exit = old.returncode
-        self.restarts += 1
-        log.warning(
-            "restarting the Spark worker (restart %d; the last one %s)", self.restarts, _describe_exit(self.last_exit)
-        )
-        await self._launch()
-
-    async def _ensure_running(self) -> subprocess.Popen[bytes]:
-        """The worker's process, restarted first if it died."""
-        if self._stopping:
-            raise SparkError("the Spark worker is stopped", kind="worker")
-        task = self._restart_task
-        if task is not None and not task.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-        if self._proc is None:
-            raise SparkError("the Spark worker is not started", kind="worker")
-        async with self._get_restart_lock():  # concurrent runs restart a dead worker once
-            if not self.alive():
-                self._restart_task = None
-                await self._restart()  # raises SparkStartError if it cannot come back
-        proc = self._proc
-        if proc is None:  # stopped while it restarted
-            raise SparkError("the Spark worker is stopped", kind="worker")
-        return proc
-
     # --- calls -----------------------------------------------------------------------------
-
-    async def _exchange(
-        self, header: dict[str, Any], *, on_sent: Any = None, batches: list[pa.RecordBatch] | None = None
-    ) -> tuple[dict[str, Any], pa.Buffer | None]:
-        """One request/answer on a fresh connection (closed on return, error or cancellation). ``batches``: a run's
-        result batches, received before its answer (spark_worker.protocol), are appended there."""
-        loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, str(self.socket_path))
-            await loop.sock_sendall(sock, encode_frame(header))
-            if on_sent is not None:
-                on_sent()
-            while True:
-                prefix = await self._recv_exact(loop, sock, PREFIX.size)
-                header_len, payload_len = decode_prefix(bytes(prefix))
-                answer = decode_header(bytes(await self._recv_exact(loop, sock, header_len)))
-                payload = pa.py_buffer(await self._recv_exact(loop, sock, payload_len)) if payload_len else None
-                if batches is None or "batch" not in answer:
-                    return answer, payload
-                if answer["batch"] != len(batches) or payload is None:
-                    raise ProtocolError(
-                        f"batch frame {answer['batch']!r} with {payload_len} bytes, expected {len(batches)}"
-                    )
-                batches.append(_own_batch(payload))
-        finally:
-            sock.close()
-
-    @staticmethod
-    async def _recv_exact(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = await loop.sock_recv_into(sock, view[got:])
-            if k == 0:
-                raise ConnectionResetError("the worker closed the connection")  # an OSError: callers catch those
-            got += k
-        return buf
 
     async def ping(self) -> dict[str, Any]:
         try:
-            header, _ = await self._exchange({"op": "ping"})
+            header, _ = await exchange(self.socket_path, {"op": "ping"})
         except (OSError, ProtocolError) as e:
             raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
         return header
@@ -521,7 +146,7 @@ class SparkWorker:
         """The worker's counters (jobs, succeeded, failed, cancelled, running…) plus ``restarts``
         and ``jobs_sent`` from this side. Answered at once, even while a job runs."""
         try:
-            header, _ = await self._exchange({"op": "stats"})
+            header, _ = await exchange(self.socket_path, {"op": "stats"})
         except (OSError, ProtocolError) as e:
             raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
         header.pop("ok", None)
@@ -530,7 +155,7 @@ class SparkWorker:
     async def progress(self, job: str) -> dict[str, Any]:
         """Spark's stages and tasks so far for ``job`` (``running`` False once it ended or before it started)."""
         try:
-            header, _ = await self._exchange({"op": "progress", "job": job})
+            header, _ = await exchange(self.socket_path, {"op": "progress", "job": job})
         except (OSError, ProtocolError) as e:
             raise SparkError(f"the Spark worker does not answer: {e or 'connection closed'}", kind="worker") from None
         return header
@@ -603,7 +228,7 @@ class SparkWorker:
             batches: list[pa.RecordBatch] = []
             try:
                 async with asyncio.timeout(timeout):
-                    header, _ = await self._exchange(request, on_sent=mark_sent, batches=batches)
+                    header, _ = await exchange(self.socket_path, request, on_sent=mark_sent, batches=batches)
             except TimeoutError:
                 # Our closed connection tells the worker to cancel the job.
                 raise SparkTimeout(
@@ -618,7 +243,7 @@ class SparkWorker:
                 raise await self._jvm_died(proc, header)
             try:
                 table = _answer_table(header, batches, job)
-            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown (issue 16)
+            except SparkError as e:  # Spark names the files it failed on: the node's cache, never shown
                 e.args = (_hide_paths(e.message, inputs), *e.args[1:])
                 raise
             return RunResult(
@@ -648,7 +273,7 @@ class SparkWorker:
             when = "during" if sent else "before"
             return SparkWorkerDied(
                 f"the Spark worker (pid {proc.pid}) died {when} job {job} "
-                f"({_describe_exit(proc.returncode)}); it is being restarted"
+                f"({describe_exit(proc.returncode)}); it is being restarted"
             )
         return SparkError(
             f"lost the connection to the Spark worker during job {job}: {one_line(str(e)) or type(e).__name__}",
@@ -684,28 +309,15 @@ def _run_request(
     }
 
 
-def _own_batch(payload: pa.Buffer) -> pa.RecordBatch:
-    """The one record batch of a batch frame, each column copied into its own memory: the frame's buffer is freed at
-    once, and the columns can later be made one chunk each while freeing the batches column by column
-    (``_one_chunk_columns``: the result held about once, not twice; issue 21 item 2)."""
-    try:
-        batch = pa.ipc.open_stream(payload).read_next_batch()
-    except (pa.ArrowInvalid, StopIteration) as e:
-        raise ProtocolError(f"a batch frame is not one Arrow record batch: {e}") from None
-    return pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in batch.columns], schema=batch.schema)
-
-
 def _one_chunk_columns(holder: list[list[pa.RecordBatch]], schema: pa.Schema) -> pa.Table:
     """The batches in ``holder`` (its only item, taken out) as a table of one chunk per column, each column's chunks
     freed as soon as its one-chunk copy exists (sorting and taking from one chunk is the fast path)."""
     batches = holder.pop()
-    pending: list[list[pa.Array] | None] = [[b.column(i) for b in batches] for i in range(len(schema))]
+    pending: list[list[pa.Array]] = [[b.column(i) for b in batches] for i in range(len(schema))]
     del batches
     columns = []
     for i in range(len(pending)):
-        chunks = pending[i]
-        pending[i] = None
-        assert chunks is not None
+        chunks, pending[i] = pending[i], []  # the list's only reference now: freed with it
         try:
             columns.append(chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks))
         except (pa.ArrowInvalid, pa.ArrowCapacityError):  # over 2 GiB of values in a 32-bit-offset column

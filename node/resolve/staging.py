@@ -1,4 +1,4 @@
-"""Input slices staged where Spark's executors can read them (issue 21 item 2; docs/scaling.md "Staging").
+"""Input slices staged where Spark's executors can read them (docs/scaling.md "Staging").
 
 A node's slice cache is on the node's disk; a standalone, YARN or Kubernetes executor, or a Connect server, runs
 elsewhere. ``spark.staging`` names a location the driver and every executor share: a ``file://`` path on a shared
@@ -60,15 +60,14 @@ class Staging:
             cid = await asyncio.to_thread(file_cid, local)
         name = f"{cid_str(cid)}.parquet"
         if self.root is not None:
-            return await asyncio.to_thread(self._stage_file, local, cid, name)
+            return await asyncio.to_thread(self._stage_file, self.root, local, cid, name)
         return await asyncio.to_thread(self._stage_fs, local, cid, name)
 
-    def _stage_file(self, local: Path, cid: CID, name: str) -> str:
-        assert self.root is not None
-        target = self.root / name
+    def _stage_file(self, root: Path, local: Path, cid: CID, name: str) -> str:
+        target = root / name
         if not target.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=self.root)
+            root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=root)
             try:
                 with os.fdopen(fd, "wb") as out, open(local, "rb") as src:
                     shutil.copyfileobj(src, out, _READ)

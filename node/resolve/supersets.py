@@ -1,4 +1,4 @@
-"""Finding a cached superset for a query (issue 22 item 3; docs/queries.md "Answers from supersets").
+"""Finding a cached superset for a query (docs/queries.md "Answers from supersets").
 
 Every result computed here is indexed by its *shape* (``shape_of``: the input versions and structures, with the
 selection and projection stripped). A new query over the same shape is tried against each candidate with
@@ -13,7 +13,7 @@ candidate answers, the resolver tries the newest claims of the query's shape (``
 ``PEER_PROOF_BUDGET``; then it obtains a proved one's result through the peer path with every check of the
 request's trust mode, and derives from it.
 
-Appends (issue 22 item 4, ``appended``): the same statement's result over a version the queried one extends by
+Appends (``appended``): the same statement's result over a version the queried one extends by
 AddData blocks only (found by the shape of that older head) is brought forward by ``node.query.rewrite.forward``
 over the appended slices alone.
 """

@@ -7,7 +7,7 @@ data sets (``DISTINCT``: no two values of a column tie; ``TIES``: duplicates and
 (one file on ``local[1]``; rows shuffled over three files on ``local[3]``).
 
 Oracle: on ``DISTINCT`` data, whenever the user's own statement gives the same rows in both layouts (its answer is
-determined), the canonical statement's published result (node.resolve.resolver._canonical_order) must equal it
+determined), the canonical statement's published result (node.resolve.execution.published_order) must equal it
 exactly, in order when it has an ORDER BY. On ``TIES`` data the multisets must be equal unless the answer itself
 depends on how ties are broken (LIMIT, row windows). Always: the canonical result must not depend on the layout
 (DESIGN.md: one answer per invocation), must be sorted by the order it claims (``CanonicalQuery.order_by``), and with

@@ -27,7 +27,7 @@ from node.index import ExecutionRow
 from node.ipfs import ManagedKubo
 from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
 from node.resolve.claims import structure_of
-from node.resolve.resolver import _execution_blocks
+from node.resolve.execution import execution_blocks
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -180,7 +180,7 @@ async def test_a_diverged_peer_row_in_the_index_is_replaced_by_ours(p: dict[str,
     path = node.datasets.tmp_dir / "peer-row.parquet"
     write_parquet_slice(altered, str(path))
     added = await node.kubo.add(path, pin=True)
-    ex_blocks = _execution_blocks(cq, versions, [added.cid])
+    ex_blocks = execution_blocks(cq, versions, [added.cid])
     st = block_of(structure_of(altered.schema))
     peer = generate()
     engine = {"name": "spark"}

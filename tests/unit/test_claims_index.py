@@ -127,10 +127,10 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     """Refused for what it says: never again. Refused by policy: looked at again. Signer refused more often than
     accepted: not used. Otherwise best record first."""
     from node.model import cid_str
-    from node.resolve.resolver import POLICY, Resolver
+    from node.resolve.resolver import POLICY, Options, Resolver
 
     index = Index(tmp_path / "index.sqlite")
-    resolver = Resolver(None, None, index, None, generate(), tmp_path, 1)  # type: ignore[arg-type]
+    resolver = Resolver(None, None, index, None, generate(), Options(tmp_path, 1))  # type: ignore[arg-type]
     inv = cid_for(b"the invocation")
     (ex_lied, lied), (ex_policy, policy), (_, good), (_, new), (_, bad) = [_claimant(index, inv, n) for n in range(5)]
     index.set_claim_status(cid_str(inv), lied, cid_str(ex_lied), "refused", "the data does not match")
@@ -142,7 +142,7 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     index.set_claim_status("other", bad, "x", "accepted")
     index.set_claim_status("other", bad, "y", "refused", "lied")
     index.set_claim_status("other", bad, "z", "refused", "lied")
-    signers = [c.signer for c in await resolver._claims(inv, None)]
+    signers = [c.signer for c in await resolver.peers.claims(inv, None)]
     assert signers[0] == good and set(signers) == {good, policy, new}  # lied: final; bad: 1 accepted, 2 refused
     assert index.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
     (row,) = [c for c in index.claims(cid_str(inv)) if c.signer == bad]

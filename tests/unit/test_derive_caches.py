@@ -1,11 +1,8 @@
-"""What a derived answer keeps between asks (so a superset's answer stays fast): decoded cached results
-(``Resolver._result_tables``) and the input blocks of an execution (``_input_blocks``). Both must give what reading
-or encoding afresh gives."""
+"""What a derived answer keeps between asks: decoded cached results (``Results.tables``) and the input blocks of an
+execution (``input_blocks``). Both must give what reading or encoding afresh gives."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -14,8 +11,9 @@ import pytest
 from node.datasets import SliceRef, Version
 from node.index import ExecutionRow
 from node.model import RecursiveDataEnvelope, block_of, cid_for
-from node.resolve import resolver
-from node.resolve.resolver import Resolver, _input_blocks
+from node.resolve import results
+from node.resolve.execution import input_blocks
+from node.resolve.results import Results
 
 
 def _row(execution: str, slices: int = 1) -> ExecutionRow:
@@ -37,27 +35,27 @@ class _Reads:
 async def test_a_cached_result_is_decoded_once_and_the_least_recently_used_goes_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(resolver, "RESULTS_KEPT_BYTES", 4 * 8 * 1000)  # four 1 000-row results of one int64 column
+    monkeypatch.setattr(results, "RESULTS_KEPT_BYTES", 4 * 8 * 1000)  # four 1 000-row results of one int64 column
     reads = _Reads(250)  # 2 000 bytes a slice
-    fake = SimpleNamespace(_results_kept=OrderedDict(), datasets=reads)
-    first = await Resolver._result_tables(fake, _row("a", slices=4))  # type: ignore[arg-type]
+    kept = Results(reads)  # type: ignore[arg-type]  # the one call it makes
+    first = await kept.tables(_row("a", slices=4))
     assert reads.reads == 4 and sum(t.num_rows for t in first) == 1000
-    assert await Resolver._result_tables(fake, _row("a", slices=4)) is first  # type: ignore[arg-type]
+    assert await kept.tables(_row("a", slices=4)) is first
     assert reads.reads == 4  # from memory
     for name in "bcd":
-        await Resolver._result_tables(fake, _row(name, slices=4))  # type: ignore[arg-type]
-    await Resolver._result_tables(fake, _row("a", slices=4))  # type: ignore[arg-type]  # a: the most recent now
-    await Resolver._result_tables(fake, _row("e", slices=4))  # type: ignore[arg-type]  # over the bound: b goes
-    assert list(fake._results_kept) == ["c", "d", "a", "e"]
+        await kept.tables(_row(name, slices=4))
+    await kept.tables(_row("a", slices=4))  # a: the most recent now
+    await kept.tables(_row("e", slices=4))  # over the bound: b goes
+    assert list(kept._kept) == ["c", "d", "a", "e"]
 
 
 async def test_a_result_over_a_quarter_of_the_bound_is_read_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(resolver, "RESULTS_KEPT_BYTES", 4 * 8 * 1000)
+    monkeypatch.setattr(results, "RESULTS_KEPT_BYTES", 4 * 8 * 1000)
     reads = _Reads(1001)  # one result of more than a quarter of the bound
-    fake = SimpleNamespace(_results_kept=OrderedDict(), datasets=reads)
+    kept = Results(reads)  # type: ignore[arg-type]
     for _ in range(2):
-        await Resolver._result_tables(fake, _row("big"))  # type: ignore[arg-type]
-    assert reads.reads == 2 and not fake._results_kept
+        await kept.tables(_row("big"))
+    assert reads.reads == 2 and not kept._kept
 
 
 def _version(head: bytes, slices: list[bytes]) -> Version:
@@ -68,11 +66,11 @@ def _version(head: bytes, slices: list[bytes]) -> Version:
 def test_input_blocks_are_those_encoding_gives_keyed_by_slices_not_heads() -> None:
     """A snapshot dataset's changelog view has the head of its snapshot and other slices: other input blocks."""
     snapshot, changelog = _version(b"head", [b"s1"]), _version(b"head", [b"c1", b"c2"])
-    lists, root, env = _input_blocks([snapshot])
+    lists, root, env = input_blocks([snapshot])
     assert lists == [block_of([cid_for(b"s1")])] and root == block_of([lists[0].cid])
     assert env == block_of(RecursiveDataEnvelope(root.cid))
-    assert _input_blocks([_version(b"head", [b"s1"])])[2] is env  # the same slices: encoded once
-    other = _input_blocks([changelog])
+    assert input_blocks([_version(b"head", [b"s1"])])[2] is env  # the same slices: encoded once
+    other = input_blocks([changelog])
     assert other[0] == [block_of([cid_for(b"c1"), cid_for(b"c2")])] and other[2] != env
-    two = _input_blocks([snapshot, changelog])  # the input boundary is part of the key
+    two = input_blocks([snapshot, changelog])  # the input boundary is part of the key
     assert two[0] == [lists[0], other[0][0]] and two[2] not in (env, other[2])

@@ -19,7 +19,7 @@ from node.model.query import InputIdentity
 from node.query import CanonicalQuery, canonicalize
 from node.resolve import supersets
 from node.resolve.carry import AHEAD_SHARE, ASKED_SHAPES, FetchAhead
-from node.resolve.resolver import Resolver
+from node.resolve.resolver import Options, Resolver
 
 RECEIPT, EXECUTION = b"receipt block", b"execution block"
 SHAPE, OTHER = "ab" * 32, "cd" * 32
@@ -137,7 +137,8 @@ def _resolver(tmp_path: Path, kubo: SlowKubo) -> tuple[Resolver, str]:
     index = Index(tmp_path / "index.sqlite")
     signer = generate().node_key
     index.trust_add(signer, "default")
-    resolver = Resolver(None, kubo, index, None, generate(), tmp_path, 1, fetch_ahead_bytes=4096)  # type: ignore[arg-type]
+    options = Options(tmp_path, 1, fetch_ahead_bytes=4096)
+    resolver = Resolver(None, kubo, index, None, generate(), options)  # type: ignore[arg-type]
     return resolver, signer
 
 

@@ -21,7 +21,8 @@ from node.model.query import InputIdentity
 from node.query import CanonicalQuery, canonicalize
 from node.resolve import supersets
 from node.resolve.claims import check_announcement
-from node.resolve.resolver import Resolver
+from node.resolve.peer_supersets import PeerSupersets
+from node.resolve.resolver import Flights
 
 PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 SHAPE = "ab" * 32
@@ -177,7 +178,7 @@ async def test_candidates_are_proved_at_once_within_one_budget(monkeypatch: pyte
     fake = SimpleNamespace(_prove_candidate=prove)
     listed = [_claim(i, "did:key:a", 1.0) for i in ("first", "stalls", "unproved", "last")]
     started = time.monotonic()
-    got = await Resolver._proved_candidates(fake, listed, None, None, "trusted", lambda *_: None)  # type: ignore[arg-type]
+    got = await PeerSupersets.proved(fake, listed, None, None)  # type: ignore[arg-type]
     assert got == ["first", "last"]
     assert time.monotonic() - started < 3.0  # the budget, not the stalled candidate, ended the wait
     await asyncio.sleep(0)
@@ -204,7 +205,7 @@ async def test_a_cancelled_miss_leaves_no_proof_running() -> None:
 
     fake = SimpleNamespace(_prove_candidate=prove)
     listed = [_claim(i, "did:key:a", 1.0) for i in ("a", "b")]
-    miss = asyncio.ensure_future(Resolver._proved_candidates(fake, listed, None, None, "trusted", lambda *_: None))  # type: ignore[arg-type]
+    miss = asyncio.ensure_future(PeerSupersets.proved(fake, listed, None, None))  # type: ignore[arg-type]
     await asyncio.wait_for(both.wait(), 5.0)
     miss.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -223,7 +224,7 @@ def test_read_statements_are_kept_bounded_least_recently_used_dropped() -> None:
 
 
 async def test_work_behind_answers_waits_for_quiet_misses_at_most_defer_max(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pins and a derived answer's announcement (``Resolver._quiet``) wait while a miss is in flight or one just
+    """Pins and a derived answer's announcement (``Flights.quiet``) wait while a miss is in flight or one just
     ended, and no longer than ``DEFER_MAX``: a burst of answers is not slowed by the work of the ones before."""
     from node.resolve import resolver
 
@@ -231,10 +232,10 @@ async def test_work_behind_answers_waits_for_quiet_misses_at_most_defer_max(monk
     monkeypatch.setattr(resolver, "DEFER_MAX", 0.5)
     busy = SimpleNamespace(_inflight={"a miss": object()}, _last_landed=0.0)
     started = time.monotonic()
-    await Resolver._quiet(busy)  # type: ignore[arg-type]
+    await Flights.quiet(busy)  # type: ignore[arg-type]
     assert time.monotonic() - started >= 0.5  # waited the whole deferral: a miss stayed in flight
     idle = SimpleNamespace(_inflight={}, _last_landed=time.monotonic())
-    landing = asyncio.ensure_future(Resolver._quiet(idle))  # type: ignore[arg-type]
+    landing = asyncio.ensure_future(Flights.quiet(idle))  # type: ignore[arg-type]
     await asyncio.sleep(0)
     assert not landing.done()  # a miss just ended: not quiet yet
     await asyncio.wait_for(landing, 0.4)  # quiet QUIET_FOR after it, well before DEFER_MAX

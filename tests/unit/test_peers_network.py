@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from config import PeerSettings
 from node import clock
@@ -17,6 +16,7 @@ from node.index import ExecutionRow, Index
 from node.ipfs.client import NodeIdentity
 from node.model import CID, Announcement, cid_for, cid_str, decode, parse_cid
 from node.peers import TOPIC, Network
+from node.resolve.peer_link import PeerLink
 
 
 @dataclass
@@ -25,9 +25,7 @@ class FakeResolver:
 
     identity: Identity
     claims: asyncio.Queue[tuple[str, Announcement]] = field(default_factory=asyncio.Queue)
-    lookup: Any = None
-    on_published: Any = None
-    on_refused: Any = None
+    link: PeerLink = field(default_factory=PeerLink)  # the network attaches itself while it runs
 
     def announcement(self, row: ExecutionRow, providers: list[str]) -> Announcement:
         cids = [parse_cid(c) for c in (row.invocation, row.execution, row.receipt)]

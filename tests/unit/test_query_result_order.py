@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from node.errors import InvalidInput
 from node.query.result_order import canonical_order, encode
-from node.resolve.resolver import _canonical_order
+from node.resolve.execution import published_order
 
 NESTED = pa.schema(
     [
@@ -67,7 +67,7 @@ def test_any_layout_gives_the_same_bytes(rows: list[dict], rnd: random.Random, p
     step = max(1, len(shuffled) // pieces)
     chunks = [pa.Table.from_pylist(shuffled[i : i + step], schema=NESTED) for i in range(0, len(shuffled), step)]
     other = pa.concat_tables(chunks) if chunks else table.slice(0, 0)
-    assert parquet(_canonical_order(table, None)) == parquet(_canonical_order(other, None))
+    assert parquet(published_order(table, None)) == parquet(published_order(other, None))
     # Nothing lost or added.
     assert sorted(map(repr, map(exact, canonical_order(other).to_pylist()))) == sorted(
         map(repr, map(exact, table.to_pylist()))
@@ -118,7 +118,7 @@ def test_nested_outputs_never_raise_a_500() -> None:
             "m": pa.array([[("b", 1)], [("a", 1)], [("a", 1)]], pa.map_(pa.string(), pa.int64())),
         }
     )
-    out = _canonical_order(table, None)
+    out = published_order(table, None)
     assert out.num_rows == 3 and sorted(map(repr, out.to_pylist())) == sorted(map(repr, table.to_pylist()))
 
 
@@ -136,7 +136,7 @@ def test_a_value_with_no_encoding_is_a_4xx(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr("node.query.result_order.encode", no_encoding)
     with pytest.raises(InvalidInput, match="canonical order"):
-        _canonical_order(pa.table({"a": pa.array([[1], [2]], pa.list_(pa.int64()))}), None)
+        published_order(pa.table({"a": pa.array([[1], [2]], pa.list_(pa.int64()))}), None)
     with pytest.raises(TypeError):
         encode(object())
 
