@@ -113,8 +113,8 @@ async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
 async def test_supervise_is_woken_by_the_exit_not_by_polling(
     kubo: ManagedKubo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 21: an idle node's loop is not woken to poll its Kubo. With the poll and the recheck an hour long, only
-    the daemon's pidfd can tell the supervisor it died: it still restarts it."""
+    """An idle node's loop is not woken to poll its Kubo (a 0.1 s poll cost up to 1 % of a core). With the poll and
+    the recheck an hour long, only the daemon's pidfd can tell the supervisor it died: it still restarts it."""
     monkeypatch.setattr(managed, "RECHECK_S", 3600.0)
     states: list[str] = []
     old_pid = kubo.pid
@@ -226,15 +226,16 @@ async def test_repo_locked_by_a_foreign_process_is_refused(kubo_binary: Path, tm
 
 
 async def test_start_failure_reports_log_tail(kubo_binary: Path, tmp_path: Path) -> None:
+    """A daemon that exits while starting fails the start at its exit: with an hour to start in, only the exit can
+    end the start before the 120 s bound (which only a hang fails)."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        node = ManagedKubo(tmp_path / "repo", kubo_binary, api_port=port)
-        started = time.monotonic()
+        node = ManagedKubo(tmp_path / "repo", kubo_binary, api_port=port, start_timeout=3600)
         with pytest.raises(KuboStartError, match="address already in use") as info:
-            await node.start()
-    assert time.monotonic() - started < 10
+            async with asyncio.timeout(120):
+                await node.start()
     assert "exited with code 1" in str(info.value)
     assert not node.alive()
 
@@ -314,7 +315,7 @@ async def test_restart_moves_when_its_old_port_is_taken(kubo_factory: Callable[.
             task.cancel()
 
 
-# -- issue 15: the RPC API needs the node's secret -------------------------------------------------------------
+# -- the RPC API needs the node's secret (any local process could drive Kubo otherwise) --------------------------------
 
 
 async def test_rpc_api_refuses_a_process_without_the_secret(kubo: ManagedKubo) -> None:
@@ -479,7 +480,7 @@ async def test_no_other_user_reaches_anything_on_the_api(kubo_factory: Callable[
     }
 
 
-# -- issue 15: the daemon ends with the process that started it --------------------------------------------------
+# -- the daemon ends with the process that started it (no Kubo left behind a dead node) --------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]  # the starter imports this worktree's node package
 STARTER = """
@@ -533,7 +534,7 @@ def _ip4_hosts(addrs: list[str]) -> list[str]:
 
 
 async def test_swarm_listens_where_configured(kubo_binary: Path, tmp_path: Path) -> None:
-    """`ipfs.swarm_host` 0.0.0.0 (the container's setting, issue 20 item 5): the swarm is reachable on a
+    """`ipfs.swarm_host` 0.0.0.0 (the container's setting: peers reach it from outside): the swarm is reachable on a
     non-loopback address of this machine; the default binds loopback only, so that address is refused there."""
     wide = ManagedKubo(tmp_path / "wide", kubo_binary, swarm_host="0.0.0.0", bootstrap=[])
     narrow = ManagedKubo(tmp_path / "narrow", kubo_binary, bootstrap=[])
