@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,22 +159,53 @@ async def test_catch_up_reaches_a_peer_that_reconnects_at_once(
 ) -> None:
     """B restarts at once and re-dials A: A sees B's new connection before the old one closes. A caught it up
     only when its table flipped, so B missed what A computed meanwhile (and a stream on the closing connection
-    never answered: "catch-up not delivered … no answer within 10 s"). Every catch-up A sends is delivered: B
-    leaves only once A's catch-ups to it have ended, so none is cut short by B's own stop."""
+    never answered: "catch-up not delivered … no answer within 10 s"). Here A is made to see the old connection
+    close only after B's second run is caught up, so the restart is "at once" in every run, however fast A would
+    have noticed. Every catch-up A sends is delivered: B leaves each run only once A's catch-ups to it have ended,
+    so none is cut short by B's own stop."""
     caplog.set_level(logging.INFO, logger="cairn.network")
     async with inprocess_node(tmp_path / "a", kubo_session, **PEERS) as (a, _):
         assert a.network is not None
+        host = a.network.host
         a.index.add_execution(fake_row(cid_str(cid_for(b"iv-1")), 1))
         async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, _):
-            await b.connect(a.network.host.addrs()[0])
+            await b.connect(host.addrs()[0])
             await wait_for(lambda: asyncio.sleep(0, b.index.claims(limit=10)), 60, "the first catch-up")
             await wait_for(lambda: asyncio.sleep(0, not a.network._tasks), 60, "A's catch-ups to B to end")
+            release = _hold_closes(host, b.identity.peer_id)
+        assert b.identity.peer_id in host.connected_peers()  # A has not seen B leave
         a.index.add_execution(fake_row(cid_str(cid_for(b"iv-2")), 2))  # computed while B was away
         async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, _):  # re-dials A (peers.json)
             await wait_for(lambda: asyncio.sleep(0, len(b.index.claims(limit=10)) == 2), 60, "the catch-up")
+            await release()
             await wait_for(lambda: asyncio.sleep(0, not a.network._tasks), 60, "A's catch-ups to B to end")
+            assert b.identity.peer_id in host.connected_peers()  # the old connection's close left the new one
     failed = [str(getattr(r, "error", "")) for r in caplog.records if "catch-up not delivered" in r.getMessage()]
     assert not failed, failed
+
+
+def _hold_closes(host: P2PHost, peer: str) -> Callable[[], Awaitable[None]]:
+    """From now on ``host`` learns that ``peer``'s connections closed only when the function returned is awaited:
+    as when a peer restarts faster than the host notices (libp2p trims a dead connection in the background)."""
+    held: list[Any] = []
+    notice = host._on_conn
+
+    def on_conn(conn: Any, up: bool) -> None:  # the host's connection notifee calls it, in its trio thread
+        if not up and conn.muxed_conn.peer_id.to_base58() == peer:
+            held.append(conn)
+        else:
+            notice(conn, up)
+
+    async def release() -> None:
+        async def noticed() -> None:
+            host._on_conn = notice  # type: ignore[method-assign]
+            for conn in held:
+                notice(conn, False)
+
+        await host._bridge.run(noticed)
+
+    host._on_conn = on_conn  # type: ignore[method-assign]
+    return release
 
 
 async def test_connect_reaches_a_peer_remembered_at_an_old_address(tmp_path: Path) -> None:
