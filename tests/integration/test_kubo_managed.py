@@ -119,9 +119,10 @@ async def test_supervise_is_woken_by_the_exit_not_by_polling(
     states: list[str] = []
     old_pid = kubo.pid
     assert old_pid is not None
+    rounds = _Rounds(kubo, monkeypatch)
     task = asyncio.create_task(kubo.supervise(states.append, poll_interval=3600.0, backoff=0.02))
     try:
-        await asyncio.sleep(0.2)  # the supervisor waits on the live daemon
+        await rounds.reach(1)  # the supervisor waits on the live daemon
         os.kill(old_pid, signal.SIGKILL)
         await until(lambda: kubo.restarts == 1 and kubo.alive(), what="restart after SIGKILL, woken by the pidfd")
         assert states == ["down", "restarting", "up"] and kubo.pid != old_pid
@@ -131,15 +132,37 @@ async def test_supervise_is_woken_by_the_exit_not_by_polling(
             await task
 
 
-async def test_supervise_does_not_restart_after_stop(kubo: ManagedKubo) -> None:
+async def test_supervise_does_not_restart_after_stop(kubo: ManagedKubo, monkeypatch: pytest.MonkeyPatch) -> None:
     states: list[str] = []
+    rounds = _Rounds(kubo, monkeypatch)
     task = asyncio.create_task(kubo.supervise(states.append, poll_interval=0.02, backoff=0.02))
     try:
         await kubo.stop()
-        await asyncio.sleep(0.2)
+        await rounds.reach(rounds.entered + 3)  # three rounds looked at the stopped daemon
         assert not kubo.alive() and kubo.restarts == 0 and states == []
     finally:
         task.cancel()
+
+
+class _Rounds:
+    """The supervisor's rounds, counted: each ends waiting for the daemon's exit (``_exit_or``)."""
+
+    def __init__(self, kubo: ManagedKubo, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self._changed = 0, asyncio.Event()
+        wait = kubo._exit_or
+
+        async def counted(poll_interval: float) -> None:
+            self.entered += 1
+            self._changed.set()
+            await wait(poll_interval)
+
+        monkeypatch.setattr(kubo, "_exit_or", counted)
+
+    async def reach(self, n: int) -> None:
+        async with asyncio.timeout(60):  # a bound only a hang fails
+            while self.entered < n:
+                self._changed.clear()
+                await self._changed.wait()
 
 
 async def test_stale_api_file_and_lock_after_sigkill(kubo_binary: Path, tmp_path: Path) -> None:
