@@ -18,6 +18,7 @@ import multiaddr
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.network import swarm
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import info_from_p2p_addr
 
@@ -39,8 +40,9 @@ def peer_id_of_seed(s: bytes) -> str:
     return peer_id(Ed25519PrivateKey.from_private_bytes(s).public_key().public_bytes_raw())
 
 
-async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
-    """Poll ``predicate`` until true or fail after ``timeout`` seconds (no sleep-and-hope)."""
+async def eventually(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` until true or fail after ``timeout`` seconds (no sleep-and-hope; a deadline that only a
+    hang misses, not a slow machine)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -94,7 +96,7 @@ def test_bad_seed_and_bad_config_fail_in_one_line():
 # ------------------------------------------------------------------------------ connect, ping
 
 
-async def test_two_hosts_connect_and_ping(make_host):
+async def test_two_hosts_connect_and_ping(make_host, monkeypatch):
     a = await make_host(1)
     b = await make_host(2)
     assert a.peer_id == peer_id_of_seed(seed(1))
@@ -102,14 +104,20 @@ async def test_two_hosts_connect_and_ping(make_host):
     seen_by_a: list[str] = []
     a.on_peer_connected(seen_by_a.append)
 
-    t0 = time.perf_counter()
-    assert await b.connect(a.addrs()[0]) == a.peer_id
-    connect_s = time.perf_counter() - t0
-    assert connect_s < 0.2, f"connect took {connect_s:.3f} s (the 250 ms dial delay is back?)"
+    # libp2p's swarm waits out a happy-eyeballs delay (250 ms) after each dial, hoping for a second connection,
+    # unless the first one fills the host's one connection per peer. Made an hour, it would hold the connect until
+    # the 60 s bound below: a connect that returns at all did not wait for it.
+    monkeypatch.setattr(swarm, "_HAPPY_EYEBALLS_DELAY", 3600.0)
+    try:
+        async with asyncio.timeout(60):
+            assert await b.connect(a.addrs()[0], timeout=3600) == a.peer_id
+    except TimeoutError:
+        raise AssertionError("connect waited out the swarm's happy-eyeballs delay") from None
 
-    rtts = [await b.ping(a.peer_id) for _ in range(5)]
-    assert all(0 < r < 200 for r in rtts)
-    assert 0 < await a.ping(b.peer_id) < 200
+    for pinger, peer in [*[(b, a.peer_id)] * 5, (a, b.peer_id)]:  # a round trip in ms, within the call's own time
+        t0 = time.perf_counter()
+        rtt = await pinger.ping(peer)
+        assert 0 < rtt <= (time.perf_counter() - t0) * 1000
 
     await eventually(lambda: seen_by_a == [b.peer_id], what="a's on_peer_connected")
     (pa,) = a.peers()
@@ -207,7 +215,7 @@ async def test_three_hosts_gossip_reaches_everyone(make_host):
 
     # The mesh forms on the next heartbeat (1 s); until then a message may be lost, so
     # publish until the first arrives, then check that later ones reach everyone once.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while not (got["b"] and got["c"]):
         assert time.monotonic() < deadline, "gossip never reached b and c"
         await a.publish(topic, b"warm-up")
@@ -288,9 +296,9 @@ async def test_request_response(make_host):
 
 
 async def test_kept_request_streams_give_each_request_its_own_answer(make_host):
-    """A protocol whose request streams are kept (``reuse_streams``, issue 18 item 4): requests one after another
-    go on one stream; at once, each on a stream of its own; after a timeout, the late answer is not taken for the
-    next request's; a stream the answering side closed (its idle limit) is replaced."""
+    """A protocol whose request streams are kept (``reuse_streams``: no new stream per lookup): requests one after
+    another go on one stream; at once, each on a stream of its own; after a timeout, the late answer is not taken
+    for the next request's; a stream the answering side closed (its idle limit) is replaced."""
     a, b = await make_host(1, handler_timeout=1.0), await make_host(2)
     b.reuse_streams(LOOKUP)
     late = asyncio.Event()
@@ -313,7 +321,8 @@ async def test_kept_request_streams_give_each_request_its_own_answer(make_host):
         await b.request(a.peer_id, LOOKUP, b"slow", timeout=0.3)
     late.set()  # the slow request's answer may now arrive: on a stream that was dropped
     assert await b.request(a.peer_id, LOOKUP, b"next", timeout=5) == b"answer to next"
-    await asyncio.sleep(1.5)  # idle past the answering side's handler_timeout: it closes the kept stream
+    kept = b._kept[(a.peer_id, LOOKUP)].stream.muxed_stream
+    await eventually(lambda: kept.recv_closed, what="a to close the idle kept stream (handler_timeout)")
     assert await b.request(a.peer_id, LOOKUP, b"after idle", timeout=5) == b"answer to after idle"
     assert await b.ask_all(LOOKUP, b"all", timeout=5) == {a.peer_id: b"answer to all"}
 
@@ -391,7 +400,7 @@ async def test_mdns_finds_a_peer_on_the_lan(make_host):
     a = await make_host(1, mdns=True)
     b = await make_host(2, mdns=True)
     await eventually(
-        lambda: b.peer_id in a.connected_peers() and a.peer_id in b.connected_peers(), timeout=10, what="mDNS discovery"
+        lambda: b.peer_id in a.connected_peers() and a.peer_id in b.connected_peers(), what="mDNS discovery"
     )
 
 
@@ -420,14 +429,17 @@ async def test_stop_is_fast_and_leaves_no_thread(make_host):
 async def test_cancelled_request_does_not_break_the_host(make_host):
     a, b = await make_host(1), await make_host(2)
 
+    answering = asyncio.Event()
+
     async def slow(peer: str, request: bytes) -> bytes:
-        await asyncio.sleep(10)
+        answering.set()
+        await asyncio.Event().wait()
         return b""
 
     a.set_handler("/cairn/test-slow/1", slow)
     await b.connect(a.addrs()[0])
-    task = asyncio.create_task(b.request(a.peer_id, "/cairn/test-slow/1", b"", timeout=10))
-    await asyncio.sleep(0.1)
+    task = asyncio.create_task(b.request(a.peer_id, "/cairn/test-slow/1", b"", timeout=60))
+    await asyncio.wait_for(answering.wait(), 60)  # the request is in flight
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -469,7 +481,7 @@ def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
     script.write_text(SCRIPT.format(repo=str(REPO), stop_in_finally=stop_in_finally))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         line = ""
         while "READY" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()

@@ -19,9 +19,10 @@ class Service:
 
     def __init__(self, bridge: TrioThread, *, setup: float = 0.0, fail: Exception | None = None, cleanup: float = 0.0):
         self.bridge, self.setup, self.fail, self.cleanup = bridge, setup, fail, cleanup
-        self.cleaned = threading.Event()
+        self.setting_up, self.cleaned = threading.Event(), threading.Event()
 
     async def __call__(self) -> None:
+        self.setting_up.set()
         await trio.sleep(self.setup)
         if self.fail is not None:
             raise self.fail
@@ -102,30 +103,30 @@ async def test_cancelling_the_asyncio_caller_cancels_the_trio_task(bridge):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 2
-    while not state["cancelled"].is_set():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.001)
+    assert await asyncio.to_thread(state["cancelled"].wait, 60)
     assert await bridge.run(trio.sleep, 0) is None  # still serving
 
 
 async def test_cancelling_trio_cancels_the_asyncio_callback(bridge):
-    cancelled = asyncio.Event()
+    started, cancelled = threading.Event(), asyncio.Event()
 
     async def slow():
+        started.set()
         try:
-            await asyncio.sleep(10)
+            await asyncio.Event().wait()
         except asyncio.CancelledError:
             cancelled.set()
             raise
 
     async def in_trio():
-        with trio.move_on_after(0.05):
-            await bridge.call_asyncio(slow)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.call_asyncio, slow)
+            await trio.to_thread.run_sync(started.wait)  # the callback runs on the loop: now cancel it
+            nursery.cancel_scope.cancel()
         return "moved on"
 
     assert await bridge.run(in_trio) == "moved on"
-    await asyncio.wait_for(cancelled.wait(), 2)
+    await asyncio.wait_for(cancelled.wait(), 60)  # a bound only a hang fails
 
 
 async def test_run_soon_failures_are_logged_not_fatal(bridge, caplog):
@@ -133,22 +134,30 @@ async def test_run_soon_failures_are_logged_not_fatal(bridge, caplog):
         raise RuntimeError("background oops")
 
     bridge.run_soon(bad)
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 60  # a deadline to poll against, not a measurement
     while "background oops" not in caplog.text:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.005)
     assert bridge.running and await bridge.run(trio.sleep, 0) is None
 
 
-async def test_stop_is_fast_and_fails_calls_in_flight():
-    b = TrioThread("test-bridge")
+async def test_stop_cancels_calls_in_flight_and_fails_them(caplog):
+    """A stop cancels the calls under way at once, not at the end of the grace period: with an hour of grace
+    and an hour to stop in, only that cancel lets the thread end (within 60 s, a bound only a hang fails)."""
+    b = TrioThread("test-bridge", shutdown_grace=3600)
     service = Service(b)
     await b.start(service)
-    task = asyncio.create_task(b.run(trio.sleep_forever))
-    await asyncio.sleep(0.02)
-    t0 = time.perf_counter()
-    await b.stop()
-    assert time.perf_counter() - t0 < 0.5
+    in_flight = threading.Event()
+
+    async def forever():
+        in_flight.set()
+        await trio.sleep_forever()
+
+    task = asyncio.create_task(b.run(forever))
+    assert await asyncio.to_thread(in_flight.wait, 60)
+    async with asyncio.timeout(60):
+        await b.stop(timeout=3600)
+    assert "did not stop" not in caplog.text
     with pytest.raises(P2PError, match="stopped"):
         await task
     assert service.cleaned.is_set() and not b.thread.is_alive()
@@ -171,26 +180,33 @@ async def test_a_service_failing_at_start_raises_and_leaves_no_thread():
 
 
 async def test_cancelling_start_stops_the_thread():
-    b = TrioThread("test-bridge")
-    service = Service(b, setup=0.3)
+    b = TrioThread("test-bridge", shutdown_grace=0.1)
+    service = Service(b, setup=3600)  # still setting up when its start is cancelled
     task = asyncio.create_task(b.start(service))
-    await asyncio.sleep(0.05)
+    assert await asyncio.to_thread(service.setting_up.wait, 60)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not b.thread.is_alive()
 
 
-async def test_a_hung_cleanup_is_cut_at_the_grace_period():
+async def test_a_hung_cleanup_is_cut_at_the_grace_period(caplog):
+    """A cleanup that never ends is cancelled at the grace deadline: stop, given an hour, returns (within 60 s, a
+    bound only a hang fails) with the thread ended and the cleanup cancelled."""
     b = TrioThread("test-bridge", shutdown_grace=0.2)
+    cut = threading.Event()
 
     async def stubborn():
         b.ready()
         await b.wait_stopping()
-        await trio.sleep(30)  # not shielded: the grace deadline cancels it
+        try:
+            await trio.sleep_forever()  # not shielded: the grace deadline cancels it
+        except trio.Cancelled:
+            cut.set()
+            raise
 
     await b.start(stubborn)
-    t0 = time.perf_counter()
-    await b.stop()
-    assert time.perf_counter() - t0 < 1.0
-    assert not b.thread.is_alive()
+    async with asyncio.timeout(60):
+        await b.stop(timeout=3600)
+    assert cut.is_set() and not b.thread.is_alive()
+    assert "did not stop" not in caplog.text
