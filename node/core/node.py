@@ -1,4 +1,4 @@
-"""The one core API of a Cairn node. The CLI and the HTTP server only parse, call it, and render."""
+"""``Node``: the one core API of a Cairn node. The CLI and the HTTP server only parse, call it, and render."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from config import Settings
 from node import __version__
+from node.core.processes import KuboWatch, WorkerStart
 from node.datasets import (
     Datasets,
-    InputLimits,
     Pulls,
     ReadOptions,
     Version,
@@ -35,15 +36,13 @@ from node.errors import (
     PeerError,
     PeersDisabled,
     RenderError,
-    SparkStartError,
     TooLarge,
     TypeMismatch,
-    one_line,
 )
 from node.home import Home
 from node.identity import Identity
 from node.index import Index
-from node.ipfs import HOME_SECRET, KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.ipfs import KuboClient
 from node.ipfs.gateway import Answer, GatewayClient
 from node.model import (
     CID,
@@ -59,11 +58,9 @@ from node.model import (
 )
 from node.model.cid import cid_for
 from node.pipelines import PipelineRunner, parse_spec
-from node.query.sandbox import Sandbox
-from node.resolve import Jobs, Resolver, SparkWorker
+from node.resolve import Jobs, Resolver
 from node.resolve.answers import AnswerCache, key_of
 from node.resolve.claims import connect_providers
-from node.resolve.staging import Staging
 from node.tally import Timings
 from node.types import TypeChecks
 
@@ -84,138 +81,66 @@ _HOLIUM_IMPORTERS = {
 }
 
 
-class WorkerStart:
-    """The Spark worker and its one start: Spark takes seconds to warm up, so the node serves at once and
-    starts the worker on first need (or at once with ``spark.autostart``)."""
+@dataclass(frozen=True)
+class Services:
+    """What a ``Node`` holds: built and started by ``node.core.wiring``, stopped by ``Node.close``."""
 
-    def __init__(self, worker: SparkWorker) -> None:
-        self.worker = worker
-        self._start: asyncio.Future[None] | None = None
-
-    def ensure(self) -> asyncio.Future[None]:
-        if self._start is None:
-            self._start = asyncio.ensure_future(self.worker.start())
-        return self._start
-
-    async def ready(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
-        """Called by the resolver only when it must compute: a peer or index hit never starts Spark."""
-        starting = self.ensure()
-        if not starting.done():
-            emit("waiting", {"for": "spark worker to start"})
-        try:
-            await asyncio.shield(starting)
-        except CairnError:
-            raise
-        except Exception as e:  # noqa: BLE001  any start failure reaches the asker as one clear error
-            raise SparkStartError(one_line(f"the Spark worker could not start: {e}")) from None
-
-    def state(self) -> str:
-        if self._start is None:
-            return "down"
-        if not self._start.done():
-            return "starting"
-        if self._start.cancelled() or self._start.exception() is not None:
-            return "failed"
-        return "up" if self.worker.alive() else "restarting"
-
-    async def stop(self) -> None:
-        if self._start is not None:
-            self._start.cancel()
-            await asyncio.gather(self._start, return_exceptions=True)
-        await self.worker.stop()
+    settings: Settings
+    home: Home
+    identity: Identity
+    kubo: KuboClient
+    kubo_watch: KuboWatch  # whether Kubo serves; a managed one's supervision
+    index: Index
+    datasets: Datasets
+    spark: WorkerStart
+    resolver: Resolver
+    jobs: Jobs
+    network: Network | None  # None: peers.enabled = false
+    types: TypeChecks  # Transform.Storage checks (node.types)
+    gateway: GatewayClient  # /ipfs/: the client of a Kubo gateway that hash-checks what it relays
 
 
 class Node:
     """A running Cairn node: its identity, its Kubo (managed or external), and the operations on them.
 
-    Built complete by ``await Node.open(settings)`` (or ``async with Node.running(settings)``); ``close()``
-    stops everything ``open`` started, in reverse order."""
+    Built complete by ``await Node.open(settings)`` (or ``async with Node.running(settings)``, both through
+    ``node.core.wiring``); ``close()`` stops everything that started, in reverse order."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        home: Home,
-        identity: Identity,
-        kubo: KuboClient,
-        managed: ManagedKubo | None,
-        index: Index,
-        datasets: Datasets,
-        spark: WorkerStart,
-        resolver: Resolver,
-        jobs: Jobs,
-        network: Network | None,
-        started: AsyncExitStack,
-    ) -> None:
-        self.settings, self.home, self.identity = settings, home, identity
-        self.kubo = kubo
-        self.managed = managed  # None: an external Kubo (ipfs.api), which this node neither starts nor stops
-        self.kubo_state = "up"
-        self.index, self.datasets, self.resolver, self.jobs = index, datasets, resolver, jobs
-        self.answers = AnswerCache()  # recent local hits (issue 18 item 1)
+    def __init__(self, services: Services, started: AsyncExitStack) -> None:
+        self.settings, self.home, self.identity = services.settings, services.home, services.identity
+        self.kubo, self.kubo_watch = services.kubo, services.kubo_watch
+        self.managed = services.kubo_watch.managed  # None: an external Kubo, which this node neither starts nor stops
+        self.index, self.datasets, self.resolver, self.jobs = (
+            services.index,
+            services.datasets,
+            services.resolver,
+            services.jobs,
+        )
+        self.spark = services.spark
+        self.worker = services.spark.worker
+        self.network = services.network
+        self.types, self.gateway = services.types, services.gateway
+        self.answers = AnswerCache()  # recent local hits
         self.query_times = Timings()  # answered queries by source, and refused ones (/metrics)
-        self.spark = spark
-        self.worker = spark.worker
-        self.network = network  # None: peers.enabled = false
         self.started_at = time.time()
         self.api_url: str | None = None  # set by the HTTP face once it listens
         self.flight_url: str | None = None  # set by the Flight SQL face once it listens (node.api.flight)
         self._started = started
         self.pulls = Pulls()
-        self.types = TypeChecks(kubo, datasets, settings.ipfs.timeout)  # Transform.Storage checks (node.types)
-        self.pipelines = PipelineRunner(kubo, datasets, identity, home.path, self._step_query)  # node.pipelines
-        # /ipfs/: the managed Kubo's loopback gateway (its port may change on a restart), else ipfs.gateway
-        self.gateway = GatewayClient(self._gateway_url, settings.ipfs.timeout, settings.api.gateway_timeout)
-        started.push_async_callback(self.gateway.close)
-        started.push_async_callback(self.pulls.stop)  # first thing close() does: no pull waits on a slow source
+        self.pipelines = PipelineRunner(self.kubo, self.datasets, self.identity, self.home.path, self._step_query)
         self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
         self._queries_changed = asyncio.Event()
         self._chores: set[asyncio.Task[None]] = set()  # background work: version hashes, the canonicalizer warm-up
-        started.push_async_callback(self._cancel_chores)  # pushed last: the first thing close() does
 
     # -- life cycle -------------------------------------------------------------------------
 
     @classmethod
     async def open(cls, settings: Settings) -> Node:
-        """Start every part in order, then build the node; a part that fails to start stops those before it."""
-        home = Home(settings.home)
-        if home.init():
-            log.info("initialised node home", extra={"home": str(home.path)})
-        identity = home.identity()
-        async with AsyncExitStack() as stack:
-            kubo, managed = await _open_kubo(settings, home, stack)
-            index = Index(home.path / "index.sqlite")
-            stack.callback(index.close)
-            datasets = Datasets(kubo, index, home.path, settings.datasets.rows_per_slice, _input_limits(settings))
-            spark = WorkerStart(_worker(settings, home))
-            stack.push_async_callback(spark.stop)
-            resolver = _resolver(settings, datasets, kubo, index, spark, identity)
-            stack.push_async_callback(resolver.canonicalizer.close)
-            stack.push_async_callback(resolver.stop_pins)
-            resolver.drain_pins()  # pins owed by answers given before a crash or stop (docs/peers.md)
-            jobs = Jobs(settings.api.max_jobs, settings.api.job_keep_seconds)
-            stack.push_async_callback(jobs.close)
-            network = await _open_network(settings, home, identity, resolver, index, kubo, stack)
-            node = cls(
-                settings,
-                home,
-                identity,
-                kubo,
-                managed,
-                index,
-                datasets,
-                spark,
-                resolver,
-                jobs,
-                network,
-                stack.pop_all(),
-            )
-        if managed is not None:
-            node._supervise(managed)
-        if settings.spark.autostart:
-            spark.ensure()
-        log.info("node started", extra={"peer_id": identity.peer_id, "kubo": kubo.api_url})
-        return node
+        """Start every part in order (``node.core.wiring``), then build the node."""
+        from node.core.wiring import open_node
+
+        return await open_node(settings)
 
     @classmethod
     @asynccontextmanager
@@ -226,21 +151,9 @@ class Node:
         finally:
             await node.close()
 
-    def _supervise(self, managed: ManagedKubo) -> None:
-        """Restart the managed Kubo if it dies; the task is cancelled first on close."""
-        task = asyncio.create_task(managed.supervise(self._on_kubo_change))
-
-        async def cancel() -> None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-        self._started.push_async_callback(cancel)
-
-    def _on_kubo_change(self, state: str) -> None:
-        self.kubo_state = state
-        if state == "up" and self.managed is not None:
-            self.kubo.api_url = self.managed.api_url  # a restarted Kubo may listen on a new port
-        log.warning("managed kubo is %s", state, extra={"kubo_state": state})
+    @property
+    def kubo_state(self) -> str:
+        return self.kubo_watch.state
 
     def running_queries(self) -> int:
         return len(self._queries)
@@ -262,9 +175,9 @@ class Node:
         return len(tasks)
 
     def _after_ingest(self, head: CID) -> None:
-        """Once-per-version work a first query would otherwise pay (issue 18 item 7): the version's logical hash,
-        in the background; for a snapshot dataset, of its state as queries read it (its projection, made now).
-        A query that comes first shares the same computation (Datasets.version_hash)."""
+        """Once-per-version work a first query would otherwise pay: the version's logical hash, in the background;
+        for a snapshot dataset, of its state as queries read it (its projection, made now). A query that comes
+        first shares the same computation (Datasets.version_hash)."""
         self._chore(self._hash_version(head))
 
     def warm_up(self) -> None:
@@ -284,19 +197,20 @@ class Node:
         except CairnError as e:  # a query computes it again and says why if it still fails
             log.warning("background version hash failed", extra={"head": cid_str(head), "error": e.message})
 
-    async def _cancel_chores(self) -> None:
-        for task in list(self._chores):
-            task.cancel()
-        await asyncio.gather(*self._chores, return_exceptions=True)
-
     async def close(self, hurry: bool = False) -> None:
-        """Stop what ``open`` started (peers, jobs, worker, index, Kubo client, managed Kubo), last first.
-        ``hurry`` (a second signal): the Spark worker gets 1 s to exit before its process group is killed (its
-        jobs are already cancelled; it holds nothing that must be saved)."""
+        """Stop the node's background work and pulls, then what ``open`` started (peers, jobs, worker, index, Kubo
+        client, managed Kubo), last first. ``hurry`` (a second signal): the Spark worker gets 1 s to exit before
+        its process group is killed (its jobs are already cancelled; it holds nothing that must be saved)."""
         if hurry:
             self.worker.stop_timeout = min(self.worker.stop_timeout, 1.0)
-        await self._started.aclose()
-        self.kubo_state = "down"
+        try:
+            for task in list(self._chores):
+                task.cancel()
+            await asyncio.gather(*self._chores, return_exceptions=True)
+            await self.pulls.stop()  # no pull waits on a slow source
+        finally:
+            await self._started.aclose()
+        self.kubo_watch.stopped()
         log.info("node stopped")
 
     # -- state ------------------------------------------------------------------------------
@@ -808,11 +722,6 @@ class Node:
         if not await self.holds(cid):
             raise NotFound(f"this node does not hold {cid_str(cid)}: fetch it first (`cairn pull CID`, or a query)")
 
-    def _gateway_url(self) -> str | None:
-        if self.managed is not None:
-            return self.managed.gateway_url
-        return self.settings.ipfs.gateway.rstrip("/") or None
-
     def gateway_open(
         self, method: str, path: str, query: str, headers: Mapping[str, str]
     ) -> AbstractAsyncContextManager[Answer]:
@@ -969,131 +878,10 @@ class Node:
         )
 
 
-async def _open_kubo(settings: Settings, home: Home, stack: AsyncExitStack) -> tuple[KuboClient, ManagedKubo | None]:
-    """A client on the external Kubo (``ipfs.api``, checked reachable now), else on a Kubo started here."""
-    ipfs = settings.ipfs
-    managed: ManagedKubo | None = None
-    if ipfs.api:
-        kubo = KuboClient(api_url_from_address(ipfs.api), timeout=ipfs.timeout, auth=ipfs.api_auth or None)
-    else:
-        if ipfs.api_port:
-            log.warning(
-                "ipfs.api_port is set: the managed Kubo's RPC API listens on 127.0.0.1:%d instead of its unix socket, "
-                "where its /debug paths answer any local process without the secret",
-                ipfs.api_port,
-            )
-        managed = ManagedKubo(
-            home.kubo_repo,
-            find_kubo_binary(ipfs.binary or None),
-            # 0 (the default): a unix socket in a 0700 dir, the only way no other local process reaches Kubo's
-            # /debug paths (which ignore API.Authorizations); a port: loopback TCP, as the user asked.
-            api_port=ipfs.api_port or None,
-            gateway_port=ipfs.gateway_port,
-            swarm_port=ipfs.swarm_port,
-            swarm_host=ipfs.swarm_host,
-            bootstrap=list(ipfs.bootstrap),
-            log_path=home.logs / "kubo.log",
-            # Re-hash every block read from the blockstore: what we serve is checked against its CID.
-            # Gateway.NoFetch: /ipfs/ serves what the node holds, an absent block is a prompt 404 (issue 16);
-            # AllowCodecConversion: Accept: application/json gives a DAG-CBOR block as DAG-JSON (docs/gateway.md).
-            config={
-                "Datastore.HashOnRead": True,
-                "Gateway.NoFetch": True,
-                "Gateway.AllowCodecConversion": True,
-                "Addresses.Announce": list(ipfs.swarm_announce),  # set at every start: [] clears an old one
-                "Addresses.NoAnnounce": list(ipfs.swarm_no_announce),
-            },
-            secret_path=home.path / HOME_SECRET,  # its RPC API's secret (issue 15), 0600 like api.token
-        )
-        stack.push_async_callback(managed.stop)
-        await managed.start()
-        kubo = managed.client(timeout=ipfs.timeout)
-    stack.push_async_callback(kubo.close)
-    if managed is None:
-        await kubo.version()  # fail now, clearly, if the external Kubo is unreachable or refuses our secret
-    return kubo, managed
-
-
-def _worker(settings: Settings, home: Home) -> SparkWorker:
-    sp = settings.spark
-    return SparkWorker(
-        _socket_path(home.path),
-        master=sp.master,
-        mode=sp.mode,
-        remote=sp.remote,
-        token=sp.token,
-        conf=dict(c.split("=", 1) for c in sp.conf if "=" in c),
-        log_path=home.logs / "spark.log",
-        scratch=home.path / "spark-scratch",  # in the home even when the socket is not (a long home path)
-        start_timeout=sp.start_timeout,
-        max_jobs=sp.max_concurrent_jobs,
-        max_queued=sp.max_queued_jobs,
-        stall_timeout=sp.stall_timeout,
-        jit_rows=sp.warmup_rows,
-        limits={"rows": sp.max_result_rows, "bytes": sp.max_result_bytes, "plan_bytes": sp.max_plan_bytes},
-    )
-
-
 def _checked_cbor(obj: Any) -> bytes:
     """The value checked (Holium/Cairn kinds by their ``typedVersion``) and encoded as DAG-CBOR."""
     decode_object(obj)
     return encode(obj)
-
-
-def _resolver(
-    settings: Settings, datasets: Datasets, kubo: KuboClient, index: Index, spark: WorkerStart, identity: Identity
-) -> Resolver:
-    peers = settings.peers
-    return Resolver(
-        datasets,
-        kubo,
-        index,
-        spark.worker,
-        identity,
-        datasets.tmp_dir,
-        settings.datasets.rows_per_slice,
-        settings.spark.query_timeout,
-        trust_mode=peers.trust,
-        community=peers.community or None,
-        fetch_timeout=peers.fetch_timeout,
-        resolve_timeout=peers.resolve_timeout,
-        worker_ready=spark.ready,
-        canonicalizer=Sandbox(settings.query.canonicalize_timeout),
-        fetch_ahead_bytes=peers.fetch_ahead_bytes,
-        from_supersets=settings.query.answer_from_supersets,
-        from_peer_supersets=settings.query.answer_from_peer_supersets,
-        staging=Staging(settings.spark.staging) if settings.spark.staging else None,
-    )
-
-
-async def _open_network(
-    settings: Settings,
-    home: Home,
-    identity: Identity,
-    resolver: Resolver,
-    index: Index,
-    kubo: KuboClient,
-    stack: AsyncExitStack,
-) -> Network | None:
-    if not settings.peers.enabled:
-        return None
-    from node.peers import Network  # libp2p is imported only by nodes that run it
-
-    network = Network(settings.peers, identity, resolver, index, kubo, home.path / "peers.json")
-    await network.start()
-    stack.push_async_callback(network.stop)
-    return network
-
-
-def _input_limits(settings: Settings) -> InputLimits:
-    """The caps every ingest and pull reads its input under (docs/datasets.md "Limits")."""
-    ds = settings.datasets
-    return InputLimits(
-        max_input_bytes=ds.max_input_bytes,
-        max_ratio=ds.max_decompression_ratio,
-        max_columns=ds.max_columns,
-        max_rows=ds.max_rows,
-    )
 
 
 async def _p2p_health(network: Network) -> dict[str, Any]:
@@ -1106,17 +894,6 @@ async def _p2p_health(network: Network) -> dict[str, Any]:
     if reason is None:
         return {"state": "up", "ready": True, "accepting": True}
     return {"state": "up", "ready": False, "accepting": False, "error": f"p2p host accepts no connection: {reason}"}
-
-
-def _socket_path(home: Path) -> Path:
-    """The worker's Unix socket: in the home, unless that path is past the 107-byte limit of sun_path."""
-    path = home / "spark.sock"
-    if len(str(path).encode()) <= 100:
-        return path
-    import hashlib
-    import tempfile
-
-    return Path(tempfile.gettempdir()) / f"cairn-{hashlib.blake2b(str(home).encode(), digest_size=8).hexdigest()}.sock"
 
 
 def _plain(value: Any) -> Any:
