@@ -387,8 +387,9 @@ def start(node: Node, host: str, port: int, token: str, limits: Limits | None = 
             f"Arrow Flight SQL cannot listen on {host}:{port} (in use?): set api.flight_port "
             "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
         ) from None
-    node.flight_url = f"grpc://{where}:{face.port}"
-    log.info("flight sql listening", extra={"flight": node.flight_url})
+    url = f"grpc://{where}:{face.port}"
+    node.listening(flight=url)
+    log.info("flight sql listening", extra={"flight": url})
     return face
 
 

@@ -380,12 +380,11 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
             raise ValueError
     except ValueError:
         raise InvalidInput(f"limit must be a non-negative integer, got {limit_s!r}") from None
-    node = _node(request)
-    version = await node.dataset_version(request.match_info["ref"])
+    version, tables = await _node(request).dataset_data(request.match_info["ref"])
     writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
     return await _stream(
         request,
-        export.stream(node.datasets.tables(version), writer, limit),
+        export.stream(tables, writer, limit),
         writer.content_type,
         {"X-Cairn-Version": cid_str(version.head)},
     )
@@ -511,12 +510,12 @@ def _looser(asked: str | None, own: str) -> bool:
 
 
 async def job_get(request: web.Request) -> web.Response:
-    return _json(_node(request).jobs.get(request.match_info["id"]).view())
+    return _json(_node(request).job(request.match_info["id"]).view())
 
 
 async def job_cancel(request: web.Request) -> web.Response:
     """DELETE /api/v0/jobs/{id}: cancel a wait:false query (and its Spark job); its state as GET gives it."""
-    job = _node(request).jobs.cancel(request.match_info["id"])
+    job = _node(request).cancel_job(request.match_info["id"])
     if job.task is not None and not job.task.done():
         await asyncio.wait([job.task])  # the cancel lands: the job reads "failed", its Spark job is cancelled
     return _json(job.view())
@@ -524,7 +523,7 @@ async def job_cancel(request: web.Request) -> web.Response:
 
 async def job_events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: every event of the job from its start, then live until it ends."""
-    job = _node(request).jobs.get(request.match_info["id"])
+    job = _node(request).job(request.match_info["id"])
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     async for kind, data in job.follow():
@@ -1130,4 +1129,4 @@ async def _no_documents(request: web.Request, response: web.StreamResponse) -> N
 async def _stop_pulls(app: web.Application) -> None:
     """Before the server waits for its requests to end: a pull from a slow source ends now (503), it does not hold
     the node's shutdown (issue 15)."""
-    await app[NODE_KEY].pulls.stop()
+    await app[NODE_KEY].stop_pulls()

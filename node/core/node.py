@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from config import Settings
 from node import __version__
 from node.core.processes import KuboWatch, WorkerStart
+from node.core.stats import NodeStats, PeerStats
 from node.datasets import (
     Datasets,
     Pulls,
@@ -61,6 +64,7 @@ from node.pipelines import PipelineRunner, parse_spec
 from node.resolve import Jobs, Resolver
 from node.resolve.answers import AnswerCache, key_of
 from node.resolve.claims import connect_providers
+from node.resolve.jobs import Job
 from node.tally import Timings
 from node.types import TypeChecks
 
@@ -123,12 +127,12 @@ class Node:
         self.answers = AnswerCache()  # recent local hits
         self.query_times = Timings()  # answered queries by source, and refused ones (/metrics)
         self.started_at = time.time()
-        self.api_url: str | None = None  # set by the HTTP face once it listens
-        self.flight_url: str | None = None  # set by the Flight SQL face once it listens (node.api.flight)
+        self._api_url: str | None = None  # the HTTP API's address, once it listens
+        self._flight_url: str | None = None  # the Arrow Flight SQL face's, once it listens
         self._started = started
         self.pulls = Pulls()
         self.pipelines = PipelineRunner(self.kubo, self.datasets, self.identity, self.home.path, self._step_query)
-        self.stopping = False  # set on the first signal: running queries finish, new ones are refused (503)
+        self._stopping = False  # from the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
         self._queries_changed = asyncio.Event()
         self._chores: set[asyncio.Task[None]] = set()  # background work: version hashes, the canonicalizer warm-up
@@ -154,6 +158,48 @@ class Node:
     @property
     def kubo_state(self) -> str:
         return self.kubo_watch.state
+
+    @property
+    def api_url(self) -> str | None:
+        return self._api_url
+
+    @property
+    def flight_url(self) -> str | None:
+        return self._flight_url
+
+    def listening(self, *, api: str | None = None, flight: str | None = None) -> None:
+        """A face listens at this address (``info`` names it). The HTTP API's is written to the home's ``node.json``,
+        with the Flight SQL face's if that listens already: where ``cairn`` finds this node."""
+        if flight is not None:
+            self._flight_url = flight
+        if api is not None:
+            self._api_url = api
+            runtime = {"pid": os.getpid(), "api": api, "version": __version__, "started": time.time()}
+            self.home.write_runtime(runtime | ({"flight": self._flight_url} if self._flight_url else {}))
+
+    def stopped_listening(self) -> None:
+        """The faces stop: ``node.json`` goes (when this process wrote it), ``cairn`` no longer finds this node."""
+        self.home.clear_runtime(os.getpid())
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def begin_stopping(self) -> None:
+        """The first signal: running queries finish, new ones (and pipeline runs, verifications) are refused."""
+        self._stopping = True
+
+    async def stop_pulls(self) -> None:
+        """End every pull under way (503) and refuse new ones: a slow source must not hold the node's shutdown."""
+        await self.pulls.stop()
+
+    def job(self, job_id: str) -> Job:
+        """A query, verify or pipeline job of this node (NotFound when it is unknown or forgotten)."""
+        return self.jobs.get(job_id)
+
+    def cancel_job(self, job_id: str) -> Job:
+        """Cancel a running job (and its Spark job); a finished one is left as it is."""
+        return self.jobs.cancel(job_id)
 
     def running_queries(self) -> int:
         return len(self._queries)
@@ -207,7 +253,7 @@ class Node:
             for task in list(self._chores):
                 task.cancel()
             await asyncio.gather(*self._chores, return_exceptions=True)
-            await self.pulls.stop()  # no pull waits on a slow source
+            await self.stop_pulls()
         finally:
             await self._started.aclose()
         self.kubo_watch.stopped()
@@ -280,6 +326,45 @@ class Node:
 
     def spark_state(self) -> str:
         return self.spark.state()
+
+    async def stats(self) -> NodeStats:
+        """The node's counts now, for ``/metrics``; Kubo's repo size is asked with a short deadline."""
+        try:
+            repo_bytes: int | None = await self.kubo.repo_size(timeout=2.0)
+        except CairnError:  # Kubo down or slow: cairn_kubo_up says why
+            repo_bytes = None
+        staging = self.resolver.staging
+        return NodeStats(
+            kubo_up=self.kubo_state == "up",
+            kubo_restarts=self.managed.restarts if self.managed is not None else None,
+            kubo_repo_bytes=repo_bytes,
+            kubo_calls=dict(self.kubo.calls),
+            kubo_errors=dict(self.kubo.errors),
+            spark_jobs=self.worker.jobs_sent,
+            spark_restarts=self.worker.restarts,
+            spark_job_times=copy.deepcopy(self.worker.job_times),
+            staged={"written": 0, "reused": 0, **(staging.counts if staging is not None else {})},
+            executions=self.index.count("executions"),
+            datasets=self.index.count("datasets"),
+            divergences=self.index.count("divergences"),
+            derived=self.resolver.derived,
+            forwarded=self.resolver.forwarded,
+            query_times=copy.deepcopy(self.query_times),
+            jobs_running=self.jobs.live(),
+            peers=self._peer_stats(),
+        )
+
+    def _peer_stats(self) -> PeerStats | None:
+        if self.network is None:
+            return None
+        return PeerStats(
+            connected=len(self.network.host.connected_peers()),
+            accepted=self.network.accepted,
+            refused=self.network.counters(),
+            # refused: failed a check when used (node/resolve/claims.py)
+            claims={s: self.index.claim_count(status=s) for s in ("pending", "accepted", "refused")},
+            fetched_ahead=self.resolver.ahead.fetched,
+        )
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -654,6 +739,11 @@ class Node:
 
     async def dataset_version(self, ref: str) -> Version:
         return (await self.datasets.resolve(ref))[1]
+
+    async def dataset_data(self, ref: str) -> tuple[Version, AsyncIterator[pa.Table]]:
+        """The version ``ref`` names now, and its rows, slice by slice, read as they are sent."""
+        version = await self.dataset_version(ref)
+        return version, self.datasets.tables(version)
 
     async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
         brought: list[CID] = []  # fetched here by the probe: the pull drops it if it refuses it
