@@ -186,7 +186,7 @@ class FlightFace(FlightService):
         }
         if not message.include_schema:
             return pa.Table.from_pydict(columns, schema=TABLES_SCHEMA)
-        schemas = [self.run(call, self.node.dataset_schema(n)) for n in names]
+        schemas = [self.run(call, self.node.data.schema(n)) for n in names]
         columns["table_schema"] = [s.serialize().to_pybytes() for s in schemas]
         return pa.Table.from_pydict(columns, schema=TABLES_WITH_SCHEMA)
 
@@ -196,7 +196,7 @@ async def _next(files: Any) -> Path | None:
 
 
 async def _dataset_names(node: Node) -> list[str]:
-    return sorted(d["name"] for d in await node.list_datasets() if d["name"])
+    return sorted(d["name"] for d in await node.data.listed() if d["name"])
 
 
 def _command(data: bytes) -> tuple[str, Any]:

@@ -277,7 +277,7 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
         def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
             state["bytes"], state["rows"] = nbytes, rows
 
-        ingest = node.add_dataset(
+        ingest = node.data.add(
             source,
             name=name or to or "",
             create=bool(name),
@@ -360,15 +360,15 @@ async def _progress_stream(
 
 
 async def datasets_list(request: web.Request) -> web.Response:
-    return web.json_response({"datasets": await _node(request).list_datasets()})
+    return web.json_response({"datasets": await _node(request).data.listed()})
 
 
 async def dataset_get(request: web.Request) -> web.Response:
-    return web.json_response(await _node(request).dataset(request.match_info["ref"]))
+    return web.json_response(await _node(request).data.get(request.match_info["ref"]))
 
 
 async def dataset_log(request: web.Request) -> web.Response:
-    return web.json_response({"blocks": await _node(request).dataset_log(request.match_info["ref"])})
+    return web.json_response({"blocks": await _node(request).data.log(request.match_info["ref"])})
 
 
 async def dataset_data(request: web.Request) -> web.StreamResponse:
@@ -380,7 +380,7 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
             raise ValueError
     except ValueError:
         raise InvalidInput(f"limit must be a non-negative integer, got {limit_s!r}") from None
-    version, tables = await _node(request).dataset_data(request.match_info["ref"])
+    version, tables = await _node(request).data.rows(request.match_info["ref"])
     writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
     return await _stream(
         request,
@@ -398,7 +398,7 @@ async def pull(request: web.Request) -> web.Response:
             raise TypeError
     except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         raise InvalidInput('body must be JSON {"source": URL or CID, "name": optional local name}') from None
-    return web.json_response(await _node(request).pull_dataset(source, name))
+    return web.json_response(await _node(request).data.pull(source, name))
 
 
 # -- queries ----------------------------------------------------------------------------------
@@ -484,15 +484,15 @@ async def pipelines_post(request: web.Request) -> web.Response:
         raise InvalidInput('"wait" must be true or false')
     node = _node(request)
     if wait is False:
-        return _json(node.start_pipeline(source, trust=trust), status=202)
-    return _json(await node.run_pipeline(source, trust=trust))
+        return _json(node.provenance.start_pipeline(source, trust=trust), status=202)
+    return _json(await node.provenance.run_pipeline(source, trust=trust))
 
 
 async def pipeline_log(request: web.Request) -> web.Response:
     raw = request.query.get("limit", "20")
     if not raw.isdecimal() or not 1 <= len(raw) <= 4:
         raise InvalidInput("limit must be a number of runs from 1 to 1000")
-    runs = await _node(request).pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
+    runs = await _node(request).provenance.pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
     return _json({"runs": runs})
 
 
@@ -578,23 +578,23 @@ async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
 
 
 async def peers_list(request: web.Request) -> web.Response:
-    return web.json_response({"peers": _node(request).peers()})
+    return web.json_response({"peers": _node(request).peers.known()})
 
 
 async def peers_connect(request: web.Request) -> web.Response:
     body = await _json_body(request, "addr")
-    return web.json_response(await _node(request).connect(str(body["addr"])))
+    return web.json_response(await _node(request).peers.connect(str(body["addr"])))
 
 
 async def trust_list(request: web.Request) -> web.Response:
-    return web.json_response({"trusted": _node(request).trust_list()})
+    return web.json_response({"trusted": _node(request).peers.trust_list()})
 
 
 async def trust_add(request: web.Request) -> web.Response:
     body = await _json_body(request, "key")
     community = body.get("community") or "default"
-    _node(request).trust_add(str(body["key"]), str(community))
-    return web.json_response({"trusted": _node(request).trust_list()})
+    _node(request).peers.trust_add(str(body["key"]), str(community))
+    return web.json_response({"trusted": _node(request).peers.trust_list()})
 
 
 async def trust_rm(request: web.Request) -> web.Response:
@@ -602,33 +602,33 @@ async def trust_rm(request: web.Request) -> web.Response:
     community = body.get("community")
     if community is not None and not isinstance(community, str):
         raise InvalidInput('"community" must be a string')
-    removed = _node(request).trust_rm(str(body["key"]), community)
+    removed = _node(request).peers.trust_rm(str(body["key"]), community)
     if not removed:
         raise NotFound(f"{body['key']} is not in a trusted community")
     return web.json_response({"removed": removed})
 
 
 async def announcements(request: web.Request) -> web.Response:
-    return web.json_response(_node(request).announcements())
+    return web.json_response(_node(request).peers.announcements())
 
 
 # -- transfer protocol and gateway ------------------------------------------------------------
 
 
 async def odf_head(request: web.Request) -> web.Response:
-    head = await _node(request).odf_head(request.match_info["dataset"])
+    head = await _node(request).serving.odf_head(request.match_info["dataset"])
     return web.Response(text=cid_str(head), content_type="text/plain")
 
 
 async def odf_block(request: web.Request) -> web.Response:
     cid = parse_cid(request.match_info["cid"])
-    data = await _node(request).odf_block(request.match_info["dataset"], cid)
+    data = await _node(request).serving.odf_block(request.match_info["dataset"], cid)
     return web.Response(body=data, content_type="application/octet-stream")
 
 
 async def odf_data(request: web.Request) -> web.StreamResponse:
     cid = parse_cid(request.match_info["cid"])
-    path = await _node(request).odf_data(request.match_info["dataset"], cid)
+    path = await _node(request).serving.odf_data(request.match_info["dataset"], cid)
     return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
 
@@ -656,16 +656,16 @@ def _param(request: web.Request, name: str) -> str:
 
 async def type_check(request: web.Request) -> web.Response:
     node = _node(request)
-    return _json(await node.type_check(_param(request, "ref"), _param(request, "type")))
+    return _json(await node.provenance.type_check(_param(request, "ref"), _param(request, "type")))
 
 
 async def asset_check(request: web.Request) -> web.Response:
-    return _json(await _node(request).asset_check(_param(request, "cid")))
+    return _json(await _node(request).provenance.asset_check(_param(request, "cid")))
 
 
 async def type_put(request: web.Request) -> web.Response:
     obj = await asyncio.to_thread(dagjson.loads, await request.read())
-    return _json(await _node(request).type_put(obj))
+    return _json(await _node(request).provenance.type_put(obj))
 
 
 # -- provenance: lineage and offline verification (docs/provenance.md "Lineage", "Verify (offline)") ----------
@@ -674,7 +674,7 @@ async def type_put(request: web.Request) -> web.Response:
 async def lineage_get(request: web.Request) -> web.Response:
     from node.provenance.render import to_svg
 
-    graph = await _node(request).lineage(request.match_info["cid"])
+    graph = await _node(request).provenance.lineage(request.match_info["cid"])
     if "image/svg+xml" in request.headers.get("Accept", ""):
         return web.Response(text=to_svg(graph), content_type="image/svg+xml")
     return _json(graph)
@@ -690,15 +690,15 @@ async def verify_post(request: web.Request) -> web.Response:
     offline, recursive = flags["offline"] is True, flags["recursive"] is True
     node = _node(request)
     if offline or flags["wait"]:
-        return _json(await node.verify(str(body["cid"]), offline=offline, recursive=recursive))
-    return _json(await node.start_verify(str(body["cid"]), recursive=recursive), status=202)
+        return _json(await node.provenance.verify(str(body["cid"]), offline=offline, recursive=recursive))
+    return _json(await node.provenance.start_verify(str(body["cid"]), recursive=recursive), status=202)
 
 
 async def proof_get(request: web.Request) -> web.StreamResponse:
     data = request.query.get("data", "true")
     if data not in ("true", "false"):
         raise InvalidInput("data must be true or false")
-    root, chunks = await _node(request).export_proof(request.match_info["cid"], data=data == "true")
+    root, chunks = await _node(request).provenance.export_proof(request.match_info["cid"], data=data == "true")
     headers = {"Content-Type": "application/vnd.ipld.car; version=1", "X-Ipfs-Roots": cid_str(root)}
     resp = web.StreamResponse(headers=headers)
     await resp.prepare(request)

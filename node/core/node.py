@@ -6,38 +6,33 @@ import asyncio
 import copy
 import logging
 import os
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from config import Settings
 from node import __version__
+from node.core.data_ops import DataOps
+from node.core.peer_ops import PeerOps
 from node.core.processes import KuboWatch, WorkerStart
+from node.core.provenance_ops import ProvenanceOps
+from node.core.serving import Serving
 from node.core.stats import NodeStats, PeerStats
 from node.datasets import (
     Datasets,
     Pulls,
-    ReadOptions,
-    Version,
-    block_of_dataset,
     canonical_type,
-    pull,
-    slice_of_dataset,
 )
 from node.datasets.service import disk_full_is_507
 from node.errors import (
     CairnError,
     InvalidInput,
     KuboError,
-    KuboNotFound,
     NodeStopping,
     NotFound,
-    PeerError,
-    PeersDisabled,
     RenderError,
     TooLarge,
     TypeMismatch,
@@ -46,7 +41,7 @@ from node.home import Home
 from node.identity import Identity
 from node.index import Index
 from node.ipfs import KuboClient
-from node.ipfs.gateway import Answer, GatewayClient
+from node.ipfs.gateway import GatewayClient
 from node.model import (
     CID,
     MAX_BLOCK_BYTES,
@@ -60,22 +55,17 @@ from node.model import (
     verify_block,
 )
 from node.model.cid import cid_for
-from node.pipelines import PipelineRunner, parse_spec
+from node.pipelines import PipelineRunner
 from node.resolve import Jobs, Resolver
 from node.resolve.answers import AnswerCache, key_of
-from node.resolve.claims import connect_providers
 from node.resolve.jobs import Job
 from node.tally import Timings
 from node.types import TypeChecks
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
-    from node.provenance.recompute import Recompute
 
 log = logging.getLogger("cairn.node")
-IPFS_PROBE = 5.0  # seconds a pull by CID that no peer holds gives our Kubo's swarm to find its first block
 
 _HOLIUM_IMPORTERS = {
     "json": holium_data.import_json,
@@ -108,34 +98,37 @@ class Node:
     """A running Cairn node: its identity, its Kubo (managed or external), and the operations on them.
 
     Built complete by ``await Node.open(settings)`` (or ``async with Node.running(settings)``, both through
-    ``node.core.wiring``); ``close()`` stops everything that started, in reverse order."""
+    ``node.core.wiring``); ``close()`` stops everything that started, in reverse order. Its life cycle, state,
+    queries and objects are its own methods; the other areas are grouped: ``data`` (datasets), ``peers`` (peers
+    and trust), ``serving`` (the gateway and the transfer protocol), ``provenance`` (lineage, verification,
+    proofs, types, pipelines)."""
 
     def __init__(self, services: Services, started: AsyncExitStack) -> None:
         self.settings, self.home, self.identity = services.settings, services.home, services.identity
         self.kubo, self.kubo_watch = services.kubo, services.kubo_watch
         self.managed = services.kubo_watch.managed  # None: an external Kubo, which this node neither starts nor stops
-        self.index, self.datasets, self.resolver, self.jobs = (
-            services.index,
-            services.datasets,
-            services.resolver,
-            services.jobs,
-        )
-        self.spark = services.spark
-        self.worker = services.spark.worker
+        self.index, self.datasets, self.resolver = services.index, services.datasets, services.resolver
+        self.jobs, self.spark, self.worker = services.jobs, services.spark, services.spark.worker
         self.network = services.network
         self.types, self.gateway = services.types, services.gateway
+        self._started = started
         self.answers = AnswerCache()  # recent local hits
         self.query_times = Timings()  # answered queries by source, and refused ones (/metrics)
         self.started_at = time.time()
         self._api_url: str | None = None  # the HTTP API's address, once it listens
         self._flight_url: str | None = None  # the Arrow Flight SQL face's, once it listens
-        self._started = started
-        self.pulls = Pulls()
-        self.pipelines = PipelineRunner(self.kubo, self.datasets, self.identity, self.home.path, self._step_query)
         self._stopping = False  # from the first signal: running queries finish, new ones are refused (503)
         self._queries: set[asyncio.Task[Any]] = set()  # the tasks answering a query now (HTTP requests, jobs)
         self._queries_changed = asyncio.Event()
         self._chores: set[asyncio.Task[None]] = set()  # background work: version hashes, the canonicalizer warm-up
+        self.pulls = Pulls()
+        self.pipelines = PipelineRunner(self.kubo, self.datasets, self.identity, self.home.path, self._step_query)
+        self.serving = Serving(self.settings, self.kubo, self.datasets, self.gateway)
+        self.data = DataOps(
+            self.settings, self.datasets, self.kubo, self.network, self.serving, self.pulls, self._after_ingest
+        )
+        self.peers = PeerOps(self.network, self.index)
+        self.provenance = ProvenanceOps(self)
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -556,62 +549,9 @@ class Node:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
         return names or self.index.output_names(row.execution), self.resolver.iter_result_files(row)
 
-    async def dataset_schema(self, ref: str) -> pa.Schema:
-        """The columns of a dataset's head, without reading a row (``Datasets.version_schema``)."""
-        return await self.datasets.version_schema(await self.dataset_version(ref))
-
-    # -- peers and trust ------------------------------------------------------------------------
-
-    def _network(self) -> Network:
-        if self.network is None:
-            raise PeersDisabled("the p2p host is not running (peers.enabled = false)")
-        return self.network
-
-    def peers(self) -> list[dict[str, Any]]:
-        return self._network().host.peers()
-
-    async def connect(self, addr: str) -> dict[str, Any]:
-        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
-        return {"peer": await self._network().connect(addr)}
-
-    def trust_add(self, key: str, community: str) -> None:
-        from node.identity import public_key_from_did
-
-        try:
-            public_key_from_did(key)  # refuses anything but an ed25519 did:key
-        except CairnError as e:  # its ConfigError (500) is about config files; here the key is user input
-            raise InvalidInput(e.message) from None
-        self.index.trust_add(key, community)
-
-    def trust_rm(self, key: str, community: str | None) -> int:
-        return self.index.trust_rm(key, community)
-
-    def trust_list(self) -> list[dict[str, str]]:
-        return [{"key": k, "community": c} for k, c in self.index.trusted()]
-
-    def announcements(self, limit: int = 100) -> dict[str, Any]:
-        claims = [
-            {
-                "invocation": c.invocation,
-                "signer": c.signer,
-                "peer": c.peer,
-                "execution": c.execution,
-                "receipt": c.receipt,
-                "rows": c.rows,
-                "logicalHash": c.logical_hash,
-                "received": c.received,
-                "status": c.status,
-                "reason": c.reason,
-                "signer_score": dict(zip(("accepted", "refused"), self.index.signer_score(c.signer))),
-            }
-            for c in self.index.claims(limit=limit)
-        ]
-        refused = [{"peer": p, "reason": r, "received": t} for p, r, t in self.index.refusals(limit)]
-        return {"claims": claims, "refused_messages": refused}
-
     # -- objects ----------------------------------------------------------------------------
 
-    async def put_block(self, block: Block, *, pin: bool = False) -> CID:
+    async def _put_block(self, block: Block, *, pin: bool = False) -> CID:
         codec = block.cid.codec.name
         return await self.kubo.block_put(block.data, codec=codec, pin=pin)
 
@@ -622,7 +562,7 @@ class Node:
         if len(data) > MAX_BLOCK_BYTES:  # Kubo refuses it (a 502 before issue 15); bulk data goes to UnixFS
             raise TooLarge(f"object encodes to {len(data)} bytes, over the {MAX_BLOCK_BYTES}-byte block limit")
         block = Block(cid_for(data, "dag-cbor"), data)
-        await self.put_block(block, pin=pin)
+        await self._put_block(block, pin=pin)
         return block.cid
 
     async def dag_get(self, cid: CID) -> Any:
@@ -639,216 +579,11 @@ class Node:
             raise InvalidInput(f"unknown data format {fmt!r}: use {', '.join(_HOLIUM_IMPORTERS)}")
         root, blocks = await asyncio.to_thread(importer, data)  # parsing and encoding a whole tree: off the loop
         for block in blocks:  # children come before parents, so a crash never leaves a dangling parent
-            await self.put_block(block)
+            await self._put_block(block)
         await self.kubo.pin_add(root, recursive=True)
         return root, len(blocks)
 
-    # -- datasets ---------------------------------------------------------------------------
-
-    async def add_dataset(
-        self,
-        source: Any,
-        *,
-        name: str,
-        create: bool,
-        options: ReadOptions,
-        strategy: str = "append",
-        primary_key: list[str] | None = None,
-        info: dict[str, Any] | None = None,
-        progress: Callable[[int, int], None] | None = None,
-        stop: threading.Event | None = None,
-    ) -> dict[str, Any]:
-        """Ingest a file as a new dataset (``create``) or a new version of one; ``progress`` gets
-        (bytes read, rows read) as the input is consumed; ``stop`` set (the client went away) ends it before its
-        commit, nothing kept."""
-        started = time.perf_counter()
-        r = await self.datasets.add(
-            source,
-            name=name,
-            create=create,
-            options=options,
-            strategy=strategy,
-            primary_key=primary_key,
-            info=info,
-            progress=progress,
-            stop=stop,
-        )
-        self._after_ingest(r.head)
-        return {
-            "name": r.name,
-            "id": r.dataset_id,
-            "head": cid_str(r.head),
-            "previous": cid_str(r.previous) if r.previous else None,
-            "rows_read": r.rows_read,
-            "rows_added": r.rows_added,
-            "schema_changed": r.schema_changed,
-            "slices": [
-                {"cid": cid_str(s.cid), "rows": s.rows, "size": s.size, "logicalHash": s.logical_hash} for s in r.slices
-            ],
-            "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
-        }
-
-    async def list_datasets(self) -> list[dict[str, Any]]:
-        out = []
-        for row in self.datasets.index.datasets():
-            v = await self.datasets.version(parse_cid(row.head))
-            out.append(
-                {
-                    "name": row.name,
-                    "id": row.id,
-                    "head": row.head,
-                    "rows": v.rows,
-                    "slices": len(v.slices),
-                    "owned": bool(row.key_name),
-                    "updated": row.updated,
-                }
-            )
-        return out
-
-    async def dataset(self, ref: str) -> dict[str, Any]:
-        row, v = await self.datasets.resolve(ref)
-        logical, rows = await self.datasets.version_hash(v)
-        return {
-            "name": row.name if row else None,
-            "id": v.dataset_id,
-            "head": cid_str(v.head),
-            "ipns": row.ipns if row else None,
-            "seq": v.seq,
-            "rows": rows,
-            "logicalHash": logical,
-            "structure": cid_str(v.structure_cid) if v.structure_cid else None,
-            "abstractStructure": cid_str(v.abstract_cid) if v.abstract_cid else None,
-            "schema": [list(c) for c in v.structure.schema] if v.structure else [],
-            "merge": v.merge,
-            "info": v.info,
-            "slices": [
-                {
-                    "cid": cid_str(s.cid),
-                    "rows": s.rows,
-                    "size": s.size,
-                    "logicalHash": s.logical_hash,
-                    "offset": s.offset,
-                }
-                for s in v.slices
-            ],
-        }
-
-    async def dataset_log(self, ref: str) -> list[dict[str, Any]]:
-        _, v = await self.datasets.resolve(ref)
-        return [{"cid": cid_str(cid), "seq": b.seq, "time": b.time, "event": _plain(b.event)} for cid, b in v.blocks]
-
-    async def dataset_version(self, ref: str) -> Version:
-        return (await self.datasets.resolve(ref))[1]
-
-    async def dataset_data(self, ref: str) -> tuple[Version, AsyncIterator[pa.Table]]:
-        """The version ``ref`` names now, and its rows, slice by slice, read as they are sent."""
-        version = await self.dataset_version(ref)
-        return version, self.datasets.tables(version)
-
-    async def pull_dataset(self, source: str, name: str | None = None) -> dict[str, Any]:
-        brought: list[CID] = []  # fetched here by the probe: the pull drops it if it refuses it
-        if not source.startswith(("http://", "https://")):
-            head = parse_cid(source)
-            if not await self.holds(head):
-                brought.append(head)
-            await self._reach_holders(head)
-        work = pull(
-            self.datasets,
-            source,
-            name=name,
-            timeout=self.settings.datasets.pull_timeout,
-            deadline=self.settings.datasets.pull_deadline,
-            brought=brought,
-        )
-        r = await self.pulls.run(work)  # ended at once when the node stops (issue 15)
-        self._after_ingest(r.head)
-        return {
-            "name": r.name,
-            "id": r.dataset_id,
-            "head": cid_str(r.head),
-            "blocks": r.blocks,
-            "slices": r.slices,
-            "bytes": r.bytes,
-        }
-
-    async def holds(self, cid: CID) -> bool:
-        """Whether this node's Kubo has the block, asked offline: never fetched from the network."""
-        try:
-            await self.kubo.block_stat(cid, timeout=5.0, offline=True)
-        except KuboNotFound:
-            return False
-        return True
-
-    async def _reach_holders(self, cid: CID) -> None:
-        """Before fetching ``cid`` by IPFS: connect our Kubo to the Kubo of a connected peer that holds it (issue
-        16: the two swarms were never connected, and our Kubo waited 60 s for blocks nobody would send). When no
-        peer holds it, our Kubo's own swarm is given ``IPFS_PROBE`` seconds for the first block; then a 404."""
-        if await self.holds(cid):
-            return
-        peers = self.network.host.connected_peers() if self.network else []
-        if self.network is not None and peers:
-            holders = await self.network.holders(cid)
-            if holders:
-                if await connect_providers(self.kubo, [a for addrs in holders.values() for a in addrs]):
-                    return
-                raise PeerError(f"the Kubo of the peers that have {cid_str(cid)} ({', '.join(holders)}) is unreachable")
-        if await self.kubo.swarm_peers(timeout=5.0):  # IPFS peers of our Kubo's own (an external Kubo, by hand)
-            try:
-                await self.kubo.block_get(cid, timeout=IPFS_PROBE)
-                return
-            except KuboError:
-                pass
-        who = f"none of the {len(peers)} connected peers has" if peers else "no peer is connected to fetch"
-        raise NotFound(
-            f"{who} {cid_str(cid)}: connect to a node that has it (`cairn connect ADDR`), "
-            "or pull from its URL (http://HOST:PORT/odf/NAME)"
-        )
-
-    # -- transfer protocol and gateway --------------------------------------------------------
-
-    async def gateway_held(self, cid: CID) -> None:
-        """The gateway serves what this node holds, at once (issue 16: an absent CID blocked 30 s while Kubo
-        searched a network it is not connected to); 404 otherwise, as Kubo's gateway with Gateway.NoFetch."""
-        if not await self.holds(cid):
-            raise NotFound(f"this node does not hold {cid_str(cid)}: fetch it first (`cairn pull CID`, or a query)")
-
-    def gateway_open(
-        self, method: str, path: str, query: str, headers: Mapping[str, str]
-    ) -> AbstractAsyncContextManager[Answer]:
-        """The Kubo gateway's answer to ``/ipfs/{path}``, every block it sends hash-checked (node.ipfs.gateway)."""
-        return self.gateway.open(method, path, query, headers)
-
-    async def odf_head(self, dataset: str) -> CID:
-        return (await self.datasets.resolve(dataset))[1].head
-
-    async def odf_block(self, dataset: str, cid: CID) -> bytes:
-        return await block_of_dataset(self.datasets, dataset, cid)
-
-    async def odf_data(self, dataset: str, cid: CID) -> Path:
-        return await slice_of_dataset(self.datasets, dataset, cid)
-
-    async def raw_block(self, cid: CID) -> bytes:
-        """One block from Kubo, checked against its CID (the client re-hashes it)."""
-        return await self.kubo.block_get(cid, timeout=self.settings.ipfs.timeout, offline=True)
-
-    def car_export(self, cid: CID) -> AsyncIterator[bytes]:
-        """The DAG under ``cid`` as a CAR stream; every block is hash-checked as it passes."""
-        return self.kubo.dag_export(cid, timeout=self.settings.ipfs.timeout, verify=True, offline=True)
-
-    def cat(self, cid: CID) -> AsyncIterator[bytes]:
-        """A UnixFS file's bytes. Kubo re-hashes every block it reads (Datastore.HashOnRead on the managed
-        Kubo) and bitswap checks every block it fetches."""
-        return self.kubo.cat(cid, timeout=self.settings.ipfs.timeout, offline=True)
-
-    # -- Transform.Storage types (node.types; docs/provenance.md "Types") -----------------------
-
-    async def type_check(self, ref: str, type_ref: str) -> dict[str, Any]:
-        """Is the data ``ref`` names (a dataset name or id, or a block CID) a term of the type ``type_ref``?"""
-        return await self.types.check(ref, type_ref)
-
-    async def asset_check(self, cid: str) -> dict[str, Any]:
-        """Is the asset ``cid`` valid (Algorithm 4)?"""
-        return await self.types.asset(cid)
+    # -- a declared type (node.types; docs/provenance.md "Types") ---------------------------------------
 
     async def _declared_type(
         self, normal: Any, type_ref: str, schema: list[list[str]], execution: str
@@ -862,110 +597,11 @@ class Node:
             )
         return {"type": verdict}
 
-    async def type_put(self, obj: Any) -> dict[str, Any]:
-        """Check a Type, Asset, Function or series type, then store and pin it like ``dag_put``."""
-        kind = await self.types.kind_of(obj)
-        return {"cid": cid_str(await self.dag_put(obj)), "kind": kind}
-
-    # -- pipelines (node.pipelines; docs/provenance.md "Pipelines") -----------------------------------------
-
     def _step_query(
         self, sql: str, inputs: dict[str, str], trust: str | None, on_event: Callable[[str, dict[str, Any]], None]
     ) -> Awaitable[dict[str, Any]]:
         """A pipeline step is answered as any query (index → peers → Spark); no rows are rendered."""
         return self.query(sql, inputs, limit=0, trust=trust, on_event=on_event)
-
-    async def run_pipeline(
-        self,
-        source: str | bytes | dict[str, Any],
-        *,
-        trust: str | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Run a pipeline file's steps in dependency order and record the run (``pr_0``); a failed step is in the
-        answer (``status: failed``), every dataset and the file itself are checked before anything runs (4xx)."""
-        if self.stopping:
-            raise NodeStopping("the node is stopping: it takes no new pipeline run")
-        spec = parse_spec(source)
-        return await self.pipelines.run(spec, trust, on_event or (lambda kind, data: None))
-
-    def start_pipeline(self, source: str | bytes | dict[str, Any], *, trust: str | None = None) -> dict[str, Any]:
-        """``run_pipeline`` as a job whose events (one ``step`` event per step state, and each step's query
-        stages with its ``step`` name) are followed like a query's."""
-        if self.stopping:
-            raise NodeStopping("the node is stopping: it takes no new pipeline run")
-        spec = parse_spec(source)  # a bad file is a 400 now, not a job that fails at once
-        job = self.jobs.start(lambda emit: self.pipelines.run(spec, trust, emit))
-        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
-
-    async def pipeline_log(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
-        """The runs of pipeline ``name`` on this node, latest first (along each run's ``previous`` link)."""
-        return [self.pipelines.view(cid, run) for cid, run in await self.pipelines.history(name, limit)]
-
-    # -- provenance: lineage and offline verification (node.provenance; docs/provenance.md) -------------------
-
-    def _lineage_bounds(self) -> dict[str, Any]:
-        q = self.settings.query
-        return {"max_nodes": q.lineage_max_nodes, "timeout": q.lineage_timeout}
-
-    async def lineage(self, ref: str, *, offline: bool = False) -> dict[str, Any]:
-        """The walk from ``ref`` (a result's CID, a slice, a dataset block, name or id) back to its root datasets."""
-        from node.provenance.lineage import LineageWalk
-
-        fetch = self.settings.query.lineage_fetch_timeout
-        walk = LineageWalk(
-            self.kubo, self.datasets, self.index, fetch_timeout=fetch, offline=offline, **self._lineage_bounds()
-        )
-        return await walk.walk(ref)
-
-    async def verify(
-        self,
-        ref: str,
-        *,
-        offline: bool,
-        recursive: bool = False,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Check a result without computing it (``offline``), or by recomputing each step on this node's Spark
-        worker, signing and announcing a verification receipt for each reproduced one (node.provenance.recompute)."""
-        from node.provenance.verify import OfflineVerify
-
-        with disk_full_is_507("a slice being verified", self.datasets.tmp_dir):
-            if offline:
-                return await OfflineVerify(self.kubo, self.datasets, self.index, self._lineage_bounds()).verify(
-                    ref, recursive
-                )
-            return await self._recompute().verify(ref, recursive, on_event)
-
-    def _recompute(self) -> Recompute:
-        from node.provenance.recompute import Recompute
-
-        fetch = self.settings.query.lineage_fetch_timeout
-        return Recompute(self.kubo, self.datasets, self.index, self.resolver, self._lineage_bounds(), fetch)
-
-    async def start_verify(self, ref: str, *, recursive: bool = False) -> dict[str, Any]:
-        """``verify`` by recomputing, as a job whose events follow each step (POST /api/v0/verify). What ``ref``
-        leads to is found first: a bad or unknown CID is a 400 or 404 now, not a job that fails."""
-        if self.stopping:
-            raise NodeStopping("the node is stopping: it takes no new verification")
-        check = self._recompute()
-        receipt = await check.receipt_of(ref)
-
-        async def work(emit: Callable[[str, dict[str, Any]], None]) -> dict[str, Any]:
-            with disk_full_is_507("a slice being verified", self.datasets.tmp_dir):
-                return await check.run(ref, receipt, recursive, emit)
-
-        job = self.jobs.start(work)
-        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
-
-    async def export_proof(self, ref: str, *, data: bool = True) -> tuple[CID, AsyncIterator[bytes]]:
-        """The receipt ``ref`` leads to and its proof as a CAR stream (docs/provenance.md "Proofs"); ``data`` false
-        leaves the slices out. Errors (not a result, a block not held) come before the stream."""
-        from node.provenance.proof import export_proof
-
-        return await export_proof(
-            self.kubo, self.datasets, self.index, ref, data=data, timeout=self.settings.ipfs.timeout
-        )
 
 
 def _checked_cbor(obj: Any) -> bytes:
@@ -984,16 +620,3 @@ async def _p2p_health(network: Network) -> dict[str, Any]:
     if reason is None:
         return {"state": "up", "ready": True, "accepting": True}
     return {"state": "up", "ready": False, "accepting": False, "error": f"p2p host accepts no connection: {reason}"}
-
-
-def _plain(value: Any) -> Any:
-    """IPLD → JSON for display: links as CID strings."""
-    if isinstance(value, CID):
-        return cid_str(value)
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
-    return value

@@ -152,9 +152,9 @@ async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo
     computed = await ask(a_client, sql)
     async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, b_client):
         await add_csv(b_client, "sales", SALES)
-        b.trust_add(a.identity.node_key, b.settings.peers.community)
+        b.peers.trust_add(a.identity.node_key, b.settings.peers.community)
         assert a.network is not None
-        await b.connect(a.network.host.addrs()[0])
+        await b.peers.connect(a.network.host.addrs()[0])
         face = flight.start(b, "127.0.0.1", 0, b.home.token())
         try:
             table = await off_loop(fetch, b.flight_url, b.home.token(), sql)
