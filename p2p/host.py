@@ -64,7 +64,7 @@ from p2p.guard import (  # noqa: E402
     install,
     read_request_frame,
 )
-from p2p.peers import PeerTable, strip_p2p  # noqa: E402
+from p2p.peers import PeerEntry, PeerTable, strip_p2p  # noqa: E402
 
 __all__ = ["MAX_FRAME_BYTES", "MAX_PUBLISH_BYTES", "HostLimits", "P2PBadInput", "P2PError", "P2PHost", "P2PTimeout"]
 
@@ -329,7 +329,7 @@ class P2PHost:
         """Full multiaddrs (with ``/p2p/<id>``) other peers can dial; empty before start."""
         return list(self._addrs)
 
-    def peers(self) -> list[dict[str, Any]]:
+    def peers(self) -> list[PeerEntry]:
         """Known peers: ``peer_id``, ``addrs``, ``connected``, ``last_seen`` (unix time or
         None), ``source`` (dialed, inbound, bootstrap, mdns, remembered)."""
         return self._table.snapshot()

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from node.errors import one_line
 
@@ -37,6 +37,16 @@ def strip_p2p(addr: str) -> str:
     """``/ip4/…/tcp/…/p2p/<id>`` → ``/ip4/…/tcp/…``."""
     i = addr.find("/p2p/")
     return addr[:i] if i > 0 else addr
+
+
+class PeerEntry(TypedDict):
+    """A known peer as the host lists it."""
+
+    peer_id: str
+    addrs: list[str]
+    connected: bool
+    last_seen: float | None  # unix time, None: never connected
+    source: str  # dialed, inbound, bootstrap, mdns, remembered
 
 
 class PeerTable:
@@ -206,7 +216,7 @@ class PeerTable:
                 if p["addrs"] and not p["connected"]
             ]
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[PeerEntry]:
         with self._lock:
             return [
                 {

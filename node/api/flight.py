@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,8 @@ class FlightFace(FlightService):
         if not sql.strip():
             raise Refused(Code.INVALID_ARGUMENT, "the SQL statement is empty")
         answer = self.run(call, self.node.query(sql, {}, limit=0, may_compute=self._may_compute(call)))
-        handle = {"columns": answer["columns"], **{k: answer[k] for k in ANSWER_FIELDS}}
+        fields: Mapping[str, Any] = answer
+        handle = {"columns": answer["columns"], **{k: fields[k] for k in ANSWER_FIELDS}}
         schema = self.run(call, self._result_schema(handle))
         ticket = proto.pack("TicketStatementQuery", statement_handle=json.dumps(handle).encode())
         return _info(schema, descriptor, ticket, answer["row_count"], json.dumps(handle).encode())

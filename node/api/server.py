@@ -46,6 +46,7 @@ from node.api.gateway import serve as serve_gateway
 from node.api.local_files import open_local
 from node.api.metrics import Metrics
 from node.core import Node
+from node.core.results import Ingested
 from node.datasets import ReadOptions
 from node.errors import (
     CairnError,
@@ -126,7 +127,7 @@ async def dag_put(request: web.Request) -> web.Response:
         raise InvalidInput(f"pin must be true or false, got {pin[:40]!r}")
     obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop (issue 15)
     cid = await _node(request).dag_put(obj, pin=pin == "true")
-    return web.json_response({"cid": cid_str(cid)})
+    return web.json_response(S.CidAnswer(cid=cid_str(cid)))
 
 
 async def dag_get(request: web.Request) -> web.Response:
@@ -141,7 +142,7 @@ async def dag_get(request: web.Request) -> web.Response:
 async def holium_import(request: web.Request) -> web.Response:
     fmt = request.query.get("format", "")
     root, count = await _node(request).holium_import(await request.read(), fmt)
-    return web.json_response({"cid": cid_str(root), "blocks": count})
+    return web.json_response(S.HoliumImported(cid=cid_str(root), blocks=count))
 
 
 # -- datasets ---------------------------------------------------------------------------------
@@ -269,7 +270,7 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
     else:
         source, label = await _receive(request, node)
         options = replace(options, label=label)  # errors name the client's file, never the spool file
-    task: asyncio.Future[dict[str, object]] | None = None
+    task: asyncio.Future[Ingested] | None = None
     stop = threading.Event()
     try:
         state = {"bytes": 0, "rows": 0}
@@ -303,7 +304,7 @@ async def datasets_add(request: web.Request) -> web.StreamResponse:
             task.add_done_callback(functools.partial(_after_stopped, source))
 
 
-async def _while_connected(request: web.Request, task: asyncio.Future[dict[str, object]]) -> None:
+async def _while_connected(request: web.Request, task: asyncio.Future[Ingested]) -> None:
     """Wait for ``task``; IngestCancelled as soon as the client's connection closes (the caller stops the ingest).
     Watched here too: a server without aiohttp's handler_cancellation (a test server) never cancels the handler."""
     while not task.done():
@@ -320,7 +321,7 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def _after_stopped(source: Path | BinaryIO, task: asyncio.Future[dict[str, object]]) -> None:
+def _after_stopped(source: Path | BinaryIO, task: asyncio.Future[Ingested]) -> None:
     """An ingest whose client went away has ended (stopped, or committed if it was past its last check)."""
     _release(source)
     error = None if task.cancelled() else task.exception()  # retrieved: nobody else will
@@ -337,7 +338,7 @@ def _release(source: Path | BinaryIO) -> None:
 
 
 async def _progress_stream(
-    request: web.Request, task: asyncio.Future[dict[str, object]], state: dict[str, int]
+    request: web.Request, task: asyncio.Future[Ingested], state: dict[str, int]
 ) -> web.StreamResponse:
     """NDJSON progress lines every 0.25 s while ``task`` runs, then its result or its error."""
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
@@ -360,7 +361,7 @@ async def _progress_stream(
 
 
 async def datasets_list(request: web.Request) -> web.Response:
-    return web.json_response({"datasets": await _node(request).data.listed()})
+    return web.json_response(S.DatasetList(datasets=await _node(request).data.listed()))
 
 
 async def dataset_get(request: web.Request) -> web.Response:
@@ -368,7 +369,7 @@ async def dataset_get(request: web.Request) -> web.Response:
 
 
 async def dataset_log(request: web.Request) -> web.Response:
-    return web.json_response({"blocks": await _node(request).data.log(request.match_info["ref"])})
+    return web.json_response(S.DatasetLog(blocks=await _node(request).data.log(request.match_info["ref"])))
 
 
 async def dataset_data(request: web.Request) -> web.StreamResponse:
@@ -493,7 +494,7 @@ async def pipeline_log(request: web.Request) -> web.Response:
     if not raw.isdecimal() or not 1 <= len(raw) <= 4:
         raise InvalidInput("limit must be a number of runs from 1 to 1000")
     runs = await _node(request).provenance.pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
-    return _json({"runs": runs})
+    return _json(S.PipelineLog(runs=runs))
 
 
 def _not_a_type_cid() -> NoReturn:
@@ -578,7 +579,7 @@ async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
 
 
 async def peers_list(request: web.Request) -> web.Response:
-    return web.json_response({"peers": _node(request).peers.known()})
+    return web.json_response(S.PeerList(peers=_node(request).peers.known()))
 
 
 async def peers_connect(request: web.Request) -> web.Response:
@@ -587,14 +588,14 @@ async def peers_connect(request: web.Request) -> web.Response:
 
 
 async def trust_list(request: web.Request) -> web.Response:
-    return web.json_response({"trusted": _node(request).peers.trust_list()})
+    return web.json_response(S.TrustedList(trusted=_node(request).peers.trust_list()))
 
 
 async def trust_add(request: web.Request) -> web.Response:
     body = await _json_body(request, "key")
     community = body.get("community") or "default"
     _node(request).peers.trust_add(str(body["key"]), str(community))
-    return web.json_response({"trusted": _node(request).peers.trust_list()})
+    return web.json_response(S.TrustedList(trusted=_node(request).peers.trust_list()))
 
 
 async def trust_rm(request: web.Request) -> web.Response:
@@ -605,7 +606,7 @@ async def trust_rm(request: web.Request) -> web.Response:
     removed = _node(request).peers.trust_rm(str(body["key"]), community)
     if not removed:
         raise NotFound(f"{body['key']} is not in a trusted community")
-    return web.json_response({"removed": removed})
+    return web.json_response(S.Removed(removed=removed))
 
 
 async def announcements(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from config import Settings
+from node.core.results import Dataset, DatasetEntry, Ingested, LogBlock, Pulled
 from node.core.serving import Serving
 from node.datasets import Datasets, Pulls, ReadOptions, Version, pull
 from node.errors import KuboError, NotFound, PeerError
@@ -49,7 +50,7 @@ class DataOps:
         info: dict[str, Any] | None = None,
         progress: Callable[[int, int], None] | None = None,
         stop: threading.Event | None = None,
-    ) -> dict[str, Any]:
+    ) -> Ingested:
         """Ingest a file as a new dataset (``create``) or a new version of one; ``progress`` gets
         (bytes read, rows read) as the input is consumed; ``stop`` set (the client went away) ends it before its
         commit, nothing kept."""
@@ -80,9 +81,9 @@ class DataOps:
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
         }
 
-    async def listed(self) -> list[dict[str, Any]]:
+    async def listed(self) -> list[DatasetEntry]:
         """Every dataset this node names, with its head's size."""
-        out = []
+        out: list[DatasetEntry] = []
         for row in self._datasets.index.datasets():
             v = await self._datasets.version(parse_cid(row.head))
             out.append(
@@ -98,7 +99,7 @@ class DataOps:
             )
         return out
 
-    async def get(self, ref: str) -> dict[str, Any]:
+    async def get(self, ref: str) -> Dataset:
         """One dataset at the version ``ref`` names (a name or id: its head; a block CID: that version)."""
         row, v = await self._datasets.resolve(ref)
         logical, rows = await self._datasets.version_hash(v)
@@ -127,7 +128,7 @@ class DataOps:
             ],
         }
 
-    async def log(self, ref: str) -> list[dict[str, Any]]:
+    async def log(self, ref: str) -> list[LogBlock]:
         """The blocks of a dataset's metadata chain, first to last."""
         _, v = await self._datasets.resolve(ref)
         return [{"cid": cid_str(cid), "seq": b.seq, "time": b.time, "event": _plain(b.event)} for cid, b in v.blocks]
@@ -144,7 +145,7 @@ class DataOps:
         """The columns of a dataset's head, without reading a row (``Datasets.version_schema``)."""
         return await self._datasets.version_schema(await self.version(ref))
 
-    async def pull(self, source: str, name: str | None = None) -> dict[str, Any]:
+    async def pull(self, source: str, name: str | None = None) -> Pulled:
         """A dataset from a node's URL (``/odf/NAME``) or by its head's CID, from the peers that hold it."""
         brought: list[CID] = []  # fetched here by the probe: the pull drops it if it refuses it
         if not source.startswith(("http://", "https://")):

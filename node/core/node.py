@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import os
 import time
@@ -11,41 +10,43 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from config import Settings
 from node import __version__
+from node.core import status
 from node.core.data_ops import DataOps
 from node.core.peer_ops import PeerOps
 from node.core.processes import KuboWatch, WorkerStart
 from node.core.provenance_ops import ProvenanceOps
+from node.core.results import (
+    Execution,
+    FailureJson,
+    Health,
+    JobStarted,
+    NodeInfo,
+    QueryAnswer,
+    ResultChecked,
+    TypedQueryAnswer,
+    job_started,
+)
 from node.core.serving import Serving
-from node.core.stats import NodeStats, PeerStats
-from node.datasets import (
-    Datasets,
-    Pulls,
-    canonical_type,
-)
+from node.core.stats import NodeStats
+from node.datasets import Datasets, Pulls, canonical_type
 from node.datasets.service import disk_full_is_507
-from node.errors import (
-    CairnError,
-    InvalidInput,
-    KuboError,
-    NodeStopping,
-    NotFound,
-    RenderError,
-    TooLarge,
-    TypeMismatch,
-)
+from node.errors import CairnError, InvalidInput, NodeStopping, NotFound, RenderError, TooLarge, TypeMismatch
 from node.home import Home
 from node.identity import Identity
-from node.index import Index
+from node.index import Divergence as DivergenceRow
+from node.index import ExecutionRow, Index
 from node.ipfs import KuboClient
 from node.ipfs.gateway import GatewayClient
 from node.model import (
     CID,
     MAX_BLOCK_BYTES,
     Block,
+    Failure,
+    Receipt,
     cid_str,
     decode,
     decode_object,
@@ -59,12 +60,14 @@ from node.pipelines import PipelineRunner
 from node.resolve import Jobs, Resolver
 from node.resolve.answers import AnswerCache, key_of
 from node.resolve.jobs import Job
+from node.resolve.resolver import Answer
 from node.tally import Timings
 from node.types import TypeChecks
 
 if TYPE_CHECKING:
     from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
+Emit = Callable[[str, dict[str, Any]], None]
 log = logging.getLogger("cairn.node")
 
 _HOLIUM_IMPORTERS = {
@@ -254,110 +257,20 @@ class Node:
 
     # -- state ------------------------------------------------------------------------------
 
-    async def health(self) -> dict[str, Any]:
-        kubo: dict[str, Any] = {"state": self.kubo_state, "managed": self.managed is not None}
-        if self.managed is not None:
-            kubo["restarts"] = self.managed.restarts
-        if self.kubo_state == "up":
-            try:
-                await self.kubo.version(timeout=2.0)
-            except KuboError as e:
-                kubo["state"] = "down"
-                kubo["error"] = e.message
-        spark_state = self.spark_state()
-        spark = {"state": spark_state, "ready": spark_state == "up"}  # up: the worker answered, it takes a job now
-        p2p: dict[str, Any] = {"state": "disabled", "ready": True}  # no p2p host: nothing to wait for
-        if self.network is not None:
-            p2p = await _p2p_health(self.network)
-        ok = kubo["state"] == "up"
-        # ok: the node and its Kubo serve (what the HTTP status says); ready: a miss would be computed at once.
-        ready = ok and spark["ready"] and p2p["ready"] and not self.stopping
-        health = {"ok": ok, "ready": ready, "stopping": self.stopping, "queries": self.running_queries()}
-        return {**health, "kubo": kubo, "spark": spark, "p2p": p2p}
+    async def health(self) -> Health:
+        """Liveness (``ok``: the node and its Kubo serve) and readiness (``ready``: a miss would be computed now)."""
+        return await status.health(self)
 
-    async def info(self) -> dict[str, Any]:
-        kubo: dict[str, Any] = {
-            "managed": self.managed is not None,
-            "state": self.kubo_state,
-            "api": self.kubo.api_url,
-        }
-        if self.managed is not None:
-            kubo["restarts"] = self.managed.restarts
-            kubo["pid"] = self.managed.pid
-        try:
-            version = await self.kubo.version(timeout=5.0)
-            ident = await self.kubo.id(timeout=5.0)
-            kubo.update(version=version.version, peer_id=ident.id, swarm=list(ident.addresses))
-        except KuboError as e:
-            kubo["state"] = "down"
-            kubo["error"] = e.message
-        spark: dict[str, Any] = {
-            "state": self.spark_state(),
-            "mode": self.settings.spark.mode,
-            "master": self.settings.spark.remote
-            if self.settings.spark.mode == "connect"
-            else self.settings.spark.master,
-            "pid": self.worker.pid,
-            "jobs": self.worker.jobs_sent,
-            "restarts": self.worker.restarts,
-        }
-        p2p_addrs = self.network.host.addrs() if self.network else []
-        return {
-            "version": __version__,
-            "home": str(self.home.path),
-            "spark": spark,
-            "api": self.api_url,
-            "flight": self.flight_url,  # Arrow Flight SQL (docs/flight-sql.md); None: api.flight is off
-            "peer_id": self.identity.peer_id,
-            "node_key": self.identity.node_key,
-            "p2p_addrs": p2p_addrs,
-            # Two hosts, two address lists, easily confused (issue 16): which one `cairn connect` takes.
-            "addresses": {"cairn_connect": p2p_addrs, "kubo_swarm": kubo.get("swarm", [])},
-            "kubo": kubo,
-            "uptime_s": round(time.time() - self.started_at, 3),
-        }
+    async def info(self) -> NodeInfo:
+        """The node's identity, addresses and state, and its Kubo's and Spark worker's."""
+        return await status.info(self)
 
     def spark_state(self) -> str:
         return self.spark.state()
 
     async def stats(self) -> NodeStats:
-        """The node's counts now, for ``/metrics``; Kubo's repo size is asked with a short deadline."""
-        try:
-            repo_bytes: int | None = await self.kubo.repo_size(timeout=2.0)
-        except CairnError:  # Kubo down or slow: cairn_kubo_up says why
-            repo_bytes = None
-        staging = self.resolver.staging
-        return NodeStats(
-            kubo_up=self.kubo_state == "up",
-            kubo_restarts=self.managed.restarts if self.managed is not None else None,
-            kubo_repo_bytes=repo_bytes,
-            kubo_calls=dict(self.kubo.calls),
-            kubo_errors=dict(self.kubo.errors),
-            spark_jobs=self.worker.jobs_sent,
-            spark_restarts=self.worker.restarts,
-            spark_job_times=copy.deepcopy(self.worker.job_times),
-            staged={"written": 0, "reused": 0, **(staging.counts if staging is not None else {})},
-            executions=self.index.count("executions"),
-            datasets=self.index.count("datasets"),
-            divergences=self.index.count("divergences"),
-            derived=self.resolver.derived,
-            forwarded=self.resolver.forwarded,
-            query_times=copy.deepcopy(self.query_times),
-            jobs_running=self.jobs.live(),
-            peers=self._peer_stats(),
-        )
-
-    def _peer_stats(self) -> PeerStats | None:
-        if self.network is None:
-            return None
-        return PeerStats(
-            connected=len(self.network.host.connected_peers()),
-            accepted=self.network.accepted,
-            refused=self.network.counters(),
-            # refused: failed a check when used (node/resolve/claims.py)
-            claims={s: self.index.claim_count(status=s) for s in ("pending", "accepted", "refused")},
-            fetched_ahead=self.resolver.ahead.fetched,
-        )
+        """The node's counts now, for ``/metrics``."""
+        return await status.stats(self)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -368,15 +281,16 @@ class Node:
         *,
         limit: int | None = None,
         trust: str | None = None,
-        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        on_event: Emit | None = None,
         may_compute: bool = True,
         type_ref: str | None = None,
         retry: bool = False,
-    ) -> dict[str, Any]:
+    ) -> QueryAnswer:
         """Answer a SQL query over named inputs: from the index, or computed on Spark and published.
         ``may_compute`` False (an API client without the token): from the index or peers only. ``type_ref``: the
-        CID of the type the result must be a term of (checked before anything runs, and on the result).
-        ``retry``: a recorded failure is computed again (docs/queries.md "Recorded failures")."""
+        CID of the type the result must be a term of (checked before anything runs, and on the result; the answer
+        is then a ``TypedQueryAnswer``). ``retry``: a recorded failure is computed again (docs/queries.md
+        "Recorded failures")."""
         if self.stopping:
             raise NodeStopping("the node is stopping: it takes no new query")
         started = time.perf_counter()
@@ -386,13 +300,14 @@ class Node:
         key = key_of(sql, inputs, limit, trust or self.resolver.trust_mode, may_compute)
         plain = on_event is None and type_ref is None and not retry
         generation = self.index.generation
-        kept = self.answers.get(key, generation) if plain else None
+        kept = cast(QueryAnswer | None, self.answers.get(key, generation) if plain else None)  # a copy of one put
         if kept is not None:
             kept["elapsed_ms"] = round((time.perf_counter() - started) * 1000, 3)
             self.query_times.observe("local", time.perf_counter() - started)
             return kept
         task = asyncio.current_task()
-        assert task is not None  # always called from a task: the HTTP handler's or a job's
+        if task is None:  # every caller is a task (an HTTP handler's, a job's, a Flight call's): stop can cancel it
+            raise RuntimeError("Node.query must run in a task")
         self._queries.add(task)
         try:
             answer = await self._query(sql, inputs, limit, trust, on_event, may_compute, type_ref, retry)
@@ -404,7 +319,7 @@ class Node:
             self._queries_changed.set()
         self.query_times.observe(answer["source"], time.perf_counter() - started)
         if plain and answer["source"] == "local" and self.index.generation == generation:
-            self.answers.put(key, generation, answer)
+            self.answers.put(key, generation, dict(answer))
         return answer
 
     async def _query(
@@ -413,11 +328,11 @@ class Node:
         inputs: dict[str, str],
         limit: int,
         trust: str | None,
-        on_event: Callable[[str, dict[str, Any]], None] | None,
+        on_event: Emit | None,
         may_compute: bool,
         type_ref: str | None,
         retry: bool = False,
-    ) -> dict[str, Any]:
+    ) -> QueryAnswer:
         declared = await self.types.normal_form(parse_cid(type_ref)) if type_ref is not None else None
         with disk_full_is_507("the query's result", self.datasets.tmp_dir):  # a miss writes its slices
             answer = await self.resolver.resolve(
@@ -434,30 +349,11 @@ class Node:
                 f"GET /api/v0/executions/{row.execution}/data?format=parquet)"
             ) from None
         schema = [[n, canonical_type(f.type)] for n, f in zip(answer.output_names, arrow_schema)]
-        typed = await self._declared_type(declared, type_ref, schema, row.execution) if type_ref is not None else {}
-        return typed | {
-            "query": cid_str(answer.query),
-            "invocation": cid_str(answer.invocation),
-            "execution": row.execution,
-            "receipt": row.receipt,
-            "source": answer.source,
-            "elapsed_ms": answer.elapsed_ms,
-            "logicalHash": row.logical_hash,
-            "row_count": row.rows,
-            "schema": schema,
-            "columns": list(answer.output_names),
-            "rows": shown,
-            "truncated": row.rows > len(shown),
-            "inputs": answer.versions,
-            "slices": list(row.slices),
-            "peer": answer.peer,
-            # quorum:K (docs/peers.md "Quorum"): how many agree, who, and who differs; null in other modes
-            "quorum": (answer.peer or {}).get("quorum"),
-            "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
-            "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
-            "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
-            "hints": list(answer.hints),  # what the asker could do to reuse peers' answers (issue 16)
-        }
+        if type_ref is None:
+            return _answer(answer, schema, shown)
+        verdict = await self._declared_type(declared, type_ref, schema, row.execution)
+        typed: TypedQueryAnswer = {"type": verdict, **_answer(answer, schema, shown)}
+        return typed
 
     def start_query(
         self,
@@ -469,11 +365,12 @@ class Node:
         may_compute: bool = True,
         type_ref: str | None = None,
         retry: bool = False,
-    ) -> dict[str, Any]:
+    ) -> JobStarted:
         if self.stopping:  # refused now (503), not as a job that fails at once
             raise NodeStopping("the node is stopping: it takes no new query")
-        job = self.jobs.start(
-            lambda emit: self.query(
+
+        async def work(emit: Emit) -> dict[str, Any]:
+            answer = await self.query(
                 sql,
                 inputs,
                 limit=limit,
@@ -483,51 +380,17 @@ class Node:
                 type_ref=type_ref,
                 retry=retry,
             )
-        )
-        return {"job": job.id, "events": f"/api/v0/jobs/{job.id}/events"}
+            return dict(answer)
 
-    async def execution(self, cid: CID) -> dict[str, Any]:
-        from node.model import Receipt
+        return job_started(self.jobs.start(work))
 
+    async def execution(self, cid: CID) -> Execution:
+        """An execution this node's index holds, its receipt's facts, and the peers' answers that disagree."""
         row = self.index.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
-        receipt = decode_object(decode(await self.kubo.block_get(parse_cid(row.receipt))))
-        assert isinstance(receipt, Receipt)
-        return {
-            "execution": row.execution,
-            "invocation": row.invocation,
-            "query": row.query,
-            "receipt": row.receipt,
-            "logicalHash": row.logical_hash,
-            "rows": row.rows,
-            "structure": row.structure,
-            "slices": list(row.slices),
-            "source": row.source,
-            "trust": row.trust,
-            # A recorded failure (docs/queries.md "Recorded failures"): {class, sqlstate, message}; null for a result
-            "failure": row.failure.to_ipld() if row.failure is not None else None,
-            "signer": receipt.signer,
-            "time": receipt.time,
-            "engine": receipt.engine,
-            "timings": receipt.timings,
-            "versions": [cid_str(v) for v in receipt.versions],
-            "profile": cid_str(receipt.profile) if receipt.profile else None,
-            # Peers' answers for the same invocation that disagree with this one (DESIGN.md "Engine profile").
-            "divergences": [
-                {
-                    "signer": d.signer,
-                    "peer": d.peer,
-                    "execution": d.their_execution,
-                    "receipt": d.their_receipt,
-                    "profile": d.their_profile,
-                    "logicalHash": d.their_logical_hash,
-                    "rows": d.their_rows,
-                    "received": d.received,
-                }
-                for d in self.index.divergences(row.invocation)
-            ],
-        }
+        receipt = Receipt.from_ipld(decode(await self.kubo.block_get(parse_cid(row.receipt))))
+        return _execution(row, receipt, self.index.divergences(row.invocation))
 
     async def execution_data(
         self, cid: CID, names: list[str] | None = None
@@ -587,19 +450,19 @@ class Node:
 
     async def _declared_type(
         self, normal: Any, type_ref: str, schema: list[list[str]], execution: str
-    ) -> dict[str, Any]:
-        """The query's declared type checked on its result's structure: ``{"type": verdict}``, or TypeMismatch."""
+    ) -> ResultChecked:
+        """The query's declared type checked on its result's structure, or TypeMismatch."""
         verdict = await self.types.check_result(normal, type_ref, schema)
         if not verdict["result"]:
             raise TypeMismatch(
                 f"the result is not a term of the declared type {verdict['type']}: {verdict['code']} "
                 f"(execution {execution} is recorded: GET /api/v0/executions/{execution})"
             )
-        return {"type": verdict}
+        return verdict
 
     def _step_query(
-        self, sql: str, inputs: dict[str, str], trust: str | None, on_event: Callable[[str, dict[str, Any]], None]
-    ) -> Awaitable[dict[str, Any]]:
+        self, sql: str, inputs: dict[str, str], trust: str | None, on_event: Emit
+    ) -> Awaitable[QueryAnswer]:
         """A pipeline step is answered as any query (index → peers → Spark); no rows are rendered."""
         return self.query(sql, inputs, limit=0, trust=trust, on_event=on_event)
 
@@ -610,13 +473,71 @@ def _checked_cbor(obj: Any) -> bytes:
     return encode(obj)
 
 
-async def _p2p_health(network: Network) -> dict[str, Any]:
-    """The p2p host's part of ``/healthz``: its thread running, and a new inbound connection accepted now (measured
-    by a probe connection, ``P2PHost.accepting``: a host that runs but accepts no peer is not ready)."""
-    host = network.host
-    if not host.running:
-        return {"state": "down", "ready": False, "accepting": False}
-    reason = await host.accepting()
-    if reason is None:
-        return {"state": "up", "ready": True, "accepting": True}
-    return {"state": "up", "ready": False, "accepting": False, "error": f"p2p host accepts no connection: {reason}"}
+def _answer(answer: Answer, schema: list[list[str]], shown: list[list[Any]]) -> QueryAnswer:
+    row = answer.execution
+    return {
+        "query": cid_str(answer.query),
+        "invocation": cid_str(answer.invocation),
+        "execution": row.execution,
+        "receipt": row.receipt,
+        "source": answer.source,
+        "elapsed_ms": answer.elapsed_ms,
+        "logicalHash": row.logical_hash,
+        "row_count": row.rows,
+        "schema": schema,
+        "columns": list(answer.output_names),
+        "rows": shown,
+        "truncated": row.rows > len(shown),
+        "inputs": answer.versions,
+        "slices": list(row.slices),
+        "peer": answer.peer,
+        # quorum:K (docs/peers.md "Quorum"): how many agree, who, and who differs; null in other modes
+        "quorum": (answer.peer or {}).get("quorum"),
+        "trust": answer.trust,  # how it was checked: docs/peers.md "Trust labels"
+        "verified": answer.verified,  # only computed here, or a peer's answer recomputed here and agreed
+        "profile": row.profile,  # ep_0 of the engine that computed it (None: a peer's, see its receipt)
+        "hints": list(answer.hints),  # what the asker could do to reuse peers' answers
+    }
+
+
+def _failure(failure: Failure | None) -> FailureJson | None:
+    if failure is None:
+        return None
+    return {"class": failure.error_class, "sqlstate": failure.sqlstate, "message": failure.message}
+
+
+def _execution(row: ExecutionRow, receipt: Receipt, divergences: list[DivergenceRow]) -> Execution:
+    return {
+        "execution": row.execution,
+        "invocation": row.invocation,
+        "query": row.query,
+        "receipt": row.receipt,
+        "logicalHash": row.logical_hash,
+        "rows": row.rows,
+        "structure": row.structure,
+        "slices": list(row.slices),
+        "source": row.source,
+        "trust": row.trust,
+        # A recorded failure (docs/queries.md "Recorded failures"): {class, sqlstate, message}; null for a result
+        "failure": _failure(row.failure),
+        "signer": receipt.signer,
+        "time": receipt.time,
+        "engine": receipt.engine,
+        "timings": receipt.timings,
+        "versions": [cid_str(v) for v in receipt.versions],
+        "profile": cid_str(receipt.profile) if receipt.profile else None,
+        # Peers' answers for the same invocation that disagree with this one (DESIGN.md "Engine profile").
+        "divergences": [
+            {
+                "signer": d.signer,
+                "peer": d.peer,
+                "execution": d.their_execution,
+                "receipt": d.their_receipt,
+                "profile": d.their_profile,
+                "logicalHash": d.their_logical_hash,
+                "rows": d.their_rows,
+                "received": d.received,
+            }
+            for d in divergences
+        ],
+    }

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from node.core.results import Announcements, ClaimSeen, Connected, PeerEntry, RefusedMessage, SignerScore, Trusted
 from node.errors import CairnError, InvalidInput, PeersDisabled
 from node.index import Index
 
@@ -20,11 +21,11 @@ class PeerOps:
             raise PeersDisabled("the p2p host is not running (peers.enabled = false)")
         return self._net
 
-    def known(self) -> list[dict[str, Any]]:
+    def known(self) -> list[PeerEntry]:
         """The peers this node knows, connected or not, and where each came from."""
         return self._network().host.peers()
 
-    async def connect(self, addr: str) -> dict[str, Any]:
+    async def connect(self, addr: str) -> Connected:
         """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
         return {"peer": await self._network().connect(addr)}
 
@@ -40,11 +41,12 @@ class PeerOps:
     def trust_rm(self, key: str, community: str | None) -> int:
         return self._index.trust_rm(key, community)
 
-    def trust_list(self) -> list[dict[str, str]]:
+    def trust_list(self) -> list[Trusted]:
         return [{"key": k, "community": c} for k, c in self._index.trusted()]
 
-    def announcements(self, limit: int = 100) -> dict[str, Any]:
-        claims = [
+    def announcements(self, limit: int = 100) -> Announcements:
+        """Peers' claims received, latest first, each with its signer's score; and the messages refused."""
+        claims: list[ClaimSeen] = [
             {
                 "invocation": c.invocation,
                 "signer": c.signer,
@@ -56,9 +58,15 @@ class PeerOps:
                 "received": c.received,
                 "status": c.status,
                 "reason": c.reason,
-                "signer_score": dict(zip(("accepted", "refused"), self._index.signer_score(c.signer))),
+                "signer_score": _score(*self._index.signer_score(c.signer)),
             }
             for c in self._index.claims(limit=limit)
         ]
-        refused = [{"peer": p, "reason": r, "received": t} for p, r, t in self._index.refusals(limit)]
+        refused: list[RefusedMessage] = [
+            {"peer": p, "reason": r, "received": t} for p, r, t in self._index.refusals(limit)
+        ]
         return {"claims": claims, "refused_messages": refused}
+
+
+def _score(accepted: int, refused: int) -> SignerScore:
+    return {"accepted": accepted, "refused": refused}
