@@ -1,7 +1,7 @@
 """`cairn node start`: run a node until SIGINT/SIGTERM.
 
 The first signal stops taking queries and lets the running ones finish, saying so; a second one cancels them
-(their Spark job groups with them) and stops at once (issue 16)."""
+(their Spark job groups with them) and stops at once."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
 
 async def _listen(node: Node, settings: Settings) -> web.AppRunner:
     app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
-    # A client that disconnects cancels its request, and so its query (issue 15; as aiohttp's TestServer does).
+    # A client that disconnects cancels its request, and so its query (as aiohttp's TestServer does).
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, settings.api.host, settings.api.port)

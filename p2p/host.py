@@ -276,7 +276,7 @@ class P2PHost:
 
     def _guarded_pubsub_handler(self, pubsub: Pubsub) -> Callable[[Any], Awaitable[None]]:
         """py-libp2p's pubsub reader lets a protobuf DecodeError (a malformed RPC frame, such as one cut short)
-        escape into the swarm's nursery, which stops the whole host (NOTES.md; issue 15). Here such a frame
+        escape into the swarm's nursery, which stops the whole host (NOTES.md). Here such a frame
         ends that peer's pubsub stream only: it is reset, the peer dropped from pubsub and counted."""
 
         async def handle(stream: Any) -> None:
@@ -412,7 +412,7 @@ class P2PHost:
 
         libp2p's swarm dials only the *first* TCP address its peerstore holds for a peer, so a peer
         remembered at an old port (its port 0 gave it a new one at restart) could never be reached at the
-        new address `connect` was given: it kept dialling the old one (issue 16). So the peerstore holds
+        new address `connect` was given: it kept dialling the old one. So the peerstore holds
         only the address being tried. A deliberate dial also tries again instead of reading the swarm's
         cached failure (a peer whose addresses all failed is refused for 60 s). Public Swarm and
         peerstore API in libp2p 0.8.1; tests in test_p2p_host fail if either changes."""
@@ -496,7 +496,7 @@ class P2PHost:
         )
         # Every new connection counts as a (re)connection, not only a flip of the table: a peer that restarts
         # at once dials us before we saw its old connection close, so the table never flips and the peer
-        # was never caught up (issue 16; test_network_catchup). Duplicates (simultaneous dials) are harmless.
+        # was never caught up (test_network_catchup). Duplicates (simultaneous dials) are harmless.
         if (flipped and live) or up:
             for cb in self._on_connected:
                 self._bridge.to_loop(self._spawn_callback, cb, pid)
@@ -902,7 +902,7 @@ async def _close_stream(stream: Any) -> None:
 async def _read_frame(stream: Any) -> bytes:
     """One uvarint-length-prefixed frame of at most MAX_FRAME_BYTES. Not msgio's VarIntLengthMsgReadWriter: its
     read_exactly gives up after 101 partial reads, so a frame over ~800 kB (yamux hands data over in pieces)
-    failed as "the peer closed the stream" (issue 15); this reads until the frame is whole or the stream ends."""
+    failed as "the peer closed the stream"; this reads until the frame is whole or the stream ends."""
     return await read_varint_prefixed_bytes_limited(stream, MAX_FRAME_BYTES)
 
 

@@ -150,7 +150,7 @@ async def _from_rpc(request: web.Request, node: Node, cid: CID) -> web.StreamRes
         chunks = node.serving.car_export(cid)
         content_type = "application/vnd.ipld.car; version=1; order=dfs; dups=n"
     elif cid.codec.name in ("dag-cbor", "cbor"):
-        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # off the loop (issue 15)
+        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # seconds for MBs: off the loop
         return web.Response(text=text, content_type="application/json", headers=headers)
     else:
         chunks = node.serving.cat(cid)

@@ -123,9 +123,9 @@ async def node_info(request: web.Request) -> web.Response:
 
 async def dag_put(request: web.Request) -> web.Response:
     pin = request.query.get("pin", "true")
-    if pin not in ("true", "false"):  # anything else pinned silently before issue 15 item 3
+    if pin not in ("true", "false"):  # anything else must be refused, not taken as true
         raise InvalidInput(f"pin must be true or false, got {pin[:40]!r}")
-    obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop (issue 15)
+    obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop
     cid = await _node(request).dag_put(obj, pin=pin == "true")
     return web.json_response(S.CidAnswer(cid=cid_str(cid)))
 
@@ -135,7 +135,7 @@ async def dag_get(request: web.Request) -> web.Response:
     value = await _node(request).dag_get(cid)
     if isinstance(value, bytes) and cid.codec.name not in ("dag-cbor", "cbor"):
         return web.Response(body=value, content_type="application/octet-stream")
-    text = await asyncio.to_thread(dagjson.dumps, value)  # seconds for MBs: off the loop (issue 15)
+    text = await asyncio.to_thread(dagjson.dumps, value)  # seconds for MBs: off the loop
     return web.Response(text=text, content_type="application/json")
 
 
@@ -410,7 +410,7 @@ async def query(request: web.Request) -> web.Response:
         body = await request.json()
         if not isinstance(body, dict):
             raise TypeError
-    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep (issue 15)
+    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
         raise InvalidInput(
             'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
         ) from None
@@ -421,7 +421,7 @@ async def query(request: web.Request) -> web.Response:
         raise InvalidInput('"retry" must be true or false')
     if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
         type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
-    # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
+    # Checked here, not in the job: a bad mode or a non-boolean "wait" is a 400 now, not a job that fails.
     if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
         raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
     if not isinstance(wait, bool):
@@ -431,7 +431,7 @@ async def query(request: web.Request) -> web.Response:
     if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
         raise InvalidInput('"inputs" must map input names to dataset references (name, id or block CID)')
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= INT64_MAX):
-        raise InvalidInput(f'"limit" must be an integer from 0 to {INT64_MAX}')  # 10**30 overflowed: issue 15
+        raise InvalidInput(f'"limit" must be an integer from 0 to {INT64_MAX}')  # a larger one would overflow
     node = _node(request)
     may_compute = has_token(request) or request.app[LIMITS_KEY].open_compute
     if not may_compute and _looser(trust, node.settings.peers.trust):
@@ -502,7 +502,7 @@ def _not_a_type_cid() -> NoReturn:
 
 
 def _looser(asked: str | None, own: str) -> bool:
-    """Whether mode ``asked`` accepts a trust label the node's own mode does not (issue 15 item 1)."""
+    """Whether mode ``asked`` accepts a trust label the node's own mode does not."""
     if asked is None or not valid_mode(asked) or not valid_mode(own):
         return False  # no mode asked, or an unknown one (the resolver refuses it with a 400)
     if asked.startswith("quorum:") and own in ("self", "verify"):
@@ -709,7 +709,7 @@ async def proof_get(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-# -- the route table: each route once (issue 15 item 1); docs/api.md ----------------------------------------
+# -- the route table: each route once; docs/api.md ----------------------------------------------------------
 
 _STR = {"type": "string"}
 _REF = Param("ref", "dataset name, id or block CID")
@@ -1129,5 +1129,5 @@ async def _no_documents(request: web.Request, response: web.StreamResponse) -> N
 
 async def _stop_pulls(app: web.Application) -> None:
     """Before the server waits for its requests to end: a pull from a slow source ends now (503), it does not hold
-    the node's shutdown (issue 15)."""
+    the node's shutdown."""
     await app[NODE_KEY].stop_pulls()

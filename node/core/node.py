@@ -421,8 +421,8 @@ class Node:
     async def dag_put(self, obj: Any, *, pin: bool = True) -> CID:
         """Validate an IPLD value (Holium/Cairn kinds by their ``typedVersion``), store it as one
         DAG-CBOR block and pin it. The CID is computed here first; Kubo must agree (DESIGN.md)."""
-        data = await asyncio.to_thread(_checked_cbor, obj)  # a 4 MB value takes seconds: off the loop (issue 15)
-        if len(data) > MAX_BLOCK_BYTES:  # Kubo refuses it (a 502 before issue 15); bulk data goes to UnixFS
+        data = await asyncio.to_thread(_checked_cbor, obj)  # a 4 MB value takes seconds: off the loop
+        if len(data) > MAX_BLOCK_BYTES:  # Kubo would refuse it (a 502); bulk data goes to UnixFS
             raise TooLarge(f"object encodes to {len(data)} bytes, over the {MAX_BLOCK_BYTES}-byte block limit")
         block = Block(cid_for(data, "dag-cbor"), data)
         await self._put_block(block, pin=pin)
@@ -432,7 +432,7 @@ class Node:
         data = await self.kubo.block_get(cid)
         verify_block(cid, data)
         if cid.codec.name in ("dag-cbor", "cbor"):
-            return await asyncio.to_thread(decode, data, cid.codec.code)  # off the loop (issue 15)
+            return await asyncio.to_thread(decode, data, cid.codec.code)  # off the loop
         return data
 
     async def holium_import(self, data: bytes, fmt: str) -> tuple[CID, int]:

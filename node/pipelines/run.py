@@ -210,12 +210,13 @@ class PipelineRunner:
         trust: str | None,
         emit: Emit,
     ) -> _Done:
-        blocked = [r for r in step.inputs.values() if r in done and done[r].record.version is None]
+        versions = {name: d.record.version for name, d in done.items() if d.record.version is not None}
+        blocked = [r for r in step.inputs.values() if r in done and r not in versions]
         if blocked:
             why = f"not run: step {quote(blocked[0])} it reads did not succeed"
             emit("step", {"step": step.name, "state": "skipped", "error": why})
             return await self._unrun(step, vertex, "skipped", why)
-        inputs = {a: cid_str(_read(done[r]) if r in done else roots[r]) for a, r in step.inputs.items()}
+        inputs = {a: cid_str(versions[r] if r in done else roots[r]) for a, r in step.inputs.items()}
         emit("step", {"step": step.name, "state": "running"})
         t0 = time.perf_counter()
         try:
@@ -338,9 +339,3 @@ def _step_view(s: RunStep, shown: StepShown | None) -> StepView:
         "error": s.error,
     }
     return view | shown if shown is not None else view
-
-
-def _read(d: _Done) -> CID:
-    """The version a later step reads of step ``d`` (only asked of steps that succeeded)."""
-    assert d.record.version is not None
-    return d.record.version

@@ -1,4 +1,4 @@
-"""Lineage: from any result back through every execution to the root datasets (issue 17 item 1).
+"""Lineage: from any result back through every execution to the root datasets.
 
 The links walked are the ones the objects carry (docs/object-model.md): an ``rc_0`` receipt names its ``ex_0``
 execution and the dataset versions (``mb_0`` heads) it read; an ``ex_0`` names its input slice lists (``rde_0``);

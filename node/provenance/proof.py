@@ -1,4 +1,4 @@
-"""A proof anyone can check: one CAR file with everything the offline checks of a receipt read (issue 17 item 3).
+"""A proof anyone can check: one CAR file with everything the offline checks of a receipt read.
 
 ``export_proof`` runs the offline checks over this node's Kubo with a source that keeps every block they read
 (receipt, execution, its envelopes and slice lists, bytecode, invocation, query, structures, engine profile,

@@ -1,4 +1,4 @@
-"""Verification by recomputing (issue 17 item 2; docs/provenance.md "Verify (recompute)").
+"""Verification by recomputing (docs/provenance.md "Verify (recompute)").
 
 What offline verification cannot show, that a result's rows are its query's answer, is shown by running the query
 again: each receipt's invocation is run on this node's Spark worker over the dataset versions the receipt names

@@ -1,10 +1,10 @@
-"""Offline verification: everything about a result that can be checked without computing it (issue 17 item 2).
+"""Offline verification: everything about a result that can be checked without computing it.
 
 ODF "Verifiability" asks a reader to check a derivative's data against its metadata without trusting the
 publisher; what only recomputing can show (that the rows are the query's answer) is out of reach offline and
 is said so. Offline means no block and no slice is fetched from the network: the checks read a
 :class:`BlockSource`, which is this node's Kubo (:class:`KuboSource`) or a proof's CAR file with no node at all
-(``node.provenance.car_source``, issue 17 item 3). The checks are the same over both.
+(``node.provenance.car_source``). The checks are the same over both.
 
 For a receipt (``rc_0``; an ``ex_0``, ``iv_0``, ``an_0`` or output slice leads to one), each a check that is
 ``ok``, ``failed`` (with what was expected and what was found) or ``unchecked`` (with why):
