@@ -102,7 +102,7 @@ def _object(typed_dict: type) -> Schema:
     }
 
 
-# -- what the routes wrap around the core's results (node/api/server.py) ------------------------------------
+# -- what the routes wrap around the core's results (node/api/handlers.py) ----------------------------------
 
 
 class CidAnswer(TypedDict):

@@ -208,9 +208,9 @@ def _add_data_event(got: _Ingest, strategy: str, pk: list[str]) -> dict[str, Any
     return ev
 
 
-# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind (issue 15: never swept before):
+# Work directories under $CAIRN_HOME/tmp that a killed node leaves behind, swept at start:
 # ingest-*, pull-* (datasets), inputs-*, result-* (queries), and upload-* (an upload's spool file, written by
-# node/api/server.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
+# node/api/uploads.py; a node killed mid-ingest left it: tests/integration/test_faults.py). Nothing in them is
 # needed after a restart.
 TMP_PREFIXES = ("ingest-", "pull-", "inputs-", "result-", "upload-")
 
@@ -246,7 +246,7 @@ def _labelled(source: Any, label: str | None) -> Iterator[None]:
 @contextmanager
 def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
     """A full disk met by the work inside (its files cut under ``tmp_dir``, or Kubo storing them in its repo) is
-    a clear 507 ``InsufficientStorage`` (issue 15), not a 500 or a 502; the caller removes its work files."""
+    a clear 507 ``InsufficientStorage``, not a 500 or a 502; the caller removes its work files."""
     try:
         yield
     except (OSError, KuboError) as e:
@@ -257,8 +257,8 @@ def disk_full_is_507(what: str, tmp_dir: Path) -> Iterator[None]:
 
 
 def bound_arrow_memory() -> None:
-    """Make Arrow give freed memory back to the system at once (issue 18: an ingest's RSS bounded by its slices, and
-    flat whatever the input's size).
+    """Make Arrow give freed memory back to the system at once (an ingest's RSS bounded by its slices, and flat
+    whatever the input's size).
 
     With pyarrow's default pool (mimalloc) the node's peak during `scripts/bench/ingest.py` was 536 MB for 1 GB and
     605 MB for 4 GB of CSV; with jemalloc returning dirty pages at once, 491 and 495 MB. The price: ~12 % more CPU
@@ -303,8 +303,8 @@ class Datasets:
         self._building: dict[CID, asyncio.Future[Version]] = {}
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
         self._projections: OrderedDict[CID, projecting.Projection] = OrderedDict()  # same bound as versions
-        # head → the logical hasher after its rows: a version that appends to it resumes from there (issue 18
-        # item 7: a 1 % append to 10 M rows hashed all 10 M again before its first query could be answered)
+        # head → the logical hasher after its rows: a version that appends to it resumes from there (else a 1 %
+        # append to 10 M rows hashes all 10 M again before its first query can be answered)
         self._hashers: OrderedDict[str, LogicalHasher] = OrderedDict()
 
     # -- objects ------------------------------------------------------------------------------
@@ -542,7 +542,7 @@ class Datasets:
         to its commit (storing and pinning the chain, moving the head), which then runs to its end."""
         if strategy not in ("append", "ledger", "snapshot"):
             raise InvalidInput(f"unknown merge strategy {strategy!r}: use append, ledger or snapshot")
-        if create:  # a new name must be printable (issue 15); an existing one is looked up as it is
+        if create:  # a new name must be printable; an existing one is looked up as it is
             check_dataset_name(name)
         elif not name:
             raise InvalidInput("give the name of the dataset to append to")
@@ -559,13 +559,13 @@ class Datasets:
                 raise InvalidInput(f"dataset {name!r} merges with {old.merge['strategy']}, not {strategy}")
             work = Path(tempfile.mkdtemp(prefix="ingest-", dir=self.tmp_dir))
             # The caps, with this ingest's spool directory (its work directory, never the system temp dir) and stop.
-            limits = replace(self.limits, spool_dir=str(work), stop=stop or threading.Event())
+            stopping = stop or threading.Event()
+            limits = replace(self.limits, spool_dir=str(work), stop=stopping)
             try:
                 with disk_full_is_507("the ingest", self.tmp_dir), _labelled(source, options.label):
-                    return await self._add(source, name, row, old, options, strategy, pk, info, progress, limits)
+                    return await self._add(source, name, row, old, options, strategy, pk, info, progress, limits, work)
             except asyncio.CancelledError:
-                assert limits.stop is not None
-                limits.stop.set()  # the reading threads end at their next read
+                stopping.set()  # the reading threads end at their next read
                 raise
             finally:
                 shutil.rmtree(work, ignore_errors=True)
@@ -582,8 +582,9 @@ class Datasets:
         info: dict[str, Any] | None,
         progress: Progress | None,
         limits: InputLimits,
+        work: Path,
     ) -> AddResult:
-        got = await self._read_source(source, old, options, strategy, pk, progress, limits)
+        got = await self._read_source(source, old, options, strategy, pk, progress, limits, work)
         limits.check_stop(options.label or "the input")  # the last moment to stop: from here the commit runs through
         structure = got.structure
         if old is not None and got.added_rows == 0:
@@ -619,15 +620,16 @@ class Datasets:
         pk: list[str],
         progress: Progress | None,
         limits: InputLimits,
+        work: Path,
     ) -> _Ingest:
-        """Read the source through the merge strategy into slices stored (unpinned) in Kubo."""
+        """Read the source through the merge strategy into slices stored (unpinned) in Kubo; ``work``: this ingest's
+        work directory (``limits.spool_dir``), where its slices are written."""
         prior_tables = list(await self._prior_tables(old)) if old and strategy != "append" else []
         inp = await asyncio.to_thread(open_input, source, options, limits)
         try:
             schema, batches, got = await asyncio.to_thread(_prepared, inp, old, strategy, pk, prior_tables)
             tracked = _tracked(batches, inp, options.event_time, progress, got.event_max)
-            assert limits.spool_dir is not None
-            await self._write_slices(tracked, schema, got, Path(limits.spool_dir))
+            await self._write_slices(tracked, schema, got, work)
             if progress:
                 progress(inp.bytes_read, inp.rows_read)
             got.rows_read = inp.rows_read
@@ -638,7 +640,7 @@ class Datasets:
     async def _write_slices(
         self, batches: Iterator[pa.RecordBatch], schema: pa.Schema, got: _Ingest, work: Path
     ) -> None:
-        """Three stages overlap (issue 18): the reader thread parses and cuts slice n+1, worker threads write and
+        """Three stages overlap: the reader thread parses and cuts slice n+1, worker threads write and
         hash slice n, and Kubo adds slice n-1. Slices are written, added and listed in their order, so the bytes,
         the CIDs and the AddData event are those of one slice at a time. At most two slices are held in memory."""
         adding: asyncio.Future[tuple[AddedFile, Path, int, str]] | None = None
