@@ -4,12 +4,11 @@ file); the route table that serves them, with who may call each, is ``node.api.s
 from __future__ import annotations
 
 import asyncio
-from typing import NoReturn
 
 from aiohttp import web
 
 from node import values
-from node.api import export
+from node.api import bodies, export
 from node.api import shapes as S
 from node.api.access import LIMITS_KEY, has_token
 from node.api.answering import METRICS_KEY, OPENAPI_KEY, json_answer, node_of, stream_answer
@@ -17,7 +16,7 @@ from node.api.bodies import QUERY_FIELDS
 from node.api.gateway import serve as serve_gateway
 from node.errors import InvalidInput, NotFound, Unauthorized
 from node.model import INT64_MAX, cid_str, dagjson, parse_cid
-from node.resolve.resolver import TRUST_MODES, accepts, valid_mode
+from node.resolve.resolver import accepts, valid_mode
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -85,46 +84,21 @@ async def dataset_data(request: web.Request) -> web.StreamResponse:
 
 
 async def pull(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-        source, name = body["source"], body.get("name")
-        if not isinstance(source, str) or (name is not None and not isinstance(name, str)):
-            raise TypeError
-    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
-        raise InvalidInput('body must be JSON {"source": URL or CID, "name": optional local name}') from None
-    return web.json_response(await node_of(request).data.pull(source, name))
+    body = await bodies.PULL.read(request)
+    return web.json_response(await node_of(request).data.pull(body["source"], body.get("name")))
 
 
 # -- queries ----------------------------------------------------------------------------------
 
 
 async def query(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
-        raise InvalidInput(
-            'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
-        ) from None
+    body = await bodies.QUERY.parse(request)
     _known_fields(body, request)
-    sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
+    bodies.QUERY.check(body)
+    sql, inputs, limit, wait = body["sql"], body.get("inputs", {}), body.get("limit"), body.get("wait", True)
     trust, type_ref, retry = body.get("trust"), body.get("type"), body.get("retry", False)
-    if not isinstance(retry, bool):  # a recorded failure computed again (docs/queries.md "Recorded failures")
-        raise InvalidInput('"retry" must be true or false')
     if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
-        type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
-    # Checked here, not in the job: a bad mode or a non-boolean "wait" is a 400 now, not a job that fails.
-    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
-    if not isinstance(wait, bool):
-        raise InvalidInput('"wait" must be true or false')
-    if not isinstance(sql, str) or not sql.strip():
-        raise InvalidInput('"sql" must be a non-empty string')
-    if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
-        raise InvalidInput('"inputs" must map input names to dataset references (name, id or block CID)')
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= INT64_MAX):
-        raise InvalidInput(f'"limit" must be an integer from 0 to {INT64_MAX}')  # a larger one would overflow
+        type_ref = cid_str(parse_cid(type_ref))
     node = node_of(request)
     may_compute = has_token(request) or request.app[LIMITS_KEY].open_compute
     if not may_compute and _looser(trust, node.settings.peers.trust):
@@ -160,22 +134,9 @@ def _known_fields(body: dict[str, object], request: web.Request) -> None:
 
 async def pipelines_post(request: web.Request) -> web.Response:
     """POST /api/v0/pipelines: run a pipeline (its file's text as ``text``, or the map as ``pipeline``)."""
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):
-        raise InvalidInput(
-            'body must be JSON {"text": the YAML or JSON file, or "pipeline": {…}, "trust": mode, "wait": bool}'
-        ) from None
-    text, spec, trust, wait = body.get("text"), body.get("pipeline"), body.get("trust"), body.get("wait", True)
-    source = text if spec is None else spec
-    if (text is None) == (spec is None) or not isinstance(source, (str, dict)):
-        raise InvalidInput('give the pipeline as "text" (the file, YAML or JSON) or as "pipeline" (a map), not both')
-    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
-    if not isinstance(wait, bool):
-        raise InvalidInput('"wait" must be true or false')
+    body = await bodies.PIPELINE.read(request)
+    spec, trust, wait = body.get("pipeline"), body.get("trust"), body.get("wait", True)
+    source = body["text"] if spec is None else spec  # one of them (checked): the file's text, or its map
     node = node_of(request)
     if wait is False:
         return json_answer(node.provenance.start_pipeline(source, trust=trust), status=202)
@@ -188,10 +149,6 @@ async def pipeline_log(request: web.Request) -> web.Response:
         raise InvalidInput("limit must be a number of runs from 1 to 1000")
     runs = await node_of(request).provenance.pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
     return json_answer(S.PipelineLog(runs=runs))
-
-
-def _not_a_type_cid() -> NoReturn:
-    raise InvalidInput('"type" must be the CID of a Transform.Storage type, as a string')
 
 
 def _looser(asked: str | None, own: str) -> bool:
@@ -246,23 +203,13 @@ async def execution_data(request: web.Request) -> web.StreamResponse:
 # -- peers and trust --------------------------------------------------------------------------
 
 
-async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
-    try:
-        body = await request.json()
-        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in keys):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
-        raise InvalidInput(f"body must be a JSON object with string fields {', '.join(keys)}") from None
-    return body
-
-
 async def peers_list(request: web.Request) -> web.Response:
     return web.json_response(S.PeerList(peers=node_of(request).peers.known()))
 
 
 async def peers_connect(request: web.Request) -> web.Response:
-    body = await _json_body(request, "addr")
-    return web.json_response(await node_of(request).peers.connect(str(body["addr"])))
+    body = await bodies.CONNECT.read(request)
+    return web.json_response(await node_of(request).peers.connect(body["addr"]))
 
 
 async def trust_list(request: web.Request) -> web.Response:
@@ -270,18 +217,14 @@ async def trust_list(request: web.Request) -> web.Response:
 
 
 async def trust_add(request: web.Request) -> web.Response:
-    body = await _json_body(request, "key")
-    community = body.get("community") or "default"
-    node_of(request).peers.trust_add(str(body["key"]), str(community))
+    body = await bodies.TRUST_ADD.read(request)
+    node_of(request).peers.trust_add(body["key"], body.get("community") or "default")
     return web.json_response(S.TrustedList(trusted=node_of(request).peers.trust_list()))
 
 
 async def trust_rm(request: web.Request) -> web.Response:
-    body = await _json_body(request, "key")
-    community = body.get("community")
-    if community is not None and not isinstance(community, str):
-        raise InvalidInput('"community" must be a string')
-    removed = node_of(request).peers.trust_rm(str(body["key"]), community)
+    body = await bodies.TRUST_RM.read(request)
+    removed = node_of(request).peers.trust_rm(body["key"], body.get("community"))
     if not removed:
         raise NotFound(f"{body['key']} is not in a trusted community")
     return web.json_response(S.Removed(removed=removed))
@@ -362,15 +305,13 @@ async def lineage_get(request: web.Request) -> web.Response:
 async def verify_post(request: web.Request) -> web.Response:
     """Offline: the report (200). Recomputing: a job (202) whose events follow each step and whose result is the
     report; ``wait: true`` answers with the report itself (200) once every step ran."""
-    body = await _json_body(request, "cid")
+    body = await bodies.VERIFY.read(request)
     flags = {k: body.get(k, False) for k in ("offline", "recursive", "wait")}
-    if not all(isinstance(v, bool) for v in flags.values()) or not isinstance(body["cid"], str):
-        raise InvalidInput("cid must be a string; offline, recursive and wait true or false")
     offline, recursive = flags["offline"] is True, flags["recursive"] is True
     node = node_of(request)
     if offline or flags["wait"]:
-        return json_answer(await node.provenance.verify(str(body["cid"]), offline=offline, recursive=recursive))
-    return json_answer(await node.provenance.start_verify(str(body["cid"]), recursive=recursive), status=202)
+        return json_answer(await node.provenance.verify(body["cid"], offline=offline, recursive=recursive))
+    return json_answer(await node.provenance.start_verify(body["cid"], recursive=recursive), status=202)
 
 
 async def proof_get(request: web.Request) -> web.StreamResponse:

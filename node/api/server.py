@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from node import __version__
-from node.api import export, openapi, webui
+from node.api import bodies, export, openapi, webui
 from node.api import shapes as S
 from node.api.access import (
     FILE_UPLOAD,
@@ -32,7 +32,6 @@ from node.api.access import (
     limits_from,
 )
 from node.api.answering import METRICS_KEY, NODE_KEY, OPENAPI_KEY, json_answer
-from node.api.bodies import PIPELINE_BODY, QUERY_BODY, VERIFY_BODY, strings
 from node.api.handlers import (
     announcements,
     asset_check,
@@ -262,7 +261,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "pull a dataset from a URL or CID (by CID: from the connected peers that hold it, 404 when none does)",
         JSON,
-        strings("source", optional=("name",)),
+        bodies.PULL.schema,
         returns={200: S.PULLED},
     ),
     Route(
@@ -272,7 +271,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN_TO_COMPUTE,
         "answer a SQL query (the token is needed to compute a miss or to ask with a looser trust); 202 for wait: false",
         JSON,
-        QUERY_BODY,
+        bodies.QUERY.schema,
         errors=(400, 404, 409, 422, 429),
         returns={200: S.QUERY_ANSWER, 202: S.JOB_STARTED},
     ),
@@ -283,7 +282,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "run a pipeline of SQL steps in dependency order and record the run (pr_0); 202 for wait: false",
         JSON,
-        PIPELINE_BODY,
+        bodies.PIPELINE.schema,
         errors=(400, 404, 409, 422, 429),
         returns={200: S.PIPELINE_RUN, 202: S.JOB_STARTED},
     ),
@@ -304,7 +303,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "connect to a peer: kept only if it speaks Cairn's protocols (a Kubo swarm address is refused, 400)",
         JSON,
-        strings("addr"),
+        bodies.CONNECT.schema,
         errors=(400, 409),
         returns={200: S.CONNECTED},
     ),
@@ -316,7 +315,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "trust a signer",
         JSON,
-        strings("key", optional=("community",)),
+        bodies.TRUST_ADD.schema,
         returns={200: S.TRUSTED},
     ),
     Route(
@@ -326,7 +325,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "stop trusting a signer",
         JSON,
-        strings("key", optional=("community",)),
+        bodies.TRUST_RM.schema,
         returns={200: S.REMOVED},
     ),
     Route(
@@ -451,7 +450,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "check a result without computing it (offline: true), or by recomputing it here (a job, or wait: true)",
         JSON,
-        VERIFY_BODY,
+        bodies.VERIFY.schema,
         errors=(400, 404, 422),
         returns={200: S.VERIFIED, 202: S.JOB_STARTED},
     ),
