@@ -1,4 +1,4 @@
-"""Issue 5 acceptance on real parts: three full nodes (each its own Kubo, Spark worker, home, ports) and a
+"""The peer network on real parts: three full nodes (each its own Kubo, Spark worker, home, ports) and a
 plain Kubo, on 127.0.0.1."""
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ def test_forged_signature_is_refused(net: dict[str, NodeProcess]) -> None:
     assert not any(c["signer"] == forger.node_key for c in out["claims"])  # nothing of it in the index
 
 
-# -- claims that lie about one thing (issue 12 item 3) ----------------------------------------------------
+# -- claims that lie about one thing ---------------------------------------------------------------------
 # A forger builds a whole claim for a question nobody has answered: ex_0 (bytecode, inputs, output), st_0,
 # signed rc_0 and an_0, all stored in a plain Kubo it names as provider. By default every part is true (the
 # output is the answer pandas computes from the same CSV); each test makes exactly one part lie.
@@ -496,7 +496,7 @@ def _refused_claims(node: NodeProcess) -> float:
 
 def test_receipt_not_matching_its_data_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:
     """Well-signed, right question, right bytecode and inputs, but the logical hash is made up: refused, and
-    counted as a claim that failed a check (issue 15)."""
+    counted as a claim that failed a check."""
     before = _refused_claims(net["c"])
     _refused_for(net["c"], kubo, 8, "logical hash", logical_hash="f1e20" + "00" * 32)
     assert _refused_claims(net["c"]) == before + 1
@@ -599,7 +599,7 @@ def test_stricter_request_never_receives_a_trusted_signer_row(net: dict[str, Nod
 
 
 def test_a_restriction_is_derived_from_a_peers_announced_superset(net: dict[str, NodeProcess], tmp_path: Any) -> None:
-    """Issue 22 item 3, peers' shapes (docs/reuse.md "Answers from supersets"): A computes a roll-up, whose
+    """Peers' shapes (docs/reuse.md "Answers from supersets"): A computes a roll-up, whose
     announcement names its shape; B, which never computed it, asks a coarser roll-up and derives it from A's result
     (receipt ``derived``: A's execution, rule ``rollup``) with Arrow, no Spark job, labelled with the trust A's result
     was taken with (``trusted-signer``, never "computed") and A as its source. Under trust ``self`` B computes from the
@@ -640,7 +640,7 @@ def test_a_restriction_is_derived_from_a_peers_announced_superset(net: dict[str,
 
 
 def test_an_answer_brought_forward_over_an_append_is_a_peer_hit(net: dict[str, NodeProcess], tmp_path: Any) -> None:
-    """Issue 22 item 4 across two nodes (docs/reuse.md "Appends"): both nodes ingest the same rows, then the same
+    """Appends across two nodes (docs/reuse.md "Appends"): both nodes ingest the same rows, then the same
     appended rows. A answers a roll-up over the first version, then over the appended one by computing over the new
     slice alone and merging (receipt ``derived``: A's first execution, rule ``append``). B, which never computed
     either, asks the same question over its own appended version: the same invocation, so a peer hit of A's

@@ -39,7 +39,6 @@ ALLOWED = {
     "node/daemon.py",
     "tests/fixtures/",
     "tests/test_docs.py",
-    "tests/integration/test_network.py",
     "tests/integration/test_query_spark.py",
     "tests/integration/test_query_equivalences.py",
     "tests/integration/test_spark_modes.py",
