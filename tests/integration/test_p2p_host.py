@@ -321,7 +321,7 @@ async def test_kept_request_streams_give_each_request_its_own_answer(make_host):
         await b.request(a.peer_id, LOOKUP, b"slow", timeout=0.3)
     late.set()  # the slow request's answer may now arrive: on a stream that was dropped
     assert await b.request(a.peer_id, LOOKUP, b"next", timeout=5) == b"answer to next"
-    kept = b._kept[(a.peer_id, LOOKUP)].stream.muxed_stream
+    kept = b._kept._kept[(a.peer_id, LOOKUP)].stream.muxed_stream
     await eventually(lambda: kept.recv_closed, what="a to close the idle kept stream (handler_timeout)")
     assert await b.request(a.peer_id, LOOKUP, b"after idle", timeout=5) == b"answer to after idle"
     assert await b.ask_all(LOOKUP, b"all", timeout=5) == {a.peer_id: b"answer to all"}

@@ -188,7 +188,7 @@ def _hold_closes(host: P2PHost, peer: str) -> Callable[[], Awaitable[None]]:
     """From now on ``host`` learns that ``peer``'s connections closed only when the function returned is awaited:
     as when a peer restarts faster than the host notices (libp2p trims a dead connection in the background)."""
     held: list[Any] = []
-    notice = host._on_conn
+    notice = host._connections.on_conn
 
     def on_conn(conn: Any, up: bool) -> None:  # the host's connection notifee calls it, in its trio thread
         if not up and conn.muxed_conn.peer_id.to_base58() == peer:
@@ -198,13 +198,13 @@ def _hold_closes(host: P2PHost, peer: str) -> Callable[[], Awaitable[None]]:
 
     async def release() -> None:
         async def noticed() -> None:
-            host._on_conn = notice  # type: ignore[method-assign]
+            host._connections.on_conn = notice  # type: ignore[method-assign]
             for conn in held:
                 notice(conn, False)
 
         await host._bridge.run(noticed)
 
-    host._on_conn = on_conn  # type: ignore[method-assign]
+    host._connections.on_conn = on_conn  # type: ignore[method-assign]
     return release
 
 
