@@ -1,7 +1,7 @@
 """`cairn node start`: run a node until SIGINT/SIGTERM.
 
 The first signal stops taking queries and lets the running ones finish, saying so; a second one cancels them
-(their Spark job groups with them) and stops at once (issue 16)."""
+(their Spark job groups with them) and stops at once."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ import errno
 import logging
 import os
 import signal
-import time
 
 from aiohttp import web
 
 from config import Settings, flight_port
-from node import __version__
 from node.api import create_app, flight
 from node.core import Node
 from node.errors import ConfigError
@@ -73,7 +71,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await signals.stop.wait()
         await _drain(node, signals)
     finally:
-        node.home.clear_runtime(os.getpid())
+        node.stopped_listening()
         if face is not None:  # its queries are done or cancelled (_drain): its calls end now
             await flight.stop(face)
         if runner is not None:
@@ -89,7 +87,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
 
 async def _listen(node: Node, settings: Settings) -> web.AppRunner:
     app = create_app(node, node.home.token(), settings.api.max_upload_bytes)
-    # A client that disconnects cancels its request, and so its query (issue 15; as aiohttp's TestServer does).
+    # A client that disconnects cancels its request, and so its query (as aiohttp's TestServer does).
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, settings.api.host, settings.api.port)
@@ -104,17 +102,16 @@ async def _listen(node: Node, settings: Settings) -> web.AppRunner:
             ) from None
         raise
     host, port = runner.addresses[0][:2]
-    node.api_url = f"http://{host}:{port}"
-    runtime = {"pid": os.getpid(), "api": node.api_url, "version": __version__, "started": time.time()}
-    node.home.write_runtime(runtime | ({"flight": node.flight_url} if node.flight_url else {}))
-    log.info("http api listening", extra={"api": node.api_url})
-    print(f"cairn node {node.identity.peer_id} listening on {node.api_url}", flush=True)
+    api = f"http://{host}:{port}"
+    node.listening(api=api)  # and node.json, where `cairn` finds it
+    log.info("http api listening", extra={"api": api})
+    print(f"cairn node {node.identity.peer_id} listening on {api}", flush=True)
     return runner
 
 
 async def _drain(node: Node, signals: Signals) -> None:
     """After the first signal: refuse new queries, wait for the running ones, or cancel them on a second signal."""
-    node.stopping = True
+    node.begin_stopping()
     n = node.running_queries()
     if not n:
         _say("stopping")

@@ -39,7 +39,7 @@ from p2p.errors import P2PBadInput, P2PError, P2PTimeout  # noqa: E402
 from p2p.gossip import MAX_PUBLISH_BYTES, Gossip, new_pubsub  # noqa: E402
 from p2p.guard import FrameBudget, HostLimits, StreamGuard  # noqa: E402
 from p2p.multiaddrs import check_ports_free, dialable, parse_listen_addr, parse_peer_addr  # noqa: E402
-from p2p.peers import PeerTable, strip_p2p  # noqa: E402
+from p2p.peers import PeerEntry, PeerTable, strip_p2p  # noqa: E402
 from p2p.probe import AcceptProbe, probe_target  # noqa: E402
 from p2p.requests import Requests  # noqa: E402
 from p2p.stack import build_host  # noqa: E402
@@ -210,7 +210,7 @@ class P2PHost:
         """Full multiaddrs (with ``/p2p/<id>``) other peers can dial; empty before start."""
         return list(self._addrs)
 
-    def peers(self) -> list[dict[str, Any]]:
+    def peers(self) -> list[PeerEntry]:
         """Known peers: ``peer_id``, ``addrs``, ``connected``, ``last_seen`` (unix time or
         None), ``source`` (dialed, inbound, bootstrap, mdns, remembered)."""
         return self._table.snapshot()

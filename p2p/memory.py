@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from node.errors import one_line
+from node.ports.peer_host import PeerEntry
 from p2p.errors import P2PBadInput, P2PError, P2PTimeout
 from p2p.peers import PeerTable
 
@@ -124,7 +125,7 @@ class MemoryHost:
     def addrs(self) -> list[str]:
         return list(self._addrs)
 
-    def peers(self) -> list[dict[str, Any]]:
+    def peers(self) -> list[PeerEntry]:
         return self._table.snapshot()
 
     def connected_peers(self) -> list[str]:

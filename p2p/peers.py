@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from node.errors import one_line
+from node.ports.peer_host import PeerEntry
 
 log = logging.getLogger("cairn.p2p")
 
@@ -215,7 +216,7 @@ class PeerTable:
                 if p["addrs"] and not p["connected"]
             ]
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[PeerEntry]:
         with self._lock:
             return [
                 {

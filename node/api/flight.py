@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,8 @@ class FlightFace(FlightService):
         if not sql.strip():
             raise Refused(Code.INVALID_ARGUMENT, "the SQL statement is empty")
         answer = self.run(call, self.node.query(sql, {}, limit=0, may_compute=self._may_compute(call)))
-        handle = {"columns": answer["columns"], **{k: answer[k] for k in ANSWER_FIELDS}}
+        fields: Mapping[str, Any] = answer
+        handle = {"columns": answer["columns"], **{k: fields[k] for k in ANSWER_FIELDS}}
         schema = self.run(call, self._result_schema(handle))
         ticket = proto.pack("TicketStatementQuery", statement_handle=json.dumps(handle).encode())
         return _info(schema, descriptor, ticket, answer["row_count"], json.dumps(handle).encode())
@@ -186,7 +187,7 @@ class FlightFace(FlightService):
         }
         if not message.include_schema:
             return pa.Table.from_pydict(columns, schema=TABLES_SCHEMA)
-        schemas = [self.run(call, self.node.dataset_schema(n)) for n in names]
+        schemas = [self.run(call, self.node.data.schema(n)) for n in names]
         columns["table_schema"] = [s.serialize().to_pybytes() for s in schemas]
         return pa.Table.from_pydict(columns, schema=TABLES_WITH_SCHEMA)
 
@@ -196,7 +197,7 @@ async def _next(files: Any) -> Path | None:
 
 
 async def _dataset_names(node: Node) -> list[str]:
-    return sorted(d["name"] for d in await node.list_datasets() if d["name"])
+    return sorted(d["name"] for d in await node.data.listed() if d["name"])
 
 
 def _command(data: bytes) -> tuple[str, Any]:
@@ -387,8 +388,9 @@ def start(node: Node, host: str, port: int, token: str, limits: Limits | None = 
             f"Arrow Flight SQL cannot listen on {host}:{port} (in use?): set api.flight_port "
             "(CAIRN_API_FLIGHT_PORT; 0 picks a free port) or turn it off with api.flight = false"
         ) from None
-    node.flight_url = f"grpc://{where}:{face.port}"
-    log.info("flight sql listening", extra={"flight": node.flight_url})
+    url = f"grpc://{where}:{face.port}"
+    node.listening(flight=url)
+    log.info("flight sql listening", extra={"flight": url})
     return face
 
 

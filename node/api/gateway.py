@@ -77,7 +77,7 @@ async def _held(request: web.Request, node: Node, cid: CID) -> None:
     """The CID the path starts from is held here, or a 404 now: Kubo's gateway answers a CAR of a CID it lacks with
     200 and a CAR of no block (cacheable for a year), and an external Kubo's may search the network."""
     try:
-        await node.gateway_held(cid)
+        await node.serving.held(cid)
     except NotFound as e:
         if "only-if-cached" in request.headers.get("Cache-Control", ""):  # Path Gateway spec: then a 412
             raise GatewayRefused(e.message, 412) from e
@@ -88,10 +88,12 @@ async def serve(request: web.Request, node: Node) -> web.StreamResponse:
     raw_path = request.rel_url.raw_path.removeprefix("/ipfs/")
     cid = parse_cid(request.match_info["cid"])  # 400 for a string that is no CID, before anything else
     _check_depth(request, node.settings.api.gateway_max_path_segments)
-    if node.gateway.url is None:
+    if node.serving.gateway_url() is None:
         return await _from_rpc(request, node, cid)
     await _held(request, node, cid)
-    async with node.gateway_open(request.method, raw_path, request.rel_url.raw_query_string, request.headers) as ans:
+    async with node.serving.gateway_open(
+        request.method, raw_path, request.rel_url.raw_query_string, request.headers
+    ) as ans:
         resp = web.StreamResponse(status=ans.status)
         for name, value in ans.headers:
             resp.headers.add(name, value)
@@ -133,7 +135,7 @@ async def _from_rpc(request: web.Request, node: Node, cid: CID) -> web.StreamRes
     """No Kubo gateway: what the RPC API gives, hash-checked (block/get, dag export); 501 for the rest."""
     if request.match_info.get("path"):
         raise GatewayUnavailable("a path under a CID needs a Kubo gateway: set ipfs.gateway")
-    await node.gateway_held(cid)  # local only: an absent CID is a prompt 404, not a network search
+    await node.serving.held(cid)  # local only: an absent CID is a prompt 404, not a network search
     wanted = _wanted(request)
     for name, allowed in _CAR_DEFAULTS.items():
         if wanted == CAR and name in request.query and request.query[name] not in allowed:
@@ -142,16 +144,16 @@ async def _from_rpc(request: web.Request, node: Node, cid: CID) -> web.StreamRes
     headers |= {"Cache-Control": IMMUTABLE, "X-Content-Type-Options": "nosniff", "Vary": "Accept"}
     headers["Access-Control-Allow-Origin"] = "*"  # open data: a page of any origin may read it, as from Kubo's
     if wanted == RAW:
-        body = b"" if request.method == "HEAD" else await node.raw_block(cid)
+        body = b"" if request.method == "HEAD" else await node.serving.raw_block(cid)
         return web.Response(body=body, content_type=RAW, headers=headers | {"Etag": f'"{cid_str(cid)}.raw"'})
     if wanted == CAR:
-        chunks = node.car_export(cid)
+        chunks = node.serving.car_export(cid)
         content_type = "application/vnd.ipld.car; version=1; order=dfs; dups=n"
     elif cid.codec.name in ("dag-cbor", "cbor"):
-        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # off the loop (issue 15)
+        text = await asyncio.to_thread(dagjson.dumps, await node.dag_get(cid))  # seconds for MBs: off the loop
         return web.Response(text=text, content_type="application/json", headers=headers)
     else:
-        chunks = node.cat(cid)
+        chunks = node.serving.cat(cid)
         content_type = "application/octet-stream"
     resp = web.StreamResponse(headers=headers | {"Content-Type": content_type})
     if request.method == "HEAD":

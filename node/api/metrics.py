@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from node.core import Node
-from node.errors import CairnError
+from node.core.stats import NodeStats
 from node.tally import Timings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,7 +49,8 @@ class Metrics:
         self.peer_refused = Gauge("cairn_peer_refused", "Peer messages refused", ["kind"], registry=r)
         self.peer_claims = Gauge("cairn_peer_claims", "Peers' claims stored", ["status"], registry=r)
         self.repo_bytes = Gauge("cairn_kubo_repo_bytes", "Bytes in Kubo's repo (pinned and cached blocks)", registry=r)
-        r.register(_NodeCollector(node))
+        self.collector = _NodeCollector()
+        r.register(self.collector)
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -68,26 +69,25 @@ class Metrics:
             self.latency.labels(route).observe(time.perf_counter() - started)
 
     async def handler(self, request: web.Request) -> web.Response:
-        n = self.node
-        self.kubo_up.set(1 if n.kubo_state == "up" else 0)
-        if n.managed is not None:
-            self.kubo_restarts.set(n.managed.restarts)
-        self.spark_jobs.set(n.worker.jobs_sent)
-        self.spark_restarts.set(n.worker.restarts)
-        self.executions.set(n.index.count("executions"))
-        self.datasets.set(n.index.count("datasets"))
-        self.divergences.set(n.index.count("divergences"))
-        self.derived.set(n.resolver.derived)
-        self.forwarded.set(n.resolver.forwarded)
-        try:
-            self.repo_bytes.set(await n.kubo.repo_size(timeout=2.0))
-        except CairnError:  # Kubo down or slow: the last value stays, cairn_kubo_up says why
-            pass
-        if n.network is not None:
-            for kind, count in n.network.counters().items():
+        stats = await self.node.stats()
+        self.kubo_up.set(1 if stats.kubo_up else 0)
+        if stats.kubo_restarts is not None:
+            self.kubo_restarts.set(stats.kubo_restarts)
+        self.spark_jobs.set(stats.spark_jobs)
+        self.spark_restarts.set(stats.spark_restarts)
+        self.executions.set(stats.executions)
+        self.datasets.set(stats.datasets)
+        self.divergences.set(stats.divergences)
+        self.derived.set(stats.derived)
+        self.forwarded.set(stats.forwarded)
+        if stats.kubo_repo_bytes is not None:  # else the last value stays, cairn_kubo_up says why
+            self.repo_bytes.set(stats.kubo_repo_bytes)
+        if stats.peers is not None:
+            for kind, count in stats.peers.refused.items():
                 self.peer_refused.labels(kind).set(count)
-            for status in ("pending", "accepted", "refused"):  # refused: failed a check when used (claims.py)
-                self.peer_claims.labels(status).set(n.index.claim_count(status=status))
+            for status, count in stats.peers.claims.items():
+                self.peer_claims.labels(status).set(count)
+        self.collector.stats = stats
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
@@ -109,14 +109,16 @@ QUERY_SOURCES = ("local", "peer", "computed", "refused")
 
 
 class _NodeCollector:
-    """Families read from the node's own counts at each scrape (node/tally.py; Kubo's and the network's counters)."""
+    """Families read from the node's counts of the scrape under way (``Node.stats``; node/tally.py)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self) -> None:
+        self.stats: NodeStats | None = None
 
     def collect(self) -> list[Metric]:
-        n = self.node
-        q = n.query_times
+        s = self.stats
+        if s is None:  # registration, before any scrape
+            return []
+        q = s.query_times
         out: list[Metric] = [
             _counter(
                 "cairn_queries",
@@ -125,27 +127,27 @@ class _NodeCollector:
                 {**dict.fromkeys(QUERY_SOURCES, 0), **q.counts},  # every source from the start: rates need a 0
             ),
             _histogram("cairn_query_seconds", "Query latency in the node, by source", "source", q),
-            _counter("cairn_spark_jobs_run", "Spark jobs run, by outcome", "outcome", n.worker.job_times.counts),
-            _histogram("cairn_spark_job_seconds", "Spark job wall time, by outcome", "outcome", n.worker.job_times),
+            _counter("cairn_spark_jobs_run", "Spark jobs run, by outcome", "outcome", s.spark_job_times.counts),
+            _histogram("cairn_spark_job_seconds", "Spark job wall time, by outcome", "outcome", s.spark_job_times),
             _counter(
                 "cairn_spark_staged",
                 "Input slices in spark.staging, by outcome: written there by this node, or reused (found, checked)",
                 "outcome",
-                {"written": 0, "reused": 0, **(st.counts if (st := n.resolver.staging) else {})},
+                s.staged,
             ),
-            _counter("cairn_kubo_calls", "Kubo RPC calls, by call", "call", dict(n.kubo.calls)),
-            _counter("cairn_kubo_errors", "Kubo RPC calls that failed, by call", "call", dict(n.kubo.errors)),
-            GaugeMetricFamily("cairn_jobs_running", "Query, verify and pipeline jobs running", value=n.jobs.live()),
+            _counter("cairn_kubo_calls", "Kubo RPC calls, by call", "call", s.kubo_calls),
+            _counter("cairn_kubo_errors", "Kubo RPC calls that failed, by call", "call", s.kubo_errors),
+            GaugeMetricFamily("cairn_jobs_running", "Query, verify and pipeline jobs running", value=s.jobs_running),
         ]
-        if n.network is not None:
-            peers = GaugeMetricFamily("cairn_peers", "Connected peers", value=len(n.network.host.connected_peers()))
+        if s.peers is not None:
+            peers = GaugeMetricFamily("cairn_peers", "Connected peers", value=s.peers.connected)
             ann = CounterMetricFamily("cairn_announcements", "Announcements received, by outcome", labels=["outcome"])
-            ann.add_metric(["accepted"], n.network.accepted)
-            for kind, count in n.network.counters().items():
+            ann.add_metric(["accepted"], s.peers.accepted)
+            for kind, count in s.peers.refused.items():
                 ann.add_metric([f"refused:{kind}"], count)
             ahead = CounterMetricFamily(
                 "cairn_claims_fetched_ahead", "Trusted signers' claims whose blocks were fetched before being asked"
             )
-            ahead.add_metric([], n.resolver.ahead.fetched)
+            ahead.add_metric([], s.peers.fetched_ahead)
             out += [peers, ann, ahead]
         return out

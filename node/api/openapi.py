@@ -1,6 +1,6 @@
 """``GET /api/v0/openapi.json``: the OpenAPI 3.1 document, generated from the route table (the one source).
 
-Issue 15 item 3 precondition: the document lists exactly the routes ``create_app`` serves, with who may call
+The document lists exactly the routes ``create_app`` serves, with who may call
 each (``security`` and ``x-cairn-access``), its parameters, its body (content type and cap) and its answers,
 errors included ({"error": {"type", "message"}}).
 """
@@ -106,7 +106,7 @@ _TEXT_TYPES = (
 )
 
 
-# A server-sent event as clients parse it: its name and its data, one JSON value (node/api/server.py job_events).
+# A server-sent event as clients parse it: its name and its data, one JSON value (node/api/handlers.py job_events).
 _SSE_EVENT = {
     "type": "object",
     "required": ["event", "data"],

@@ -1,4 +1,5 @@
-"""The HTTP face: aiohttp routes that parse a request, call ``Node``, and render JSON.
+"""The HTTP face: the route table and the app that serves it (its handlers parse a request, call ``Node``, and
+render JSON: node.api.handlers, node.api.uploads).
 
 Every route is declared once in ``ROUTES`` (method, path, handler, who may call it, body): ``create_app`` serves
 exactly those, each behind its checks (node.api.access), and ``GET /api/v0/openapi.json`` is generated from the
@@ -8,24 +9,13 @@ Every error is ``{"error": {"type": …, "message": …}}`` with the status its 
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import json
 import logging
-import os
-import re
-import tempfile
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import BinaryIO, NoReturn
+from collections.abc import Awaitable, Callable
 
-from aiohttp import BodyPartReader, web
-from multidict import MultiMapping
+from aiohttp import web
 
-from node import __version__, values
-from node.api import export, openapi, webui
+from node import __version__
+from node.api import bodies, export, openapi, webui
 from node.api import shapes as S
 from node.api.access import (
     FILE_UPLOAD,
@@ -38,43 +28,60 @@ from node.api.access import (
     Param,
     Route,
     guard,
-    has_token,
     host_middleware,
     limits_from,
 )
-from node.api.gateway import serve as serve_gateway
-from node.api.local_files import open_local
-from node.api.metrics import Metrics
-from node.core import Node
-from node.datasets import ReadOptions
-from node.errors import (
-    CairnError,
-    IngestCancelled,
-    InsufficientStorage,
-    InvalidInput,
-    NotFound,
-    TooLarge,
-    Unauthorized,
+from node.api.answering import METRICS_KEY, NODE_KEY, OPENAPI_KEY, json_answer
+from node.api.handlers import (
+    announcements,
+    asset_check,
+    dag_get,
+    dag_put,
+    dataset_data,
+    dataset_get,
+    dataset_log,
+    datasets_list,
+    execution_data,
+    execution_get,
+    gateway,
+    healthz,
+    holium_import,
+    job_cancel,
+    job_events,
+    job_get,
+    lineage_get,
+    metrics_get,
+    node_info,
+    odf_block,
+    odf_data,
+    odf_head,
+    openapi_get,
+    peers_connect,
+    peers_list,
+    pipeline_log,
+    pipelines_post,
+    proof_get,
+    pull,
+    query,
+    trust_add,
+    trust_list,
+    trust_rm,
+    type_check,
+    type_put,
+    verify_post,
 )
-from node.model import INT64_MAX, cid_str, dagjson, parse_cid
-from node.resolve.resolver import TRUST_MODES, accepts, valid_mode
+from node.api.metrics import Metrics
+from node.api.uploads import datasets_add
+from node.core import Node
+from node.errors import CairnError
 
 log = logging.getLogger("cairn.api")
-
-NODE_KEY = web.AppKey("node", Node)
-METRICS_KEY = web.AppKey("metrics", Metrics)
-OPENAPI_KEY = web.AppKey("openapi", dict)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _json(obj: object, status: int = 200) -> web.Response:
-    """A JSON answer; strict (node.values.dumps): never a bare NaN, whatever a result holds."""
-    return web.json_response(obj, status=status, dumps=values.dumps)
-
-
 def _error(status: int, kind: str, message: str) -> web.Response:
-    return _json({"error": {"type": kind, "message": message}}, status=status)
+    return json_answer({"error": {"type": kind, "message": message}}, status=status)
 
 
 @web.middleware
@@ -107,611 +114,8 @@ def _route_error(request: web.Request, e: web.HTTPException) -> web.Response:
     return _error(e.status, type(e).__name__.removeprefix("HTTP"), e.reason)
 
 
-def _node(request: web.Request) -> Node:
-    return request.app[NODE_KEY]
+# -- the route table: each route once; docs/api.md ----------------------------------------------------------
 
-
-async def healthz(request: web.Request) -> web.Response:
-    health = await _node(request).health()
-    return web.json_response(health, status=200 if health["ok"] else 503)
-
-
-async def node_info(request: web.Request) -> web.Response:
-    return web.json_response(await _node(request).info())
-
-
-async def dag_put(request: web.Request) -> web.Response:
-    pin = request.query.get("pin", "true")
-    if pin not in ("true", "false"):  # anything else pinned silently before issue 15 item 3
-        raise InvalidInput(f"pin must be true or false, got {pin[:40]!r}")
-    obj = await asyncio.to_thread(dagjson.loads, await request.read())  # seconds for MBs: off the loop (issue 15)
-    cid = await _node(request).dag_put(obj, pin=pin == "true")
-    return web.json_response({"cid": cid_str(cid)})
-
-
-async def dag_get(request: web.Request) -> web.Response:
-    cid = parse_cid(request.match_info["cid"])
-    value = await _node(request).dag_get(cid)
-    if isinstance(value, bytes) and cid.codec.name not in ("dag-cbor", "cbor"):
-        return web.Response(body=value, content_type="application/octet-stream")
-    text = await asyncio.to_thread(dagjson.dumps, value)  # seconds for MBs: off the loop (issue 15)
-    return web.Response(text=text, content_type="application/json")
-
-
-async def holium_import(request: web.Request) -> web.Response:
-    fmt = request.query.get("format", "")
-    root, count = await _node(request).holium_import(await request.read(), fmt)
-    return web.json_response({"cid": cid_str(root), "blocks": count})
-
-
-# -- datasets ---------------------------------------------------------------------------------
-
-
-def _read_options(q: MultiMapping[str]) -> ReadOptions:
-    overrides: dict[str, str] = {}
-    for spec in q.getall("type", []):
-        col, sep, typ = spec.partition("=")
-        if not sep or not col or not typ:
-            raise InvalidInput(f"type override {spec!r} must look like COLUMN=TYPE")
-        overrides[col] = typ
-    header = q.get("header", "true").lower()
-    if header not in ("true", "false"):
-        raise InvalidInput("header must be true or false")
-    columns = q.get("columns")
-    return ReadOptions(
-        format=q.get("format") or None,
-        compression=q.get("compression") or None,
-        delimiter=q.get("delimiter") or None,
-        encoding=q.get("encoding") or None,
-        header=header == "true",
-        column_names=columns.split(",") if columns else None,
-        schema_overrides=overrides,
-        event_time=q.get("event_time") or None,
-    )
-
-
-def _info(q: MultiMapping[str]) -> dict[str, object] | None:
-    info: dict[str, object] = {k: q[k] for k in ("title", "description", "license") if q.get(k)}
-    if q.getall("keyword", []):
-        info["keywords"] = list(q.getall("keyword"))
-    return info or None
-
-
-async def _spool(chunks: AsyncIterator[bytes], dest: Path, limit: int) -> int:
-    """Stream ``chunks`` to ``dest``, never holding them whole; refuse past ``limit`` bytes."""
-    size = 0
-    try:
-        with open(dest, "wb") as f:  # noqa: ASYNC230  local disk, 1 MiB at a time: brief, cheaper than a thread hop
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise TooLarge(f"upload larger than api.max_upload_bytes ({limit} bytes): refused")
-                f.write(chunk)
-    except OSError as e:  # a full disk is the node's state, not a bug: 507, and the caller removes `dest`
-        if InsufficientStorage.is_disk_full(e):
-            raise InsufficientStorage("the upload", "under $CAIRN_HOME/tmp") from None
-        raise
-    return size
-
-
-def _local_file(request: web.Request, node: Node, path: str) -> BinaryIO:
-    """``path=``: ingest a file on the node's machine in place (the CLI does for its own node). Only for clients on
-    this machine (loopback), only under ``api.ingest_dirs``, never under ``$CAIRN_HOME`` (node.api.local_files)."""
-    import ipaddress
-
-    try:
-        loopback = ipaddress.ip_address((request.remote or "").split("%")[0]).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise Unauthorized("path= is only for clients on the node's own machine; upload the file instead")
-    return open_local(path, node.home.path, node.settings.api.ingest_dirs)
-
-
-async def _file_part(request: web.Request) -> BodyPartReader:
-    """The first part of a multipart/form-data body that carries a file (``curl -F file=@x.csv``)."""
-    try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if isinstance(part, BodyPartReader) and part.filename is not None:
-                return part
-            if isinstance(part, BodyPartReader):
-                await part.release()  # a plain form field: skipped
-    except (ValueError, AssertionError):  # aiohttp's words for a body that does not match its boundary
-        raise InvalidInput("malformed multipart/form-data body") from None
-    raise InvalidInput("the multipart body has no file part: send the file as -F file=@PATH, or the bytes as the body")
-
-
-async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
-    while chunk := await part.read_chunk(1 << 20):
-        yield chunk
-
-
-async def _receive(request: web.Request, node: Node) -> tuple[Path, str]:
-    """Spool the upload (the raw body, or the file part of a multipart body) to a fresh file under the home's tmp;
-    the spool file (named with the upload's extensions, which tell the reader its format) and the name errors give
-    it (the client's file name, never the spool path)."""
-    tmp = node.home.path / "tmp"
-    tmp.mkdir(exist_ok=True)
-    fd, spool = tempfile.mkstemp(prefix="upload-", dir=tmp)
-    os.close(fd)
-    path, name = Path(spool), request.query.get("filename", "")
-    try:
-        cap = node.settings.api.max_upload_bytes
-        if request.content_type == "multipart/form-data":
-            part = await _file_part(request)
-            name = name or part.filename or ""
-            await _spool(_part_chunks(part), path, cap)
-        else:
-            await _spool(request.content.iter_chunked(1 << 20), path, cap)
-        suffix = "".join(Path(name).suffixes[-2:])
-        if re.fullmatch(r"(\.[A-Za-z0-9]{1,10}){1,2}", suffix):
-            path = path.rename(path.with_name(path.name + suffix))  # noqa: ASYNC240  one rename, instant
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    return path, Path(name).name or "upload"
-
-
-async def datasets_add(request: web.Request) -> web.StreamResponse:
-    """Upload a file (the body, or a multipart/form-data file part; streamed to disk, size-limited), then ingest it.
-    With ``progress=true`` the answer is NDJSON: ``{"bytes", "rows"}`` lines while ingesting, then ``{"result": …}``
-    or ``{"error": …}``."""
-    q = request.query
-    name, to = q.get("name"), q.get("to")
-    if bool(name) == bool(to):
-        raise InvalidInput("give exactly one of name= (create a dataset) or to= (append to one)")
-    node = _node(request)
-    options = _read_options(q)  # refuses bad options before the body is read
-    source: Path | BinaryIO
-    if q.get("path"):
-        source = _local_file(request, node, q["path"])
-    else:
-        source, label = await _receive(request, node)
-        options = replace(options, label=label)  # errors name the client's file, never the spool file
-    task: asyncio.Future[dict[str, object]] | None = None
-    stop = threading.Event()
-    try:
-        state = {"bytes": 0, "rows": 0}
-
-        def progress(nbytes: int, rows: int) -> None:  # called from the ingest thread: plain stores only
-            state["bytes"], state["rows"] = nbytes, rows
-
-        ingest = node.add_dataset(
-            source,
-            name=name or to or "",
-            create=bool(name),
-            options=options,
-            strategy=q.get("merge", "append"),
-            primary_key=[c for c in q.get("primary_key", "").split(",") if c],
-            info=_info(q),
-            progress=progress,
-            stop=stop,
-        )
-        # The ingest runs as its own task, never cut at an arbitrary await: a client that goes away sets its `stop`
-        # (below), which ends it at its next read, before its commit, with nothing kept.
-        task = asyncio.ensure_future(ingest)
-        if q.get("progress") != "true":
-            await _while_connected(request, task)
-            return web.json_response(task.result(), status=201 if name else 200)
-        return await _progress_stream(request, task, state)
-    finally:
-        if task is None or task.done():
-            _release(source)
-        else:
-            stop.set()  # the handler left before the ingest ended: its client went away
-            task.add_done_callback(functools.partial(_after_stopped, source))
-
-
-async def _while_connected(request: web.Request, task: asyncio.Future[dict[str, object]]) -> None:
-    """Wait for ``task``; IngestCancelled as soon as the client's connection closes (the caller stops the ingest).
-    Watched here too: a server without aiohttp's handler_cancellation (a test server) never cancels the handler."""
-    while not task.done():
-        await asyncio.wait([task], timeout=_CONNECTION_CHECK_S)
-        if not task.done() and _client_gone(request):
-            raise IngestCancelled("the client went away: the ingest is stopped and nothing is kept")
-
-
-_CONNECTION_CHECK_S = 0.25
-
-
-def _client_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
-def _after_stopped(source: Path | BinaryIO, task: asyncio.Future[dict[str, object]]) -> None:
-    """An ingest whose client went away has ended (stopped, or committed if it was past its last check)."""
-    _release(source)
-    error = None if task.cancelled() else task.exception()  # retrieved: nobody else will
-    how = "kept" if error is None else error.message if isinstance(error, CairnError) else type(error).__name__
-    log.info("an ingest whose client went away ended: %s", how)
-
-
-def _release(source: Path | BinaryIO) -> None:
-    """After the ingest: remove our spool file, or close the ``path=`` file."""
-    if isinstance(source, Path):
-        source.unlink(missing_ok=True)
-    else:
-        source.close()
-
-
-async def _progress_stream(
-    request: web.Request, task: asyncio.Future[dict[str, object]], state: dict[str, int]
-) -> web.StreamResponse:
-    """NDJSON progress lines every 0.25 s while ``task`` runs, then its result or its error."""
-    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await resp.prepare(request)
-    while not task.done():
-        await asyncio.wait([task], timeout=0.25)
-        if _client_gone(request):  # the caller stops the ingest; nothing is left to write to
-            raise IngestCancelled("the client went away: the ingest is stopped and nothing is kept")
-        await resp.write(json.dumps(state).encode() + b"\n")
-    try:
-        final: dict[str, object] = {"result": task.result()}
-    except CairnError as e:
-        final = {"error": {"type": type(e).__name__, "message": e.message, "status": e.status}}
-    except Exception as e:  # the stream has begun: a bug is reported in-band, its trace logged
-        log.exception("ingest failed")
-        final = {"error": {"type": "InternalError", "message": f"internal error: {type(e).__name__}", "status": 500}}
-    await resp.write(json.dumps(final).encode() + b"\n")
-    await resp.write_eof()
-    return resp
-
-
-async def datasets_list(request: web.Request) -> web.Response:
-    return web.json_response({"datasets": await _node(request).list_datasets()})
-
-
-async def dataset_get(request: web.Request) -> web.Response:
-    return web.json_response(await _node(request).dataset(request.match_info["ref"]))
-
-
-async def dataset_log(request: web.Request) -> web.Response:
-    return web.json_response({"blocks": await _node(request).dataset_log(request.match_info["ref"])})
-
-
-async def dataset_data(request: web.Request) -> web.StreamResponse:
-    fmt = request.query.get("format", "jsonl")
-    limit_s = request.query.get("limit")
-    try:
-        limit = int(limit_s) if limit_s is not None else None
-        if limit is not None and not 0 <= limit <= INT64_MAX:
-            raise ValueError
-    except ValueError:
-        raise InvalidInput(f"limit must be a non-negative integer, got {limit_s!r}") from None
-    node = _node(request)
-    version = await node.dataset_version(request.match_info["ref"])
-    writer = export.writer_for(fmt)  # refuses an unknown format before anything is sent
-    return await _stream(
-        request,
-        export.stream(node.datasets.tables(version), writer, limit),
-        writer.content_type,
-        {"X-Cairn-Version": cid_str(version.head)},
-    )
-
-
-async def pull(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-        source, name = body["source"], body.get("name")
-        if not isinstance(source, str) or (name is not None and not isinstance(name, str)):
-            raise TypeError
-    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
-        raise InvalidInput('body must be JSON {"source": URL or CID, "name": optional local name}') from None
-    return web.json_response(await _node(request).pull_dataset(source, name))
-
-
-# -- queries ----------------------------------------------------------------------------------
-
-
-async def query(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep (issue 15)
-        raise InvalidInput(
-            'body must be JSON {"sql": …, "inputs": {"alias": "dataset"}, "limit": n, "wait": bool}'
-        ) from None
-    _known_fields(body, request)
-    sql, inputs, limit, wait = body.get("sql"), body.get("inputs", {}), body.get("limit"), body.get("wait", True)
-    trust, type_ref, retry = body.get("trust"), body.get("type"), body.get("retry", False)
-    if not isinstance(retry, bool):  # a recorded failure computed again (docs/queries.md "Recorded failures")
-        raise InvalidInput('"retry" must be true or false')
-    if type_ref is not None:  # the type the result must be a term of (docs/provenance.md "Types")
-        type_ref = cid_str(parse_cid(type_ref)) if isinstance(type_ref, str) else _not_a_type_cid()
-    # Checked here, not in the job: an unknown mode or a non-boolean "wait" was accepted (202) before item 3.
-    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
-    if not isinstance(wait, bool):
-        raise InvalidInput('"wait" must be true or false')
-    if not isinstance(sql, str) or not sql.strip():
-        raise InvalidInput('"sql" must be a non-empty string')
-    if not isinstance(inputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()):
-        raise InvalidInput('"inputs" must map input names to dataset references (name, id or block CID)')
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or not 0 <= limit <= INT64_MAX):
-        raise InvalidInput(f'"limit" must be an integer from 0 to {INT64_MAX}')  # 10**30 overflowed: issue 15
-    node = _node(request)
-    may_compute = has_token(request) or request.app[LIMITS_KEY].open_compute
-    if not may_compute and _looser(trust, node.settings.peers.trust):
-        raise Unauthorized(
-            f"trust {trust!r} is looser than this node's {node.settings.peers.trust!r}: it needs the node's API token"
-        )
-    if wait is False:
-        job = node.start_query(
-            sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
-        )
-        return _json(job, status=202)
-    answer = await node.query(
-        sql, inputs, limit=limit, trust=trust, may_compute=may_compute, type_ref=type_ref, retry=retry
-    )
-    return _json(answer)
-
-
-def _known_fields(body: dict[str, object], request: web.Request) -> None:
-    """A body field the query route does not read is refused, not ignored: ``"format": "csv"`` once gave JSON without
-    a word. So is ``?format=`` (other routes take it); other query parameters are ignored, as on every route. CSV
-    (or JSONL, Parquet…) of an answer is the execution's data route."""
-    extra = sorted(set(body) - set(QUERY_FIELDS)) + (["?format"] if "format" in request.query else [])
-    if not extra:
-        return
-    hint = ""
-    if "format" in body or "format" in request.query:
-        hint = "; a result as CSV, JSONL or Parquet: GET /api/v0/executions/{execution}/data?format=csv"
-    raise InvalidInput(f"unknown field {extra[0]!r}: the body takes {', '.join(QUERY_FIELDS)}{hint}")
-
-
-# -- pipelines (docs/provenance.md "Pipelines") ------------------------------------------------------------
-
-
-async def pipelines_post(request: web.Request) -> web.Response:
-    """POST /api/v0/pipelines: run a pipeline (its file's text as ``text``, or the map as ``pipeline``)."""
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):
-        raise InvalidInput(
-            'body must be JSON {"text": the YAML or JSON file, or "pipeline": {…}, "trust": mode, "wait": bool}'
-        ) from None
-    text, spec, trust, wait = body.get("text"), body.get("pipeline"), body.get("trust"), body.get("wait", True)
-    source = text if spec is None else spec
-    if (text is None) == (spec is None) or not isinstance(source, (str, dict)):
-        raise InvalidInput('give the pipeline as "text" (the file, YAML or JSON) or as "pipeline" (a map), not both')
-    if trust is not None and not (isinstance(trust, str) and valid_mode(trust)):
-        raise InvalidInput(f'"trust" must be one of {", ".join(TRUST_MODES)}, or quorum:K[:communities]')
-    if not isinstance(wait, bool):
-        raise InvalidInput('"wait" must be true or false')
-    node = _node(request)
-    if wait is False:
-        return _json(node.start_pipeline(source, trust=trust), status=202)
-    return _json(await node.run_pipeline(source, trust=trust))
-
-
-async def pipeline_log(request: web.Request) -> web.Response:
-    raw = request.query.get("limit", "20")
-    if not raw.isdecimal() or not 1 <= len(raw) <= 4:
-        raise InvalidInput("limit must be a number of runs from 1 to 1000")
-    runs = await _node(request).pipeline_log(request.match_info["name"], max(1, min(int(raw), 1000)))
-    return _json({"runs": runs})
-
-
-def _not_a_type_cid() -> NoReturn:
-    raise InvalidInput('"type" must be the CID of a Transform.Storage type, as a string')
-
-
-def _looser(asked: str | None, own: str) -> bool:
-    """Whether mode ``asked`` accepts a trust label the node's own mode does not (issue 15 item 1)."""
-    if asked is None or not valid_mode(asked) or not valid_mode(own):
-        return False  # no mode asked, or an unknown one (the resolver refuses it with a 400)
-    if asked.startswith("quorum:") and own in ("self", "verify"):
-        return True  # it takes peers' answers, which these modes never do
-    return not set(accepts(asked)) <= set(accepts(own))
-
-
-async def job_get(request: web.Request) -> web.Response:
-    return _json(_node(request).jobs.get(request.match_info["id"]).view())
-
-
-async def job_cancel(request: web.Request) -> web.Response:
-    """DELETE /api/v0/jobs/{id}: cancel a wait:false query (and its Spark job); its state as GET gives it."""
-    job = _node(request).jobs.cancel(request.match_info["id"])
-    if job.task is not None and not job.task.done():
-        await asyncio.wait([job.task])  # the cancel lands: the job reads "failed", its Spark job is cancelled
-    return _json(job.view())
-
-
-async def job_events(request: web.Request) -> web.StreamResponse:
-    """Server-sent events: every event of the job from its start, then live until it ends."""
-    job = _node(request).jobs.get(request.match_info["id"])
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    await resp.prepare(request)
-    async for kind, data in job.follow():
-        await resp.write(f"event: {kind}\ndata: {values.dumps(data)}\n\n".encode())
-    if job.result is not None:
-        await resp.write(f"event: result\ndata: {values.dumps(job.result)}\n\n".encode())
-    await resp.write_eof()
-    return resp
-
-
-async def execution_get(request: web.Request) -> web.Response:
-    return web.json_response(await _node(request).execution(parse_cid(request.match_info["cid"])))
-
-
-async def execution_data(request: web.Request) -> web.StreamResponse:
-    """The whole result, streamed slice by slice. Columns are named by ``name=`` (repeated, one per column,
-    any characters) or ``names=a,b``, else by the query that asked for the execution."""
-    writer = export.writer_for(request.query.get("format", "csv"))
-    names = (
-        list(request.query.getall("name", [])) or [n for n in request.query.get("names", "").split(",") if n] or None
-    )
-    names, tables = await _node(request).execution_data(parse_cid(request.match_info["cid"]), names)
-    return await _stream(request, export.stream(tables, writer, names=names), writer.content_type)
-
-
-async def _stream(
-    request: web.Request, chunks: AsyncIterator[bytes], content_type: str, headers: dict[str, str] | None = None
-) -> web.StreamResponse:
-    """Send ``chunks``; the first is made before the answer starts, so a bad request or a value that cannot
-    be rendered is still a clean 4xx rather than a cut stream."""
-    first = await anext(chunks, b"")
-    resp = web.StreamResponse(headers={"Content-Type": content_type, **(headers or {})})
-    await resp.prepare(request)
-    await resp.write(first)
-    async for chunk in chunks:
-        await resp.write(chunk)
-    await resp.write_eof()
-    return resp
-
-
-# -- peers and trust --------------------------------------------------------------------------
-
-
-async def _json_body(request: web.Request, *keys: str) -> dict[str, object]:
-    try:
-        body = await request.json()
-        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in keys):
-            raise TypeError
-    except (ValueError, TypeError, RecursionError):  # RecursionError: JSON nested too deep
-        raise InvalidInput(f"body must be a JSON object with string fields {', '.join(keys)}") from None
-    return body
-
-
-async def peers_list(request: web.Request) -> web.Response:
-    return web.json_response({"peers": _node(request).peers()})
-
-
-async def peers_connect(request: web.Request) -> web.Response:
-    body = await _json_body(request, "addr")
-    return web.json_response(await _node(request).connect(str(body["addr"])))
-
-
-async def trust_list(request: web.Request) -> web.Response:
-    return web.json_response({"trusted": _node(request).trust_list()})
-
-
-async def trust_add(request: web.Request) -> web.Response:
-    body = await _json_body(request, "key")
-    community = body.get("community") or "default"
-    _node(request).trust_add(str(body["key"]), str(community))
-    return web.json_response({"trusted": _node(request).trust_list()})
-
-
-async def trust_rm(request: web.Request) -> web.Response:
-    body = await _json_body(request, "key")
-    community = body.get("community")
-    if community is not None and not isinstance(community, str):
-        raise InvalidInput('"community" must be a string')
-    removed = _node(request).trust_rm(str(body["key"]), community)
-    if not removed:
-        raise NotFound(f"{body['key']} is not in a trusted community")
-    return web.json_response({"removed": removed})
-
-
-async def announcements(request: web.Request) -> web.Response:
-    return web.json_response(_node(request).announcements())
-
-
-# -- transfer protocol and gateway ------------------------------------------------------------
-
-
-async def odf_head(request: web.Request) -> web.Response:
-    head = await _node(request).odf_head(request.match_info["dataset"])
-    return web.Response(text=cid_str(head), content_type="text/plain")
-
-
-async def odf_block(request: web.Request) -> web.Response:
-    cid = parse_cid(request.match_info["cid"])
-    data = await _node(request).odf_block(request.match_info["dataset"], cid)
-    return web.Response(body=data, content_type="application/octet-stream")
-
-
-async def odf_data(request: web.Request) -> web.StreamResponse:
-    cid = parse_cid(request.match_info["cid"])
-    path = await _node(request).odf_data(request.match_info["dataset"], cid)
-    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
-
-
-async def gateway(request: web.Request) -> web.StreamResponse:
-    return await serve_gateway(request, _node(request))
-
-
-async def metrics_get(request: web.Request) -> web.Response:
-    return await request.app[METRICS_KEY].handler(request)
-
-
-async def openapi_get(request: web.Request) -> web.Response:
-    return web.json_response(request.app[OPENAPI_KEY])
-
-
-# -- Transform.Storage types (docs/provenance.md "Types") ----------------------------------------------------
-
-
-def _param(request: web.Request, name: str) -> str:
-    value = request.query.get(name, "")
-    if not value.strip():
-        raise InvalidInput(f"missing query parameter {name}=")
-    return value
-
-
-async def type_check(request: web.Request) -> web.Response:
-    node = _node(request)
-    return _json(await node.type_check(_param(request, "ref"), _param(request, "type")))
-
-
-async def asset_check(request: web.Request) -> web.Response:
-    return _json(await _node(request).asset_check(_param(request, "cid")))
-
-
-async def type_put(request: web.Request) -> web.Response:
-    obj = await asyncio.to_thread(dagjson.loads, await request.read())
-    return _json(await _node(request).type_put(obj))
-
-
-# -- provenance: lineage and offline verification (docs/provenance.md "Lineage", "Verify (offline)") ----------
-
-
-async def lineage_get(request: web.Request) -> web.Response:
-    from node.provenance.render import to_svg
-
-    graph = await _node(request).lineage(request.match_info["cid"])
-    if "image/svg+xml" in request.headers.get("Accept", ""):
-        return web.Response(text=to_svg(graph), content_type="image/svg+xml")
-    return _json(graph)
-
-
-async def verify_post(request: web.Request) -> web.Response:
-    """Offline: the report (200). Recomputing: a job (202) whose events follow each step and whose result is the
-    report; ``wait: true`` answers with the report itself (200) once every step ran."""
-    body = await _json_body(request, "cid")
-    flags = {k: body.get(k, False) for k in ("offline", "recursive", "wait")}
-    if not all(isinstance(v, bool) for v in flags.values()) or not isinstance(body["cid"], str):
-        raise InvalidInput("cid must be a string; offline, recursive and wait true or false")
-    offline, recursive = flags["offline"] is True, flags["recursive"] is True
-    node = _node(request)
-    if offline or flags["wait"]:
-        return _json(await node.verify(str(body["cid"]), offline=offline, recursive=recursive))
-    return _json(await node.start_verify(str(body["cid"]), recursive=recursive), status=202)
-
-
-async def proof_get(request: web.Request) -> web.StreamResponse:
-    data = request.query.get("data", "true")
-    if data not in ("true", "false"):
-        raise InvalidInput("data must be true or false")
-    root, chunks = await _node(request).export_proof(request.match_info["cid"], data=data == "true")
-    headers = {"Content-Type": "application/vnd.ipld.car; version=1", "X-Ipfs-Roots": cid_str(root)}
-    resp = web.StreamResponse(headers=headers)
-    await resp.prepare(request)
-    async for chunk in chunks:  # a failure past this point cuts the stream: the file then fails to verify
-        await resp.write(chunk)
-    await resp.write_eof()
-    return resp
-
-
-# -- the route table: each route once (issue 15 item 1); docs/api.md ----------------------------------------
-
-_STR = {"type": "string"}
 _REF = Param("ref", "dataset name, id or block CID")
 _FORMATS = tuple(export.WRITERS)
 _DATA_TYPES = tuple(w.content_type.split(";")[0] for w in export.WRITERS.values())
@@ -758,43 +162,6 @@ _UPLOAD_PARAMS = (
     Param("keyword", "a keyword", repeated=True),
     Param("progress", "answer NDJSON progress lines, then the result", enum=("true", "false")),
 )
-QUORUM = r"^quorum:[0-9]+(:communities)?$"  # docs/peers.md "Quorum"
-_QUERY_PROPERTIES: dict[str, object] = {
-    "sql": {"type": "string", "pattern": r"\S"},  # not blank
-    "inputs": {"type": "object", "additionalProperties": _STR},
-    "limit": {"type": ["integer", "null"], "minimum": 0, "maximum": INT64_MAX},  # null: query.answer_rows
-    "wait": {"type": "boolean"},
-    "trust": {
-        "anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]
-    },  # null: the node's own mode (peers.trust), as when absent
-    "type": {"type": ["string", "null"]},  # the CID of the type the result must be a term of
-    "retry": {"type": "boolean"},  # compute again a recorded failure (docs/queries.md "Recorded failures")
-}
-QUERY_FIELDS = tuple(_QUERY_PROPERTIES)
-QUERY_BODY = {
-    "type": "object",
-    "required": ["sql"],  # "inputs" defaults to {}: tables not declared are datasets of their names
-    "additionalProperties": False,  # refused with a 400 (``_known_fields``), not ignored
-    "properties": _QUERY_PROPERTIES,
-}
-
-PIPELINE_BODY = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string"},  # the pipeline file as written (YAML or JSON)
-        "pipeline": {"type": "object"},  # or its map
-        "trust": {"anyOf": [{"enum": [*TRUST_MODES, None]}, {"type": "string", "pattern": QUORUM}]},
-        "wait": {"type": "boolean"},
-    },
-}
-
-
-def _strings(*required: str, optional: tuple[str, ...] = ()) -> dict[str, object]:
-    return {
-        "type": "object",
-        "required": list(required),
-        "properties": dict.fromkeys((*required, *optional), _STR),
-    }
 
 
 ROUTES: tuple[Route, ...] = (
@@ -894,7 +261,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "pull a dataset from a URL or CID (by CID: from the connected peers that hold it, 404 when none does)",
         JSON,
-        _strings("source", optional=("name",)),
+        bodies.PULL.schema,
         returns={200: S.PULLED},
     ),
     Route(
@@ -904,7 +271,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN_TO_COMPUTE,
         "answer a SQL query (the token is needed to compute a miss or to ask with a looser trust); 202 for wait: false",
         JSON,
-        QUERY_BODY,
+        bodies.QUERY.schema,
         errors=(400, 404, 409, 422, 429),
         returns={200: S.QUERY_ANSWER, 202: S.JOB_STARTED},
     ),
@@ -915,7 +282,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "run a pipeline of SQL steps in dependency order and record the run (pr_0); 202 for wait: false",
         JSON,
-        PIPELINE_BODY,
+        bodies.PIPELINE.schema,
         errors=(400, 404, 409, 422, 429),
         returns={200: S.PIPELINE_RUN, 202: S.JOB_STARTED},
     ),
@@ -936,7 +303,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "connect to a peer: kept only if it speaks Cairn's protocols (a Kubo swarm address is refused, 400)",
         JSON,
-        _strings("addr"),
+        bodies.CONNECT.schema,
         errors=(400, 409),
         returns={200: S.CONNECTED},
     ),
@@ -948,7 +315,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "trust a signer",
         JSON,
-        _strings("key", optional=("community",)),
+        bodies.TRUST_ADD.schema,
         returns={200: S.TRUSTED},
     ),
     Route(
@@ -958,7 +325,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "stop trusting a signer",
         JSON,
-        _strings("key", optional=("community",)),
+        bodies.TRUST_RM.schema,
         returns={200: S.REMOVED},
     ),
     Route(
@@ -1083,16 +450,7 @@ ROUTES: tuple[Route, ...] = (
         TOKEN,
         "check a result without computing it (offline: true), or by recomputing it here (a job, or wait: true)",
         JSON,
-        {
-            "type": "object",
-            "required": ["cid"],
-            "properties": {
-                "cid": _STR,
-                "offline": {"type": "boolean"},
-                "recursive": {"type": "boolean"},
-                "wait": {"type": "boolean"},
-            },
-        },
+        bodies.VERIFY.schema,
         errors=(400, 404, 422),
         returns={200: S.VERIFIED, 202: S.JOB_STARTED},
     ),
@@ -1129,5 +487,5 @@ async def _no_documents(request: web.Request, response: web.StreamResponse) -> N
 
 async def _stop_pulls(app: web.Application) -> None:
     """Before the server waits for its requests to end: a pull from a slow source ends now (503), it does not hold
-    the node's shutdown (issue 15)."""
-    await app[NODE_KEY].pulls.stop()
+    the node's shutdown."""
+    await app[NODE_KEY].stop_pulls()

@@ -1,300 +1,197 @@
-"""The JSON answers of the API routes, as JSON Schema (2020-12, OpenAPI 3.1): declared next to the route table.
+"""The JSON answers of the API routes, as JSON Schema (2020-12, OpenAPI 3.1), made from the types the answers have.
 
-Each route of ``node.api.server.ROUTES`` names its success answers here (``Route.returns``: status → schema);
+Each answer is described once, by its type: the core's results (node/core/results.py, with the services' answer
+types it re-exports) and the few wrappers the routes add here. ``schema_of`` turns a type into its schema; each
+route of ``node.api.server.ROUTES`` names its success answers with them (``Route.returns``: status → schema),
 ``node.api.openapi`` puts them in the document, and schemathesis checks every answer of a running node against
 them (tests/integration/test_api_contract.py). Objects list the fields a client may rely on, with their types;
-they stay open (``additionalProperties``) so a field can be added without breaking clients.
+they stay open (no ``additionalProperties: false``) so a field can be added without breaking clients.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import types
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
+
+from node.core.results import (
+    Announcements,
+    AssetChecked,
+    Checked,
+    Connected,
+    Dataset,
+    DatasetEntry,
+    Execution,
+    Health,
+    Ingested,
+    JobStarted,
+    LineageGraph,
+    LogBlock,
+    NodeInfo,
+    PeerEntry,
+    PipelineRunView,
+    Pulled,
+    QueryAnswer,
+    Recomputed,
+    Trusted,
+    TypeChecked,
+    TypeStored,
+)
+from node.model import CidText
 
 Schema = dict[str, Any]
 
-STR: Schema = {"type": "string"}
-INT: Schema = {"type": "integer"}
-NUM: Schema = {"type": "number"}
-BOOL: Schema = {"type": "boolean"}
-ANY: Schema = {}  # any JSON value (a DAG object, a result cell)
-CID: Schema = {"type": "string", "description": "a CID, base32 (CIDv1) or base58 (CIDv0)"}
+_SCALARS: dict[Any, Schema] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    Any: {},  # any JSON value (a DAG object, a result cell)
+}
 
 
-def maybe(schema: Schema) -> Schema:
-    """``schema`` or null."""
-    return {"anyOf": [schema, {"type": "null"}]}
+def schema_of(tp: Any) -> Schema:
+    """The JSON Schema of values of type ``tp``: a TypedDict is an object (its ``NotRequired`` fields optional),
+    ``X | None`` an ``anyOf`` with null, ``list[X]`` an array, ``dict[str, X]`` an object of X values,
+    ``Literal[...]`` an enum of strings; ``Annotated[X, text]`` adds a description, ``Annotated[X, {...}]`` the
+    keywords given (an enum the value's type does not carry)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is None and tp in _SCALARS:
+        return dict(_SCALARS[tp])
+    if origin is Annotated:
+        out = schema_of(args[0])
+        for extra in tp.__metadata__:
+            out |= {"description": extra} if isinstance(extra, str) else dict(extra)
+        return out
+    if origin is NotRequired:
+        return schema_of(args[0])
+    if origin in (Union, types.UnionType):
+        return {"anyOf": [schema_of(a) for a in args]}
+    if origin is Literal:
+        return {"type": "string", "enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": schema_of(args[0])}
+    if origin is dict:
+        value = schema_of(args[1])
+        return {"type": "object", **({"additionalProperties": value} if value else {})}
+    if is_typeddict(tp):
+        return _object(tp)
+    raise TypeError(f"no JSON Schema for {tp!r}")
 
 
-def array(items: Schema) -> Schema:
-    return {"type": "array", "items": items}
+def _object(typed_dict: type) -> Schema:
+    """A TypedDict's schema: required fields first, then the optional ones, each in the order declared."""
+    fields = get_type_hints(typed_dict, include_extras=True)
+    optional = {k for k, t in fields.items() if get_origin(t) is NotRequired}
+    order = [k for k in fields if k not in optional] + [k for k in fields if k in optional]
+    return {
+        "type": "object",
+        "required": [k for k in order if k not in optional],
+        "properties": {k: schema_of(fields[k]) for k in order},
+    }
 
 
-def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
-    """An object with these fields (``optional`` ones may be absent)."""
-    return {"type": "object", "required": list(required), "properties": {**required, **(optional or {})}}
+# -- what the routes wrap around the core's results (node/api/handlers.py) ----------------------------------
 
 
-_READINESS = obj({"state": STR, "ready": BOOL})
-HEALTH = obj(
-    {
-        "ok": BOOL,  # the node and its Kubo serve: 200, else 503
-        "ready": BOOL,  # and a miss would be computed at once: Spark up, p2p up (or disabled), not stopping
-        "stopping": BOOL,
-        "queries": INT,  # queries running now (what a stopping node waits for)
-        "kubo": obj({"state": STR, "managed": BOOL}, {"restarts": INT, "error": STR}),
-        "spark": _READINESS,
-        # accepting: a new inbound connection gets the libp2p greeting now (measured; absent when p2p is disabled)
-        "p2p": obj({"state": STR, "ready": BOOL}, {"accepting": BOOL, "error": STR}),
-    },
-)
-NODE_INFO = obj(
-    {
-        "version": STR,
-        "home": STR,
-        "api": maybe(STR),
-        "flight": maybe(STR),  # the Arrow Flight SQL endpoint, grpc://host:port (None: api.flight is off)
-        "peer_id": STR,
-        "node_key": STR,
-        "p2p_addrs": array(STR),
-        "addresses": obj({"cairn_connect": array(STR), "kubo_swarm": array(STR)}),
-        "uptime_s": NUM,
-        "spark": obj({"state": STR, "mode": STR, "master": STR, "pid": maybe(INT), "jobs": INT, "restarts": INT}),
-        "kubo": obj(
-            {"managed": BOOL, "state": STR, "api": STR},
-            {"restarts": INT, "pid": maybe(INT), "version": STR, "peer_id": STR, "swarm": array(STR), "error": STR},
-        ),
-    }
-)
-CID_ANSWER = obj({"cid": CID})
-HOLIUM_IMPORTED = obj({"cid": CID, "blocks": INT})
-_SLICE = obj({"cid": CID, "rows": INT, "size": INT, "logicalHash": STR}, {"offset": INT})
-INGESTED = obj(
-    {
-        "name": STR,
-        "id": STR,
-        "head": CID,
-        "previous": maybe(CID),
-        "rows_read": INT,
-        "rows_added": INT,
-        "schema_changed": BOOL,
-        "slices": array(_SLICE),
-        "elapsed_ms": NUM,
-    }
-)
-DATASETS = obj(
-    {
-        "datasets": array(
-            obj({"name": STR, "id": STR, "head": CID, "rows": INT, "slices": INT, "owned": BOOL, "updated": NUM})
-        )
-    }
-)
-DATASET = obj(
-    {
-        "name": maybe(STR),
-        "id": STR,
-        "head": CID,
-        "ipns": maybe(STR),
-        "seq": INT,
-        "rows": INT,
-        "logicalHash": STR,
-        "structure": maybe(CID),
-        "abstractStructure": maybe(CID),
-        "schema": array(array(STR)),
-        "merge": ANY,
-        "info": ANY,
-        "slices": array(_SLICE),
-    }
-)
-DATASET_LOG = obj({"blocks": array(obj({"cid": CID, "seq": INT, "time": ANY, "event": ANY}))})
-PULLED = obj({"name": STR, "id": STR, "head": CID, "blocks": INT, "slices": INT, "bytes": INT})
-QUERY_ANSWER = obj(
-    {
-        "query": CID,
-        "invocation": CID,
-        "execution": CID,
-        "receipt": CID,
-        "source": {"type": "string", "enum": ["computed", "local", "peer"]},
-        "elapsed_ms": NUM,
-        "logicalHash": STR,
-        "row_count": INT,
-        "schema": array(array(STR)),
-        "columns": array(STR),
-        "rows": array(array(ANY)),
-        "truncated": BOOL,
-        "inputs": ANY,
-        "slices": array(CID),
-        "peer": maybe(STR),
-        "quorum": maybe(obj({"agree": INT, "signers": array(STR), "dissent": array(STR)})),
-        "trust": STR,
-        "verified": BOOL,
-        "profile": maybe(CID),
-        "hints": array(STR),
-    }
-)
-JOB_STARTED = obj({"job": STR, "events": STR})
-_RUN_STEP = obj(
-    {
-        "name": STR,
-        "vertex": INT,
-        "source": {"type": "string", "enum": ["computed", "local", "peer", "failed", "skipped"]},
-        "invocation": maybe(CID),
-        "execution": maybe(CID),
-        "receipt": maybe(CID),
-        "version": maybe(CID),
-        "error": maybe(STR),
-    },
-    {"rows": INT, "logicalHash": STR, "columns": array(STR), "trust": STR, "elapsed_ms": NUM},
-)
-PIPELINE_RUN = obj(
-    {
-        "name": STR,
-        "run": CID,
-        "pipeline": CID,
-        "previous": maybe(CID),
-        "status": {"type": "string", "enum": ["ok", "failed"]},
-        "failed": maybe(obj({"step": STR, "error": STR})),
-        "signer": STR,
-        "time": STR,
-        "computed": INT,
-        "steps": array(_RUN_STEP),
-    }
-)
-PIPELINE_LOG = obj({"runs": array(PIPELINE_RUN)})
-_JOB_ERROR = obj({"type": STR, "message": STR, "status": INT})
-EXECUTION = obj(
-    {
-        "execution": CID,
-        "invocation": CID,
-        "query": CID,
-        "receipt": CID,
-        "logicalHash": STR,
-        "rows": INT,
-        "structure": CID,
-        "slices": array(CID),
-        "source": STR,
-        "trust": STR,
-        "failure": maybe(obj({"class": STR, "sqlstate": STR, "message": STR})),
-        "signer": STR,
-        "time": STR,
-        "engine": {"type": "object", "additionalProperties": STR},
-        "timings": {"type": "object", "additionalProperties": NUM},
-        "versions": array(CID),
-        "profile": maybe(CID),
-        "divergences": array(
-            obj(
-                {
-                    "signer": STR,
-                    "peer": maybe(STR),
-                    "execution": CID,
-                    "receipt": CID,
-                    "profile": maybe(CID),
-                    "logicalHash": STR,
-                    "rows": INT,
-                    "received": NUM,
-                }
-            )
-        ),
-    }
-)
-PEERS = obj(
-    {
-        "peers": array(
-            obj({"peer_id": STR, "addrs": array(STR), "connected": BOOL, "last_seen": maybe(NUM), "source": STR})
-        )
-    }
-)
-CONNECTED = obj({"peer": STR})
-TRUSTED = obj({"trusted": array(obj({"key": STR, "community": STR}))})
-REMOVED = obj({"removed": INT})
-ANNOUNCEMENTS = obj(
-    {
-        "claims": array(
-            obj(
-                {
-                    "invocation": CID,
-                    "signer": STR,
-                    "peer": maybe(STR),
-                    "execution": CID,
-                    "receipt": CID,
-                    "rows": INT,
-                    "logicalHash": STR,
-                    "received": NUM,
-                    "status": STR,
-                    "reason": maybe(STR),
-                    "signer_score": obj({"accepted": INT, "refused": INT}),
-                }
-            )
-        ),
-        "refused_messages": array(obj({"peer": maybe(STR), "reason": STR, "received": NUM})),
-    }
-)
-OPENAPI = obj({"openapi": STR, "info": obj({"title": STR, "version": STR}), "paths": {"type": "object"}})
+class CidAnswer(TypedDict):
+    cid: CidText
 
-# Transform.Storage types (docs/provenance.md "Types"): the spec's {result, code, protocol, protocol_version}
-_VERDICT = {"result": BOOL, "code": maybe(STR), "protocol": STR, "protocol_version": STR}
-TYPE_CHECKED = obj({**_VERDICT, "type": CID, "data": CID})
-ASSET_CHECKED = obj({**_VERDICT, "asset": CID})
-TYPE_STORED = obj({"cid": CID, "kind": {"enum": ["Type", "Asset", "Function", "series type"]}})
 
-# -- provenance (docs/provenance.md "Lineage", "Verify (offline)") ------------------------------------------
-_LINEAGE_NODE = obj(
-    {"id": STR, "kind": STR, "cid": maybe(STR), "label": STR},
-    {"signer": maybe(STR), "checks": {"type": "object"}, "source": STR},
-)
-LINEAGE = obj(
-    {
-        "start": STR,
-        "nodes": array(_LINEAGE_NODE),
-        "edges": array(obj({"from": STR, "to": STR, "label": STR, "via": STR})),
-        "complete": BOOL,
-        "cut": maybe(STR),
-    }
-)
-_COUNTS = obj({"ok": INT, "failed": INT, "unchecked": INT})
-_CHECK = obj({"check": STR, "subject": STR, "status": {"enum": ["ok", "failed", "unchecked"]}, "detail": STR})
-_CHECKED = obj(
-    {
-        "cid": STR,
-        "offline": BOOL,
-        "recursive": BOOL,
-        "ok": BOOL,
-        "summary": _COUNTS,
-        "executions": array(obj({"receipt": CID, "checks": array(_CHECK), "summary": _COUNTS})),
-    }
-)
-_RESULT_FACTS = obj(
-    {"execution": CID, "logicalHash": STR, "rows": INT, "engine": ANY, "profile": maybe(CID)}, {"receipt": CID}
-)
-RECOMPUTED = obj(  # docs/provenance.md "Verify (recompute)": a job's result, or the answer with wait: true
-    {
-        "cid": STR,
-        "offline": BOOL,
-        "recursive": BOOL,
-        "ok": BOOL,
-        "summary": obj({"reproduced": INT, "diverged": INT, "could not run": INT}),
-        "executions": array(
-            obj(
-                {"receipt": CID, "status": {"enum": ["reproduced", "diverged", "could not run"]}},
-                {
-                    "reason": STR,
-                    "signer": STR,
-                    "invocation": CID,
-                    "claimed": _RESULT_FACTS,
-                    "recomputed": _RESULT_FACTS,
-                    "same_execution": BOOL,
-                    "verification": CID,
-                },
-            )
-        ),
-    }
-)
-VERIFIED = {"anyOf": [_CHECKED, RECOMPUTED]}
-JOB = obj(
-    {
-        "id": STR,
-        "state": {"type": "string", "enum": ["running", "done", "failed"]},
-        # a query job's answer, a verify job's report or a pipeline job's run
-        "result": {"anyOf": [QUERY_ANSWER, RECOMPUTED, PIPELINE_RUN, {"type": "null"}]},
-        "error": maybe(_JOB_ERROR),
-    }
-)
+class HoliumImported(TypedDict):
+    cid: CidText
+    blocks: int
+
+
+class DatasetList(TypedDict):
+    datasets: list[DatasetEntry]
+
+
+class DatasetLog(TypedDict):
+    blocks: list[LogBlock]
+
+
+class PipelineLog(TypedDict):
+    runs: list[PipelineRunView]
+
+
+class PeerList(TypedDict):
+    peers: list[PeerEntry]
+
+
+class TrustedList(TypedDict):
+    trusted: list[Trusted]
+
+
+class Removed(TypedDict):
+    removed: int
+
+
+class DocumentInfo(TypedDict):
+    title: str
+    version: str
+
+
+class Document(TypedDict):
+    openapi: str
+    info: DocumentInfo
+    paths: dict[str, Any]
+
+
+class JobError(TypedDict):
+    type: str
+    message: str
+    status: int
+
+
+class JobView(TypedDict):
+    """A job as node/resolve/jobs.py ``Job.view`` gives it: a query job's answer, a verify job's report or a
+    pipeline job's run."""
+
+    id: str
+    state: Literal["running", "done", "failed"]
+    result: QueryAnswer | Recomputed | PipelineRunView | None
+    error: JobError | None
+
+
+# -- the answers, by route ------------------------------------------------------------------------------------
+
+ANY = schema_of(Any)
+HEALTH = schema_of(Health)
+NODE_INFO = schema_of(NodeInfo)
+CID_ANSWER = schema_of(CidAnswer)
+HOLIUM_IMPORTED = schema_of(HoliumImported)
+INGESTED = schema_of(Ingested)
+DATASETS = schema_of(DatasetList)
+DATASET = schema_of(Dataset)
+DATASET_LOG = schema_of(DatasetLog)
+PULLED = schema_of(Pulled)
+QUERY_ANSWER = schema_of(QueryAnswer)
+JOB_STARTED = schema_of(JobStarted)
+PIPELINE_RUN = schema_of(PipelineRunView)
+PIPELINE_LOG = schema_of(PipelineLog)
+EXECUTION = schema_of(Execution)
+PEERS = schema_of(PeerList)
+CONNECTED = schema_of(Connected)
+TRUSTED = schema_of(TrustedList)
+REMOVED = schema_of(Removed)
+ANNOUNCEMENTS = schema_of(Announcements)
+OPENAPI = schema_of(Document)
+TYPE_CHECKED = schema_of(TypeChecked)
+ASSET_CHECKED = schema_of(AssetChecked)
+TYPE_STORED = schema_of(TypeStored)
+LINEAGE = schema_of(LineageGraph)
+RECOMPUTED = schema_of(Recomputed)
+VERIFIED = schema_of(Checked | Recomputed)
+JOB = schema_of(JobView)

@@ -7,7 +7,7 @@ import http.client
 import json
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def cmd_export_proof(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_verify(args: argparse.Namespace, answer: dict[str, Any]) -> int:
+def render_verify(args: argparse.Namespace, answer: Mapping[str, Any]) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     else:

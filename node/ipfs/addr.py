@@ -74,4 +74,4 @@ def unix_socket_path(api_url: str) -> str | None:
     return api_url[len(UNIX) :] if api_url.startswith(UNIX) else None
 
 
-api_url_from_address = api_base_url  # the name node/core.py uses
+api_url_from_address = api_base_url  # the name node/core/wiring.py uses

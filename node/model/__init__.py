@@ -12,6 +12,7 @@ from node.model.cid import (
     DAG_CBOR,
     DAG_PB,
     RAW,
+    CidText,
     cid_for,
     cid_str,
     parse_cid,
@@ -76,6 +77,7 @@ __all__ = [  # noqa: RUF022  grouped by the module each name comes from
     "cid_for",
     "parse_cid",
     "same_cid",
+    "CidText",
     "cid_str",
     "verify_block",
     # codec

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from typing import Annotated
 
 import blake3
 from multiformats import CID, multihash
@@ -24,6 +25,9 @@ BLAKE3 = 0x1E
 
 CODECS: dict[str, int] = {"dag-cbor": DAG_CBOR, "cbor": CBOR, "raw": RAW, "dag-pb": DAG_PB}
 
+# A CID as JSON answers write it (``cid_str``); the text is its description in the API's answer schemas.
+CidText = Annotated[str, "a CID, base32 (CIDv1) or base58 (CIDv0)"]
+
 __all__ = [
     "BLAKE3",
     "CBOR",
@@ -32,6 +36,7 @@ __all__ = [
     "DAG_CBOR",
     "DAG_PB",
     "RAW",
+    "CidText",
     "blake3_cid",
     "cid_for",
     "cid_str",

@@ -32,7 +32,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from multiformats import CID
 
@@ -63,6 +63,15 @@ Loader = Callable[[CID], Awaitable[Any] | Any]  # a CID → its decoded block; a
 StructureOf = Callable[[Any], Awaitable[Structure | None]]
 
 
+class VerdictJson(TypedDict):
+    """A verdict as JSON: the spec's ``{result, code, protocol, protocol_version}``."""
+
+    result: bool
+    code: str | None
+    protocol: str
+    protocol_version: str
+
+
 @dataclass(frozen=True)
 class Verdict:
     """``{result, code, protocol, protocol_version}`` of Algorithms 1, 3 and 4."""
@@ -72,7 +81,7 @@ class Verdict:
     protocol_version: str
     protocol: str = PROTOCOL_NAME
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJson:
         return {
             "result": self.result,
             "code": self.code,

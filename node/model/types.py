@@ -16,7 +16,7 @@ re-encodes to its own CID.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from multiformats import CID
 
@@ -190,10 +190,18 @@ class Function(_Object):
 OBJECTS: dict[str, type[Type] | type[Asset] | type[Function]] = {"Type": Type, "Asset": Asset, "Function": Function}
 
 
-def object_kind(obj: Any) -> str:
+ObjectKind = Literal["Type", "Asset", "Function"]
+_KIND_FIELDS: tuple[tuple[str, ObjectKind], ...] = (
+    ("type_checking", "Type"),
+    ("template", "Asset"),
+    ("execution", "Function"),
+)
+
+
+def object_kind(obj: Any) -> ObjectKind:
     """Which Transform.Storage object a map is, by its distinguishing canonical field; InvalidObject if none."""
     if isinstance(obj, dict):
-        for key, kind in (("type_checking", "Type"), ("template", "Asset"), ("execution", "Function")):
+        for key, kind in _KIND_FIELDS:
             if key in obj:
                 return kind
     raise InvalidObject(

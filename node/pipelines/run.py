@@ -15,10 +15,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, NotRequired, Protocol, TypedDict
 
 from node import clock
 from node.datasets import Datasets
@@ -27,6 +27,7 @@ from node.identity import Identity
 from node.model import (
     CID,
     Block,
+    CidText,
     Connection,
     DryTransformation,
     ExploreIndex,
@@ -43,6 +44,7 @@ from node.model import (
     decode_object,
     parse_cid,
 )
+from node.model.pipeline_run import RUN_STATUSES, STEP_SOURCES
 from node.pipelines.spec import PipelineSpec, Step
 from node.ports.block_store import BlockStore
 from node.resolve.claims import bytecode_of
@@ -56,7 +58,53 @@ HISTORY_MAX = 1000  # runs a log walks back at most
 class QueryFn(Protocol):
     def __call__(
         self, sql: str, inputs: dict[str, str], trust: str | None, on_event: Emit
-    ) -> Awaitable[dict[str, Any]]: ...
+    ) -> Awaitable[Mapping[str, Any]]: ...
+
+
+class StepShown(TypedDict):
+    """What a run saw of a step it answered (not recorded in the pr_0)."""
+
+    rows: int
+    logicalHash: str
+    columns: list[str]
+    trust: str
+    elapsed_ms: float
+
+
+class StepView(TypedDict):
+    name: str
+    vertex: int
+    source: Annotated[str, {"enum": list(STEP_SOURCES)}]
+    invocation: CidText | None
+    execution: CidText | None
+    receipt: CidText | None
+    version: CidText | None  # the derivative dataset version holding the step's result
+    error: str | None
+    rows: NotRequired[int]  # and the rest of StepShown, for a run just made
+    logicalHash: NotRequired[str]
+    columns: NotRequired[list[str]]
+    trust: NotRequired[str]
+    elapsed_ms: NotRequired[float]
+
+
+class FailedStep(TypedDict):
+    step: str
+    error: str | None  # None only in a pr_0 another node made without saying why
+
+
+class PipelineRunView(TypedDict):
+    """A recorded run (``pr_0``) as JSON."""
+
+    name: str
+    run: CidText
+    pipeline: CidText
+    previous: CidText | None
+    status: Annotated[str, {"enum": list(RUN_STATUSES)}]
+    failed: FailedStep | None
+    signer: str
+    time: str
+    computed: int  # steps computed on this node's Spark worker
+    steps: list[StepView]
 
 
 @dataclass
@@ -66,7 +114,7 @@ class _Done:
     record: RunStep
     vertex: dict[str, CID]
     positions: dict[str, int]  # alias → its index among the query's inputs (the head selector's index)
-    shown: dict[str, Any] = field(default_factory=dict)
+    shown: StepShown | None = None
 
 
 class PipelineRunner:
@@ -116,7 +164,7 @@ class PipelineRunner:
 
     # -- one run ------------------------------------------------------------------------------------
 
-    async def run(self, spec: PipelineSpec, trust: str | None, emit: Emit) -> dict[str, Any]:
+    async def run(self, spec: PipelineSpec, trust: str | None, emit: Emit) -> PipelineRunView:
         roots = await self._roots(spec)  # every dataset named, checked before any step runs
         async with self._locks.setdefault(spec.name, asyncio.Lock()):
             previous = self.latest(spec.name)
@@ -187,7 +235,7 @@ class PipelineRunner:
             parse_cid(answer["receipt"]),
             version,
         )
-        shown = {
+        shown: StepShown = {
             "rows": answer["row_count"],
             "logicalHash": answer["logicalHash"],
             "columns": answer["columns"],
@@ -198,7 +246,7 @@ class PipelineRunner:
         positions = {a: i for i, a in enumerate(answer["inputs"])}
         return _Done(record, {"query": parse_cid(answer["query"])}, positions, shown)
 
-    async def _derive(self, answer: dict[str, Any]) -> CID:
+    async def _derive(self, answer: Mapping[str, Any]) -> CID:
         structure = Structure("parquet", tuple((n, t) for n, t in answer["schema"]))
         slices = [parse_cid(s) for s in answer["slices"]]
         facts = (answer["logicalHash"], answer["row_count"])
@@ -236,7 +284,7 @@ class PipelineRunner:
 
     async def _record(
         self, spec: PipelineSpec, pl: CID, previous: CID | None, done: dict[str, _Done]
-    ) -> dict[str, Any]:
+    ) -> PipelineRunView:
         """Sign and store the pr_0, pin it, and make it the pipeline's latest run. Pinned shallowly: the run and
         every earlier run directly (each stays pinned), its pl_0 recursively (the node's own datasets and queries);
         each step's result is pinned as a result (receipt, derivative version). A recursive pin of the run would
@@ -257,10 +305,10 @@ class PipelineRunner:
         await self.kubo.pin_add(pl, recursive=True)
         await self.kubo.pin_add(blk.cid, recursive=False)
         self._set_latest(spec.name, blk.cid)
-        return self.view(blk.cid, run, {s.name: done[s.name].shown for s in spec.steps})
+        return self.view(blk.cid, run, {s.name: d.shown for s in spec.steps if (d := done[s.name]).shown})
 
     @staticmethod
-    def view(cid: CID, run: PipelineRun, shown: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    def view(cid: CID, run: PipelineRun, shown: dict[str, StepShown] | None = None) -> PipelineRunView:
         """A run as JSON: its CIDs as strings, and what the run just saw of each step (rows, timing) if given."""
         failed = next((s for s in run.steps if s.source == "failed"), None)
         return {
@@ -273,18 +321,22 @@ class PipelineRunner:
             "signer": run.signer,
             "time": run.time,
             "computed": sum(1 for s in run.steps if s.source == "computed"),
-            "steps": [_step_view(s) | (shown or {}).get(s.name, {}) for s in run.steps],
+            "steps": [_step_view(s, (shown or {}).get(s.name)) for s in run.steps],
         }
 
 
-def _step_view(s: RunStep) -> dict[str, Any]:
-    links = {
-        k: cid_str(v) if v is not None else None
-        for k, v in (
-            ("invocation", s.invocation),
-            ("execution", s.execution),
-            ("receipt", s.receipt),
-            ("version", s.version),
-        )
+def _step_view(s: RunStep, shown: StepShown | None) -> StepView:
+    def link(cid: CID | None) -> str | None:
+        return cid_str(cid) if cid is not None else None
+
+    view: StepView = {
+        "name": s.name,
+        "vertex": s.vertex,
+        "source": s.source,
+        "invocation": link(s.invocation),
+        "execution": link(s.execution),
+        "receipt": link(s.receipt),
+        "version": link(s.version),
+        "error": s.error,
     }
-    return {"name": s.name, "vertex": s.vertex, "source": s.source, **links, "error": s.error}
+    return view | shown if shown is not None else view

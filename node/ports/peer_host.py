@@ -11,12 +11,22 @@ mistake (a malformed address, this host's own); a peer without a handler for a p
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 #: ``(origin, forwarder, data)``: ``forwarder`` is the peer whose connection delivered the message.
 RelayedGossipHandler = Callable[[str, str, bytes], "Awaitable[None] | None"]
 RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
 PeerCallback = Callable[[str], "Awaitable[None] | None"]
+
+
+class PeerEntry(TypedDict):
+    """A known peer as the host lists it."""
+
+    peer_id: str
+    addrs: list[str]
+    connected: bool
+    last_seen: float | None  # unix time, None: never connected
+    source: str  # dialed, inbound, bootstrap, mdns, remembered
 
 
 class PeerHost(Protocol):
@@ -41,7 +51,7 @@ class PeerHost(Protocol):
     def addrs(self) -> list[str]:
         """Full multiaddrs (with ``/p2p/<id>``) other hosts can dial; empty before start."""
 
-    def peers(self) -> list[dict[str, Any]]:
+    def peers(self) -> list[PeerEntry]:
         """Known peers by id: ``peer_id``, ``addrs``, ``connected``, ``last_seen``, ``source``."""
 
     def connected_peers(self) -> list[str]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from node.datasets import Datasets, Version
 from node.errors import BlockMissing as Missing
@@ -84,12 +84,43 @@ class Fetcher:
         return "network" if cid_str(cid) in self.fetched else "local"
 
 
+class LineageNode(TypedDict):
+    """A node of the walk. Each kind adds its own fields (a receipt's rows and engine, a dataset's name and seq, a
+    missing block's ``want``, …): these are the ones every node has."""
+
+    id: str
+    kind: str
+    cid: str | None
+    label: str
+    signer: NotRequired[str | None]
+    checks: NotRequired[dict[str, Any]]  # check → "ok" or what failed
+    source: NotRequired[str]  # local, or network (fetched by the walk)
+
+
+LineageEdge = TypedDict("LineageEdge", {"from": str, "to": str, "label": str, "via": str})
+
+
+class LineageLimits(TypedDict):
+    max_nodes: int
+    timeout: float
+    offline: bool
+
+
+class LineageGraph(TypedDict):
+    start: str
+    nodes: list[LineageNode]
+    edges: list[LineageEdge]
+    complete: bool
+    cut: str | None  # why the walk stopped short (max nodes, deadline)
+    limits: NotRequired[LineageLimits]  # the walk's bounds (absent from a graph not made by a walk)
+
+
 @dataclass
 class Graph:
     start: str
     max_nodes: int
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    edges: list[dict[str, str]] = field(default_factory=list)
+    edges: list[LineageEdge] = field(default_factory=list)
     cut: str | None = None
 
     def full(self) -> bool:
@@ -99,14 +130,15 @@ class Graph:
         self.nodes.setdefault(key, {"id": key, **node})
 
     def link(self, src: str, dst: str, label: str, via: str = "object") -> None:
-        edge = {"from": src, "to": dst, "label": label, "via": via}
+        edge: LineageEdge = {"from": src, "to": dst, "label": label, "via": via}
         if edge not in self.edges:
             self.edges.append(edge)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LineageGraph:
         return {
             "start": self.start,
-            "nodes": list(self.nodes.values()),
+            # built per kind (``add``), each with at least the fields LineageNode names
+            "nodes": cast(list[LineageNode], list(self.nodes.values())),
             "edges": self.edges,
             "complete": self.cut is None
             and not any(n["kind"] in ("missing", "unreadable") for n in self.nodes.values()),
@@ -143,7 +175,7 @@ class LineageWalk:
         self._queue: list[tuple[str, CID, str | None, str, str]] = []  # (kind, cid, parent, label, via)
         self._receipts: dict[str, Receipt] = {}  # by the execution they attest
 
-    async def walk(self, ref: str) -> dict[str, Any]:
+    async def walk(self, ref: str) -> LineageGraph:
         """The lineage of ``ref``: a CID (rc_0, ex_0, iv_0, an_0, mb_0, or a slice) or a dataset name or id."""
         kind, cid, asked = await self._start(ref)
         self.graph.start = cid_str(asked)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import dag_cbor
 import pyarrow as pa
@@ -26,7 +25,7 @@ from node.model import CID, cid_str
 from node.ports.block_store import BlockStore
 from node.provenance.car_source import BadCar, CarSource, index_car
 from node.provenance.lineage import Fetcher
-from node.provenance.verify import FAILED, OK, Checks, OfflineVerify, Report, answer
+from node.provenance.verify import FAILED, OK, Checked, Checks, OfflineVerify, Report, answer
 
 CAR_TYPE = "application/vnd.ipld.car; version=1"
 NEEDED = ("block held", "receipt held")  # an unchecked check of these names: the node lacks a block
@@ -119,7 +118,11 @@ async def _stream(
         checker.finish()  # KuboTruncated if the slice's DAG did not all come: the stream is cut, not finished
 
 
-async def verify_car(path: Path, tmp_dir: Path | None = None) -> dict[str, Any]:
+class ProofChecked(Checked):
+    proof: str  # the proof file checked
+
+
+async def verify_car(path: Path, tmp_dir: Path | None = None) -> ProofChecked:
     """The offline checks of the receipt a proof file names, over the file alone; the answer has the shape of
     ``OfflineVerify.verify``'s plus ``proof`` (the file). A malformed file is a failed answer, not an error."""
     r = Report()
@@ -128,7 +131,7 @@ async def verify_car(path: Path, tmp_dir: Path | None = None) -> dict[str, Any]:
     except (BadCar, Exception) as e:  # noqa: BLE001  a decoder's own error on crafted bytes fails the file too
         why = e.message if isinstance(e, BadCar) else f"{type(e).__name__}: {e}"
         r.add("proof file", str(path), FAILED, why)
-        return answer("", [r.step("")], False) | {"proof": str(path)}
+        return {**answer("", [r.step("")], False), "proof": str(path)}
     root = cid_str(idx.root, keep_v0=True)
     r.add("proof file", root, OK, f"CARv1, one root, {len(idx.blocks)} blocks each re-hashed, nothing past the last")
     source = CarSource(idx, tmp_dir)
@@ -144,4 +147,4 @@ async def verify_car(path: Path, tmp_dir: Path | None = None) -> dict[str, Any]:
         r.add("proof holds only what its checks read", root, FAILED, f"{len(unused)} blocks no check read: {first}…")
     else:
         r.add("proof holds only what its checks read", root, OK, f"each of its {len(idx.blocks)} blocks was read")
-    return answer(root, [r.step(root)], False) | {"proof": str(path)}
+    return {**answer(root, [r.step(root)], False), "proof": str(path)}

@@ -20,20 +20,60 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Final, NotRequired, TypedDict
 
 from node.datasets import Datasets, Version
 from node.errors import CairnError, KuboUnreachable
 from node.errors import InvalidInput as NotRun  # a step that could not run, and why (a 4xx elsewhere)
 from node.identity import public_key_from_did
 from node.index import ExecutionRow, Index
-from node.model import CID, Block, Invocation, Receipt, cid_str, decode, decode_object, parse_cid
+from node.model import CID, Block, CidText, Invocation, Receipt, cid_str, decode, decode_object, parse_cid
 from node.ports.block_store import BlockStore
 from node.provenance.lineage import UNIXFS_CODECS, LineageWalk
 from node.provenance.verify import OfflineVerify
 from node.resolve.resolver import Resolver
 
-REPRODUCED, DIVERGED, NOT_RUN = "reproduced", "diverged", "could not run"
+REPRODUCED: Final = "reproduced"
+DIVERGED: Final = "diverged"
+NOT_RUN: Final = "could not run"
+
+RecomputeCounts = TypedDict("RecomputeCounts", {"reproduced": int, "diverged": int, "could not run": int})
+
+
+class ResultFacts(TypedDict):
+    """What a receipt says of its result (``claimed``), or what recomputing it here gave (``recomputed``)."""
+
+    execution: CidText
+    logicalHash: str
+    rows: int
+    engine: Any
+    profile: CidText | None
+    receipt: NotRequired[CidText]  # ours, for a recomputed one
+
+
+class RecomputedStep(TypedDict):
+    receipt: CidText
+    status: Annotated[str, {"enum": [REPRODUCED, DIVERGED, NOT_RUN]}]
+    reason: NotRequired[str]  # why it could not run
+    signer: NotRequired[str]
+    invocation: NotRequired[CidText]
+    claimed: NotRequired[ResultFacts]
+    recomputed: NotRequired[ResultFacts]
+    same_execution: NotRequired[bool]
+    verification: NotRequired[CidText]  # our receipt that verifies theirs, when they agree
+
+
+class Recomputed(TypedDict):
+    """A verification by recomputing: ok only when every receipt was reproduced."""
+
+    cid: str
+    offline: bool
+    recursive: bool
+    ok: bool
+    summary: RecomputeCounts
+    executions: list[RecomputedStep]
+
+
 Emit = Callable[[str, dict[str, Any]], None]
 
 
@@ -61,10 +101,10 @@ class Recompute:
         self.lineage = lineage  # max_nodes, timeout: the bounds of the walk --recursive takes
         self.fetch_timeout = fetch_timeout  # one block or slice fetched by CID
 
-    async def verify(self, ref: str, recursive: bool = False, emit: Emit | None = None) -> dict[str, Any]:
+    async def verify(self, ref: str, recursive: bool = False, emit: Emit | None = None) -> Recomputed:
         return await self.run(ref, await self.receipt_of(ref), recursive, emit)
 
-    async def run(self, ref: str, receipt: CID, recursive: bool, emit: Emit | None = None) -> dict[str, Any]:
+    async def run(self, ref: str, receipt: CID, recursive: bool, emit: Emit | None = None) -> Recomputed:
         """Recompute ``receipt`` (the one ``ref`` leads to) and, ``recursive``, every receipt upstream of it."""
         say = emit or (lambda kind, data: None)
         receipts = [receipt]
@@ -73,7 +113,7 @@ class Recompute:
                 self.kubo, self.datasets, self.index, offline=False, fetch_timeout=self.fetch_timeout, **self.lineage
             )
             graph = await walk.walk(cid_str(receipt))
-            receipts += [parse_cid(n["cid"]) for n in graph["nodes"] if n["kind"] == "receipt"]
+            receipts += [parse_cid(n["cid"]) for n in graph["nodes"] if n["kind"] == "receipt" and n["cid"]]
         todo = list(dict.fromkeys(cid_str(rc) for rc in receipts))
         steps = []
         for n, rc in enumerate(todo, 1):
@@ -81,12 +121,20 @@ class Recompute:
             step = await self._step(parse_cid(rc), say)
             say("step-done", {"receipt": rc, "step": n, "of": len(todo), "status": step["status"]})
             steps.append(step)
-        summary = {s: sum(1 for step in steps if step["status"] == s) for s in (REPRODUCED, DIVERGED, NOT_RUN)}
+
+        def count(status: str) -> int:
+            return sum(1 for step in steps if step["status"] == status)
+
+        summary: RecomputeCounts = {
+            "reproduced": count(REPRODUCED),
+            "diverged": count(DIVERGED),
+            NOT_RUN: count(NOT_RUN),
+        }
         return {
             "cid": ref.strip(),
             "offline": False,
             "recursive": recursive,
-            "ok": summary[REPRODUCED] == len(steps),
+            "ok": summary["reproduced"] == len(steps),
             "summary": summary,
             "executions": steps,
         }
@@ -106,42 +154,47 @@ class Recompute:
                 pass  # not found in time: OfflineVerify says so (404)
         return await OfflineVerify(self.kubo, self.datasets, self.index, self.lineage)._receipt_of(ref)
 
-    async def _step(self, cid: CID, emit: Emit) -> dict[str, Any]:
-        out: dict[str, Any] = {"receipt": cid_str(cid)}
+    async def _step(self, cid: CID, emit: Emit) -> RecomputedStep:
+        receipt = cid_str(cid)
         try:
             q = await self._question(cid)
         except KuboUnreachable:
             raise
         except CairnError as e:  # a block not found in time, a malformed one, an input with no version: why
-            return out | {"status": NOT_RUN, "reason": e.message}
+            return {"receipt": receipt, "status": NOT_RUN, "reason": e.message}
         rc = q.receipt
-        out |= {"signer": rc.signer, "invocation": cid_str(rc.invocation)}
-        claimed = {
+        claimed: ResultFacts = {
             "execution": cid_str(rc.execution),
             "logicalHash": rc.logical_hash,
             "rows": rc.rows,
             "engine": rc.engine,
             "profile": cid_str(rc.profile) if rc.profile else None,
         }
+        signer, invocation = rc.signer, cid_str(rc.invocation)
         try:
             row = await self.resolver.recompute((cid, rc), q.qy, q.iv, q.versions, emit)
         except KuboUnreachable:
             raise
         except CairnError as e:
-            return out | {"status": NOT_RUN, "reason": f"recomputing failed: {e.message}", "claimed": claimed}
+            reason = f"recomputing failed: {e.message}"
+            step: RecomputedStep = {"receipt": receipt, "signer": signer, "invocation": invocation, "status": NOT_RUN}
+            return step | {"reason": reason, "claimed": claimed}
         agreed = (row.logical_hash, row.rows) == (rc.logical_hash, rc.rows)
         self.resolver.judge((cid, rc), agreed, row)
-        out |= {
+        step = {
+            "receipt": receipt,
+            "signer": signer,
+            "invocation": invocation,
             "status": REPRODUCED if agreed else DIVERGED,
             "claimed": claimed,
             "recomputed": await self._ours(row),
             "same_execution": row.execution == cid_str(rc.execution),
         }
         if agreed:
-            out["verification"] = row.receipt  # our rc_0 that verifies the receipt
-        return out
+            step["verification"] = row.receipt  # our rc_0 that verifies the receipt
+        return step
 
-    async def _ours(self, row: ExecutionRow) -> dict[str, Any]:
+    async def _ours(self, row: ExecutionRow) -> ResultFacts:
         rc = await self._object(parse_cid(row.receipt), Receipt)
         return {
             "execution": row.execution,

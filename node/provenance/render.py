@@ -8,13 +8,14 @@ image/svg+xml`` (docs/provenance.md "Lineage").
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 from xml.sax.saxutils import escape
 
 FORMATS = ("json", "dot", "mermaid", "svg")
 
 
-def node_text(n: dict[str, Any]) -> str:
+def node_text(n: Mapping[str, Any]) -> str:
     """One line for a node: what it is, who signed it, what was checked here."""
     parts = [f"{n['kind']}: {n['label']}"]
     if n.get("cid"):
@@ -33,7 +34,7 @@ def _dot_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(graph: dict[str, Any]) -> str:
+def to_dot(graph: Mapping[str, Any]) -> str:
     lines = ["digraph lineage {", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
     for n in graph["nodes"]:
         label = f"{n['kind']}\n{n['label']}" + (f"\nsigner {n['signer']}" if n.get("signer") else "")
@@ -48,7 +49,7 @@ def _mermaid_str(text: str) -> str:
     return '"' + text.replace('"', "#quot;").replace("\n", " ") + '"'
 
 
-def to_mermaid(graph: dict[str, Any]) -> str:
+def to_mermaid(graph: Mapping[str, Any]) -> str:
     ids = {n["id"]: f"n{i}" for i, n in enumerate(graph["nodes"])}
     lines = ["flowchart TD"]
     for n in graph["nodes"]:
@@ -58,13 +59,13 @@ def to_mermaid(graph: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def root(graph: dict[str, Any]) -> str:
+def root(graph: Mapping[str, Any]) -> str:
     """Where a drawing starts: the walk's first node (an execution asked about is reached from its receipt,
     which the walk visits first), else the CID asked about."""
     return str(graph["nodes"][0]["id"]) if graph["nodes"] else str(graph["start"])
 
 
-def layers(graph: dict[str, Any]) -> list[list[str]]:
+def layers(graph: Mapping[str, Any]) -> list[list[str]]:
     """Node ids by distance from the root (breadth first); nodes not reached from it come last."""
     out: dict[str, list[str]] = {n["id"]: [] for n in graph["nodes"]}
     for e in graph["edges"]:
@@ -90,7 +91,7 @@ def layers(graph: dict[str, Any]) -> list[list[str]]:
 BOX_W, BOX_H, GAP_X, GAP_Y = 300, 54, 30, 50
 
 
-def to_svg(graph: dict[str, Any]) -> str:
+def to_svg(graph: Mapping[str, Any]) -> str:
     nodes = {n["id"]: n for n in graph["nodes"]}
     rows = layers(graph)
     width = max((len(r) for r in rows), default=1) * (BOX_W + GAP_X) + GAP_X

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Final, NotRequired, Protocol, TypedDict
 
 import pyarrow as pa
 
@@ -47,6 +47,7 @@ from node.ipfs.unixfs import UnixfsHasher
 from node.model import (
     CID,
     Announcement,
+    CidText,
     Execution,
     InputIdentity,
     Invocation,
@@ -67,7 +68,41 @@ from node.provenance.lineage import UNIXFS_CODECS, Fetcher, LineageWalk
 from node.resolve.claims import bytecode_of
 from node.resolve.resolver import ENGINE_HANDLE
 
-OK, FAILED, UNCHECKED = "ok", "failed", "unchecked"
+OK: Final = "ok"
+FAILED: Final = "failed"
+UNCHECKED: Final = "unchecked"
+
+
+class CheckJson(TypedDict):
+    check: str
+    subject: str  # the CID the check is about
+    status: Annotated[str, {"enum": [OK, FAILED, UNCHECKED]}]
+    detail: str
+    expected: NotRequired[Any]  # a failed comparison: what the object says
+    got: NotRequired[Any]  # and what was found
+
+
+class CheckCounts(TypedDict):
+    ok: int
+    failed: int
+    unchecked: int
+
+
+class ReceiptChecks(TypedDict):
+    receipt: CidText
+    checks: list[CheckJson]
+    summary: CheckCounts
+
+
+class Checked(TypedDict):
+    """An offline verification: every check of every receipt, ok only when all are."""
+
+    cid: str
+    offline: bool
+    recursive: bool
+    ok: bool
+    summary: CheckCounts
+    executions: list[ReceiptChecks]
 
 
 @dataclass
@@ -79,8 +114,8 @@ class Check:
     expected: Any = None
     got: Any = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = {"check": self.name, "subject": self.subject, "status": self.status, "detail": self.detail}
+    def to_json(self) -> CheckJson:
+        out: CheckJson = {"check": self.name, "subject": self.subject, "status": self.status, "detail": self.detail}
         if self.status == FAILED and (self.expected is not None or self.got is not None):
             out |= {"expected": self.expected, "got": self.got}
         return out
@@ -102,16 +137,19 @@ class Report:
         self.add(name, subject, OK if same else FAILED, detail, expected, got)
         return same
 
-    def step(self, receipt: str) -> dict[str, Any]:
+    def step(self, receipt: str) -> ReceiptChecks:
         checks = [c.to_json() for c in self.checks]
         return {"receipt": receipt, "checks": checks, "summary": summary(checks)}
 
 
-def summary(checks: list[dict[str, Any]]) -> dict[str, int]:
-    return {s: sum(1 for c in checks if c["status"] == s) for s in (OK, FAILED, UNCHECKED)}
+def summary(checks: list[CheckJson]) -> CheckCounts:
+    def count(status: str) -> int:
+        return sum(1 for c in checks if c["status"] == status)
+
+    return {"ok": count(OK), "failed": count(FAILED), "unchecked": count(UNCHECKED)}
 
 
-def answer(ref: str, steps: list[dict[str, Any]], recursive: bool) -> dict[str, Any]:
+def answer(ref: str, steps: list[ReceiptChecks], recursive: bool) -> Checked:
     """The verify answer over the receipts' steps: ok only when every check of every step is ok."""
     total = summary([c for s in steps for c in s["checks"]])
     return {
@@ -443,14 +481,14 @@ class OfflineVerify(Checks):
         self.lineage = lineage  # max_nodes, timeout: the bounds of the walk --recursive takes
         self.fetch = source.fetch
 
-    async def verify(self, ref: str, recursive: bool = False) -> dict[str, Any]:
+    async def verify(self, ref: str, recursive: bool = False) -> Checked:
         receipt = await self.receipt_of(ref)
         receipts = [receipt]
         if recursive:
             walk = LineageWalk(self.kubo, self.datasets, self.index, offline=True, fetch_timeout=0.0, **self.lineage)
             graph = await walk.walk(cid_str(receipt))
-            receipts += [parse_cid(n["cid"]) for n in graph["nodes"] if n["kind"] == "receipt"]
-        done: dict[str, dict[str, Any]] = {}
+            receipts += [parse_cid(n["cid"]) for n in graph["nodes"] if n["kind"] == "receipt" and n["cid"]]
+        done: dict[str, ReceiptChecks] = {}
         for rc in receipts:
             if cid_str(rc) not in done:
                 report = Report()

@@ -15,20 +15,21 @@ a well-formed question whose answer is no is a result (``result`` false and the 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from multiformats import CID
 
 from node.datasets import Datasets
 from node.errors import CairnError, InvalidInput, InvalidObject
 from node.identity import public_key_from_did
-from node.model import Receipt, cid_str, decode, encode, parse_cid
+from node.model import CidText, Receipt, cid_str, decode, encode, parse_cid
 from node.model.cid import cid_for
 from node.model.functions import BUILTINS, builtin_output
 from node.model.structure import Structure
 from node.model.typecheck import (
     TYPE_CHECKING,
     TypeContext,
+    VerdictJson,
     is_simple_type_normal_form,
     is_term,
     is_valid_asset,
@@ -37,6 +38,28 @@ from node.model.typecheck import (
 )
 from node.model.types import Function, Type, object_kind, parse_object
 from node.ports.block_store import BlockStore
+
+Kind = Literal["Type", "Asset", "Function", "series type"]  # what POST /api/v0/types stored
+
+
+class TypeChecked(VerdictJson):
+    """Algorithm 3's verdict on the data ``data`` and the type ``type``."""
+
+    type: CidText
+    data: CidText
+
+
+class ResultChecked(VerdictJson):
+    """Algorithm 3's verdict on a query's result and the type it declared."""
+
+    type: CidText
+
+
+class AssetChecked(VerdictJson):
+    """Algorithm 4's verdict on ``asset``."""
+
+    asset: CidText
+
 
 EXTERNAL_EXECUTIONS = ("WASM", "IPDR")  # Table 4's externally defined functions
 
@@ -71,7 +94,7 @@ class TypeChecks:
             return None
         return None
 
-    async def check(self, ref: str, type_ref: str) -> dict[str, Any]:
+    async def check(self, ref: str, type_ref: str) -> TypeChecked:
         """Algorithm 3 on the data ``ref`` names and the normal form of the type ``type_ref`` (a CID)."""
         type_cid = parse_cid(type_ref)
         normal = await self.normal_form(type_cid)
@@ -79,7 +102,7 @@ class TypeChecks:
         verdict = await is_term(normal, data, self.context())
         return {**verdict.to_json(), "type": cid_str(type_cid), "data": cid_str(data_cid)}
 
-    async def check_result(self, normal: Any, type_ref: str, schema: list[list[str]]) -> dict[str, Any]:
+    async def check_result(self, normal: Any, type_ref: str, schema: list[list[str]]) -> ResultChecked:
         """Algorithm 3 on a query result: D is its structure, with the column names the query gives them (or
         ``col_N`` when two columns share a name, which a structure cannot hold)."""
         columns = tuple((str(n), str(t)) for n, t in schema)
@@ -120,14 +143,14 @@ class TypeChecks:
             cid = (await self.datasets.resolve(ref))[1].head  # NotFound (404) for an unknown name or id
         return cid, await self.load(cid)
 
-    async def asset(self, cid_text: str) -> dict[str, Any]:
+    async def asset(self, cid_text: str) -> AssetChecked:
         """Algorithm 4 on the asset a CID names."""
         cid = parse_cid(cid_text)
         await self.load(cid)  # absent: 404 here, rather than the spec's "Could not expand CID"
         verdict = await is_valid_asset(cid, self.context())
         return {**verdict.to_json(), "asset": cid_str(cid)}
 
-    async def kind_of(self, obj: Any) -> str:
+    async def kind_of(self, obj: Any) -> Kind:
         """What a stored object is ("Type", "Asset", "Function" or "series type"), or InvalidInput/InvalidObject
         naming what is wrong: a Type's ``type_checking`` must be in the table, a Function's ``execution`` in
         Table 4, a built-in's ``out`` what its ``in`` gives, a series type's elements must normalize."""

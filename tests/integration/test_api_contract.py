@@ -96,9 +96,10 @@ class ServedNode:
                 await runner.setup()
                 await web.TCPSite(runner, "127.0.0.1", 0).start()
                 self.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-                node.api_url = self.url
+                node.listening(api=self.url)
                 self._ready.set()
                 await self._stop.wait()
+                node.stopped_listening()
                 await runner.cleanup()
         except BaseException as e:  # reported to the test thread, which fails with it
             self._error = e

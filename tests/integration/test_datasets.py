@@ -295,7 +295,9 @@ async def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_po
         finally:
             await runner.cleanup()
 
-    had = await b.node.holds(parse_cid(victim))  # a structure B pulled before (same columns) is legitimately there
+    had = await b.node.serving.holds(
+        parse_cid(victim)
+    )  # a structure B pulled before (same columns) is legitimately there
     err = await run()
     assert victim in err and "does not match its CID" in err, err
     assert (await b.get("/api/v0/datasets/tampered"))[0] == 404
@@ -303,9 +305,9 @@ async def test_pull_refuses_a_tampered_block(nodes: Any, tmp_path: Path, free_po
     named = set(re.findall(r"\bbaf[a-z2-7]{20,}", err))  # the refused bytes' own CID too, for a slice
     assert len(named) == (2 if what == "slice" else 1), err
     for cid in named - ({victim} if had else set()):  # nothing refused stays in B's Kubo, nor is served by it
-        assert not await b.node.holds(parse_cid(cid)), cid
+        assert not await b.node.serving.holds(parse_cid(cid)), cid
         assert (await b.client.get(f"/ipfs/{cid}")).status == 404, cid
-    assert await b.node.holds(parse_cid(victim)) == had  # and what B held before, it still holds
+    assert await b.node.serving.holds(parse_cid(victim)) == had  # and what B held before, it still holds
 
 
 async def test_a_refused_pull_by_cid_leaves_nothing_in_kubo(nodes: Any, kubo_session: ManagedKubo) -> None:
@@ -322,7 +324,7 @@ async def test_a_refused_pull_by_cid_leaves_nothing_in_kubo(nodes: Any, kubo_ses
         await kubo.swarm_connect((await a.get("/api/v0/node"))[1]["kubo"]["swarm"][0])
     r = await b.cli("pull", cid_str(cid), "--name", "not-a-head")
     assert r.returncode == 1 and "not a valid object" in r.stderr.decode(), r.stderr.decode()
-    assert not await b.node.holds(cid)
+    assert not await b.node.serving.holds(cid)
     assert (await b.client.get(f"/ipfs/{cid_str(cid)}")).status == 404
     assert (await b.get("/api/v0/datasets/not-a-head"))[0] == 404
 

@@ -152,9 +152,9 @@ async def test_a_peers_answer_over_flight(served: Any, kubo_session: ManagedKubo
     computed = await ask(a_client, sql)
     async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, b_client):
         await add_csv(b_client, "sales", SALES)
-        b.trust_add(a.identity.node_key, b.settings.peers.community)
+        b.peers.trust_add(a.identity.node_key, b.settings.peers.community)
         assert a.network is not None
-        await b.connect(a.network.host.addrs()[0])
+        await b.peers.connect(a.network.host.addrs()[0])
         face = flight.start(b, "127.0.0.1", 0, b.home.token())
         try:
             table = await off_loop(fetch, b.flight_url, b.home.token(), sql)
@@ -185,15 +185,17 @@ async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any,
 
 
 @aio
-async def test_a_stopping_node_refuses_new_statements(served: Any) -> None:
-    """After the first Ctrl-C (node/daemon.py sets ``stopping``) a statement is UNAVAILABLE, as over HTTP (503)."""
-    (node, _), url = served
-    node.stopping = True
-    try:
-        with pytest.raises(adbc_driver_manager.Error) as e:
-            await off_loop(fetch, url, node.home.token(), SQL)
-    finally:
-        node.stopping = False
+async def test_a_stopping_node_refuses_new_statements(kubo_session: ManagedKubo, tmp_path: Path) -> None:
+    """After the first Ctrl-C (node/daemon.py: ``Node.begin_stopping``) a statement is UNAVAILABLE, as over HTTP
+    (503). A node of its own: a stopping node does not start again."""
+    async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
+        face = flight.start(node, "127.0.0.1", 0, node.home.token())
+        try:
+            node.begin_stopping()
+            with pytest.raises(adbc_driver_manager.Error) as e:
+                await off_loop(fetch, f"grpc://127.0.0.1:{face.port}", node.home.token(), SQL)
+        finally:
+            await flight.stop(face)
     assert "Unavailable" in str(e.value) and "the node is stopping" in str(e.value)
 
 

@@ -68,7 +68,7 @@ async def test_connect_refuses_a_kubo_peer_and_does_not_keep_it(kubo_session: Ma
         assert resp.status == 400, body
         assert "does not speak Cairn's protocols" in body["error"]["message"]
         kubo_id = kubo_addr.rsplit("/p2p/", 1)[1]
-        assert all(p["peer_id"] != kubo_id for p in a.peers())  # not kept, not even as a known peer
+        assert all(p["peer_id"] != kubo_id for p in a.peers.known())  # not kept, not even as a known peer
         assert kubo_id not in (a.home.path / "peers.json").read_text()  # so not re-dialled at the next start
         rc, _, err = await cli(a, "connect", kubo_addr)
         assert rc == 1 and err.decode().count("\n") == 1 and "Cairn" in err.decode()
@@ -76,7 +76,7 @@ async def test_connect_refuses_a_kubo_peer_and_does_not_keep_it(kubo_session: Ma
         assert b.network is not None
         resp = await client.post("/api/v0/peers/connect", json={"addr": b.network.host.addrs()[0]})
         assert resp.status == 200, await resp.json()
-        assert any(p["peer_id"] == b.identity.peer_id and p["connected"] for p in a.peers())
+        assert any(p["peer_id"] == b.identity.peer_id and p["connected"] for p in a.peers.known())
 
 
 async def test_untrusted_claim_is_named_in_the_answer(kubo_session: ManagedKubo, tmp_path: Path) -> None:
@@ -92,7 +92,7 @@ async def test_untrusted_claim_is_named_in_the_answer(kubo_session: ManagedKubo,
             _, _, iv, _ = await b.resolver.prepare(sql, {"sales": "sales"})
             a.index.add_execution(fake_row(cid_str(block_of(iv).cid), n))
         assert a.network is not None
-        await b.connect(a.network.host.addrs()[0])
+        await b.peers.connect(a.network.host.addrs()[0])
         key = a.identity.node_key
         hint = f"a peer has this answer, signed by {key}, not trusted: cairn trust add {key}, or --trust verify"
         status, out = await query(client, {"sql": SQL, "inputs": {"sales": "sales"}})
@@ -117,7 +117,7 @@ async def test_pull_by_cid_connects_the_holders_kubo(kubo_binary: Path, tmp_path
     ):
         head = (await add_csv(a_client, "sales", SALES))["head"]
         assert a.network is not None
-        await b.connect(a.network.host.addrs()[0])
+        await b.peers.connect(a.network.host.addrs()[0])
         async with asyncio.timeout(120):
             resp = await b_client.post("/api/v0/pull", json={"source": head, "name": "sales"})
             pulled = await resp.json()
@@ -169,7 +169,7 @@ async def test_catch_up_reaches_a_peer_that_reconnects_at_once(
         host = a.network.host
         a.index.add_execution(fake_row(cid_str(cid_for(b"iv-1")), 1))
         async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, _):
-            await b.connect(host.addrs()[0])
+            await b.peers.connect(host.addrs()[0])
             await wait_for(lambda: asyncio.sleep(0, b.index.claims(limit=10)), 60, "the first catch-up")
             await wait_for(lambda: asyncio.sleep(0, not a.network._tasks), 60, "A's catch-ups to B to end")
             release = _hold_closes(host, b.identity.peer_id)
@@ -251,4 +251,4 @@ async def test_node_forgets_a_remembered_peer_that_is_not_cairn(kubo_session: Ma
 
 
 def _forgotten(node: Node, peer: str) -> bool:
-    return all(p["peer_id"] != peer for p in node.peers())
+    return all(p["peer_id"] != peer for p in node.peers.known())

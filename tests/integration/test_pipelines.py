@@ -83,7 +83,7 @@ async def pair(
                 (await add_csv(client, name, data))["id"] for name, data in (("orders", ORDERS), ("people", PEOPLE))
             }
         assert a.network is not None
-        await b.connect(a.network.host.addrs()[0])
+        await b.peers.connect(a.network.host.addrs()[0])
         yield {"a": a, "a_client": a_client, "b": b, "b_client": b_client, "ids": ids}
 
 
@@ -108,7 +108,7 @@ async def test_a_three_step_pipeline_runs_in_order_and_matches_pandas(pair: dict
     # orders → clean, clean → by_city, people → by_city, by_city → top
     assert sorted((e.tail_index, e.head_index) for e in pl.edges) == [(0, 2), (1, 3), (2, 3), (3, 4)]
     version = steps(out)["by_city"]["version"]
-    seed = (await a.dataset_version(version)).blocks[-1][1]
+    seed = (await a.data.version(version)).blocks[-1][1]
     assert isinstance(seed, MetadataBlock) and seed.event["datasetKind"] == "derivative"
     pair["first"] = out
 
@@ -312,7 +312,7 @@ async def test_an_empty_step_result_is_read_by_the_next_step(pair: dict[str, Any
     o = pd.read_csv(io.BytesIO(ORDERS))
     resp = await client.get(f"/api/v0/executions/{steps(out)['count']['execution']}/data", params={"format": "jsonl"})
     assert [json.loads(line)["n"] for line in (await resp.text()).splitlines()] == [len(o[o.amount > 1000])]
-    version = await a.dataset_version(steps(out)["big"]["version"])
+    version = await a.data.version(steps(out)["big"]["version"])
     assert version.rows == 0 and version.structure is not None and version.structure.names == ["id", "amount"]
 
 

@@ -270,7 +270,7 @@ async def test_lineage_on_another_node_fetches_what_it_lacks(
     settings = {"ipfs.binary": str(kubo_binary), "query.lineage_fetch_timeout": 20.0}
     async with inprocess_node(tmp_path / "b", None, **settings) as (b, client_b):
         await b.kubo.swarm_connect(next(s for s in swarm if "/127.0.0.1/" in s), timeout=10)
-        offline = await b.lineage(answer["receipt"], offline=False)
+        offline = await b.provenance.lineage(answer["receipt"], offline=False)
         assert offline["start"] == answer["receipt"]
         nodes = {n["id"]: n for n in offline["nodes"]}
         assert nodes[answer["receipt"]]["source"] == "network"

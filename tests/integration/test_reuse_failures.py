@@ -39,8 +39,8 @@ async def pair(kubo_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> A
         await a.spark.ensure()
         for client in (a_client, b_client):
             await add_csv(client, "nums", NUMS)
-        b.trust_add(a.identity.node_key, "default")
-        await b.connect(a.network.host.addrs()[0])  # type: ignore[union-attr]
+        b.peers.trust_add(a.identity.node_key, "default")
+        await b.peers.connect(a.network.host.addrs()[0])  # type: ignore[union-attr]
         yield {"a": a, "a_client": a_client, "b": b, "b_client": b_client}
 
 
@@ -143,7 +143,7 @@ async def test_quorum_needs_k_signers_and_outvotes_the_others(pair: dict[str, An
         )
         out = await resp.json()
         assert resp.status == 401 and f"{mode}: " in out["error"]["message"] and "agree" in out["error"]["message"]
-    b.trust_add(second.node_key, "other")
+    b.peers.trust_add(second.node_key, "other")
     # The outvoted claim is refused once for what it said (then it is no longer counted: dissent empty).
     for mode, dissent in (("quorum:2", [third.node_key]), ("quorum:2:communities", [])):
         status, got = await query(b_client, {"sql": sql, "inputs": INPUTS, "trust": mode})

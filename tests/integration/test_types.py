@@ -132,7 +132,7 @@ async def test_check_over_http(inode: InNode) -> None:
     node, client = inode
     cities = await add_csv(client, "cities", CITIES)
     await add_csv(client, "towns", TOWNS)
-    info = await node.dataset("cities")
+    info = await node.data.get("cities")
     named, positional = (
         Type(type_checking=c, schema=parse_cid(info[k])).to_ipld()
         for c, k in (("arrow-schema", "structure"), ("arrow-schema-positional", "abstractStructure"))
@@ -156,7 +156,7 @@ async def test_check_over_http(inode: InNode) -> None:
 async def test_bad_input_is_a_clear_4xx(inode: InNode) -> None:
     node, client = inode
     await add_csv(client, "cities", CITIES)
-    structure = (await node.dataset("cities"))["structure"]
+    structure = (await node.data.get("cities"))["structure"]
     good = Type(type_checking="arrow-schema", schema=parse_cid(structure)).to_ipld()
     good_cid = (await _put(client, good))[1]["cid"]
     unknown = cid_str(await node.dag_put({**good, "type_checking": "xml-schema"}))  # dag put does not check types

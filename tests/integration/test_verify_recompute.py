@@ -294,8 +294,8 @@ async def test_a_verification_makes_the_result_usable_under_community(
         assert row is not None and row.trust == "recomputed-agreed" and row.receipt == step["verification"]
         for name, data in (("cities", CITIES), ("towns", TOWNS)):
             await add_csv(c_client, name, data)
-        c.trust_add(v.identity.node_key, "default")
-        await c.connect(v.network.host.addrs()[0])  # type: ignore[union-attr]
+        c.peers.trust_add(v.identity.node_key, "default")
+        await c.peers.connect(v.network.host.addrs()[0])  # type: ignore[union-attr]
         resp = await c_client.post("/api/v0/query", json={"sql": SQL, "inputs": INPUTS, "trust": "community"})
         got = await resp.json()
         assert resp.status == 200 and got["source"] == "peer", got

@@ -1,0 +1,72 @@
+"""``node.peers``: the peers this node knows and the signers it trusts (docs/peers.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from node.core.results import Announcements, ClaimSeen, Connected, PeerEntry, RefusedMessage, SignerScore, Trusted
+from node.errors import CairnError, InvalidInput, PeersDisabled
+from node.index import Index
+
+if TYPE_CHECKING:
+    from node.peers import Network
+
+
+class PeerOps:
+    def __init__(self, network: Network | None, index: Index) -> None:
+        self._net, self._index = network, index  # network None: peers.enabled = false
+
+    def _network(self) -> Network:
+        if self._net is None:
+            raise PeersDisabled("the p2p host is not running (peers.enabled = false)")
+        return self._net
+
+    def known(self) -> list[PeerEntry]:
+        """The peers this node knows, connected or not, and where each came from."""
+        return self._network().host.peers()
+
+    async def connect(self, addr: str) -> Connected:
+        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
+        return {"peer": await self._network().connect(addr)}
+
+    def trust_add(self, key: str, community: str) -> None:
+        from node.identity import public_key_from_did
+
+        try:
+            public_key_from_did(key)  # refuses anything but an ed25519 did:key
+        except CairnError as e:  # its ConfigError (500) is about config files; here the key is user input
+            raise InvalidInput(e.message) from None
+        self._index.trust_add(key, community)
+
+    def trust_rm(self, key: str, community: str | None) -> int:
+        return self._index.trust_rm(key, community)
+
+    def trust_list(self) -> list[Trusted]:
+        return [{"key": k, "community": c} for k, c in self._index.trusted()]
+
+    def announcements(self, limit: int = 100) -> Announcements:
+        """Peers' claims received, latest first, each with its signer's score; and the messages refused."""
+        claims: list[ClaimSeen] = [
+            {
+                "invocation": c.invocation,
+                "signer": c.signer,
+                "peer": c.peer,
+                "execution": c.execution,
+                "receipt": c.receipt,
+                "rows": c.rows,
+                "logicalHash": c.logical_hash,
+                "received": c.received,
+                "status": c.status,
+                "reason": c.reason,
+                "signer_score": _score(*self._index.signer_score(c.signer)),
+            }
+            for c in self._index.claims(limit=limit)
+        ]
+        refused: list[RefusedMessage] = [
+            {"peer": p, "reason": r, "received": t} for p, r, t in self._index.refusals(limit)
+        ]
+        return {"claims": claims, "refused_messages": refused}
+
+
+def _score(accepted: int, refused: int) -> SignerScore:
+    return {"accepted": accepted, "refused": refused}
