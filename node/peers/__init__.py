@@ -1,6 +1,11 @@
 """The node among its peers: announcements, lookups and catch-up over the p2p host (``docs/p2p.md``).
 
-``node.peers.network.Network`` ties the libp2p host (``p2p``) to the resolver and the index.
+- ``node.peers.network.Network``: the IO loop tying the libp2p host (``p2p``) to the resolver and the index;
+- ``node.peers.claim_intake`` (IO-free) and ``node.peers.claim_receiver`` (its IO): what peers send, admitted,
+  recorded or refused, within the limits of ``node.peers.limits``;
+- ``node.peers.own_claims``: our results as peers get them (signed announcements, carried blocks, answers);
+- ``node.peers.outbound_choices`` (IO-free): what is announced and sent, and whom is asked;
+- ``node.peers.host_setup``: the libp2p host made from ``peers.*``.
 """
 
 from node.peers.network import CATCHUP, HAVE, LOOKUP, TOPIC, Network

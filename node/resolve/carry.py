@@ -1,6 +1,6 @@
 """A claim's small blocks: those an asker's checks (node/resolve/claims.py) read, in the order they read them.
 
-Gathered by the signer's node to carry in a lookup answer (node/peers/network.py, ``/cairn/lookup/1.1.0``), and by
+Gathered by the signer's node to carry in a lookup answer (node/peers/own_claims.py, ``/cairn/lookup/1.1.0``), and by
 a node that hears a trusted signer's announcement to fetch them ahead of need (``FetchAhead``), so that an answer
 from a far node, one no neighbour can carry, does not wait for bitswap round trips one link level at a time. Only
 a node likely to use the claim fetches it ahead (``FetchAhead.likely``): one that asked queries of its shape lately.

@@ -142,7 +142,7 @@ def _check_announcement(data: bytes) -> Announcement:
 
 class Blocks:
     """Where a claim's blocks are read: first those its lookup answer carried (each hashed against its CID on
-    arrival, node/peers/network.py), else our Kubo (bitswap; the client re-hashes what it gets), once the claim's
+    arrival, node/peers/claim_intake.py), else our Kubo (bitswap; the client re-hashes what it gets), once the claim's
     providers were tried (``reach``: at the first block not carried). Which carried blocks a check used is
     remembered: they are put into our Kubo with the answer (``used_blocks``)."""
 

@@ -201,7 +201,7 @@ class Publisher:
             self.owed.keep_task(asyncio.ensure_future(self._publish_later(stored, provide)))
             return stored
         await self.owed.provide(provide)
-        # Derived from a peer's unchecked result: not signed for to peers (network._ours, docs/peers.md).
+        # Derived from a peer's unchecked result: not signed for to peers (peers.outbound_choices, docs/peers.md).
         if row.trust in VERIFIED_LABELS:
             await self.link.published(row if own else stored)
         return row if own else stored

@@ -28,7 +28,7 @@ from node.identity import Identity, generate
 from node.ipfs import ManagedKubo
 from node.model import Announcement, cid_for, decode, encode
 from node.peers import CATCHUP, LOOKUP, TOPIC
-from node.peers.network import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
+from node.peers.claim_intake import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import inprocess_node
 

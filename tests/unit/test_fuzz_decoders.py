@@ -221,8 +221,8 @@ def check_peer_message(data: bytes) -> None:
     except ClaimRefused:
         pass
     net = _network()
-    assert asyncio.run(net._on_catchup("12D3KooWFuzz", data)) == b""
-    assert isinstance(asyncio.run(net._on_lookup("12D3KooWFuzz", data)), bytes)
+    assert asyncio.run(net.receiver.on_catchup("12D3KooWFuzz", data)) == b""
+    assert isinstance(asyncio.run(net.own.on_lookup("12D3KooWFuzz", data)), bytes)
 
 
 @functools.cache
