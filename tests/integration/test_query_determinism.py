@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from node.errors import QueryRefused
 from node.query import canonicalize
-from tests.fixtures.spark_oracle import Engine, Failed, column_table, rows, side_by_side
+from tests.fixtures.spark_oracle import Engine, Failed, Later, column_table, rows
 
 T = [
     ("i", "int64"),
@@ -387,7 +387,7 @@ def test_the_away_worker_really_runs_elsewhere(workers: tuple[Engine, Engine, di
     # ... so it is read from the JVMs' own log lines: the away JVM lives 400 days and 7 hours ahead.
     ahead = _jvm_clock(away.worker.log_path) - _jvm_clock(home.worker.log_path)
     assert datetime.timedelta(days=400, hours=6) <= ahead <= datetime.timedelta(days=400, hours=8), ahead
-    jvm = away.loop.run_until_complete(away.worker.ping())["jvm_pid"]
+    jvm = away.call(away.worker.ping())["jvm_pid"]
     environ = dict(
         kv.split("=", 1) for kv in Path(f"/proc/{jvm}/environ").read_bytes().decode().split("\0") if "=" in kv
     )
@@ -395,37 +395,54 @@ def test_the_away_worker_really_runs_elsewhere(workers: tuple[Engine, Engine, di
     assert "libfaketime" in environ.get("LD_PRELOAD", "")
     assert environ.get("JAVA_TOOL_OPTIONS") == AWAY_ENV["JAVA_TOOL_OPTIONS"]  # the Turkish locale still asked for
     # The defence: both workers report the same engine profile (locale, time zone, settings) all the same.
-    profiles = [e.loop.run_until_complete(e.worker.ping())["profile"] for e in (home, away)]
+    profiles = [e.call(e.worker.ping())["profile"] for e in (home, away)]
     assert profiles[0] == profiles[1]
 
 
-@settings(
-    max_examples=MAX_EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
-@given(sql=QUERIES)
-def test_accepted_queries_give_identical_rows_everywhere(workers: tuple[Engine, Engine, dict, dict], sql: str) -> None:
-    STATS["generated"] += 1
-    try:
-        q = canonicalize(sql, inputs_of(sql))
-    except QueryRefused:
-        STATS["refused"] += 1
-        return
-    STATS["accepted"] += 1
+def test_accepted_queries_give_identical_rows_everywhere(workers: tuple[Engine, Engine, dict, dict]) -> None:
+    """Hypothesis generates the statements; each accepted one is handed to both workers at once, and its two
+    answers are compared once all are handed over (the workers run two jobs each at a time while hypothesis goes on
+    generating: Spark jobs are what this test costs)."""
     home, away, home_paths, away_paths = workers
-    h, a = side_by_side(lambda: home.run_canonical(q, home_paths), lambda: away.run_canonical(q, away_paths))
+    handed: list[tuple[str, str, Later, Later]] = []
+
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+    )
+    @given(sql=QUERIES)
+    def generate(sql: str) -> None:
+        STATS["generated"] += 1
+        try:
+            q = canonicalize(sql, inputs_of(sql))
+        except QueryRefused:
+            STATS["refused"] += 1
+            return
+        STATS["accepted"] += 1
+        handed.append((sql, q.statement, home.submit_canonical(q, home_paths), away.submit_canonical(q, away_paths)))
+
+    generate()
+    for sql, statement, at_home, far in handed:
+        try:
+            h, a = at_home.result(), far.result()
+        except Exception as e:
+            raise AssertionError(f"{sql}\n    canonical: {statement}\n    a worker broke: {e}") from e
+        _compare(sql, statement, h, a)
+
+
+def _compare(sql: str, statement: str, h: pa.Table | Failed, a: pa.Table | Failed) -> None:
     if isinstance(h, Failed) or isinstance(a, Failed):
         outcome = [(r.kind, r.condition) if isinstance(r, Failed) else "rows" for r in (h, a)]
         if outcome[0] == outcome[1]:
             STATS["failed_alike"] += 1
         else:
-            BROKEN[sql] = f"{q.statement}\n    home: {_show(h)}\n    away: {_show(a)}"
+            BROKEN[sql] = f"{statement}\n    home: {_show(h)}\n    away: {_show(a)}"
         return
     STATS["ran"] += 1
     if rows(h) != rows(a):
-        BROKEN[sql] = f"{q.statement}\n    home: {_show(h)}\n    away: {_show(a)}"
+        BROKEN[sql] = f"{statement}\n    home: {_show(h)}\n    away: {_show(a)}"
 
 
 def _show(result: pa.Table | Failed) -> str:

@@ -17,17 +17,19 @@ import datetime
 import decimal
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from node.errors import QueryRefused
-from node.query import canonicalize
-from tests.fixtures.spark_oracle import ARROW, Engine, Failed, arrow_table, bag, rows
+from node.query import CanonicalQuery, canonicalize
+from tests.fixtures.spark_oracle import ARROW, Engine, Failed, Later, arrow_table, bag, rows
 from tests.unit import test_query_equivalences as pairs
 from tests.unit.test_query_canonical import T
 
 NAN, INF = float("nan"), float("inf")
+Inputs = dict[str, list[tuple[str, str]]]
 D = datetime.date
 VALUES = {
     "int64": [1, 2, 2, None, 3, -1, 0, 1],
@@ -57,16 +59,51 @@ def _bag(result: pa.Table | Failed) -> object:
     return result if isinstance(result, Failed) else bag(result)
 
 
-@pytest.mark.parametrize("name,first,second,inputs", pairs.SAME, ids=[c[0] for c in pairs.SAME])
-def test_both_spellings_give_the_same_rows(engine: Engine, paths: dict, name, first, second, inputs) -> None:
+def _selected(request: pytest.FixtureRequest, test: str) -> list[dict[str, Any]]:
+    """The parameters of this module's ``test`` cases that this run selected, in run order."""
+    return [
+        item.callspec.params
+        for item in request.session.items
+        if item.module is request.module and getattr(item, "originalname", "") == test
+    ]
+
+
+@pytest.fixture(scope="module")
+def spellings(engine: Engine, paths: dict, request: pytest.FixtureRequest) -> dict[str, tuple[Later, ...]]:
+    """Every selected pair's three statements handed to the worker at once, in test order: Spark answers the next
+    pairs while a test checks its own (Spark jobs are what this module costs). A pair whose canonicalization fails
+    here has only its two spellings handed over: its test canonicalizes again, after the rows, as always."""
+    handed = {}
+    for case in _selected(request, "test_both_spellings_give_the_same_rows"):
+        try:
+            q: CanonicalQuery | None = canonicalize(case["first"], case["inputs"])
+        except Exception:  # noqa: BLE001
+            q = None
+        handed[case["name"]] = _submit_spellings(engine, paths, case["first"], case["second"], case["inputs"], q)
+    return handed
+
+
+def _submit_spellings(
+    engine: Engine, paths: dict, first: str, second: str, inputs: Inputs, q: CanonicalQuery | None
+) -> tuple[Later, ...]:
     used = {alias: paths[alias] for alias in inputs}
-    one, two = engine.run_user(first, inputs, used), engine.run_user(second, inputs, used)
+    spelt = (engine.submit_user(first, inputs, used), engine.submit_user(second, inputs, used))
+    return spelt if q is None else (*spelt, engine.submit_canonical(q, used, published=False))
+
+
+@pytest.mark.parametrize("name,first,second,inputs", pairs.SAME, ids=[c[0] for c in pairs.SAME])
+def test_both_spellings_give_the_same_rows(
+    engine: Engine, paths: dict, spellings: dict[str, tuple[Later, ...]], name, first, second, inputs
+) -> None:
+    handed = spellings.pop(name, None) or _submit_spellings(engine, paths, first, second, inputs, None)
+    one, two = handed[0].result(), handed[1].result()
     assert isinstance(one, pa.Table), one
     assert isinstance(two, pa.Table), two
     assert one.schema.types == two.schema.types
     assert bag(one) == bag(two), (first, second)
     q = canonicalize(first, inputs)
-    canonical = engine.run_canonical(q, used, published=False)
+    used = {alias: paths[alias] for alias in inputs}
+    canonical = handed[2].result() if len(handed) == 3 else engine.run_canonical(q, used, published=False)
     assert isinstance(canonical, pa.Table), canonical
     assert canonical.schema.types == one.schema.types and bag(canonical) == bag(one)
 
@@ -114,13 +151,33 @@ def matrix(engine: Engine) -> dict:
     return engine.write({"t": pa.table(columns)})
 
 
-@pytest.mark.parametrize("left,right", PAIRS, ids=[f"{a} vs {b}" for a, b in PAIRS])
-def test_comparisons_do_not_depend_on_operand_order(engine: Engine, matrix: dict, left: str, right: str) -> None:
-    """``l op r`` and ``r op' l`` on Spark: the same rows and types, or the same refusal."""
-    inputs = {"t": MATRIX_COLUMNS}
+def _both_orders(left: str, right: str) -> tuple[str, str]:
     written = f"SELECT {', '.join(f'{left} {op} {right}' for op in OPS)} FROM t"
     swapped = f"SELECT {', '.join(f'{right} {MIRROR.get(op, op)} {left}' for op in OPS)} FROM t"
-    one, two = engine.run_user(written, inputs, matrix), engine.run_user(swapped, inputs, matrix)
+    return written, swapped
+
+
+@pytest.fixture(scope="module")
+def orders(engine: Engine, matrix: dict, request: pytest.FixtureRequest) -> dict[tuple[str, str], tuple[Later, Later]]:
+    """Every selected pair's two statements handed to the worker at once, in test order (as ``spellings``)."""
+    handed = {}
+    for case in _selected(request, "test_comparisons_do_not_depend_on_operand_order"):
+        pair = (case["left"], case["right"])
+        handed[pair] = tuple(engine.submit_user(sql, {"t": MATRIX_COLUMNS}, matrix) for sql in _both_orders(*pair))
+    return handed
+
+
+@pytest.mark.parametrize("left,right", PAIRS, ids=[f"{a} vs {b}" for a, b in PAIRS])
+def test_comparisons_do_not_depend_on_operand_order(
+    engine: Engine, matrix: dict, orders: dict[tuple[str, str], tuple[Later, Later]], left: str, right: str
+) -> None:
+    """``l op r`` and ``r op' l`` on Spark: the same rows and types, or the same refusal."""
+    inputs = {"t": MATRIX_COLUMNS}
+    written, swapped = _both_orders(left, right)
+    handed = orders.pop((left, right), None) or tuple(
+        engine.submit_user(sql, inputs, matrix) for sql in (written, swapped)
+    )
+    one, two = (answer.result() for answer in handed)
     if isinstance(one, Failed) or isinstance(two, Failed):
         assert isinstance(one, Failed) and isinstance(two, Failed), (written, one, two)
         assert (one.kind, one.condition) == (two.kind, two.condition)
@@ -161,17 +218,21 @@ def test_in_lists_in_any_order_on_spark(engine: Engine, paths: dict) -> None:
     """Permuted literal lists with NULL and duplicates (NOT IN too, where NULL matters most)."""
     inputs = {"t": T}
     used = {"t": paths["t"]}
+    handed = []  # every statement handed to the worker first, then each group's answers compared
     for negate in ("", "NOT "):
         for members in (["2", "1", "NULL", "2"], ["3", "1"], ["'b'", "NULL", "'é'", "'b'"]):
             column = "s" if members[0].startswith("'") else "k"
-            results = []
+            answers = []
             for order in (members, list(reversed(members)), sorted(set(members))):
                 sql = f"SELECT k, s FROM t WHERE {column} {negate}IN ({', '.join(order)})"
-                results.append(_bag(engine.run_user(sql, inputs, used)))
+                answers.append(engine.submit_user(sql, inputs, used))
                 assert (
                     canonicalize(sql, inputs).statement
                     == canonicalize(
                         f"SELECT k, s FROM t WHERE {column} {negate}IN ({', '.join(members)})", inputs
                     ).statement
                 )
-            assert results[0] == results[1] == results[2], (negate, members)
+            handed.append((negate, members, answers))
+    for negate, members, answers in handed:
+        results = [_bag(answer.result()) for answer in answers]
+        assert results[0] == results[1] == results[2], (negate, members)

@@ -22,7 +22,7 @@ import datetime
 import functools
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ from tests.fixtures.spark_oracle import (
     compare_by,
     published_order,
     rows,
-    side_by_side,
     sorted_by,
 )
 from tests.unit import test_query_canonical as corpus
@@ -147,39 +146,66 @@ class Answers:
     u3: pa.Table | Failed | None
 
 
-def _answers(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, case: int) -> dict:
-    """Both data sets' answers. Jobs are what this module costs, so local[3]'s run in a thread while local[1]'s
-    run here (two JVMs, two cores). The layout check needs ties (TIES: canonical on both layouts); the user's
-    answer in a second layout needs none (DISTINCT). On TIES the user's answer is compared as a multiset, so it
-    runs on the shuffled layout, which keeps both engines equally busy."""
+def _submit(engines: tuple[Engine, Engine], sql: str, inputs: Inputs, q: CanonicalQuery, case: int) -> Answered:
+    """Both data sets' answers, handed to the engines now (read with the returned function). The layout check
+    needs ties (TIES: canonical on both layouts); the user's answer in a second layout needs none (DISTINCT). On
+    TIES the user's answer is compared as a multiset, so it runs on the shuffled layout, which keeps both engines
+    equally busy (three jobs each)."""
     one, three = engines
     layouts = {}
     for name, data in DATA.items():
         tables = {alias: arrow_table(columns, data) for alias, columns in inputs.items()}
         layouts[name] = (one.write(tables), three.write(tables, files=3, seed=case + 1))
+    c1 = {name: one.submit_canonical(q, plain) for name, (plain, _) in layouts.items()}
+    u1_distinct = one.submit_user(sql, inputs, layouts["distinct"][0])
+    u3_distinct = three.submit_user(sql, inputs, layouts["distinct"][1])
+    c3_ties = three.submit_canonical(q, layouts["ties"][1])
+    u1_ties = three.submit_user(sql, inputs, layouts["ties"][1])
 
-    def on_three() -> tuple[pa.Table | Failed, pa.Table | Failed, pa.Table | Failed]:
-        return (
-            three.run_user(sql, inputs, layouts["distinct"][1]),
-            three.run_canonical(q, layouts["ties"][1]),
-            three.run_user(sql, inputs, layouts["ties"][1]),
-        )
+    def read() -> dict[str, Answers]:
+        return {
+            "distinct": Answers(
+                layouts["distinct"][0],
+                c1["distinct"].result(),
+                c1["distinct"].result(),
+                published_order(u1_distinct.result(), q.order_by),
+                published_order(u3_distinct.result(), q.order_by),
+            ),
+            "ties": Answers(
+                layouts["ties"][0],
+                c1["ties"].result(),
+                c3_ties.result(),
+                published_order(u1_ties.result(), q.order_by),
+                None,
+            ),
+        }
 
-    def on_one() -> tuple[dict[str, pa.Table | Failed], pa.Table | Failed]:
-        c1 = {name: one.run_canonical(q, plain) for name, (plain, _) in layouts.items()}
-        return c1, one.run_user(sql, inputs, layouts["distinct"][0])
+    return read
 
-    (c1, u1_distinct), (u3_distinct, c3_ties, u1_ties) = side_by_side(on_one, on_three)
-    return {
-        "distinct": Answers(
-            layouts["distinct"][0],
-            c1["distinct"],
-            c1["distinct"],
-            published_order(u1_distinct, q.order_by),
-            published_order(u3_distinct, q.order_by),
-        ),
-        "ties": Answers(layouts["ties"][0], c1["ties"], c3_ties, published_order(u1_ties, q.order_by), None),
-    }
+
+Answered = Callable[[], dict[str, Answers]]
+
+
+@pytest.fixture(scope="module")
+def ahead(engines: tuple[Engine, Engine], request: pytest.FixtureRequest) -> dict[int, Answered]:
+    """Every selected case's statements handed to the engines at once, in test order: Spark answers the next cases
+    while a test checks its own (the worker runs two jobs at a time; Spark jobs are what this module costs). A
+    case whose canonicalization fails here is left to its test, which canonicalizes (again) and checks as always."""
+    cases = [
+        item.callspec.params["case"]
+        for item in request.session.items
+        if item.module is request.module
+        and getattr(item, "originalname", "") == "test_canonical_statement_gives_the_users_answer"
+    ]
+    handed: dict[int, Answered] = {}
+    for case in cases:
+        sql, inputs = CASES[case]
+        try:
+            q = canonicalize(sql, inputs)
+        except Exception:  # noqa: BLE001, S112  refused (or broken): its test says which, as it always did
+            continue
+        handed[case] = _submit(engines, sql, inputs, q, case)
+    return handed
 
 
 def _check_on(one: Engine, sql: str, inputs: Inputs, q: CanonicalQuery, data: dict, r: Answers, case: int) -> None:
@@ -229,7 +255,9 @@ def _check_limit(one: Engine, sql: str, inputs: Inputs, paths: dict, keys: tuple
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=[sql[:60] for sql, _ in CASES])
-def test_canonical_statement_gives_the_users_answer(engines: tuple[Engine, Engine], case: int) -> None:
+def test_canonical_statement_gives_the_users_answer(
+    engines: tuple[Engine, Engine], ahead: dict[int, Answered], case: int
+) -> None:
     sql, inputs = CASES[case]
     try:
         q = canonicalize(sql, inputs)
@@ -238,7 +266,7 @@ def test_canonical_statement_gives_the_users_answer(engines: tuple[Engine, Engin
         return  # a corpus query made to be refused (test_query_canonical checks why)
     if (sql, repr(inputs)) in ACCEPTED:
         _check_accepted_form(q, inputs)
-    answers = _answers(engines, sql, inputs, q, case)
+    answers = (ahead.pop(case, None) or _submit(engines, sql, inputs, q, case))()
     for name, data in DATA.items():
         try:
             _check_on(engines[0], sql, inputs, q, data, answers[name], case)
@@ -300,11 +328,12 @@ def _layouts(engines: tuple[Engine, Engine], q: CanonicalQuery, values: dict) ->
     one, three = engines
     table = {"t": column_table(ORDERED, values)}
     reversed_table = {"t": table["t"].take(pa.array(range(table["t"].num_rows - 1, -1, -1)))}
-    return [
-        one.run_canonical(q, one.write(table)),
-        one.run_canonical(q, one.write(reversed_table, files=2)),
-        three.run_canonical(q, three.write(table, files=3, seed=5)),
+    handed = [
+        one.submit_canonical(q, one.write(table)),
+        one.submit_canonical(q, one.write(reversed_table, files=2)),
+        three.submit_canonical(q, three.write(table, files=3, seed=5)),
     ]
+    return [answer.result() for answer in handed]
 
 
 @pytest.mark.parametrize("sql,user_keys", USER_ORDERS, ids=[sql for sql, _ in USER_ORDERS])
@@ -317,10 +346,16 @@ def test_order_by_completion_is_one_of_the_users_orders(
     # rows are exactly the user's, in the user's order.
     distinct = column_table(ORDERED, O_DISTINCT)
     paths = one.write({"t": distinct})
-    user, got = one.run_user(sql, {"t": ORDERED}, paths), one.run_canonical(q, paths)
-    again = one.run_user(
-        sql, {"t": ORDERED}, one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2)
+    handed = (
+        one.submit_user(sql, {"t": ORDERED}, paths),
+        one.submit_canonical(q, paths),
+        one.submit_user(
+            sql,
+            {"t": ORDERED},
+            one.write({"t": distinct.take(pa.array(range(distinct.num_rows - 1, -1, -1)))}, files=2),
+        ),
     )
+    user, got, again = (answer.result() for answer in handed)
     assert isinstance(user, pa.Table) and isinstance(got, pa.Table) and isinstance(again, pa.Table), (user, got, again)
     if rows(user) == rows(again):
         assert rows(got) == rows(user)
@@ -385,13 +420,14 @@ def _check_rewrite_bytes(engines: tuple[Engine, Engine], cached: str, new: str, 
     r = rewrite(c, n)
     if r is None:
         return None
+    scratch_answer = three.submit_canonical(n, three.write({"t": table}, files=3, seed=7))  # meanwhile, on local[3]
     cached_result = one.run_canonical(c, one.write({"t": table}))
     assert isinstance(cached_result, pa.Table), cached_result
     path = one.base / f"cached-{len(list(one.base.iterdir()))}.parquet"
     write_parquet_slice(cached_result, str(path))
     width = len(c.output_names)
     derived = published_order(one.run(r.statement, {"a": ([path], [f"col_{i}" for i in range(width)])}), None)
-    scratch = three.run_canonical(n, three.write({"t": table}, files=3, seed=7))
+    scratch = scratch_answer.result()
     assert isinstance(derived, pa.Table) and isinstance(scratch, pa.Table), (derived, scratch)
     assert _published_bytes(derived) == _published_bytes(scratch), (cached, new, r, rows(derived), rows(scratch))
     # The same statement computed in the node with Arrow (node.query.arrow_eval), where it can: Spark's bytes.
@@ -470,6 +506,7 @@ def test_appends_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) -> 
         q = canonicalize(sql, {"t": rewrite_cases.COLUMNS})
         r = forward(q)
         assert r is not None and r.rule == "append"
+        scratch_answer = three.submit_canonical(q, three.write({"t": table}, files=3, seed=7))  # meanwhile
         cached = one.run_canonical(q, one.write({"t": old}))
         assert isinstance(cached, pa.Table), cached
         path = one.base / f"cached-{len(list(one.base.iterdir()))}.parquet"
@@ -480,7 +517,7 @@ def test_appends_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) -> 
             "b": ([path], [f"col_{i}" for i in range(cached.num_columns)]),
         }
         merged = published_order(one.run(r.statement, views), None)
-        scratch = three.run_canonical(q, three.write({"t": table}, files=3, seed=7))
+        scratch = scratch_answer.result()
         assert isinstance(merged, pa.Table) and isinstance(scratch, pa.Table), (merged, scratch)
         assert merged.schema.types == scratch.schema.types, (merged.schema, scratch.schema)  # nullability aside
         assert _published_bytes(merged) == _published_bytes(scratch), (
