@@ -22,6 +22,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -242,9 +244,12 @@ class Shell:
         return self.home / home.removeprefix("~/")
 
     def start_node(self, home: str, *flags: str, spark: bool = False) -> NodeProcess:
+        return self.launch_node(home, *flags, spark=spark).wait_ready(timeout=120)
+
+    def launch_node(self, home: str, *flags: str, spark: bool = False) -> NodeProcess:
         # Spark starts at a session's first query, not with every node (most sessions run none).
         env = {"CAIRN_SPARK_AUTOSTART": str(spark).lower(), "CAIRN_SPARK_WARMUP_ROWS": "0"}
-        node = NodeProcess(self.path(home), env=env).start(*flags, timeout=120)
+        node = NodeProcess(self.path(home), env=env).launch(*flags)
         self.nodes[home] = node
         return node
 
@@ -269,8 +274,8 @@ class Shell:
                 proc.wait(30)
 
 
-@pytest.fixture
-def shell(tmp_path: Path) -> Iterator[Shell]:
+@contextmanager
+def _shell(tmp_path: Path) -> Iterator[Shell]:
     home = tmp_path / "home"
     (home / "bin").mkdir(parents=True)
     venv = Path(sys.executable).parent.parent
@@ -403,8 +408,8 @@ def _kubo_add_dir(shell: Shell, directory: str) -> str:
 def _prepare(shell: Shell, session: Session) -> None:
     if session.cwd_repo:
         shell.cwd = ROOT
-    for home in session.nodes:
-        shell.start_node(home, spark=session.spark)
+    for node in [shell.launch_node(home, spark=session.spark) for home in session.nodes]:  # side by side
+        node.wait_ready(timeout=120)
     for command in session.setup:
         if command.startswith("cairn-wait-ready "):
             _ready(shell, command.split()[1])
@@ -422,14 +427,45 @@ def _prepare(shell: Shell, session: Session) -> None:
         shell.env[name] = value.strip()
 
 
-@pytest.mark.parametrize("name", sorted(SESSIONS))
-def test_the_docs_commands_run(name: str, shell: Shell, kubo_binary: Path) -> None:
+def _run_session(name: str, tmp_path: Path, kubo_binary: Path) -> None:
+    """One session from its first command to its last; raises with every output that is not what the docs show."""
     session = SESSIONS[name]
-    shell.env["PATH"] = f"{kubo_binary.parent}:{shell.env['PATH']}"
-    _prepare(shell, session)
-    by_key = {b.key: b for b in blocks()}
-    for key in session.blocks:
-        block: Block = by_key[key]
-        for step in block.steps:
-            _run_step(shell, session, f"{block.path.name}:{block.line} ({key})", step)
-    assert not shell.wrong, "outputs that are not what the docs show:\n\n" + "\n\n".join(shell.wrong)
+    with _shell(tmp_path) as shell:
+        shell.env["PATH"] = f"{kubo_binary.parent}:{shell.env['PATH']}"
+        _prepare(shell, session)
+        by_key = {b.key: b for b in blocks()}
+        for key in session.blocks:
+            block: Block = by_key[key]
+            for step in block.steps:
+                _run_step(shell, session, f"{block.path.name}:{block.line} ({key})", step)
+        assert not shell.wrong, "outputs that are not what the docs show:\n\n" + "\n\n".join(shell.wrong)
+
+
+# Sessions run this many at a time: each shares nothing with another (its own $HOME, nodes, Kubos and Spark
+# workers, every port picked free), and a session runs one command at a time, so alone it leaves a core idle.
+SIDE_BY_SIDE = 2
+
+
+@pytest.fixture(scope="module")
+def sessions(
+    request: pytest.FixtureRequest, kubo_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[None]]]:
+    """Every selected session started at once, ``SIDE_BY_SIDE`` at a time, in test order: each test waits for its
+    own and fails with what it found."""
+    names = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and getattr(item, "originalname", "") == "test_the_docs_commands_run"
+    ]
+    with ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="docs-session") as pool:
+        started = {name: pool.submit(_run_session, name, tmp_path_factory.mktemp(name), kubo_binary) for name in names}
+        try:
+            yield started
+        finally:
+            for future in started.values():
+                future.cancel()  # those not begun (a run stopped early); the others end as they would
+
+
+@pytest.mark.parametrize("name", sorted(SESSIONS))
+def test_the_docs_commands_run(name: str, sessions: dict[str, Future[None]]) -> None:
+    sessions[name].result()

@@ -10,12 +10,15 @@ for the start deadline), and the token shows nowhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from node.errors import SparkStartError
 from node.ipfs import ManagedKubo
 from node.resolve.spark import SparkWorker
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
-from tests.fixtures.spark_cluster import alive, connect_server
+from tests.fixtures.spark_cluster import Proc, alive, start_connect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +41,7 @@ SALES = (
 # A shuffle (GROUP BY) and a sort: the plan shapes whose partitioning the forced settings pin.
 SQL = "SELECT region, SUM(amount) AS total, COUNT(*) AS n FROM sales GROUP BY region ORDER BY region"
 TOKEN = secrets.token_hex(16)
+OTHER_SETTINGS_TEST = "test_connect_server_with_other_settings_is_refused"  # its server is begun with the module
 
 
 async def _answer(node: InNode) -> dict[str, Any]:
@@ -94,23 +98,88 @@ async def local(kubo_session: ManagedKubo, tmp_path_factory: pytest.TempPathFact
 
 def _script(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """scripts/spark_cluster.py's command line, as a user runs it (docs/scaling.md "Real clusters")."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "spark_cluster.py"), *args],
-        check=False,
-        capture_output=True,
-        timeout=180,
-        env={**os.environ, **(env or {})},
+    return _Script(*args, env=env).result()
+
+
+class _Script:
+    """scripts/spark_cluster.py's command line run in the background: ``result()`` waits for its JSON."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts" / "spark_cluster.py"), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+
+    def result(self) -> dict[str, Any]:
+        try:
+            out, err = self.proc.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        assert self.proc.returncode == 0, err.decode()[-2000:]
+        answer: dict[str, Any] = json.loads(out)
+        return answer
+
+
+@dataclass
+class _Starting:
+    """What this module's later tests need, begun with the module: JVM starts are most of its time, so the cluster
+    and the two Connect servers come up side by side with the local node's worker instead of one after another.
+    Each is stopped by the fixture or test that uses it, as before; the module's end stops what none used."""
+
+    standalone: tuple[Path, _Script] | None = None
+    connect: tuple[Path, _Script] | None = None
+    other: Future[tuple[Proc, int]] | None = None
+    used: set[str] = field(default_factory=set)
+
+
+def _module_uses(request: pytest.FixtureRequest, fixture: str) -> bool:
+    return any(
+        item.module is request.module and fixture in getattr(item, "fixturenames", ()) for item in request.session.items
     )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def starting(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Starting]:
+    begun = _Starting()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="connect-other")
+    if _module_uses(request, "cluster"):
+        state = tmp_path_factory.mktemp("standalone")
+        begun.standalone = (state, _Script("start", "--state", str(state), "--workers", "1"))
+    if _module_uses(request, "connect_port"):
+        state = tmp_path_factory.mktemp("connect")
+        begun.connect = (state, _Script("start", "--state", str(state), "--connect", env={"CAIRN_SPARK_TOKEN": TOKEN}))
+    if any(
+        getattr(i, "originalname", "") == OTHER_SETTINGS_TEST
+        for i in request.session.items
+        if i.module is request.module
+    ):
+        work = tmp_path_factory.mktemp("connect-other")
+        begun.other = pool.submit(start_connect, work, TOKEN, {"spark.sql.ansi.enabled": "false"})
+    try:
+        yield begun
+    finally:
+        for name in ("standalone", "connect"):
+            started = getattr(begun, name)
+            if started is not None and name not in begun.used:
+                with contextlib.suppress(Exception):
+                    started[1].result()
+                _script("stop", "--state", str(started[0]))
+        if begun.other is not None and "other" not in begun.used:
+            with contextlib.suppress(Exception):
+                begun.other.result()[0].stop()
+        pool.shutdown()
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster(starting: _Starting) -> Iterator[str]:
     """The standalone cluster started by the script's CLI (the processes outlive it: PID files), stopped by it."""
-    state = tmp_path_factory.mktemp("standalone")
-    started = _script("start", "--state", str(state), "--workers", "1")
+    assert starting.standalone is not None
+    starting.used.add("standalone")
+    state, start = starting.standalone
+    started = start.result()
     try:
         assert started["spark.mode"] == "standalone" and started["spark.master"].startswith("spark://127.0.0.1:")
         status = _script("status", "--state", str(state))
@@ -124,11 +193,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def connect_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def connect_port(starting: _Starting) -> Iterator[int]:
     """The Connect server started by the script's CLI (``start --connect``, the token in its environment, never on
     its command line), checked with ``status``, stopped with ``stop``: the one server this module's tests share."""
-    state = tmp_path_factory.mktemp("connect")
-    started = _script("start", "--state", str(state), "--connect", env={"CAIRN_SPARK_TOKEN": TOKEN})
+    assert starting.connect is not None
+    starting.used.add("connect")
+    state, start = starting.connect
+    started = start.result()
     try:
         assert started["spark.mode"] == "connect" and started["spark.remote"].startswith("sc://localhost:"), started
         assert TOKEN not in json.dumps(started)  # the settings it prints name the token, never show it
@@ -206,15 +277,18 @@ async def test_connect_bad_token_is_a_clear_error(connect_port: int, worker_for:
     assert TOKEN not in worker.log_path.read_text()
 
 
-async def test_connect_server_with_other_settings_is_refused(
-    tmp_path_factory: pytest.TempPathFactory, worker_for: Any
-) -> None:
+async def test_connect_server_with_other_settings_is_refused(starting: _Starting, worker_for: Any) -> None:
     """A server whose answer-relevant setting differs (here ANSI off: quiet NULLs instead of errors) is refused at
     start, naming the key: its answers would not be the ones every other peer computes."""
-    with connect_server(tmp_path_factory.mktemp("connect-other"), TOKEN, {"spark.sql.ansi.enabled": "false"}) as port:
+    assert starting.other is not None
+    starting.used.add("other")
+    server, port = starting.other.result()  # begun with the module (connect_server's start, with ANSI off)
+    try:
         worker = worker_for(port, TOKEN)
         with pytest.raises(SparkStartError) as err:
             await worker.start()
+    finally:
+        server.stop()
     message = str(err.value)
     assert "spark.sql.ansi.enabled='false', not 'true'" in message, message
     assert TOKEN not in message
