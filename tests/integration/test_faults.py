@@ -455,9 +455,12 @@ def compare(answer: dict[str, Any], node: NodeProcess, sql: str, *files: Path, k
 
 def restart(node: NodeProcess, env: dict[str, str], peer: NodeProcess) -> NodeProcess:
     """A new node process on the killed one's home, connected to the peer again."""
-    again = NodeProcess(node.home, env=env).start()
-    assert again.cli("connect", peer.get("/api/v0/node")[1]["p2p_addrs"][0]).returncode == 0
-    return again
+    return connected(NodeProcess(node.home, env=env).start(), peer)
+
+
+def connected(node: NodeProcess, peer: NodeProcess) -> NodeProcess:
+    assert node.cli("connect", peer.get("/api/v0/node")[1]["p2p_addrs"][0]).returncode == 0
+    return node
 
 
 def test_node_killed_mid_ingest_and_mid_publish(tmp_path: Path, kubo_session: ManagedKubo) -> None:
@@ -467,11 +470,13 @@ def test_node_killed_mid_ingest_and_mid_publish(tmp_path: Path, kubo_session: Ma
         "CAIRN_IPFS_API": kubo_session.api_url,  # the session's Kubo: nothing managed outlives the killed node
         "CAIRN_IPFS_API_AUTH": kubo_session.auth,
         "CAIRN_SPARK_AUTOSTART": "false",  # the worker starts on the first miss: two JVM starts in all
+        "CAIRN_SPARK_WARMUP_ROWS": "0",  # no idle JIT warm-up: it only competes with the test for the CPU
         "CAIRN_DATASETS_ROWS_PER_SLICE": str(ROWS_PER_SLICE),
     }
     home, kubo_api = tmp_path / "n1", kubo_session
-    peer = NodeProcess(tmp_path / "peer").start()  # its own managed Kubo, no Spark: it only listens
-    n1 = restart(NodeProcess(home), env, peer)
+    peer = NodeProcess(tmp_path / "peer").launch()  # its own managed Kubo, no Spark: it only listens
+    n1 = NodeProcess(home, env=env).launch()  # both start side by side
+    n1 = connected(n1.wait_ready(), peer.wait_ready())
     try:
         status, created = upload(n1, first, name="t")
         assert status == 201, created
