@@ -51,7 +51,8 @@ import aiohttp
 
 from node.errors import ConfigError, KuboError, KuboStartError
 from node.ipfs.addr import SUN_PATH_MAX, api_base_url, unix_socket_path
-from node.ipfs.client import KuboClient, api_session, auth_header, rpc_url
+from node.ipfs.client import KuboClient
+from node.ipfs.rpc_transport import api_session, auth_header, rpc_url
 
 log = logging.getLogger(__name__)
 
