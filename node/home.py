@@ -6,7 +6,7 @@
     node.key         ed25519 identity, PEM, mode 0600
     api.token        bearer token for write endpoints, mode 0600
     kubo/            the managed Kubo's repo
-    kubo.secret      the managed Kubo's RPC API secret, mode 0600 (node/ipfs/managed.py)
+    kubo.secret      the managed Kubo's RPC API secret, mode 0600 (node/ipfs/managed_repo.py)
     logs/            kubo.log, spark.log, node.log (the node's own log when started with --detach)
     node.json        written while the node runs: pid and API address (how other commands find it)
     node.pid         the running node's pid, from its first moment to its last (what `cairn node stop` signals)

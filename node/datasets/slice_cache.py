@@ -16,7 +16,7 @@ from node.datasets.chain import SliceRef, Version
 from node.datasets.fetching import SliceVisit, fetch_file, scan_slices
 from node.datasets.slices import read_slice, read_slice_head, slice_schema
 from node.errors import InvalidInput
-from node.ipfs.client import CHUNK_SIZE
+from node.ipfs.rpc_files import CHUNK_SIZE
 from node.ipfs.unixfs import bytes_cid, file_cid
 from node.model import CID, cid_str
 from node.ports.block_store import BlockStore

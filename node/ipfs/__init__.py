@@ -2,17 +2,9 @@
 
 from node.ipfs.addr import api_base_url, api_url_from_address
 from node.ipfs.car import CarSummary, CarVerifier, read_car
-from node.ipfs.client import (
-    AddResult,
-    BlockStat,
-    KeyInfo,
-    KuboClient,
-    KuboVersion,
-    NamePublished,
-    NodeIdentity,
-    PeerInfo,
-)
+from node.ipfs.client import KuboClient
 from node.ipfs.managed import HOME_SECRET, KUBO_VERSION, ExitInfo, ManagedKubo, find_kubo_binary, home_kubo_auth
+from node.ports.block_store import AddResult, BlockStat, KeyInfo, KuboVersion, NamePublished, NodeIdentity, PeerInfo
 
 __all__ = [
     "HOME_SECRET",

@@ -16,7 +16,7 @@ from multiformats import CID
 
 from node.model.cid import blake3_cid, cid_for
 
-CHUNK = 1 << 20  # node.ipfs.client.CHUNK_SIZE
+CHUNK = 1 << 20  # node.ipfs.rpc_files.CHUNK_SIZE
 MAX_LINKS = 174  # boxo's helpers.DefaultLinksPerBlock
 
 

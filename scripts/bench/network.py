@@ -379,7 +379,9 @@ async def _probe_fetch(
         t = time.perf_counter()
         direct = (receipt_cid, rc.execution, ex.output, rc.structure)
         if batched:
-            await kubo.rpc("pin/add", [*(("arg", str(c)) for c in direct), ("recursive", "false")], timeout=60)
+            await kubo.transport.rpc(
+                "pin/add", [*(("arg", str(c)) for c in direct), ("recursive", "false")], timeout=60
+            )
         else:
             for cid in direct:
                 await kubo.pin_add(cid, recursive=False)

@@ -38,7 +38,7 @@ import pytest
 from node.api import create_app
 from node.core import Node
 from node.ipfs import ManagedKubo
-from node.ipfs.client import auth_header
+from node.ipfs.rpc_transport import auth_header
 from tests.fixtures.inprocess import InNode, inprocess_node, node_settings, wait_for
 from tests.fixtures.kubo import http_connection
 from tests.fixtures.nodes import NodeProcess, poll

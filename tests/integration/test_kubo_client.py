@@ -238,7 +238,7 @@ async def test_truncated_streams_are_detected(kubo: ManagedKubo) -> None:
         res = await client.add(data)
         await client.pin_rm(res.cid)
         middle = blake3_cid(data[MiB : 2 * MiB], "raw")
-        await client.rpc("block/rm", [("arg", str(middle))])
+        await client.transport.rpc("block/rm", [("arg", str(middle))])
 
         received = bytearray()
         with pytest.raises(KuboTruncated, match=f"after {MiB} of {3 * MiB} bytes"):
@@ -283,7 +283,7 @@ async def test_repo_gc(kubo: ManagedKubo) -> None:
     async with kubo.client() as client:
         kept = await client.block_put(os.urandom(10), pin=True)
         dropped = await client.block_put(os.urandom(10))
-        removed = await client.repo_gc()
+        removed = await client.blocks.gc()
         assert dropped in removed and kept not in removed
         with pytest.raises(KuboNotFound):
             await client.block_get(dropped, offline=True)
@@ -304,7 +304,7 @@ async def test_pin_over_incomplete_dag(kubo: ManagedKubo) -> None:
         with pytest.raises(KuboRPCError, match="a pinned DAG is incomplete"):
             await client.pin_ls(other)  # is it pinned indirectly? cannot be known
         with pytest.raises(KuboRPCError, match="garbage collection aborted"):
-            await client.repo_gc()
+            await client.blocks.gc()
         with pytest.raises(KuboTimeout):  # a real pin add wants every block
             await client.pin_add(root, timeout=0.3)
 
@@ -314,30 +314,30 @@ async def test_pin_over_incomplete_dag(kubo: ManagedKubo) -> None:
 
 async def test_key_gen_list(kubo_client: KuboClient) -> None:
     name = f"ds-{uuid.uuid4().hex[:8]}"
-    key = await kubo_client.key_gen(name)
+    key = await kubo_client.keys.gen(name)
     assert key.name == name and key.id.startswith("k51")
-    keys = await kubo_client.key_list()
+    keys = await kubo_client.keys.ls()
     assert key in keys and any(k.name == "self" for k in keys)
     with pytest.raises(KuboRPCError, match="already exists"):
-        await kubo_client.key_gen(name)
+        await kubo_client.keys.gen(name)
 
 
 async def test_name_publish_resolve(kubo_client: KuboClient) -> None:
-    key = await kubo_client.key_gen(f"ds-{uuid.uuid4().hex[:8]}")
+    key = await kubo_client.keys.gen(f"ds-{uuid.uuid4().hex[:8]}")
     v1 = await kubo_client.dag_put(dag_cbor.encode({"v": 1, "n": uuid.uuid4().hex}))
     published = await kubo_client.name_publish(v1, key=key.name, lifetime="1h")
     assert (published.name, published.value) == (key.id, f"/ipfs/{v1}")
-    assert await kubo_client.name_resolve(key.id) == f"/ipfs/{v1}"
+    assert await kubo_client.names.resolve(key.id) == f"/ipfs/{v1}"
     v2 = await kubo_client.dag_put(dag_cbor.encode({"v": 2, "n": uuid.uuid4().hex}))
     await kubo_client.name_publish(v2, key=key.name, lifetime=3600)
-    assert await kubo_client.name_resolve(f"/ipns/{key.id}", nocache=True) == f"/ipfs/{v2}"
+    assert await kubo_client.names.resolve(f"/ipns/{key.id}", nocache=True) == f"/ipfs/{v2}"
 
 
 async def test_name_resolve_unknown_is_not_found(kubo: ManagedKubo) -> None:
     async with kubo.client() as client:
-        stranger = (await client.key_gen("stranger")).id
+        stranger = (await client.keys.gen("stranger")).id
         with pytest.raises(KuboNotFound, match="could not resolve name"):
-            await client.name_resolve(stranger, timeout=5)
+            await client.names.resolve(stranger, timeout=5)
 
 
 # --- swarm and routing between two daemons ----------------------------------------------
@@ -377,7 +377,7 @@ async def test_malformed_cid(kubo_client: KuboClient) -> None:
     with pytest.raises(InvalidInput, match="invalid CID"):  # typed methods check CIDs before asking
         await kubo_client.block_get("bafy-not-a-cid")
     with pytest.raises(KuboRPCError, match='Kubo dag/get: invalid path "notacid"') as info:
-        await kubo_client.rpc("dag/get", [("arg", "notacid")])
+        await kubo_client.transport.rpc("dag/get", [("arg", "notacid")])
     assert info.value.kubo_message.startswith("invalid path")
     assert info.value.code == 0 and info.value.status == 502
 
@@ -393,7 +393,7 @@ async def test_missing_cid_times_out(kubo_session: ManagedKubo) -> None:
 
 async def test_unknown_endpoint(kubo_client: KuboClient) -> None:
     with pytest.raises(KuboRPCError, match="unknown endpoint") as info:
-        await kubo_client.rpc("no/such/thing")
+        await kubo_client.transport.rpc("no/such/thing")
     assert info.value.http_status == 404
 
 

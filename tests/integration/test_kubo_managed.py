@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from node.errors import KuboRPCError, KuboStartError
-from node.ipfs import KuboClient, ManagedKubo, managed
+from node.ipfs import KuboClient, ManagedKubo, managed_watch
 from tests.fixtures.kubo import post_status
 from tests.fixtures.procs import process_running
 
@@ -115,7 +115,7 @@ async def test_supervise_is_woken_by_the_exit_not_by_polling(
 ) -> None:
     """An idle node's loop is not woken to poll its Kubo (a 0.1 s poll cost up to 1 % of a core). With the poll and
     the recheck an hour long, only the daemon's pidfd can tell the supervisor it died: it still restarts it."""
-    monkeypatch.setattr(managed, "RECHECK_S", 3600.0)
+    monkeypatch.setattr(managed_watch, "RECHECK_S", 3600.0)
     states: list[str] = []
     old_pid = kubo.pid
     assert old_pid is not None

@@ -23,7 +23,7 @@ from node.datasets.slices import write_parquet_slice
 from node.errors import InvalidInput, KuboNotFound, SliceCorrupt
 from node.index import Index
 from node.ipfs import KuboClient, ManagedKubo
-from node.ipfs.client import CHUNK_SIZE
+from node.ipfs.rpc_files import CHUNK_SIZE
 from node.ipfs.unixfs import UnixfsHasher
 from node.model import CID, cid_str
 

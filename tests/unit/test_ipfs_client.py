@@ -128,7 +128,7 @@ async def test_error_mapping(
 
     kubo.routes["name/resolve"] = fail
     with pytest.raises(error) as info:
-        await client.name_resolve("k51x")
+        await client.names.resolve("k51x")
     text = str(info.value)
     assert "\n" not in text
     if error is not KuboTimeout:
@@ -144,7 +144,7 @@ async def test_plain_text_400(fake: tuple[FakeKubo, KuboClient]) -> None:
 
     kubo.routes["key/gen"] = bad
     with pytest.raises(KuboRPCError, match='argument "key" is required') as info:
-        await client.key_gen("x")
+        await client.keys.gen("x")
     assert info.value.http_status == 400
 
 
@@ -186,7 +186,10 @@ async def test_client_side_timeout(fake: tuple[FakeKubo, KuboClient]) -> None:
         return web.json_response({})
 
     kubo.routes["id"] = hang
-    client.timeout, client.slack = 0.05, 0.05  # our deadline is Kubo's plus a slack (2 s by default)
+    client.transport.timeout, client.transport.slack = (
+        0.05,
+        0.05,
+    )  # our deadline is Kubo's plus a slack (2 s by default)
     try:
         with pytest.raises(KuboTimeout, match="Kubo id did not answer"):
             await client.id()

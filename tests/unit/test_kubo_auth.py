@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from config import SettingsError, load_settings
 from node.errors import ConfigError
-from node.ipfs.client import auth_header
+from node.ipfs.rpc_transport import auth_header
 
 TOKEN = st.text(string.ascii_letters + string.digits + "-_.~+/", min_size=12, max_size=64)
 EXTERNAL = {"CAIRN_IPFS_API": "http://127.0.0.1:5001"}

@@ -14,7 +14,7 @@ from aiohttp import web
 from node.errors import KuboStartError, KuboUnreachable
 from node.ipfs import KuboClient
 from node.ipfs.addr import SUN_PATH_MAX
-from node.ipfs.managed import _private_dir, api_socket_path
+from node.ipfs.managed_repo import api_socket_path, private_dir
 
 
 def test_socket_beside_the_repo(tmp_path: Path) -> None:
@@ -37,15 +37,15 @@ def test_a_path_too_long_moves_to_a_short_dir_named_after_the_repo(
 
 def test_private_dir_is_0700_and_refuses_what_is_not_ours(tmp_path: Path) -> None:
     made = tmp_path / "kubo.rpc"
-    _private_dir(made)
+    private_dir(made)
     assert made.stat().st_mode & 0o777 == 0o700
     made.chmod(0o755)
-    _private_dir(made)  # tightened
+    private_dir(made)  # tightened
     assert made.stat().st_mode & 0o777 == 0o700
     link = tmp_path / "link.rpc"
     link.symlink_to(made)
     with pytest.raises(KuboStartError, match="must be a directory of this user's"):
-        _private_dir(link)
+        private_dir(link)
 
 
 async def _serve(site_of: type[web.UnixSite] | type[web.TCPSite], where: str) -> tuple[web.AppRunner, str]:
