@@ -6,6 +6,8 @@ tests/integration/test_kubo_managed.py::test_no_other_user_reaches_anything_on_t
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,13 +27,16 @@ def test_a_path_too_long_moves_to_a_short_dir_named_after_the_repo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "kubo"
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    # A runtime dir as short as a real one (/run/user/UID): pytest's tmp_path may itself be too long for a socket.
+    runtime = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     sock = api_socket_path(deep)
-    assert sock.parent.parent == tmp_path and sock.parent.name.startswith(f"cairn-kubo-{os.getuid()}-")
+    assert sock.parent.parent == runtime and sock.parent.name.startswith(f"cairn-kubo-{os.getuid()}-")
     assert len(os.fsencode(sock)) <= SUN_PATH_MAX
     assert api_socket_path(deep) == sock  # the same at every start
     assert api_socket_path(deep.with_name("other")) != sock  # one per repo
     monkeypatch.delenv("XDG_RUNTIME_DIR")
+    shutil.rmtree(runtime)
     assert api_socket_path(deep).parent.parent == Path("/tmp")
 
 
