@@ -246,6 +246,6 @@ def test_the_watermark_is_kept_in_the_index_and_bounded():
         ]  # least recent gone
         index.close()
         reopened = Index(Path(d) / "index.sqlite")
-        replays = Replays(WINDOW, reopened.signer_mark)
+        replays = Replays(WINDOW, reopened.peer_claims.signer_mark)
         assert replays.check("k4", b"any", 4.0) is not None and replays.check("k4", b"any", 4.5) is None
         reopened.close()
