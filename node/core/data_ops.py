@@ -84,7 +84,7 @@ class DataOps:
     async def listed(self) -> list[DatasetEntry]:
         """Every dataset this node names, with its head's size."""
         out: list[DatasetEntry] = []
-        for row in self._datasets.index.datasets():
+        for row in self._datasets.catalog.datasets():
             v = await self._datasets.version(parse_cid(row.head))
             out.append(
                 {

@@ -130,7 +130,7 @@ class Node:
         self.data = DataOps(
             self.settings, self.datasets, self.kubo, self.network, self.serving, self.pulls, self._after_ingest
         )
-        self.peers = PeerOps(self.network, self.index)
+        self.peers = PeerOps(self.network, self.index.trust, self.index.peer_claims)
         self.provenance = ProvenanceOps(self)
 
     # -- life cycle -------------------------------------------------------------------------
@@ -340,7 +340,7 @@ class Node:
             )
         row = answer.execution
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
-        self.index.set_output_names(row.execution, list(answer.output_names))
+        self.index.results.set_output_names(row.execution, list(answer.output_names))
         try:
             arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
         except RenderError as e:  # the answer is recorded: say where it is, never lose it
@@ -386,31 +386,31 @@ class Node:
 
     async def execution(self, cid: CID) -> Execution:
         """An execution this node's index holds, its receipt's facts, and the peers' answers that disagree."""
-        row = self.index.executions_by_cid(cid_str(cid))
+        row = self.index.results.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
         receipt = Receipt.from_ipld(decode(await self.kubo.block_get(parse_cid(row.receipt))))
-        return _execution(row, receipt, self.index.divergences(row.invocation))
+        return _execution(row, receipt, self.index.results.divergences(row.invocation))
 
     async def execution_data(
         self, cid: CID, names: list[str] | None = None
     ) -> tuple[list[str] | None, AsyncIterator[Any]]:
         """An execution's column names (``names``, else those its asking query gave, else None for the
         positional ``_0, _1, …``) and its rows, slice by slice, read as they are sent."""
-        row = self.index.executions_by_cid(cid_str(cid))
+        row = self.index.results.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
-        return names or self.index.output_names(row.execution), self.resolver.iter_result(row)
+        return names or self.index.results.output_names(row.execution), self.resolver.iter_result(row)
 
     async def execution_files(
         self, cid: CID, names: list[str] | None = None
     ) -> tuple[list[str] | None, AsyncIterator[Path]]:
         """As :meth:`execution_data`, each slice as its local Parquet file: a reader that sends a result in small
         batches (Arrow Flight SQL) never holds a slice whole."""
-        row = self.index.executions_by_cid(cid_str(cid))
+        row = self.index.results.executions_by_cid(cid_str(cid))
         if row is None:
             raise NotFound(f"no execution {cid_str(cid)} in this node's index")
-        return names or self.index.output_names(row.execution), self.resolver.iter_result_files(row)
+        return names or self.index.results.output_names(row.execution), self.resolver.iter_result_files(row)
 
     # -- objects ----------------------------------------------------------------------------
 

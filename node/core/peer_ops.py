@@ -6,15 +6,16 @@ from typing import TYPE_CHECKING
 
 from node.core.results import Announcements, ClaimSeen, Connected, PeerEntry, RefusedMessage, SignerScore, Trusted
 from node.errors import CairnError, InvalidInput, PeersDisabled
-from node.index import Index
+from node.ports.repositories import ClaimRepository, TrustRepository
 
 if TYPE_CHECKING:
     from node.peers import Network
 
 
 class PeerOps:
-    def __init__(self, network: Network | None, index: Index) -> None:
-        self._net, self._index = network, index  # network None: peers.enabled = false
+    def __init__(self, network: Network | None, trust: TrustRepository, claims: ClaimRepository) -> None:
+        self._net = network  # None: peers.enabled = false
+        self._trust, self._claims = trust, claims
 
     def _network(self) -> Network:
         if self._net is None:
@@ -36,13 +37,13 @@ class PeerOps:
             public_key_from_did(key)  # refuses anything but an ed25519 did:key
         except CairnError as e:  # its ConfigError (500) is about config files; here the key is user input
             raise InvalidInput(e.message) from None
-        self._index.trust_add(key, community)
+        self._trust.trust_add(key, community)
 
     def trust_rm(self, key: str, community: str | None) -> int:
-        return self._index.trust_rm(key, community)
+        return self._trust.trust_rm(key, community)
 
     def trust_list(self) -> list[Trusted]:
-        return [{"key": k, "community": c} for k, c in self._index.trusted()]
+        return [{"key": k, "community": c} for k, c in self._trust.trusted()]
 
     def announcements(self, limit: int = 100) -> Announcements:
         """Peers' claims received, latest first, each with its signer's score; and the messages refused."""
@@ -58,12 +59,12 @@ class PeerOps:
                 "received": c.received,
                 "status": c.status,
                 "reason": c.reason,
-                "signer_score": _score(*self._index.signer_score(c.signer)),
+                "signer_score": _score(*self._trust.signer_score(c.signer)),
             }
-            for c in self._index.claims(limit=limit)
+            for c in self._claims.claims(limit=limit)
         ]
         refused: list[RefusedMessage] = [
-            {"peer": p, "reason": r, "received": t} for p, r, t in self._index.refusals(limit)
+            {"peer": p, "reason": r, "received": t} for p, r, t in self._claims.refusals(limit)
         ]
         return {"claims": claims, "refused_messages": refused}
 

@@ -137,6 +137,6 @@ def _peer_stats(node: Node) -> PeerStats | None:
         accepted=node.network.accepted,
         refused=node.network.counters(),
         # refused: failed a check when used (node/resolve/claims.py)
-        claims={s: node.index.claim_count(status=s) for s in ("pending", "accepted", "refused")},
+        claims={s: node.index.peer_claims.claim_count(status=s) for s in ("pending", "accepted", "refused")},
         fetched_ahead=node.resolver.ahead.fetched,
     )

@@ -46,7 +46,7 @@ async def open_node(settings: Settings) -> Node:
         kubo, managed = await _open_kubo(settings, home, stack)
         index = Index(home.path / "index.sqlite")
         stack.callback(index.close)
-        datasets = Datasets(kubo, index, home.path, settings.datasets.rows_per_slice, _input_limits(settings))
+        datasets = Datasets(kubo, index.catalog, home.path, settings.datasets.rows_per_slice, _input_limits(settings))
         spark = WorkerStart(_worker(settings, home))
         stack.push_async_callback(spark.stop)
         resolver = _resolver(settings, datasets, kubo, index, spark, identity)

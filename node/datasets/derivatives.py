@@ -10,8 +10,8 @@ from node.datasets.chain import SliceRef
 from node.datasets.chain_writer import ChainWriter, Signer, schema_blocks
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slice_cache import SliceCache
-from node.index import Index
 from node.model import CID, Structure, cid_str
+from node.ports.repositories import CatalogRepository
 
 
 async def _slice_refs(cache: SliceCache, slices: list[CID]) -> tuple[list[SliceRef], LogicalHasher | None]:
@@ -35,7 +35,7 @@ async def _slice_refs(cache: SliceCache, slices: list[CID]) -> tuple[list[SliceR
 async def derive(
     cache: SliceCache,
     chains: ChainWriter,
-    index: Index,
+    catalog: CatalogRepository,
     slices: list[CID],
     structure: Structure,
     receipt: CID,
@@ -65,5 +65,5 @@ async def derive(
         )
     signer = Signer(ident.private_key, ident.node_key, "", None, None, 0)
     head = await chains.store(signer, blocks, events, shallow=[r.cid for r in refs])
-    index.set_version_facts(cid_str(head), *facts)
+    catalog.set_version_facts(cid_str(head), *facts)
     return head

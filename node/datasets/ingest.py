@@ -31,10 +31,11 @@ from node.datasets.version_hashes import VersionHashes
 from node.datasets.versions import Versions
 from node.datasets.workdirs import disk_full_is_507
 from node.errors import CairnError, Conflict, InvalidInput, NotFound
-from node.index import DatasetRow, Index
+from node.index import DatasetRow
 from node.model import CID, Structure, cid_str, parse_cid
 from node.model.names import check_dataset_name
 from node.ports.block_store import BlockStore
+from node.ports.repositories import CatalogRepository
 
 DEFAULT_ROWS_PER_SLICE = 1 << 20
 
@@ -93,13 +94,13 @@ def bound_arrow_memory() -> None:
 
 
 class Ingest:
-    """New datasets and new versions of the datasets named in ``index``; ``limits``: the caps every ingest's input
+    """New datasets and new versions of the datasets named in ``catalog``; ``limits``: the caps every ingest's input
     is read under (its spool directory and stop signal are set per ingest)."""
 
     def __init__(
         self,
         kubo: BlockStore,
-        index: Index,
+        catalog: CatalogRepository,
         *,
         versions: Versions,
         cache: SliceCache,
@@ -111,7 +112,7 @@ class Ingest:
         limits: InputLimits,
     ) -> None:
         self.kubo = kubo
-        self.index = index
+        self.catalog = catalog
         self.versions = versions
         self.cache = cache
         self.hashes = hashes
@@ -162,7 +163,7 @@ class Ingest:
 
     async def _current(self, name: str, create: bool, strategy: str) -> tuple[DatasetRow | None, Version | None]:
         """The dataset's row and version before this ingest (none for a new one), checked against what is asked."""
-        row = self.index.dataset(name)
+        row = self.catalog.dataset(name)
         if create and row is not None:
             raise InvalidInput(f"dataset {name!r} already exists: append with --to {name}")
         if not create and row is None:
@@ -227,12 +228,12 @@ class Ingest:
     ) -> None:
         if old is None or old.rows == 0:
             # The whole version is this ingest's rows: its logical hash is known now, not at the first query.
-            self.index.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
+            self.catalog.set_version_facts(cid_str(head), str(got.total.finish()), got.total.rows)
             self.hashes.keep_hasher(head, got.total)
         # Everything is stored and pinned: now, and only now, the head moves.
         if row is None:
-            self.index.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
-        elif not self.index.move_head(name, row.head, cid_str(head)):
+            self.catalog.create_dataset(name, signer.did, cid_str(head), signer.ipns, signer.key_name)
+        elif not self.catalog.move_head(name, row.head, cid_str(head)):
             raise Conflict(f"dataset {name!r} moved while this ingest ran; nothing was changed")
         if old is not None:
             await self.kubo.pin_rm(old.head, recursive=True)  # covered by the new recursive pin

@@ -8,22 +8,23 @@ from node.datasets.chain import Version
 from node.datasets.projection_cache import Projections
 from node.datasets.versions import Versions
 from node.errors import CairnError, InvalidInput, NotFound, did_you_mean, quote
-from node.index import DatasetRow, Index
+from node.index import DatasetRow
 from node.model import parse_cid
+from node.ports.repositories import CatalogRepository
 
 
 class References:
-    """References to the datasets named in ``index``, read as ``versions`` (and ``projections`` for snapshots)."""
+    """References to the datasets named in ``catalog``, read as ``versions`` (and ``projections`` for snapshots)."""
 
-    def __init__(self, index: Index, versions: Versions, projections: Projections) -> None:
-        self.index = index
+    def __init__(self, catalog: CatalogRepository, versions: Versions, projections: Projections) -> None:
+        self.catalog = catalog
         self.versions = versions
         self.projections = projections
 
     async def resolve(self, ref: str) -> tuple[DatasetRow | None, Version]:
         """A name, a dataset id (did:key) or a block CID (a frozen version) → its version; any of them followed by
         ``@BLOCKCID`` (a block of that dataset's chain) or ``@-N`` (N data versions back) → that earlier version."""
-        if "@" in ref and self.index.dataset(ref) is None:  # a name may hold '@': the whole name comes first
+        if "@" in ref and self.catalog.dataset(ref) is None:  # a name may hold '@': the whole name comes first
             base, _, when = ref.rpartition("@")
             row, now = await self._resolve_now(base)
             return row, await self._as_of(base, now, when)
@@ -67,7 +68,7 @@ class References:
         return await self.versions.version(cid)
 
     async def _resolve_now(self, ref: str) -> tuple[DatasetRow | None, Version]:
-        row = self.index.dataset(ref) if not ref.startswith("did:") else self.index.dataset_by_id(ref)
+        row = self.catalog.dataset(ref) if not ref.startswith("did:") else self.catalog.dataset_by_id(ref)
         if row is not None:
             return row, await self.versions.version(parse_cid(row.head))
         if ref.startswith("did:"):
@@ -77,17 +78,17 @@ class References:
         except CairnError:
             raise NotFound(f"no dataset named {ref!r} on this node{self.suggest(ref)}") from None
         v = await self.versions.version(cid, timeout=30.0)
-        return self.index.dataset_by_id(v.dataset_id), v
+        return self.catalog.dataset_by_id(v.dataset_id), v
 
     def find_table(self, name: str) -> DatasetRow | None:
         """The dataset a query's table ``name`` names when no ``--input`` declares it. Spark's table names are
         case-insensitive: ``FROM Orders`` finds ``orders`` when no other name differs from it only in case."""
-        row = self.index.dataset(name)
+        row = self.catalog.dataset(name)
         if row is None:
-            same = [r for r in self.index.datasets() if r.name.lower() == name.lower()]
+            same = [r for r in self.catalog.datasets() if r.name.lower() == name.lower()]
             row = same[0] if len(same) == 1 else None
         return row
 
     def suggest(self, name: str) -> str:
         """`` (did you mean 'orders'?)`` when a dataset of this node has a name close to ``name``, else ``""``."""
-        return did_you_mean(name, (row.name for row in self.index.datasets()))
+        return did_you_mean(name, (row.name for row in self.catalog.datasets()))

@@ -32,9 +32,10 @@ from node.datasets.slice_cache import SliceCache
 from node.datasets.version_hashes import VersionHashes
 from node.datasets.versions import Versions
 from node.datasets.workdirs import disk_full_is_507, sweep_tmp
-from node.index import DatasetRow, Index
+from node.index import DatasetRow
 from node.model import CID, MetadataBlock, Structure
 from node.ports.block_store import BlockStore
+from node.ports.repositories import CatalogRepository
 
 __all__ = ["AddResult", "Datasets", "disk_full_is_507"]
 
@@ -46,7 +47,7 @@ class Datasets:
     def __init__(
         self,
         kubo: BlockStore,
-        index: Index,
+        catalog: CatalogRepository,
         home: Path,
         rows_per_slice: int = DEFAULT_ROWS_PER_SLICE,
         limits: InputLimits | None = None,
@@ -55,7 +56,7 @@ class Datasets:
         per ingest); None: no caps."""
         bound_arrow_memory()
         self.kubo = kubo
-        self.index = index
+        self.catalog = catalog
         self.keys_dir = home / "keys"
         self.cache_dir = home / "cache" / "slices"
         self.projections_dir = home / "cache" / "projections"  # HEAD.json: the state of a snapshot version
@@ -65,13 +66,13 @@ class Datasets:
         sweep_tmp(self.tmp_dir)
         self.cache = SliceCache(kubo, self.cache_dir)
         self.versions = Versions(kubo)
-        self.hashes = VersionHashes(index, self.cache)
+        self.hashes = VersionHashes(catalog, self.cache)
         self.projections = Projections(kubo, self.cache, self.projections_dir, self.tmp_dir)
-        self.references = References(index, self.versions, self.projections)
+        self.references = References(catalog, self.versions, self.projections)
         self.chains = ChainWriter(kubo, self.versions, self.keys_dir)
         self.ingest = Ingest(
             kubo,
-            index,
+            catalog,
             versions=self.versions,
             cache=self.cache,
             hashes=self.hashes,
@@ -165,7 +166,7 @@ class Datasets:
 
     async def derive(self, slices: list[CID], structure: Structure, receipt: CID, facts: tuple[str, int]) -> CID:
         """A derivative dataset whose one version holds an execution's output ``slices`` as they are."""
-        return await derive(self.cache, self.chains, self.index, slices, structure, receipt, facts)
+        return await derive(self.cache, self.chains, self.catalog, slices, structure, receipt, facts)
 
     # -- reading (slice_cache.py, version_hashes.py) -------------------------------------------
 

@@ -357,13 +357,13 @@ def _register(
     if existing is None:
         local = name or default_name or v.info.get("title") or v.dataset_id
         # A name from the source (URL tail, title) that could not be typed here gives way to the id.
-        if name_problem(local) or ds.index.catalog.dataset(local) is not None:
+        if name_problem(local) or ds.catalog.dataset(local) is not None:
             local = name or v.dataset_id.removeprefix("did:key:")
-        if ds.index.catalog.dataset(local) is not None:
+        if ds.catalog.dataset(local) is not None:
             raise InvalidInput(f"a dataset named {local!r} exists here already: pull with --name")
-        ds.index.catalog.create_dataset(local, v.dataset_id, cid_str(head), None, "")
+        ds.catalog.create_dataset(local, v.dataset_id, cid_str(head), None, "")
         return local
-    if existing.head != cid_str(head) and not ds.index.catalog.move_head(existing.name, existing.head, cid_str(head)):
+    if existing.head != cid_str(head) and not ds.catalog.move_head(existing.name, existing.head, cid_str(head)):
         raise Conflict(f"dataset {existing.name!r} moved while pulling; nothing was changed")
     return existing.name
 
@@ -415,7 +415,7 @@ async def _fetch_checked(ds: Datasets, src: _Source, work: Path) -> _Fetched:
         v = build_version(head, blocks, structures)
     except CairnError as e:
         raise PullRefused(f"chain of {head} from {src.base} refused: {e.message}") from None
-    existing = ds.index.catalog.dataset_by_id(v.dataset_id)
+    existing = ds.catalog.dataset_by_id(v.dataset_id)
     _refuse_divergence(existing, head, v)
     missing = [s for s in v.slices if not (ds.cache_dir / f"{s.cid}.parquet").exists()]
     _refuse_over_caps(ds.limits, src, structures, missing)

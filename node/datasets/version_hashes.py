@@ -11,17 +11,17 @@ from node.datasets.chain import SliceRef, Version, appends
 from node.datasets.logical_hash import LogicalHasher
 from node.datasets.slice_cache import SliceCache
 from node.errors import InvalidInput
-from node.index import Index
 from node.model import CID, cid_str
+from node.ports.repositories import CatalogRepository
 
 KEPT_HASHERS = 8  # versions whose logical hasher is kept for appends to resume from (a few KiB each)
 
 
 class VersionHashes:
-    """Versions' (logical hash, rows), read from ``cache``'s slices and kept in ``index``."""
+    """Versions' (logical hash, rows), read from ``cache``'s slices and kept in ``catalog``."""
 
-    def __init__(self, index: Index, cache: SliceCache) -> None:
-        self.index = index
+    def __init__(self, catalog: CatalogRepository, cache: SliceCache) -> None:
+        self.catalog = catalog
         self.cache = cache
         self._hashing: dict[str, tuple[asyncio.Future[tuple[str, int]], int]] = {}  # version hashes running, askers
         # head → the logical hasher after its rows: a version that appends to it resumes from there (without it,
@@ -34,7 +34,7 @@ class VersionHashes:
         if isinstance(v, projecting.Projection):  # the state's own, not the changelog's (same head)
             return v.logical_hash, v.row_count
         key = cid_str(v.head)
-        cached = self.index.version_facts(key)
+        cached = self.catalog.version_facts(key)
         if cached:
             return cached
         running, waiting = self._hashing.get(key, (None, 0))
@@ -69,7 +69,7 @@ class VersionHashes:
         if hasher is None:
             return ("", 0)
         facts = (str(hasher.finish()), hasher.rows)
-        self.index.set_version_facts(cid_str(v.head), *facts)
+        self.catalog.set_version_facts(cid_str(v.head), *facts)
         self.keep_hasher(v.head, hasher)
         return facts
 

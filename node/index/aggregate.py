@@ -9,7 +9,6 @@ from node.index.catalog import SqliteCatalog
 from node.index.claims import SqliteClaims
 from node.index.db import Db
 from node.index.executions import SqliteExecutions
-from node.index.flat import FlatMethods
 from node.index.memory import MemoryCatalog, MemoryClaims, MemoryExecutions, MemoryPins, MemoryShapes, MemoryTrust
 from node.index.pins import SqlitePins
 from node.index.shapes import SqliteShapes
@@ -26,7 +25,7 @@ from node.ports.repositories import (
 MEMORY = Path(":memory:")  # the path of an index that lives in memory (``Index.in_memory``)
 
 
-class Index(FlatMethods):
+class Index:
     """``Index(path)``: the SQLite index at ``path`` (its repositories share one connection);
     ``Index.in_memory()``: the same repositories as in-memory twins."""
 
@@ -62,6 +61,24 @@ class Index(FlatMethods):
         """Changes at every write to the tables a query's answer is read from (heads, executions):
         node.resolve.answers keeps answers made at one generation only."""
         return self.catalog.generation + self.results.generation
+
+    def count(self, table: str) -> int:
+        """Rows in ``table`` (datasets, executions or divergences), as the node's status reports them."""
+        counts = {"datasets": self.catalog.count, "executions": self.results.count}
+        counts["divergences"] = self.results.divergence_count
+        if table not in counts:
+            raise ValueError(table)
+        return counts[table]()
+
+    def set_claim_status(
+        self, invocation: str, signer: str, execution: str, status: str, reason: str = "", score: bool = True
+    ) -> None:
+        """Judge a peer's claim and, with ``score``, count it for or against its signer: two repositories kept in
+        step. ``score`` False: a policy refusal (such as an untrusted signer in community mode) says nothing about
+        the claim's truth."""
+        self.peer_claims.set_claim_status(invocation, signer, execution, status, reason)
+        if score:
+            self.trust.score(signer, status == "accepted")
 
     def close(self) -> None:
         if self._store is not None:

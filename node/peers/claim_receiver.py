@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from config import PeerSettings
 from node.errors import EncodingError
-from node.index import Index
 from node.model import decode
 from node.peers.claim_intake import Carried, ClaimIntake, Take, check, check_all
 from node.peers.outbound_choices import near
+from node.ports.repositories import ClaimRepository
 from node.resolve import Resolver
 
 log = logging.getLogger("cairn.network")
@@ -30,12 +30,12 @@ class ClaimReceiver:
         settings: PeerSettings,
         intake: ClaimIntake,
         resolver: Resolver,
-        index: Index,
+        claims: ClaimRepository,
         connected: Callable[[], list[str]],
         clock: Callable[[], float],
     ) -> None:
         """``connected``: the peers connected now; ``clock``: seconds of a monotonic clock."""
-        self.settings, self.intake, self.resolver, self.index = settings, intake, resolver, index
+        self.settings, self.intake, self.resolver, self.claims = settings, intake, resolver, claims
         self.connected, self.clock = connected, clock
 
     async def on_gossip(self, origin: str, forwarder: str, data: bytes) -> None:
@@ -89,7 +89,7 @@ class ClaimReceiver:
             return
         an = take.announcement
         if take.mark is not None:
-            self.index.set_signer_mark(an.signer, take.mark, self.settings.max_signer_marks)
+            self.claims.set_signer_mark(an.signer, take.mark, self.settings.max_signer_marks)
         if self.resolver.record_claim(take.peer, an, take.data):
             self.intake.recorded()
             # Gossip names its publisher, the signer's node: connected, its lookup answer carries the blocks.
@@ -98,7 +98,7 @@ class ClaimReceiver:
 
     def _prune(self, peer: str) -> None:
         s = self.settings
-        self.intake.pruned += self.index.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
+        self.intake.pruned += self.claims.prune_claims(peer, s.max_claims_per_peer, s.max_claims)
 
     def _flush(self) -> None:
         """Log the refusals decided; a bad message's (a strike) is kept in the index too."""
@@ -106,6 +106,6 @@ class ClaimReceiver:
             level = logging.WARNING if r.loud else logging.DEBUG
             log.log(level, "announcement refused", extra={"peer": r.peer, "reason": r.reason, "count": r.count})
             if r.strike:
-                self.index.log_refusal(r.peer, r.reason)
+                self.claims.log_refusal(r.peer, r.reason)
             if r.ignored_now:
                 log.warning("peer ignored", extra={"peer": r.peer, "seconds": self.intake.admission.limits.ignore_for})

@@ -70,10 +70,12 @@ class Network:
         self.settings, self.identity, self.resolver, self.index, self.kubo = settings, identity, resolver, index, kubo
         self.host: PeerHost = host if host is not None else libp2p_host(settings, identity, peerstore)
         self._tasks: set[asyncio.Task[Any]] = set()
-        admission = Admission(intake_limits(settings), replays=Replays(stored=index.signer_mark))
+        admission = Admission(intake_limits(settings), replays=Replays(stored=index.peer_claims.signer_mark))
         self.intake = ClaimIntake(admission)
-        self.receiver = ClaimReceiver(settings, self.intake, resolver, index, self.host.connected_peers, clock)
-        self.own = OwnClaims(settings, resolver, index, kubo, clock)
+        self.receiver = ClaimReceiver(
+            settings, self.intake, resolver, index.peer_claims, self.host.connected_peers, clock
+        )
+        self.own = OwnClaims(settings, resolver, index.results, kubo, clock)
 
     # What the node's metrics and tests read of the intake.
     @property
@@ -220,7 +222,7 @@ class Network:
             await self.host.send_direct(peer, CATCHUP, data, timeout=CATCHUP_TIMEOUT)
 
     async def _catch_up(self, peer: str) -> None:
-        rows = catch_up_rows(self.index.executions(limit=CATCHUP_LIMIT))
+        rows = catch_up_rows(self.index.results.executions(limit=CATCHUP_LIMIT))
         try:
             if rows:
                 providers = await self.own.providers()  # one Kubo RPC for the whole catch-up

@@ -14,11 +14,12 @@ from collections.abc import Callable
 
 from config import PeerSettings
 from node.errors import InvalidCID, KuboError
-from node.index import ExecutionRow, Index
+from node.index import ExecutionRow
 from node.lru import Lru
 from node.model import CID, cid_str, encode, parse_cid
 from node.peers.outbound_choices import ProvidersCache, announceable, announcement_key, provider_addrs
 from node.ports.block_store import BlockStore
+from node.ports.repositories import ExecutionRepository
 from node.resolve import Resolver
 from node.resolve.carry import claim_blocks
 
@@ -29,10 +30,15 @@ CARRY_CACHE = 64  # executions whose carried blocks are kept ready to send (immu
 
 class OwnClaims:
     def __init__(
-        self, settings: PeerSettings, resolver: Resolver, index: Index, kubo: BlockStore, clock: Callable[[], float]
+        self,
+        settings: PeerSettings,
+        resolver: Resolver,
+        results: ExecutionRepository,
+        kubo: BlockStore,
+        clock: Callable[[], float],
     ) -> None:
         """``clock``: seconds of a monotonic clock (how long our Kubo's addresses are reused)."""
-        self.settings, self.resolver, self.index, self.kubo, self.clock = settings, resolver, index, kubo, clock
+        self.settings, self.resolver, self.results, self.kubo, self.clock = settings, resolver, results, kubo, clock
         self._providers = ProvidersCache()
         self._carry_cache: Lru[list[tuple[CID, bytes]]] = Lru(CARRY_CACHE)
         # Our signed an_0 per execution and providers: a lookup answer is the very announcement we gossiped, so an
@@ -99,7 +105,7 @@ class OwnClaims:
         except InvalidCID as e:
             log.debug("unreadable lookup request", extra={"peer": peer, "error": e.message})
             return None
-        row = self.index.execution(cid_str(invocation))
+        row = self.results.execution(cid_str(invocation))
         return row if row and announceable(row) else None
 
     async def on_lookup(self, peer: str, request: bytes) -> bytes:

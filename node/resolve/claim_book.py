@@ -56,7 +56,7 @@ class ClaimBook:
     def record(self, peer: str, an: Announcement, data: bytes) -> bool:
         """Keep a checked claim (pending) unless known; True when it is new."""
         self._check_divergence(peer, an)
-        return self.index.add_claim(
+        return self.index.peer_claims.add_claim(
             ClaimRow(
                 cid_str(an.invocation),
                 an.signer,
@@ -74,7 +74,7 @@ class ClaimBook:
         )
 
     def trusted(self, signer: str) -> bool:
-        return any(key == signer for key, _ in self.index.trusted(self.community))
+        return any(key == signer for key, _ in self.index.trust.trusted(self.community))
 
     def refuse(self, claim: Claim, reason: str, score: bool = True) -> None:
         """Refuse a claim with its reason; ``score`` False for policy refusals, which say nothing of its truth."""
@@ -113,7 +113,7 @@ class ClaimBook:
         reason = "recomputed here: the logical hash differs"
         log.warning("receipt refused by recomputing", extra={"signer": receipt.signer, "execution": ex})
         self.index.set_claim_status(iv, receipt.signer, ex, "refused", reason)
-        peers = [c.peer for c in self.index.claims(iv) if c.signer == receipt.signer and c.execution == ex]
+        peers = [c.peer for c in self.index.peer_claims.claims(iv) if c.signer == receipt.signer and c.execution == ex]
         for peer in peers:
             self.link.refused(peer, reason)
         theirs = cid_str(receipt.profile) if receipt.profile else None
@@ -132,7 +132,7 @@ class ClaimBook:
             receipt.rows,
             clock.now(),
         )
-        if self.index.add_divergence(d):
+        if self.index.results.add_divergence(d):
             self.divergences += 1
 
     def _check_divergence(self, peer: str, an: Announcement) -> None:
@@ -142,7 +142,7 @@ class ClaimBook:
         are a divergence to surface. Our row stays the answer (first writer wins in the index); the
         divergence names both executions and both profiles (the claim's from its announcement's engine).
         """
-        ours = self.index.execution(cid_str(an.invocation))
+        ours = self.index.results.execution(cid_str(an.invocation))
         if ours is None or (ours.logical_hash == an.logical_hash and ours.rows == an.rows):
             return
         theirs = an.engine.get("profile")
@@ -165,7 +165,7 @@ class ClaimBook:
             an.rows,
             clock.now(),
         )
-        if self.index.add_divergence(d):
+        if self.index.results.add_divergence(d):
             self.divergences += 1
             log.warning(
                 "divergence: a peer's answer differs from ours",

@@ -99,9 +99,9 @@ class DerivedAnswers:
         """Publish an answer computed from ``cached``'s result by ``rule`` (receipt ``derived``), and count it. A
         forwarded answer is indexed as a superset of later queries (nothing else covers its version); one derived
         from a superset is not: its source answers all it can, and restrictions remembered would push that source
-        out of the bounded candidate list (``Index.shape_candidates``). ``trust``: a peer's result's label, for an
-        answer derived from it (never "computed": docs/peers.md "Trust labels"); such a row is neither announced
-        nor a candidate."""
+        out of the bounded candidate list (``ShapeRepository.shape_candidates``). ``trust``: a peer's result's label,
+        for an answer derived from it (never "computed": docs/peers.md "Trust labels"); such a row is neither
+        announced nor a candidate."""
         derived = (CID.decode(cached.execution), rule)
         forwarded = rule == "append"
         row = await self.publisher.publish(q, found, t0, derived=derived, remember=forwarded, trust=trust)

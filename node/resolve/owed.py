@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from node.errors import CairnError
-from node.index import Index
 from node.ipfs import KuboClient
 from node.model import CID, cid_str, parse_cid
+from node.ports.repositories import PinRepository
 
 log = logging.getLogger("cairn.resolve")
 PIN_RETRY = 10.0  # seconds before owed pins that failed are tried again
@@ -30,16 +30,16 @@ class Owed:
     (what they owed stays in the index)."""
 
     def __init__(
-        self, kubo: KuboClient, index: Index, quiet: Callable[[], Awaitable[None]], fetch_timeout: float
+        self, kubo: KuboClient, pins: PinRepository, quiet: Callable[[], Awaitable[None]], fetch_timeout: float
     ) -> None:
-        self.kubo, self.index, self.quiet, self.fetch_timeout = kubo, index, quiet, fetch_timeout
-        self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (index.pending_pins)
+        self.kubo, self.pins, self.quiet, self.fetch_timeout = kubo, pins, quiet, fetch_timeout
+        self._pinner: asyncio.Future[None] | None = None  # drains the owed pins (pins.pending_pins)
         self._tasks: set[asyncio.Future[Any]] = set()  # after answering: connects to providers, block puts
 
     def owe(self, pins: Sequence[Pin], blocks: Sequence[tuple[CID, bytes]] = ()) -> None:
         """Queue ``pins`` and the ``blocks`` to put (one transaction), and put the blocks right after the answer
         that owes them."""
-        self.index.queue_pins(list(pins), [(cid_str(c), d) for c, d in blocks])
+        self.pins.queue_pins(list(pins), [(cid_str(c), d) for c, d in blocks])
         if blocks:
             self.keep_task(self.kubo.write_behind(self.put_owed_blocks(BLOCKS_DELAY)))
 
@@ -55,7 +55,7 @@ class Owed:
         leaves them owed: tried again before the next pins (``_drain_pins``) and at start. ``delay``: the answer
         that owed them goes out first (its rows are read from the slice cache, not Kubo)."""
         await asyncio.sleep(delay)
-        owed = self.index.pending_blocks()
+        owed = self.pins.pending_blocks()
         if not owed:
             return
         try:
@@ -63,7 +63,7 @@ class Owed:
         except CairnError as e:
             log.warning("owed blocks not put: tried again", extra={"blocks": len(owed), "reason": e.message})
             return
-        self.index.blocks_done([c for c, _ in owed])
+        self.pins.blocks_done([c for c, _ in owed])
 
     def keep_task(self, task: asyncio.Future[Any]) -> None:
         """A task behind an answer: cancelled at ``stop``."""
@@ -88,7 +88,7 @@ class Owed:
         quiet."""
         await asyncio.sleep(PIN_DELAY)
         await self.quiet()
-        while owed := self.index.pending_pins():
+        while owed := self.pins.pending_pins():
             await self.put_owed_blocks()  # before the pins (a pin of a block not here would fetch it); at start too
             failed = False
             for cid, recursive, provide in owed:
@@ -100,7 +100,7 @@ class Owed:
                     continue
                 if provide:
                     await self.provide([parse_cid(cid)])
-                self.index.pin_done(cid, recursive)
+                self.pins.pin_done(cid, recursive)
             if failed:
                 await asyncio.sleep(PIN_RETRY)
 

@@ -152,7 +152,7 @@ class PeerAnswers:
             return (an.logical_hash if an.failure is None else f"failure:{an.failure}", an.rows)
 
         communities: dict[str, set[str]] = {}
-        for key, community in self.index.trusted():
+        for key, community in self.index.trust.trusted():
             communities.setdefault(key, set()).add(community)
         frozen = {k: frozenset(v) for k, v in communities.items()}
         t = quorum.tally(((c.signer, output(c)) for c in claims), wanted, frozen)
@@ -178,7 +178,7 @@ class PeerAnswers:
         """Claims about an invocation: those already received (gossip), then the answers of the lookup among
         peers (``asking``, started by the caller); best record first."""
         found: dict[tuple[str, str], Claim] = {}
-        rows = self.index.claims(cid_str(invocation))
+        rows = self.index.peer_claims.claims(cid_str(invocation))
         # A claim refused for what it is stays refused; one refused by policy (untrusted signer, bad score) is
         # looked at again: another mode, or a better score, may allow it.
         refused = {(r.signer, r.execution) for r in rows if r.status == "refused" and not r.reason.startswith(POLICY)}
@@ -206,12 +206,12 @@ class PeerAnswers:
             return check_announcement(data)
         except ClaimRefused as e:
             log.warning("refused a lookup answer", extra={"peer": peer, "reason": e.message})
-            self.index.log_refusal(peer, e.message)
+            self.index.peer_claims.log_refusal(peer, e.message)
             return None
 
     def _by_record(self, found: list[Claim], invocation: CID) -> list[Claim]:
         """Prefer signers with a good record; never those refused more often than accepted (docs/peers.md)."""
-        scores = {c.signer: self.index.signer_score(c.signer) for c in found}
+        scores = {c.signer: self.index.trust.signer_score(c.signer) for c in found}
         usable = []
         for c in found:
             ok, bad = scores[c.signer]
@@ -265,10 +265,10 @@ class PeerAnswers:
         # a 45 ms peer hit); reads of our Kubo wait for that put (KuboClient.write_behind).
         blocks = [*got.carried, *((b.cid, b.data) for b in (*q.objects, q.iv_block))]
         self._owe_pins(found, provide=True, blocks=blocks)
-        self.index.add_execution(row)
+        self.index.results.add_execution(row)
         self.book.accept(claim)
         self.book.reach_later(claim.announcement.providers)
-        stored = self.index.execution(row.invocation) or row
+        stored = self.index.results.execution(row.invocation) or row
         return Outcome(stored, "peer", stored.trust, peer)
 
     def _owe_pins(self, found: Found, provide: bool, blocks: list[tuple[CID, bytes]] | None = None) -> None:

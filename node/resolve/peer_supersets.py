@@ -67,7 +67,7 @@ class PeerSupersets:
         if shape is None:
             return None
         listed = supersets.peer_candidates(
-            self.index.shape_claims(shape),
+            self.index.peer_claims.shape_claims(shape),
             self.identity.node_key,
             q.key,
             lambda c: c.status != "refused" or c.reason.startswith(POLICY),
@@ -105,7 +105,7 @@ class PeerSupersets:
         """One peer candidate, proved: its statement kept here already (no network), else read from its lookup
         answer (the lookup's answers are kept for obtaining it) or from Kubo; a result of it held here already
         (an earlier peer hit or derivation, checked enough for the mode) is used as it is."""
-        hit = self.index.execution(claim.invocation)
+        hit = self.index.results.execution(claim.invocation)
         held = hit if hit is not None and hit.trust in accepts(q.mode) and hit.failure is None else None
         statement = self._statements.get(claim.invocation)
         asking = None

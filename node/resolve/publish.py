@@ -194,8 +194,8 @@ class Publisher:
         """Index a stored and pinned execution, announce what we now provide, and tell the peers. ``own``: the
         announcement names this row's receipt (a verification's), even when the index keeps an earlier row.
         ``behind``: its pin is owed (drained now); provides and the announcement go out after the answer."""
-        self.index.add_execution(row)
-        stored = self.index.execution(row.invocation) or row
+        self.index.results.add_execution(row)
+        stored = self.index.results.execution(row.invocation) or row
         if behind:
             self.owed.drain_pins()
             self.owed.keep_task(asyncio.ensure_future(self._publish_later(stored, provide)))
@@ -287,7 +287,7 @@ class Publisher:
             clock.utc_now_iso(),
             failure=row.failure.error_class if row.failure is not None else None,
             # Only a result computed here is indexed by shape (supersets.remember): a failure never is.
-            shape=self.index.shape_of(row.invocation) if row.failure is None else None,
+            shape=self.index.shapes.shape_of(row.invocation) if row.failure is None else None,
         ).signed(self.identity.sign)
 
 

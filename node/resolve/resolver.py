@@ -151,7 +151,7 @@ class Resolver:
         self.questions = Questions(datasets, self.canonicalizer)
         self.flights = Flights()
         self.link = PeerLink()  # the peer network attaches itself here while it runs
-        self.owed = Owed(kubo, index, self.flights.quiet, o.fetch_timeout)
+        self.owed = Owed(kubo, index.pins, self.flights.quiet, o.fetch_timeout)
         # Trusted signers' claims' blocks, before we are asked: of the shapes we ask (``resolve`` tells it).
         self.ahead = FetchAhead(kubo, o.fetch_ahead_bytes, identity.node_key)
         self.claim_book = ClaimBook(kubo, index, identity, self.ahead, self.owed, self.link, o.community)
@@ -216,7 +216,7 @@ class Resolver:
 
     def _local(self, q: Question) -> Outcome | None:
         """The index's row, if it is checked enough for the mode (and not a recorded failure asked again)."""
-        hit = self.index.execution(q.key)
+        hit = self.index.results.execution(q.key)
         if hit is not None and hit.trust not in accepts(q.mode):
             log.info(
                 "local row too loosely checked for this request",

@@ -81,7 +81,7 @@ def remember(
     shape = shape_of(cq, versions)
     if shape is not None:
         public = public_shape(cq, iv) if iv is not None else None
-        index.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now(), public)
+        index.shapes.add_shape(shape, row.invocation, cq.statement, len(cq.output_names), clock.now(), public)
 
 
 async def candidates(
@@ -95,7 +95,7 @@ async def candidates(
     shape = shape_of(cq, versions)
     if shape is None:
         return
-    listed = index.shape_candidates(shape)
+    listed = index.shapes.shape_candidates(shape)
     if not listed:
         return
 
@@ -110,7 +110,7 @@ async def candidates(
 
     usable = []
     for invocation, found, outputs in await asyncio.to_thread(prove):
-        row = index.execution(invocation)
+        row = index.results.execution(invocation)
         if row is not None and row.trust == "computed" and row.failure is None:  # a recorded failure has no rows
             usable.append((row, found, outputs))
     for row, found, outputs in sorted(usable, key=lambda u: u[0].rows):  # the smallest result is the cheapest
@@ -128,8 +128,8 @@ def appended(
         return
     for old_head, fresh in appends(versions[0]):
         shape = _shape(cq.input_types, [old_head])
-        for invocation, statement, outputs in index.shape_candidates(shape):
-            row = index.execution(invocation) if statement == cq.statement else None
+        for invocation, statement, outputs in index.shapes.shape_candidates(shape):
+            row = index.results.execution(invocation) if statement == cq.statement else None
             if row is not None and row.trust == "computed" and row.failure is None and fresh:
                 yield row, rw, outputs, fresh
 

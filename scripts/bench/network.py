@@ -397,7 +397,7 @@ async def _probe_fetch(
         t = lap("block_put_3", t)
         index = Index(work / "probe-index.sqlite")
         t = time.perf_counter()
-        index.add_execution(
+        index.results.add_execution(
             ExecutionRow(
                 answer["invocation"],
                 answer["query"],
@@ -411,7 +411,7 @@ async def _probe_fetch(
                 time.time(),
             )
         )
-        index.execution(answer["invocation"])
+        index.results.execution(answer["invocation"])
         t = lap("index_row_sqlite", t)
         for cid in (rc.execution, receipt_cid):
             try:

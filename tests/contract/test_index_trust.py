@@ -39,4 +39,4 @@ def test_a_claims_status_scores_its_signer_unless_told_not_to(index: Index) -> N
     index.set_claim_status("inv", "a", "ex", "accepted")
     index.set_claim_status("inv", "a", "ex", "refused", "lied")
     index.set_claim_status("inv", "b", "ex", "refused", "policy: not trusted", score=False)
-    assert index.signer_score("a") == (1, 1) and index.signer_score("b") == (0, 0)
+    assert index.trust.signer_score("a") == (1, 1) and index.trust.signer_score("b") == (0, 0)

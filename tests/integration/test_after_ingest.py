@@ -23,7 +23,7 @@ DATA = b"k,v\n" + b"".join(f"{i % 7},{i}\n".encode() for i in range(5000))
 async def _facts_recorded(node: object, head: str, deadline: float = 30.0) -> tuple[str, int]:
     index = node.index  # type: ignore[attr-defined]  # a Node: the index is where the facts land
     end = time.monotonic() + deadline
-    while (facts := index.version_facts(head)) is None:
+    while (facts := index.catalog.version_facts(head)) is None:
         assert time.monotonic() < end, "the version's logical hash was not recorded after the ingest"
         await asyncio.sleep(0.05)
     return facts  # type: ignore[no-any-return]  # the index's tuple

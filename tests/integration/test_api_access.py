@@ -93,7 +93,7 @@ async def test_every_write_route_refuses_a_missing_or_wrong_token(inode: InNode)
     await add_csv(client, "cities", CSV)
     writes = [(m, p, op) for m, p, op in _operations(await _doc(client)) if op["x-cairn-access"] != "open"]
     assert {p for _, p, _ in writes} >= {"/api/v0/query", "/api/v0/datasets", "/api/v0/dag", "/api/v0/trust"}
-    before = (node.index.count("datasets"), node.index.count("executions"), len(node.index.trusted()))
+    before = (node.index.count("datasets"), node.index.count("executions"), len(node.index.trust.trusted()))
     for method, path, op in writes:
         for label, headers in TOKENS.items():
             body = {"json": MISS} if op["x-cairn-access"] == "token-to-compute" else _body(op)
@@ -101,7 +101,7 @@ async def test_every_write_route_refuses_a_missing_or_wrong_token(inode: InNode)
             got = await resp.json()
             assert resp.status == 401, (method, path, label, got)
             assert got["error"]["type"] == "Unauthorized" and "token" in got["error"]["message"]
-    after = (node.index.count("datasets"), node.index.count("executions"), len(node.index.trusted()))
+    after = (node.index.count("datasets"), node.index.count("executions"), len(node.index.trust.trusted()))
     assert after == before and node.resolver.computed == 0  # nothing stored, nothing computed
 
 
@@ -163,7 +163,7 @@ async def test_json_routes_refuse_text_and_form_bodies(inode: InNode) -> None:
             resp = await client.request(method, path, data=data, headers=headers)
             body = await resp.json()
             assert resp.status == 415 and body["error"]["type"] == "UnsupportedMediaType", (method, path, body)
-    assert len(node.index.trusted()) == 0
+    assert len(node.index.trust.trusted()) == 0
 
 
 async def test_unknown_api_routes_and_methods_answer_in_the_error_shape(inode: InNode) -> None:
@@ -353,11 +353,11 @@ async def test_an_unverified_row_is_served_only_to_askers_that_accept_it(
     await add_csv(a_client, "cities", CSV)
     resp = await a_client.post("/api/v0/query", json=MISS)
     assert resp.status == 200, await resp.text()
-    computed = a.index.execution((await resp.json())["invocation"])
+    computed = a.index.results.execution((await resp.json())["invocation"])
     assert computed is not None
     async with inprocess_node(tmp_path / "b", kubo_session) as (b, b_client):
         await add_csv(b_client, "cities", CSV)  # same bytes: same invocation
-        b.index.add_execution(replace(computed, source="peer", trust="unverified"))
+        b.index.results.add_execution(replace(computed, source="peer", trust="unverified"))
         resp = await b_client.post("/api/v0/query", json={**MISS, "trust": "community"}, headers=NO_TOKEN)
         assert resp.status == 401, await resp.text()
         resp = await b_client.post("/api/v0/query", json={**MISS, "trust": "any"})

@@ -122,7 +122,7 @@ class ServedNode:
             lambda: (
                 node.index.count("datasets"),
                 node.index.count("executions"),
-                len(node.index.trusted()),
+                len(node.index.trust.trusted()),
                 node.resolver.computed,
             )
         )

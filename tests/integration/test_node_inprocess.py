@@ -231,9 +231,9 @@ async def test_trust_add_list_rm(inode: InNode) -> None:
     assert resp.status == 400
     resp = await client.post("/api/v0/trust", json={"key": key, "community": "lab"})
     assert (await resp.json())["trusted"] == [{"key": key, "community": "lab"}]
-    assert node.index.trusted() == [(key, "lab")]
+    assert node.index.trust.trusted() == [(key, "lab")]
     bad = await client.delete("/api/v0/trust", json={"key": key, "community": 3})
-    assert bad.status == 400 and node.index.trusted() == [(key, "lab")]
+    assert bad.status == 400 and node.index.trust.trusted() == [(key, "lab")]
     assert (await (await client.delete("/api/v0/trust", json={"key": key})).json())["removed"] == 1
     assert (await client.delete("/api/v0/trust", json={"key": key})).status == 404
 

@@ -112,11 +112,11 @@ async def send_gossip_frames(attacker: P2PHost, victim: P2PHost, frames: list[by
 
 
 def signers_from(node: Node, peer: str) -> set[str]:
-    return {c.signer for c in node.index.claims(limit=10**6) if c.peer == peer}
+    return {c.signer for c in node.index.peer_claims.claims(limit=10**6) if c.peer == peer}
 
 
 def claims_signed_by(node: Node, keys: set[str]) -> int:
-    return sum(c.signer in keys for c in node.index.claims(limit=10**6))
+    return sum(c.signer in keys for c in node.index.peer_claims.claims(limit=10**6))
 
 
 @contextlib.asynccontextmanager
@@ -149,7 +149,10 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
                 await mallory.send_direct(net.host.peer_id, CATCHUP, encode(items), timeout=60)
             refused = net.counters()
             assert refused["limit"] >= 3  # the over-long lists, and the third catch-up
-            assert node.index.claim_count(peer=mallory.peer_id) <= 25 and node.index.claim_count() <= 40
+            assert (
+                node.index.peer_claims.claim_count(peer=mallory.peer_id) <= 25
+                and node.index.peer_claims.claim_count() <= 40
+            )
             assert len(signers_from(node, mallory.peer_id)) <= 4  # burst of 3 keys, at most one more per hour
             assert net.pruned > 0
 
@@ -181,7 +184,10 @@ async def test_a_flood_of_minted_keys_is_limited_and_an_honest_peer_gets_through
                 lambda: alice_key.node_key in signers_from(node, alice.peer_id),
                 poke=lambda: alice.publish(TOPIC, mine),
             )
-            assert node.index.claim_count() <= 40 and node.index.claim_count(peer=mallory.peer_id) <= 25
+            assert (
+                node.index.peer_claims.claim_count() <= 40
+                and node.index.peer_claims.claim_count(peer=mallory.peer_id) <= 25
+            )
             assert await alice.ping(net.host.peer_id, timeout=10) >= 0
 
             resp = await client.get("/metrics")
@@ -218,8 +224,10 @@ async def test_a_peer_sending_bad_messages_is_ignored_others_are_not(kubo_sessio
             for n in (2, 3):  # two catch-ups: her whole burst, untouched by the refused one
                 await alice.send_direct(net.host.peer_id, CATCHUP, encode([announcement(good, n)]), timeout=30)
             assert signers_from(node, alice.peer_id) == {good.node_key}
-            assert node.index.claim_count(peer=alice.peer_id) == 2
-            assert len(node.index.refusals()) == 5  # bad messages are logged; what an ignored peer sends is not
+            assert node.index.peer_claims.claim_count(peer=alice.peer_id) == 2
+            assert (
+                len(node.index.peer_claims.refusals()) == 5
+            )  # bad messages are logged; what an ignored peer sends is not
 
 
 async def test_a_lookup_answer_is_read_within_bounds(kubo_session: ManagedKubo, tmp_path: Path) -> None:
@@ -294,12 +302,12 @@ async def test_gossip_from_fresh_origins_over_one_connection_is_limited_by_that_
             # All but mallory's burst refused at its own bucket, before decoding; the limits track one peer.
             assert net.counters()["limit"] >= arrived - QUOTAS["peers.announce_burst"] - 5, net.counters()
             assert len(net.admission.peers) <= 3, f"{len(net.admission.peers)} peers tracked"
-            assert node.index.claim_count(peer=mallory.peer_id) == flooded
+            assert node.index.peer_claims.claim_count(peer=mallory.peer_id) == flooded
             assert alice_key.node_key in signers_from(node, alice.peer_id)  # not pruned by the flood
             later = announcement(alice_key, 2)
             await until(
                 "alice's next announcement stored",
-                lambda: node.index.claim_count(peer=alice.peer_id) == 2,
+                lambda: node.index.peer_claims.claim_count(peer=alice.peer_id) == 2,
                 poke=lambda: alice.publish(TOPIC, later),
             )
 
@@ -348,7 +356,7 @@ async def test_a_replayed_announcement_costs_the_replayer_not_its_signer(
             assert refused["replay"] >= 1 and refused["replay"] + refused["limit"] >= arrived - 1, refused
             assert refused["replay"] <= QUOTAS["peers.announce_burst"] + 5  # then mallory's bucket was empty
             assert claims_signed_by(node, {mallory_key.node_key}) == 0
-            assert node.index.claim_count(peer=mallory.peer_id) == 0
+            assert node.index.peer_claims.claim_count(peer=mallory.peer_id) == 0
 
             # Older announcements of bob's (well below his watermark) arrive by catch-up, as to a reconnecting peer.
             older = [announcement(bob_key, 100 + i, at="2020-01-01T00:00:00.000000Z") for i in range(3)]

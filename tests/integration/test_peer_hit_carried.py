@@ -149,7 +149,7 @@ async def test_peer_hit_from_carried_blocks_then_pinned(kubo_session: ManagedKub
         assert not any([await absent(b, blk.cid) for blk in blocks])  # stored here: what we answer with is kept
 
         async def drained() -> bool:
-            return not b.index.pending_pins()
+            return not b.index.pins.pending_pins()
 
         await until("owed pins drained", drained)
         pinned = await b.kubo.pin_ls(got["receipt"])
@@ -243,14 +243,14 @@ async def test_owed_pins_are_resumed_at_start(kubo_session: ManagedKubo, tmp_pat
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
         await node.kubo.block_put(data, codec="raw")
         await node.resolver.stop_pins()  # the drain started at open must not run now: the pin stays owed (a crash)
-        node.index.queue_pins([(cid_str(cid), False, False)])  # as _keep_peer_answer does, the drain not yet run
+        node.index.pins.queue_pins([(cid_str(cid), False, False)])  # as _keep_peer_answer does, the drain not yet run
         # Asked as a direct pin: a listing of indirect pins fails on the incomplete DAGs other tests left pinned
         # in the session's shared Kubo (that listing cannot be known then).
         assert not await node.kubo.pin_ls(cid, type="direct")
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
 
         async def done() -> bool:
-            return not node.index.pending_pins()
+            return not node.index.pins.pending_pins()
 
         await until("the owed pin done", done)
         assert await node.kubo.pin_ls(cid, type="direct")
@@ -264,13 +264,13 @@ async def test_owed_blocks_are_put_at_start(kubo_session: ManagedKubo, tmp_path:
     cid = cid_for(data, "raw")
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
         await node.resolver.stop_pins()  # as if the node died right after answering: nothing drained
-        node.index.queue_pins([(cid_str(cid), False, False)], [(cid_str(cid), data)])
-        assert node.index.pending_blocks() == [(cid_str(cid), data)]
+        node.index.pins.queue_pins([(cid_str(cid), False, False)], [(cid_str(cid), data)])
+        assert node.index.pins.pending_blocks() == [(cid_str(cid), data)]
         assert await absent(node, cid)
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
 
         async def done() -> bool:
-            return not node.index.pending_pins() and not node.index.pending_blocks()
+            return not node.index.pins.pending_pins() and not node.index.pins.pending_blocks()
 
         await until("the owed block put and pinned", done)
         assert not await absent(node, cid)

@@ -90,7 +90,7 @@ async def test_untrusted_claim_is_named_in_the_answer(kubo_session: ManagedKubo,
         await add_csv(client, "sales", SALES)
         for n, sql in enumerate((SQL, other)):  # A answers lookups for both (it need not hold the data)
             _, _, iv, _ = await b.resolver.prepare(sql, {"sales": "sales"})
-            a.index.add_execution(fake_row(cid_str(block_of(iv).cid), n))
+            a.index.results.add_execution(fake_row(cid_str(block_of(iv).cid), n))
         assert a.network is not None
         await b.peers.connect(a.network.host.addrs()[0])
         key = a.identity.node_key
@@ -167,16 +167,16 @@ async def test_catch_up_reaches_a_peer_that_reconnects_at_once(
     async with inprocess_node(tmp_path / "a", kubo_session, **PEERS) as (a, _):
         assert a.network is not None
         host = a.network.host
-        a.index.add_execution(fake_row(cid_str(cid_for(b"iv-1")), 1))
+        a.index.results.add_execution(fake_row(cid_str(cid_for(b"iv-1")), 1))
         async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, _):
             await b.peers.connect(host.addrs()[0])
-            await wait_for(lambda: asyncio.sleep(0, b.index.claims(limit=10)), 60, "the first catch-up")
+            await wait_for(lambda: asyncio.sleep(0, b.index.peer_claims.claims(limit=10)), 60, "the first catch-up")
             await wait_for(lambda: asyncio.sleep(0, not a.network._tasks), 60, "A's catch-ups to B to end")
             release = _hold_closes(host, b.identity.peer_id)
         assert b.identity.peer_id in host.connected_peers()  # A has not seen B leave
-        a.index.add_execution(fake_row(cid_str(cid_for(b"iv-2")), 2))  # computed while B was away
+        a.index.results.add_execution(fake_row(cid_str(cid_for(b"iv-2")), 2))  # computed while B was away
         async with inprocess_node(tmp_path / "b", kubo_session, **PEERS) as (b, _):  # re-dials A (peers.json)
-            await wait_for(lambda: asyncio.sleep(0, len(b.index.claims(limit=10)) == 2), 60, "the catch-up")
+            await wait_for(lambda: asyncio.sleep(0, len(b.index.peer_claims.claims(limit=10)) == 2), 60, "the catch-up")
             await release()
             await wait_for(lambda: asyncio.sleep(0, not a.network._tasks), 60, "A's catch-ups to B to end")
             assert b.identity.peer_id in host.connected_peers()  # the old connection's close left the new one

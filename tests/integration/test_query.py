@@ -471,7 +471,7 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
         async def pinned() -> bool | None:  # a derived answer's pin follows it: owed first, drained after
             kubo = b[0].resolver.kubo
             kinds = [(await kubo.pin_ls(r, type="recursive")).get(r) for r in receipts]
-            return (kinds == ["recursive"] * len(receipts) and not b[0].index.pending_pins()) or None
+            return (kinds == ["recursive"] * len(receipts) and not b[0].index.pins.pending_pins()) or None
 
         await wait_for(pinned, 15.0, "the derived answers' receipts pinned recursively")
         before = b[0].resolver.derived
@@ -486,7 +486,7 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
 
 async def test_more_restrictions_than_the_candidate_window_are_all_derived(nodes: Any, csv_dir: Path) -> None:
     """Derived answers are not remembered as candidates: 40 restrictions of one cached roll-up,
-    more than ``Index.shape_candidates`` lists, are each derived from it, none computed from the base data."""
+    more than ``ShapeRepository.shape_candidates`` lists, are each derived from it, none computed from the base data."""
     b = nodes[1]
     was, b[0].resolver.from_supersets = b[0].resolver.from_supersets, True
     try:

@@ -58,7 +58,7 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     first = await _failed(pair["a_client"])
     assert first.startswith("failed here: DIVIDE_BY_ZERO") and a.resolver.computed == 1, first
     _, iv, _ = await _invocation(a)
-    row = a.index.execution(iv)
+    row = a.index.results.execution(iv)
     assert row is not None and row.failure is not None and row.failure.error_class == "DIVIDE_BY_ZERO"
     assert row.slices == () and row.rows == 0 and row.trust == "computed" and row.execution in first
     # What A stored is Holium's failed execution (exitStatus true, no output) and a receipt signed by A.
@@ -82,7 +82,7 @@ async def test_a_deterministic_failure_is_recorded_reused_by_a_peer_and_retried(
     from_peer = await _failed(pair["b_client"])
     assert from_peer.startswith(f"recorded by peer signer {a.identity.node_key}"), from_peer
     assert row.execution in from_peer and b.resolver.computed == 0 and not b.spark.worker.alive()
-    kept = b.index.execution(iv)
+    kept = b.index.results.execution(iv)
     assert kept is not None and kept.failure == row.failure and kept.trust == "trusted-signer"
     rc_, out, err = await cli(b, "query", DIVIDE, "--input", "nums=nums")  # the CLI: one line, exit 1
     assert rc_ == 1 and err.decode().startswith("error: recorded failure: DIVIDE_BY_ZERO"), err
@@ -106,7 +106,7 @@ async def test_a_timeout_is_not_recorded(pair: dict[str, Any]) -> None:
         a.resolver.query_timeout = before
     assert status == 504 and out["error"]["type"] == "SparkTimeout", out
     _, iv, _ = await _invocation(a, sql)
-    assert a.index.execution(iv) is None
+    assert a.index.results.execution(iv) is None
     status, out = await query(client, {"sql": sql, "inputs": INPUTS})
     assert status == 200 and out["source"] == "computed" and out["rows"] == [[s] for s in SUMS], out
 
@@ -150,10 +150,10 @@ async def test_quorum_needs_k_signers_and_outvotes_the_others(pair: dict[str, An
         assert status == 200 and got["source"] == "peer" and got["rows"] == computed["rows"], got
         assert got["quorum"]["agree"] == 2 and got["quorum"]["dissent"] == dissent, got
         assert set(got["quorum"]["signers"]) == {a.identity.node_key, second.node_key}
-    assert b.resolver.computed == 0 and b.index.signer_score(third.node_key)[1] >= 1  # outvoted: scored down
-    refused = [c for c in b.index.claims(iv) if c.signer == third.node_key]
+    assert b.resolver.computed == 0 and b.index.trust.signer_score(third.node_key)[1] >= 1  # outvoted: scored down
+    refused = [c for c in b.index.peer_claims.claims(iv) if c.signer == third.node_key]
     assert refused and refused[0].status == "refused" and "outvoted" in refused[0].reason
 
 
 async def _claim_of(node: Any, invocation: str, signer: str) -> Any:
-    return next((c for c in node.index.claims(invocation) if c.signer == signer), None)
+    return next((c for c in node.index.peer_claims.claims(invocation) if c.signer == signer), None)

@@ -29,7 +29,7 @@ from node.model import CID, cid_str
 
 
 def _datasets(kubo: KuboClient, home: Path) -> Datasets:
-    return Datasets(kubo, Index(home / "index.sqlite"), home)
+    return Datasets(kubo, Index(home / "index.sqlite").catalog, home)
 
 
 def _leftovers(ds: Datasets) -> list[str]:

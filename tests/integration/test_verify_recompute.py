@@ -137,9 +137,9 @@ async def test_an_honest_peer_receipt_is_reproduced_signed_and_recorded(p: dict[
     assert cid_str(ours.execution) == answer["execution"] and cid_str(ours.invocation) == answer["invocation"]
     for cid in (step["verification"], theirs):  # kept: the verification, and the receipt it names
         assert await node.kubo.pin_ls(cid), cid
-    assert node.index.signer_score((await _receipt(node, theirs)).signer) == (1, 0)
+    assert node.index.trust.signer_score((await _receipt(node, theirs)).signer) == (1, 0)
     # This node's own computed row stays its answer (computed here is as strong as recomputed-agreed).
-    assert node.index.execution(answer["invocation"]).receipt == answer["receipt"]  # type: ignore[union-attr]
+    assert node.index.results.execution(answer["invocation"]).receipt == answer["receipt"]  # type: ignore[union-attr]
     job = await (await client.get(f"/api/v0/jobs/{started['job']}")).json()
     assert job["state"] == "done" and job["result"] == report
 
@@ -159,8 +159,8 @@ async def test_a_receipt_over_altered_data_diverges(p: dict[str, Any]) -> None:
     assert f"receipt {forged}: diverged" in text and "0 reproduced, 1 diverged, 0 could not run" in text
     assert f"claimed    logical hash {claim.logical_hash}, 3 rows" in text and f"signed by {signer}" in text
     assert f"recomputed logical hash {answer['logicalHash']}, 3 rows" in text
-    assert node.index.signer_score(signer) == (0, 1)
-    assert node.index.execution(answer["invocation"]).receipt == answer["receipt"]  # type: ignore[union-attr]
+    assert node.index.trust.signer_score(signer) == (0, 1)
+    assert node.index.results.execution(answer["invocation"]).receipt == answer["receipt"]  # type: ignore[union-attr]
     divergences = (await (await p["client"].get(f"/api/v0/executions/{answer['execution']}")).json())["divergences"]
     assert {d["receipt"]: d["logicalHash"] for d in divergences}[forged] == claim.logical_hash
     code, out, _ = await cli(node, "verify", forged, "--json")
@@ -175,7 +175,7 @@ async def test_a_diverged_peer_row_in_the_index_is_replaced_by_ours(p: dict[str,
     node, client = p["node"], p["client"]
     sql = "SELECT town AS place, people FROM t"
     cq, objects, iv, versions = await node.resolver.prepare(sql, {"t": "towns"})
-    assert node.index.execution(cid_str(block_of(iv).cid)) is None
+    assert node.index.results.execution(cid_str(block_of(iv).cid)) is None
     altered = pa.table({"_0": ["Arles"], "_1": pa.array([50001], pa.int64())})
     path = node.datasets.tmp_dir / "peer-row.parquet"
     write_parquet_slice(altered, str(path))
@@ -193,12 +193,12 @@ async def test_a_diverged_peer_row_in_the_index_is_replaced_by_ours(p: dict[str,
         cid_str(block_of(iv).cid), cid_str(objects[-1].cid), cid_str(ex_blocks[-1].cid), cid_str(block_of(rc).cid),
         rc.logical_hash, 1, cid_str(st.cid), (cid_str(added.cid),), "peer", 0.0, trust="unverified",
     )  # fmt: skip
-    node.index.add_execution(row)  # as a peer's answer taken under `any` is stored
+    node.index.results.add_execution(row)  # as a peer's answer taken under `any` is stored
     status, out = await _verify(client, row.receipt)
     step = out["executions"][0]
     assert status == 200 and step["status"] == "diverged", out
     assert step["recomputed"]["logicalHash"] != rc.logical_hash and step["recomputed"]["rows"] == 1
-    held = node.index.execution(row.invocation)
+    held = node.index.results.execution(row.invocation)
     assert held is not None and held.trust == "computed" and held.receipt == step["recomputed"]["receipt"]
     assert held.execution != row.execution and held.logical_hash == step["recomputed"]["logicalHash"]
 
@@ -290,7 +290,7 @@ async def test_a_verification_makes_the_result_usable_under_community(
         status, out = await _verify(v_client, answer["receipt"])
         step = out["executions"][0]
         assert status == 200 and step["status"] == "reproduced" and step["signer"] == p["node"].identity.node_key
-        row = v.index.execution(answer["invocation"])
+        row = v.index.results.execution(answer["invocation"])
         assert row is not None and row.trust == "recomputed-agreed" and row.receipt == step["verification"]
         for name, data in (("cities", CITIES), ("towns", TOWNS)):
             await add_csv(c_client, name, data)
@@ -305,13 +305,13 @@ async def test_a_verification_makes_the_result_usable_under_community(
         assert got["rows"] == answer["rows"] and c.resolver.computed == 0
         claims = await wait_for(lambda: _claims(c_client, answer["invocation"]), 10, "V's claim on C")
         assert claims[v.identity.node_key]["status"] == "accepted"
-        assert c.index.execution(answer["invocation"]).trust == "trusted-signer"  # type: ignore[union-attr]
+        assert c.index.results.execution(answer["invocation"]).trust == "trusted-signer"  # type: ignore[union-attr]
         # C verifies what it holds (V's receipt): its index row for the execution becomes its own, recomputed-agreed,
         # and a `verify`-mode request is then a local hit.
         status, out = await _verify(c_client, got["receipt"])
         mine = out["executions"][0]
         assert status == 200 and mine["status"] == "reproduced" and mine["signer"] == v.identity.node_key, out
-        row = c.index.execution(answer["invocation"])
+        row = c.index.results.execution(answer["invocation"])
         assert row is not None and row.trust == "recomputed-agreed" and row.receipt == mine["verification"]
         assert row.execution == answer["execution"]
         body = {"sql": SQL, "inputs": INPUTS, "trust": "verify"}

@@ -70,10 +70,10 @@ def test_a_better_checked_row_replaces_a_looser_one_and_nothing_else_does(
 ) -> None:
     index = Index(tmp_path_factory.mktemp("ix") / "index.sqlite")
     for n, label in enumerate(labels):
-        index.add_execution(_row(n, label))
+        index.results.add_execution(_row(n, label))
     best = max(trust_strength(label) for label in labels)
     first_best = next(n for n, label in enumerate(labels) if trust_strength(label) == best)  # the oracle
-    got = index.execution("inv")
+    got = index.results.execution("inv")
     assert got is not None and got == _row(first_best, labels[first_best])
 
 
@@ -90,7 +90,7 @@ def test_an_index_from_before_trust_labels_is_migrated(tmp_path: Path) -> None:
     db.commit()
     db.close()
     index = Index(path)
-    one, two = index.execution("i1"), index.execution("i2")
+    one, two = index.results.execution("i1"), index.results.execution("i2")
     assert one is not None and one.trust == "computed"
     assert two is not None and two.trust == "unverified"  # nothing says how it was checked: the weakest label
 
@@ -105,7 +105,7 @@ def _claimant(index: Index, invocation: object, n: int) -> tuple[object, str]:
     an = Announcement(
         invocation, ex, ex, "f1e20" + "00" * 32, 1, {"name": "spark"}, (), who.node_key, "2026-01-01T00:00:00Z"
     ).signed(who.sign)
-    index.add_claim(
+    index.peer_claims.add_claim(
         ClaimRow(
             cid_str(invocation),
             who.node_key,
@@ -144,8 +144,8 @@ async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     index.set_claim_status("other", bad, "z", "refused", "lied")
     signers = [c.signer for c in await resolver.peers.claims(inv, None)]
     assert signers[0] == good and set(signers) == {good, policy, new}  # lied: final; bad: 1 accepted, 2 refused
-    assert index.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
-    (row,) = [c for c in index.claims(cid_str(inv)) if c.signer == bad]
+    assert index.trust.signer_score(policy) == (0, 0)  # a policy refusal counts neither way
+    (row,) = [c for c in index.peer_claims.claims(cid_str(inv)) if c.signer == bad]
     assert row.status == "refused" and "refused 2 times, accepted 1" in row.reason
 
 
@@ -153,11 +153,11 @@ def test_owed_pins_are_kept_across_a_reopen_until_done(tmp_path: Path) -> None:
     """The queue of pins owed by answers already given (docs/peers.md "Answer first"): oldest first, once per
     (cid, recursive), still there after the index is closed and opened again, gone only when done."""
     index = Index(tmp_path / "index.sqlite")
-    index.queue_pins([("a", False, True), ("b", True, False)])
-    index.queue_pins([("a", False, True)])  # queued twice: owed once
+    index.pins.queue_pins([("a", False, True), ("b", True, False)])
+    index.pins.queue_pins([("a", False, True)])  # queued twice: owed once
     index.close()
     index = Index(tmp_path / "index.sqlite")
-    assert index.pending_pins() == [("a", False, True), ("b", True, False)]
-    index.pin_done("a", False)
-    assert index.pending_pins() == [("b", True, False)]
+    assert index.pins.pending_pins() == [("a", False, True), ("b", True, False)]
+    index.pins.pin_done("a", False)
+    assert index.pins.pending_pins() == [("b", True, False)]
     index.close()

@@ -139,17 +139,23 @@ def test_index_migration_keeps_existing_rows(tmp_path: Path) -> None:
     db.commit()
     db.close()
     index = Index(path)
-    assert index.execution("iv1") == ExecutionRow(
+    assert index.results.execution("iv1") == ExecutionRow(
         "iv1", "q", "ex1", "rc1", "lh", 3, "st", ("s1",), "computed", 1.0, "computed", None
     )
-    index.add_execution(ExecutionRow("iv2", "q", "ex2", "rc2", "lh", 1, "st", (), "computed", 2.0, profile="bafyep"))
-    assert index.execution("iv2").profile == "bafyep"  # type: ignore[union-attr]
+    index.results.add_execution(
+        ExecutionRow("iv2", "q", "ex2", "rc2", "lh", 1, "st", (), "computed", 2.0, profile="bafyep")
+    )
+    assert index.results.execution("iv2").profile == "bafyep"  # type: ignore[union-attr]
     index.close()
-    assert Index(path).execution("iv2").profile == "bafyep"  # type: ignore[union-attr]  # reopening migrates nothing twice
+    assert Index(path).results.execution("iv2").profile == "bafyep"  # type: ignore[union-attr]  # reopening migrates nothing twice
 
 
 def test_divergences_are_recorded_once(tmp_path: Path) -> None:
     index = Index(tmp_path / "i.sqlite")
     d = Divergence("iv", "ex", "ep1", "lh", 3, "did:key:z6Mk", "peer", "ex2", "rc2", "ep2", "lh2", 3, 1.0)
-    assert index.add_divergence(d) and not index.add_divergence(d)
-    assert index.divergences("iv") == [d] and index.divergences("other") == [] and index.count("divergences") == 1
+    assert index.results.add_divergence(d) and not index.results.add_divergence(d)
+    assert (
+        index.results.divergences("iv") == [d]
+        and index.results.divergences("other") == []
+        and index.count("divergences") == 1
+    )

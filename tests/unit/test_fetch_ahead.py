@@ -136,7 +136,7 @@ def _resolver(tmp_path: Path, kubo: SlowKubo) -> tuple[Resolver, str]:
     """A resolver with real index whose one trusted key is the signer's, fetching ahead 4 KiB a claim."""
     index = Index(tmp_path / "index.sqlite")
     signer = generate().node_key
-    index.trust_add(signer, "default")
+    index.trust.trust_add(signer, "default")
     options = Options(tmp_path, 1, fetch_ahead_bytes=4096)
     resolver = Resolver(None, kubo, index, None, generate(), options)  # type: ignore[arg-type]
     return resolver, signer

@@ -1,5 +1,5 @@
-"""The admission state machines (node/peers/limits.py) and the claim quotas (Index.prune_claims), over generated
-event sequences: bounds hold for any flood, an honest sender within its rate is never refused."""
+"""The admission state machines (node/peers/limits.py) and the claim quotas (ClaimRepository.prune_claims), over
+generated event sequences: bounds hold for any flood, an honest sender within its rate is never refused."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ claims = st.lists(
 @settings(max_examples=40, deadline=None)
 @given(claims, st.integers(1, 10), st.integers(1, 20))
 def test_claim_quotas_keep_the_newest_and_the_accepted(events, per_peer, total):
-    """Index.prune_claims against a plain Python model of the same rule (quota per peer, then overall; claims
+    """ClaimRepository.prune_claims against a plain Python model of the same rule (quota per peer, then overall; claims
     not accepted go first, oldest first)."""
     with tempfile.TemporaryDirectory() as d:
         index = Index(Path(d) / "index.sqlite")
@@ -119,18 +119,18 @@ def test_claim_quotas_keep_the_newest_and_the_accepted(events, per_peer, total):
         for i, (peer, n, accepted) in enumerate(events):
             inv = f"iv-{i}-{n}"
             row = ClaimRow(inv, "did:key:k", "ex", "rc", "h", 1, peer, b"", float(i), "pending", "")
-            assert index.add_claim(row)
+            assert index.peer_claims.add_claim(row)
             if accepted:
                 index.set_claim_status(inv, "did:key:k", "ex", "accepted")
             model.append((peer, inv, float(i), accepted))
-            index.prune_claims(peer, per_peer, total)
+            index.peer_claims.prune_claims(peer, per_peer, total)
             for scope in ([c for c in model if c[0] == peer], model):
                 excess = len(scope) - (per_peer if scope is not model else total)
                 for c in sorted(scope, key=lambda c: (c[3], c[2]))[: max(0, excess)]:
                     model.remove(c)
-            assert sorted(c.invocation for c in index.claims(limit=10**6)) == sorted(c[1] for c in model)
-        assert index.claim_count() <= total
-        assert all(index.claim_count(peer=p) <= per_peer for p in ("p1", "p2", "p3"))
+            assert sorted(c.invocation for c in index.peer_claims.claims(limit=10**6)) == sorted(c[1] for c in model)
+        assert index.peer_claims.claim_count() <= total
+        assert all(index.peer_claims.claim_count(peer=p) <= per_peer for p in ("p1", "p2", "p3"))
         index.close()
 
 
@@ -138,8 +138,8 @@ def test_the_refusal_log_keeps_the_last_ones():
     with tempfile.TemporaryDirectory() as d:
         index = Index(Path(d) / "index.sqlite")
         for i in range(30):
-            index.log_refusal("p", f"r{i}", keep=10)
-        assert sorted(r for _, r, _ in index.refusals(100)) == sorted(f"r{i}" for i in range(20, 30))
+            index.peer_claims.log_refusal("p", f"r{i}", keep=10)
+        assert sorted(r for _, r, _ in index.peer_claims.refusals(100)) == sorted(f"r{i}" for i in range(20, 30))
         index.close()
 
 
@@ -231,15 +231,21 @@ def test_replays_are_paid_by_the_replayer_never_by_the_signer(events):
 def test_the_watermark_is_kept_in_the_index_and_bounded():
     with tempfile.TemporaryDirectory() as d:
         index = Index(Path(d) / "index.sqlite")
-        assert index.signer_mark("k0") is None
-        index.set_signer_mark("k0", 50.0, keep=3)
-        index.set_signer_mark("k0", 40.0, keep=3)  # never lowered
-        assert index.signer_mark("k0") == 50.0
+        assert index.peer_claims.signer_mark("k0") is None
+        index.peer_claims.set_signer_mark("k0", 50.0, keep=3)
+        index.peer_claims.set_signer_mark("k0", 40.0, keep=3)  # never lowered
+        assert index.peer_claims.signer_mark("k0") == 50.0
         for i in range(1, 5):
-            index.set_signer_mark(f"k{i}", float(i), keep=3)
-        assert [index.signer_mark(f"k{i}") for i in range(5)] == [None, None, 2.0, 3.0, 4.0]  # least recent gone
+            index.peer_claims.set_signer_mark(f"k{i}", float(i), keep=3)
+        assert [index.peer_claims.signer_mark(f"k{i}") for i in range(5)] == [
+            None,
+            None,
+            2.0,
+            3.0,
+            4.0,
+        ]  # least recent gone
         index.close()
         reopened = Index(Path(d) / "index.sqlite")
-        replays = Replays(WINDOW, reopened.signer_mark)
+        replays = Replays(WINDOW, reopened.peer_claims.signer_mark)
         assert replays.check("k4", b"any", 4.0) is not None and replays.check("k4", b"any", 4.5) is None
         reopened.close()

@@ -125,12 +125,12 @@ def test_peer_candidates_newest_first_bounded_one_per_invocation() -> None:
 
 def test_claims_are_recorded_and_found_by_shape(tmp_path: Path) -> None:
     index = Index(tmp_path / "index.db")
-    assert index.add_claim(_claim("inv", "did:key:a", 1.0))
-    assert index.add_claim(replace(_claim("other", "did:key:a", 2.0), shape=None))
-    assert [c.invocation for c in index.shape_claims(SHAPE)] == ["inv"]
-    index.add_shape("local", "mine", "SELECT 1", 1, 0.0, SHAPE)
-    index.add_shape("local", "unannounced", "SELECT 1", 1, 0.0)
-    assert (index.shape_of("mine"), index.shape_of("unannounced")) == (SHAPE, None)
+    assert index.peer_claims.add_claim(_claim("inv", "did:key:a", 1.0))
+    assert index.peer_claims.add_claim(replace(_claim("other", "did:key:a", 2.0), shape=None))
+    assert [c.invocation for c in index.peer_claims.shape_claims(SHAPE)] == ["inv"]
+    index.shapes.add_shape("local", "mine", "SELECT 1", 1, 0.0, SHAPE)
+    index.shapes.add_shape("local", "unannounced", "SELECT 1", 1, 0.0)
+    assert (index.shapes.shape_of("mine"), index.shapes.shape_of("unannounced")) == (SHAPE, None)
     index.close()
 
 
@@ -152,10 +152,10 @@ def test_an_index_from_before_shapes_were_announced_is_migrated(tmp_path: Path) 
     db.commit()
     db.close()
     index = Index(path)
-    assert [c.shape for c in index.claims("inv")] == [None]  # kept, with no shape
-    assert index.shape_of("mine") is None
-    assert index.add_claim(_claim("new", "did:key:a", 2.0))
-    assert [c.invocation for c in index.shape_claims(SHAPE)] == ["new"]
+    assert [c.shape for c in index.peer_claims.claims("inv")] == [None]  # kept, with no shape
+    assert index.shapes.shape_of("mine") is None
+    assert index.peer_claims.add_claim(_claim("new", "did:key:a", 2.0))
+    assert [c.invocation for c in index.peer_claims.shape_claims(SHAPE)] == ["new"]
     index.close()
 
 

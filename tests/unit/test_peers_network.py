@@ -82,9 +82,11 @@ async def test_catch_up_lookup_and_refusals(tmp_path: Path) -> None:
     a, a_resolver, a_index = await _network(tmp_path, "a", kubo_up=True)
     b, b_resolver, b_index = await _network(tmp_path, "b", kubo_up=False)
     try:
-        a_index.add_execution(_row("computed-here", "computed"))
-        a_index.add_execution(_row("a-peers-answer", "unverified"))  # never re-signed by a (docs/peers.md)
-        b_index.add_execution(_row("computed-by-b", "computed"))  # b's Kubo is down: announced without providers
+        a_index.results.add_execution(_row("computed-here", "computed"))
+        a_index.results.add_execution(_row("a-peers-answer", "unverified"))  # never re-signed by a (docs/peers.md)
+        b_index.results.add_execution(
+            _row("computed-by-b", "computed")
+        )  # b's Kubo is down: announced without providers
         await b.host.connect(a.host.addrs()[0])
 
         # On connect, a sends b what it computed itself, signed by a's key, naming a's Kubo as provider.
@@ -109,7 +111,7 @@ async def test_catch_up_lookup_and_refusals(tmp_path: Path) -> None:
         await b.host.wait_for_topic_peers(TOPIC, 1, timeout=20)
         await b.host.publish(TOPIC, b"not an announcement")
         assert await asyncio.wait_for(after_network.get(), timeout=20) == b"not an announcement"
-        [(who, reason, _)] = a_index.refusals()
+        [(who, reason, _)] = a_index.peer_claims.refusals()
         assert who == b.host.peer_id and reason.startswith("not an announcement")
         assert a.refused == 1 and a_resolver.claims.empty()
     finally:
@@ -122,7 +124,7 @@ async def test_catch_up_asks_kubo_once_not_once_per_row(tmp_path: Path) -> None:
     b, b_resolver, _ = await _network(tmp_path, "b", kubo_up=True)
     try:
         for i in range(50):
-            a_index.add_execution(_row(f"computed-{i}", "computed"))
+            a_index.results.add_execution(_row(f"computed-{i}", "computed"))
         await b.host.connect(a.host.addrs()[0])
         got = [await asyncio.wait_for(b_resolver.claims.get(), timeout=30) for _ in range(50)]
         assert {an.invocation for _, an in got} == {_cid(f"computed-{i}") for i in range(50)}

@@ -152,8 +152,8 @@ def test_appended_finds_our_result_over_the_version_before_the_appends(tmp_path:
     q, other = _q("SELECT x, count(*) FROM t GROUP BY x"), _q("SELECT y, count(*) FROM t GROUP BY y")
     old, new = _version("append")
     for invocation, trust, cq in (("mine", "computed", q), ("theirs", "unverified", q), ("else", "computed", other)):
-        index.add_execution(_row(invocation, trust))
-        index.add_shape(supersets.shape_of(cq, [old]) or "", invocation, cq.statement, 2, 0.0)
+        index.results.add_execution(_row(invocation, trust))
+        index.shapes.add_shape(supersets.shape_of(cq, [old]) or "", invocation, cq.statement, 2, 0.0)
     found = [(row.invocation, rw.rule, width, fresh) for row, rw, width, fresh in supersets.appended(index, q, [new])]
     assert found == [("mine", "append", 2, new.slices[1:])]
     assert list(supersets.appended(index, q, [old])) == []  # nothing computed before the first version

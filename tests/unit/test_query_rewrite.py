@@ -277,8 +277,8 @@ def test_candidates_are_local_computed_rows_over_the_same_versions(tmp_path: Pat
     here, other = [Version(block_of({"v": 1}).cid, [])], [Version(block_of({"v": 2}).cid, [])]
     wide, narrow = _q("SELECT x, y, k FROM t"), _q("SELECT x FROM t WHERE k < 10")
     for invocation, trust in (("mine", "computed"), ("theirs", "unverified")):
-        index.add_execution(_row(invocation, trust))
-        index.add_shape(supersets.shape_of(wide, here) or "", invocation, wide.statement, 3, 0.0)
+        index.results.add_execution(_row(invocation, trust))
+        index.shapes.add_shape(supersets.shape_of(wide, here) or "", invocation, wide.statement, 3, 0.0)
 
     async def found(versions: list[Version]) -> list[tuple[str, str, int]]:
         return [

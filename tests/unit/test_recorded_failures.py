@@ -104,16 +104,16 @@ def _row(execution: str, failure: Failure | None, trust: str = "computed") -> Ex
 
 def test_the_index_keeps_a_failure_and_a_result_computed_here_replaces_it(tmp_path: Path) -> None:
     index = Index(tmp_path / "index.db")
-    index.add_execution(_row("ex-failed", DIV, trust="trusted-signer"))
-    got = index.execution("iv")
+    index.results.add_execution(_row("ex-failed", DIV, trust="trusted-signer"))
+    got = index.results.execution("iv")
     assert got is not None and got.failure == DIV and got.slices == ()
-    index.add_execution(_row("ex-failed-again", DIV, trust="trusted-signer"))  # first writer wins
-    assert index.execution("iv").execution == "ex-failed"  # type: ignore[union-attr]
-    index.add_execution(_row("ex-ok", None))  # a retry that succeeded here
-    got = index.execution("iv")
+    index.results.add_execution(_row("ex-failed-again", DIV, trust="trusted-signer"))  # first writer wins
+    assert index.results.execution("iv").execution == "ex-failed"  # type: ignore[union-attr]
+    index.results.add_execution(_row("ex-ok", None))  # a retry that succeeded here
+    got = index.results.execution("iv")
     assert got is not None and got.failure is None and got.execution == "ex-ok"
-    index.add_execution(_row("ex-failed-3", DIV))  # a failure never replaces a result
-    assert index.execution("iv").execution == "ex-ok"  # type: ignore[union-attr]
+    index.results.add_execution(_row("ex-failed-3", DIV))  # a failure never replaces a result
+    assert index.results.execution("iv").execution == "ex-ok"  # type: ignore[union-attr]
 
 
 def test_the_answer_is_one_line_naming_the_class_and_the_cids() -> None:
