@@ -26,8 +26,10 @@ shim: setup
 	@echo "installed $(SHIM_DIR)/cairn -> $(CAIRN)"
 	@case ":$$PATH:" in *":$(SHIM_DIR):"*) ;; *) echo "$(SHIM_DIR) is not on PATH: add it, e.g. export PATH=\"$(SHIM_DIR):\$$PATH\"";; esac
 
+# Three workers, a test file each at a time (its module fixtures shared as before): the suite waits on processes
+# (Kubo, JVMs, nodes) as much as it computes. `pytest -p no:xdist` runs it in one process.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 3 --dist loadfile
 
 # Configured in pyproject.toml ([tool.ruff], [tool.mypy]); all three must pass before the suite runs.
 lint: setup
