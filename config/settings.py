@@ -26,7 +26,7 @@ class SettingsError(ValueError):
     ``origin`` says who gave the value: ``"flag"`` (a command-line flag: the user's input, mapped to the node's
     ``InvalidInput``), ``"env"`` (a ``CAIRN_*`` variable), ``"file"`` (``config.toml``): the node's own
     configuration, mapped to its ``ConfigError``. This package imports nothing of ``node``, so the node maps it
-    where it loads settings (``node.cli.main``).
+    where it loads settings (``node.faces.cli.main``).
     """
 
     def __init__(self, message: str, origin: str = "file") -> None:

@@ -1,6 +1,6 @@
 """Cairn: the node daemon and its core API."""
 
-from node.errors import CairnError, ConfigError, InvalidInput, NodeNotRunning, NotFound, Unauthorized
+from node.support.errors import CairnError, ConfigError, InvalidInput, NodeNotRunning, NotFound, Unauthorized
 
 __version__ = "0.1.0"
 

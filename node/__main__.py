@@ -1,5 +1,5 @@
 import sys
 
-from node.cli import main
+from node.faces.cli import main
 
 sys.exit(main())

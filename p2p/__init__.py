@@ -14,7 +14,7 @@
 - ``p2p.errors``: ``P2PError`` / ``P2PTimeout`` (the node maps them to its own errors where it calls p2p);
   ``p2p.logs``: libp2p's logging tamed.
 
-This package imports nothing of ``node`` but the leaf ``node.errors`` (for ``one_line``): it carries bytes,
+This package imports nothing of ``node`` but the leaf ``node.support.errors`` (for ``one_line``): it carries bytes,
 peer-id strings and callbacks.
 See ``docs/p2p.md``.
 """

@@ -1,7 +1,8 @@
 """Which of a node's addresses to tell others first.
 
 A node with several interfaces (a container, a host on a LAN and the internet) has addresses of every scope, and
-an announcement carries at most 8 (node/resolve/claims.py): public ones first, then private, link-local and
+an announcement carries at most 8 (node/services/resolve/claim_checks.py): public ones first, then private, link-local
+and
 loopback last (another host dialling a loopback address reaches itself, and the `/p2p/` id check refuses it), so
 a cut keeps the ones a far peer can dial. The order within a scope is kept.
 """

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from node.errors import one_line
+from node.support.errors import one_line
 from p2p.errors import P2PError
 
 log = logging.getLogger("cairn.p2p")

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 
 log = logging.getLogger("cairn.p2p")
 

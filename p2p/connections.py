@@ -29,7 +29,7 @@ from libp2p.peer.id import ID  # noqa: E402
 from libp2p.peer.peerinfo import PeerInfo  # noqa: E402
 from libp2p.peer.peerstore import PeerStoreError  # noqa: E402
 
-from node.errors import one_line  # noqa: E402
+from node.support.errors import one_line  # noqa: E402
 from p2p import failures  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
 from p2p.callbacks import LoopTasks, PeerCallback  # noqa: E402

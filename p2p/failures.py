@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import trio
 
-from node.errors import one_line
+from node.support.errors import one_line
 from p2p.bridge import TrioThread
 from p2p.errors import P2PError, P2PTimeout
 

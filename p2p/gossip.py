@@ -29,7 +29,7 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V12 as GOSSIPSUB_V12  # noqa: E4
 from libp2p.pubsub.gossipsub import GossipSub  # noqa: E402
 from libp2p.pubsub.pubsub import Pubsub  # noqa: E402
 
-from node.errors import one_line  # noqa: E402
+from node.support.errors import one_line  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
 from p2p.callbacks import LoopTasks, RelayedGossipHandler  # noqa: E402
 from p2p.errors import P2PError, P2PTimeout  # noqa: E402

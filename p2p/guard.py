@@ -52,7 +52,7 @@ from libp2p.stream_muxer.muxer_multistream import MuxerMultistream
 from libp2p.stream_muxer.yamux.yamux import DEFAULT_WINDOW_SIZE, Yamux
 from libp2p.utils.varint import decode_uvarint
 
-from node.errors import one_line
+from node.support.errors import one_line
 from p2p.errors import FrameRefused, P2PError
 
 log = logging.getLogger("cairn.p2p")

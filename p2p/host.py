@@ -77,7 +77,7 @@ class P2PHost:
             raise P2PError("the host identity must be a 32-byte ed25519 private seed")
         self._key_pair = create_new_key_pair(bytes(seed))
         self._id = ID.from_pubkey(self._key_pair.public_key)
-        #: ``12D3KooW…``: the same id the node derives from its key (``node.identity``).
+        #: ``12D3KooW…``: the same id the node derives from its key (``node.adapters.identity``).
         self.peer_id: str = self._id.to_base58()
         self._listen = list(listen) or list(DEFAULT_LISTEN)
         self._listen_ma = [parse_listen_addr(a) for a in self._listen]

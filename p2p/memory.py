@@ -1,4 +1,4 @@
-"""The p2p host's in-memory twin (``node.ports.peer_host.PeerHost``): many hosts in one process, no sockets.
+"""The p2p host's in-memory twin (``node.domain.ports.peer_host.PeerHost``): many hosts in one process, no sockets.
 
 Hosts that share a ``MemoryNetwork`` dial each other by the addresses they list (``/ip4/127.0.0.1/tcp/<n>/p2p/<id>``,
 made up: nothing listens), ask each other over request/response protocols and gossip. As ``P2PHost`` does: the peer
@@ -25,8 +25,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from node.errors import one_line
-from node.ports.peer_host import PeerEntry
+from node.domain.ports.peer_host import PeerEntry
+from node.support.errors import one_line
 from p2p.errors import P2PBadInput, P2PError, P2PTimeout
 from p2p.peers import PeerTable
 

@@ -16,7 +16,7 @@ tame_libp2p_logging()  # before libp2p logs anything (importing it configures it
 from libp2p.peer.id import ID  # noqa: E402
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr  # noqa: E402
 
-from node.errors import one_line  # noqa: E402
+from node.support.errors import one_line  # noqa: E402
 from p2p.errors import P2PBadInput, P2PError  # noqa: E402
 from p2p.peers import strip_p2p  # noqa: E402
 

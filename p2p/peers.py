@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from node.errors import one_line
-from node.ports.peer_host import PeerEntry
+from node.domain.ports.peer_host import PeerEntry
+from node.support.errors import one_line
 
 log = logging.getLogger("cairn.p2p")
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 
-from node.errors import one_line
+from node.support.errors import one_line
 
 log = logging.getLogger("cairn.p2p")
 

@@ -23,7 +23,7 @@ from libp2p.custom_types import TProtocol  # noqa: E402
 from libp2p.peer.id import ID  # noqa: E402
 from libp2p.utils.varint import encode_varint_prefixed  # noqa: E402
 
-from node.errors import one_line  # noqa: E402
+from node.support.errors import one_line  # noqa: E402
 from p2p import failures  # noqa: E402
 from p2p.bridge import TrioThread  # noqa: E402
 from p2p.callbacks import RequestHandler  # noqa: E402

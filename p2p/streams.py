@@ -14,7 +14,7 @@ tame_libp2p_logging()  # before libp2p logs anything (importing it configures it
 
 from libp2p.utils.varint import read_varint_prefixed_bytes_limited  # noqa: E402
 
-from node.errors import one_line  # noqa: E402
+from node.support.errors import one_line  # noqa: E402
 
 log = logging.getLogger("cairn.p2p")
 

@@ -1,4 +1,4 @@
-"""Rewrite docs/openapi.json from the route table (node/api/server.py ROUTES, the one source).
+"""Rewrite docs/openapi.json from the route table (node/faces/api/server.py ROUTES, the one source).
 
     .venv/bin/python scripts/openapi_doc.py
 
@@ -13,8 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
 from node import __version__
-from node.api.openapi import COMMITTED, default_document, render
-from node.api.server import ROUTES
+from node.faces.api.openapi import COMMITTED, default_document, render
+from node.faces.api.server import ROUTES
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 from spark_worker import guard
 from spark_worker.jobs import Cancelled, InputMismatch
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 from spark_worker import answers, budget, guard, nodelay, results
 from spark_worker.jobs import Cancelled, InputMismatch, Job
 from spark_worker.process import WATCH_EVERY_S, StallWatch, cpu_seconds, jvm_proc

@@ -25,7 +25,7 @@ from typing import Any
 
 _EXPR = "org.apache.spark.sql.catalyst.expressions."
 
-# The fixed forms node/query/clock.py accepts (keep the two in step).
+# The fixed forms node/domain/sql/clock_rule.py accepts (keep the two in step).
 _DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 _TIME = r"[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?"
 FIXED_FORMS = re.compile(rf"{_DATE}(?:[ T]{_TIME}(?:Z|[+-][0-9]{{2}}:[0-9]{{2}})?)?")

@@ -80,7 +80,7 @@ def _parse_input(name: str, spec: Any) -> tuple[list[str], list[str]]:
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
         raise RequestError(f"run: input {name!r} needs a non-empty list of Parquet file paths")
     for p in paths:
-        # A local file, or a slice staged on HDFS or S3 (spark.staging, node/resolve/staging.py).
+        # A local file, or a slice staged on HDFS or S3 (spark.staging, node/services/resolve/staging.py).
         if not p.startswith(("/", "hdfs://", "s3a://")) or GLOB_CHARS.intersection(p) or "\0" in p:
             raise RequestError(
                 f"run: input {name!r}: path {p!r} must be absolute (or hdfs://, s3a://) with no glob characters"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 from spark_worker.answers import error
 from spark_worker.engine import Engine
 from spark_worker.jobs import Job

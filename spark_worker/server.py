@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 from spark_worker.connections import bind, unlink_socket
 from spark_worker.process import (
     EXIT_OK,

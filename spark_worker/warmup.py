@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from node.errors import one_line
+from node.support.errors import one_line
 from spark_worker.jobs import Job
 
 log = logging.getLogger("spark_worker")

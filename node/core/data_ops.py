@@ -8,18 +8,18 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from config import Settings
-from node.core.results import Dataset, DatasetEntry, Ingested, LogBlock, Pulled
+from node.adapters.ipfs import KuboClient
+from node.core.result_types import Dataset, DatasetEntry, Ingested, LogBlock, Pulled
 from node.core.serving import Serving
-from node.datasets import Datasets, Pulls, ReadOptions, Version, pull
-from node.errors import KuboError, NotFound, PeerError
-from node.ipfs import KuboClient
-from node.model import CID, cid_str, parse_cid
-from node.resolve.claims import connect_providers
+from node.domain.model import CID, cid_str, parse_cid
+from node.services.datasets import Datasets, Pulls, ReadOptions, Version, pull
+from node.services.resolve.claim_checks import connect_providers
+from node.support.errors import KuboError, NotFound, PeerError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from node.peers import Network
+    from node.services.peers import Network
 
 IPFS_PROBE = 5.0  # seconds a pull by CID that no peer holds gives our Kubo's swarm to find its first block
 

@@ -14,12 +14,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 from config import Settings
 from node import __version__
+from node.adapters.home import Home
+from node.adapters.identity import Identity
+from node.adapters.index import Divergence as DivergenceRow
+from node.adapters.index import ExecutionRow, Index
+from node.adapters.ipfs import KuboClient
+from node.adapters.ipfs.gateway_client import GatewayClient
 from node.core import status
 from node.core.data_ops import DataOps
 from node.core.peer_ops import PeerOps
 from node.core.processes import KuboWatch, WorkerStart
 from node.core.provenance_ops import ProvenanceOps
-from node.core.results import (
+from node.core.result_types import (
     Execution,
     FailureJson,
     Health,
@@ -32,16 +38,7 @@ from node.core.results import (
 )
 from node.core.serving import Serving
 from node.core.stats import NodeStats
-from node.datasets import Datasets, Pulls, canonical_type
-from node.datasets.service import disk_full_is_507
-from node.errors import CairnError, InvalidInput, NodeStopping, NotFound, RenderError, TooLarge, TypeMismatch
-from node.home import Home
-from node.identity import Identity
-from node.index import Divergence as DivergenceRow
-from node.index import ExecutionRow, Index
-from node.ipfs import KuboClient
-from node.ipfs.gateway import GatewayClient
-from node.model import (
+from node.domain.model import (
     CID,
     MAX_BLOCK_BYTES,
     Block,
@@ -55,17 +52,20 @@ from node.model import (
     parse_cid,
     verify_block,
 )
-from node.model.cid import cid_for
-from node.pipelines import PipelineRunner
-from node.resolve import Jobs, Resolver
-from node.resolve.answers import AnswerCache, key_of
-from node.resolve.jobs import Job
-from node.resolve.resolver import Answer
-from node.tally import Timings
-from node.types import TypeChecks
+from node.domain.model.cid import cid_for
+from node.services.datasets import Datasets, Pulls, canonical_type
+from node.services.datasets.facade import disk_full_is_507
+from node.services.pipelines import PipelineRunner
+from node.services.resolve import Jobs, Resolver
+from node.services.resolve.answers import AnswerCache, key_of
+from node.services.resolve.jobs import Job
+from node.services.resolve.resolver import Answer
+from node.services.type_checks import TypeChecks
+from node.support.errors import CairnError, InvalidInput, NodeStopping, NotFound, RenderError, TooLarge, TypeMismatch
+from node.support.tally import Timings
 
 if TYPE_CHECKING:
-    from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
+    from node.services.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
 Emit = Callable[[str, dict[str, Any]], None]
 log = logging.getLogger("cairn.node")
@@ -93,7 +93,7 @@ class Services:
     resolver: Resolver
     jobs: Jobs
     network: Network | None  # None: peers.enabled = false
-    types: TypeChecks  # Transform.Storage checks (node.types)
+    types: TypeChecks  # Transform.Storage checks (node.services.type_checks)
     gateway: GatewayClient  # /ipfs/: the client of a Kubo gateway that hash-checks what it relays
 
 
@@ -296,7 +296,7 @@ class Node:
         started = time.perf_counter()
         limit = self.settings.query.answer_rows if limit is None else limit
         # A plain request (no progress events, no declared type) asked before: the same local hit, unless the
-        # index changed since (node/resolve/answers.py).
+        # index changed since (node/services/resolve/answers.py).
         key = key_of(sql, inputs, limit, trust or self.resolver.trust_mode, may_compute)
         plain = on_event is None and type_ref is None and not retry
         generation = self.index.generation
@@ -342,7 +342,7 @@ class Node:
         # The execution's outputs are positional: remember the asker's names for /data (computed or fetched).
         self.index.results.set_output_names(row.execution, list(answer.output_names))
         try:
-            arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.values
+            arrow_schema, shown = await self.resolver.preview(row, limit)  # rendered by node.support.values
         except RenderError as e:  # the answer is recorded: say where it is, never lose it
             raise RenderError(
                 f"{e.message} (execution {row.execution} is recorded: "
@@ -446,7 +446,7 @@ class Node:
         await self.kubo.pin_add(root, recursive=True)
         return root, len(blocks)
 
-    # -- a declared type (node.types; docs/provenance.md "Types") ---------------------------------------
+    # -- a declared type (node.services.type_checks; docs/provenance.md "Types") ---------------------------------------
 
     async def _declared_type(
         self, normal: Any, type_ref: str, schema: list[list[str]], execution: str

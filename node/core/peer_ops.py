@@ -1,15 +1,15 @@
-"""``node.peers``: the peers this node knows and the signers it trusts (docs/peers.md)."""
+"""``node.services.peers``: the peers this node knows and the signers it trusts (docs/peers.md)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from node.core.results import Announcements, ClaimSeen, Connected, PeerEntry, RefusedMessage, SignerScore, Trusted
-from node.errors import CairnError, InvalidInput, PeersDisabled
-from node.ports.repositories import ClaimRepository, TrustRepository
+from node.core.result_types import Announcements, ClaimSeen, Connected, PeerEntry, RefusedMessage, SignerScore, Trusted
+from node.domain.ports.repositories import ClaimRepository, TrustRepository
+from node.support.errors import CairnError, InvalidInput, PeersDisabled
 
 if TYPE_CHECKING:
-    from node.peers import Network
+    from node.services.peers import Network
 
 
 class PeerOps:
@@ -27,11 +27,12 @@ class PeerOps:
         return self._network().host.peers()
 
     async def connect(self, addr: str) -> Connected:
-        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols (node.peers.network)."""
+        """Connect to a peer and keep it, once it has shown it speaks Cairn's protocols
+        (node.services.peers.network)."""
         return {"peer": await self._network().connect(addr)}
 
     def trust_add(self, key: str, community: str) -> None:
-        from node.identity import public_key_from_did
+        from node.adapters.identity import public_key_from_did
 
         try:
             public_key_from_did(key)  # refuses anything but an ed25519 did:key

@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from node.errors import CairnError, SparkStartError, one_line
-from node.ipfs import KuboClient, ManagedKubo
-from node.resolve import SparkWorker
+from node.adapters.ipfs import KuboClient, ManagedKubo
+from node.services.resolve import SparkWorker
+from node.support.errors import CairnError, SparkStartError, one_line
 
 log = logging.getLogger("cairn.node")
 

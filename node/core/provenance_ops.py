@@ -1,4 +1,5 @@
-"""``node.provenance``: where a result comes from and whether it holds (docs/provenance.md): lineage, verification
+"""``node.services.provenance``: where a result comes from and whether it holds (docs/provenance.md): lineage,
+verification
 offline or by recomputing, proofs, Transform.Storage types, and pipelines of SQL steps with their recorded runs."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from node.core.results import (
+from node.core.result_types import (
     AssetChecked,
     Checked,
     JobStarted,
@@ -17,14 +18,14 @@ from node.core.results import (
     TypeStored,
     job_started,
 )
-from node.datasets.service import disk_full_is_507
-from node.errors import NodeStopping
-from node.model import CID, cid_str
-from node.pipelines import parse_spec
+from node.domain.model import CID, cid_str
+from node.services.datasets.facade import disk_full_is_507
+from node.services.pipelines import parse_spec
+from node.support.errors import NodeStopping
 
 if TYPE_CHECKING:
     from node.core.node import Node
-    from node.provenance.recompute import Recompute
+    from node.services.provenance.recompute import Recompute
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -45,7 +46,7 @@ class ProvenanceOps:
 
     async def lineage(self, ref: str, *, offline: bool = False) -> LineageGraph:
         """The walk from ``ref`` (a result's CID, a slice, a dataset block, name or id) back to its root datasets."""
-        from node.provenance.lineage import LineageWalk
+        from node.services.provenance.lineage import LineageWalk
 
         n = self._node
         fetch = n.settings.query.lineage_fetch_timeout
@@ -56,8 +57,9 @@ class ProvenanceOps:
         self, ref: str, *, offline: bool, recursive: bool = False, on_event: Emit | None = None
     ) -> Checked | Recomputed:
         """Check a result without computing it (``offline``), or by recomputing each step on this node's Spark
-        worker, signing and announcing a verification receipt for each reproduced one (node.provenance.recompute)."""
-        from node.provenance.verify import OfflineVerify
+        worker, signing and announcing a verification receipt for each reproduced one
+        (node.services.provenance.recompute)."""
+        from node.services.provenance.verify import OfflineVerify
 
         n = self._node
         with disk_full_is_507("a slice being verified", n.datasets.tmp_dir):
@@ -66,7 +68,7 @@ class ProvenanceOps:
             return await self._recompute().verify(ref, recursive, on_event)
 
     def _recompute(self) -> Recompute:
-        from node.provenance.recompute import Recompute
+        from node.services.provenance.recompute import Recompute
 
         n = self._node
         fetch = n.settings.query.lineage_fetch_timeout
@@ -89,12 +91,12 @@ class ProvenanceOps:
     async def export_proof(self, ref: str, *, data: bool = True) -> tuple[CID, AsyncIterator[bytes]]:
         """The receipt ``ref`` leads to and its proof as a CAR stream (docs/provenance.md "Proofs"); ``data`` false
         leaves the slices out. Errors (not a result, a block not held) come before the stream."""
-        from node.provenance.proof import export_proof
+        from node.services.provenance.proof import export_proof
 
         n = self._node
         return await export_proof(n.kubo, n.datasets, n.index, ref, data=data, timeout=n.settings.ipfs.timeout)
 
-    # -- Transform.Storage types (node.types; docs/provenance.md "Types") ------------------------------
+    # -- Transform.Storage types (node.services.type_checks; docs/provenance.md "Types") ------------------------------
 
     async def type_check(self, ref: str, type_ref: str) -> TypeChecked:
         """Is the data ``ref`` names (a dataset name or id, or a block CID) a term of the type ``type_ref``?"""
@@ -109,7 +111,7 @@ class ProvenanceOps:
         kind = await self._node.types.kind_of(obj)
         return {"cid": cid_str(await self._node.dag_put(obj)), "kind": kind}
 
-    # -- pipelines (node.pipelines; docs/provenance.md "Pipelines") ------------------------------------
+    # -- pipelines (node.services.pipelines; docs/provenance.md "Pipelines") ------------------------------------
 
     async def run_pipeline(
         self, source: str | bytes | dict[str, Any], *, trust: str | None = None, on_event: Emit | None = None

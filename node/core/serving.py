@@ -8,11 +8,11 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from config import Settings
-from node.datasets import Datasets, block_of_dataset, slice_of_dataset
-from node.errors import KuboNotFound, NotFound
-from node.ipfs import KuboClient
-from node.ipfs.gateway import Answer, GatewayClient
-from node.model import CID, cid_str
+from node.adapters.ipfs import KuboClient
+from node.adapters.ipfs.gateway_client import Answer, GatewayClient
+from node.domain.model import CID, cid_str
+from node.services.datasets import Datasets, block_of_dataset, slice_of_dataset
+from node.support.errors import KuboNotFound, NotFound
 
 
 class Serving:
@@ -41,7 +41,8 @@ class Serving:
     def gateway_open(
         self, method: str, path: str, query: str, headers: Mapping[str, str]
     ) -> AbstractAsyncContextManager[Answer]:
-        """The Kubo gateway's answer to ``/ipfs/{path}``, every block it sends hash-checked (node.ipfs.gateway)."""
+        """The Kubo gateway's answer to ``/ipfs/{path}``, every block it sends hash-checked
+        (node.adapters.ipfs.gateway_client)."""
         return self._gateway.open(method, path, query, headers)
 
     async def odf_head(self, dataset: str) -> CID:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.tally import Timings
+from node.support.tally import Timings
 
 
 @dataclass(frozen=True)

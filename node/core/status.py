@@ -8,13 +8,13 @@ import time
 from typing import TYPE_CHECKING
 
 from node import __version__
-from node.core.results import Health, KuboHealth, KuboInfo, NodeInfo, P2pHealth, Readiness, SparkInfo
+from node.core.result_types import Health, KuboHealth, KuboInfo, NodeInfo, P2pHealth, Readiness, SparkInfo
 from node.core.stats import NodeStats, PeerStats
-from node.errors import CairnError, KuboError
+from node.support.errors import CairnError, KuboError
 
 if TYPE_CHECKING:
     from node.core.node import Node
-    from node.peers import Network
+    from node.services.peers import Network
 
 
 async def health(node: Node) -> Health:
@@ -136,7 +136,7 @@ def _peer_stats(node: Node) -> PeerStats | None:
         connected=len(node.network.host.connected_peers()),
         accepted=node.network.accepted,
         refused=node.network.counters(),
-        # refused: failed a check when used (node/resolve/claims.py)
+        # refused: failed a check when used (node/services/resolve/claim_checks.py)
         claims={s: node.index.peer_claims.claim_count(status=s) for s in ("pending", "accepted", "refused")},
         fetched_ahead=node.resolver.ahead.fetched,
     )

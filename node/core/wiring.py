@@ -16,22 +16,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config import Settings
+from node.adapters.home import Home
+from node.adapters.identity import Identity
+from node.adapters.index import Index
+from node.adapters.ipfs import HOME_SECRET, KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
+from node.adapters.ipfs.gateway_client import GatewayClient
 from node.core.node import Node, Services
 from node.core.processes import KuboWatch, WorkerStart
-from node.datasets import Datasets, InputLimits
-from node.home import Home
-from node.identity import Identity
-from node.index import Index
-from node.ipfs import HOME_SECRET, KuboClient, ManagedKubo, api_url_from_address, find_kubo_binary
-from node.ipfs.gateway import GatewayClient
-from node.query.sandbox import Sandbox
-from node.resolve import Jobs, Resolver, SparkWorker
-from node.resolve.resolver import Options
-from node.resolve.staging import Staging
-from node.types import TypeChecks
+from node.domain.sql.sandbox import Sandbox
+from node.services.datasets import Datasets, InputLimits
+from node.services.resolve import Jobs, Resolver, SparkWorker
+from node.services.resolve.resolver import Options
+from node.services.resolve.staging import Staging
+from node.services.type_checks import TypeChecks
 
 if TYPE_CHECKING:
-    from node.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
+    from node.services.peers import Network  # imported at run time only when peers are enabled (libp2p is heavy)
 
 log = logging.getLogger("cairn.node")
 
@@ -202,7 +202,7 @@ async def _open_network(
 ) -> Network | None:
     if not settings.peers.enabled:
         return None
-    from node.peers import Network  # libp2p is imported only by nodes that run it
+    from node.services.peers import Network  # libp2p is imported only by nodes that run it
 
     network = Network(settings.peers, identity, resolver, index, kubo, home.path / "peers.json")
     await network.start()

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from node.query import canonicalize  # after the path above
-from node.query.sandbox import Sandbox
+from node.domain.sql import canonicalize  # after the path above
+from node.domain.sql.sandbox import Sandbox
 
 INPUTS = {
     "sales": [("region", "utf8"), ("product", "utf8"), ("amount", "int64"), ("day", "date32")],

@@ -342,7 +342,7 @@ def convert(csv_path: str, parquet_path: str, spec: str) -> None:
 
 def _baseline_repo(work: Path) -> tuple[str, dict[str, str]]:
     """A fresh Kubo repo (test profile) for the baseline's `ipfs add`: the binary and its environment."""
-    from node.ipfs import find_kubo_binary
+    from node.adapters.ipfs import find_kubo_binary
 
     ipfs = str(find_kubo_binary())
     repo = work / "baseline-kubo"
@@ -355,7 +355,7 @@ def _baseline_repo(work: Path) -> tuple[str, dict[str, str]]:
     return ipfs, env
 
 
-# the same UnixFS parameters as Cairn's add (node/ipfs/unixfs.py)
+# the same UnixFS parameters as Cairn's add (node/adapters/ipfs/unixfs.py)
 _IPFS_ADD = ["add", "--cid-version", "1", "--hash", "blake3", "--raw-leaves", "--chunker", "size-1048576"]
 
 
@@ -363,8 +363,8 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
     ipfs, env = _baseline_repo(work)
     parquet_path = work / "baseline.parquet"
     # The same Parquet as Cairn's slices (zstd 1, pages, dictionaries) from the same CSV blocks.
-    from node.datasets.readers import DEFAULT_BLOCK_SIZE
-    from node.datasets.slices import WRITER_OPTIONS
+    from node.services.datasets.readers import DEFAULT_BLOCK_SIZE
+    from node.services.datasets.slices import WRITER_OPTIONS
 
     spec = json.dumps({"rows": row_group_rows, "block_size": DEFAULT_BLOCK_SIZE, "writer": WRITER_OPTIONS})
     say("baseline: pyarrow CSV → Parquet…")
@@ -406,7 +406,7 @@ def bench_baseline(work: Path, csv_path: Path, input_bytes: int, rows: int, row_
 
 def kubo_version() -> str | None:
     try:
-        from node.ipfs import find_kubo_binary
+        from node.adapters.ipfs import find_kubo_binary
 
         out = subprocess.run(
             [str(find_kubo_binary()), "version", "--number"], capture_output=True, text=True, timeout=30, check=False

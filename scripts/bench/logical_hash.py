@@ -25,7 +25,7 @@ import blake3
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from node.datasets.logical_hash import logical_hash
+from node.services.datasets.logical_hash import logical_hash
 
 BATCH_ROWS = 1 << 20  # chunking as a Parquet reader would hand it over
 

@@ -169,7 +169,7 @@ def _big_chunk(start: int, n: int) -> pa.Table:
 
 def generate_big(path: Path, target_bytes: int) -> tuple[int, float]:
     """About ``target_bytes`` of Parquet *as Cairn writes its slices* (zstd 1): rows, bytes per row."""
-    from node.datasets.slices import write_parquet_slice
+    from node.services.datasets.slices import write_parquet_slice
 
     probe_rows = 1 << 16
     probe = path.with_suffix(".probe.parquet")
@@ -297,19 +297,16 @@ async def _probe_fetch(
     kubo_api: str, kubo_auth: str | None, a_swarm: list[str], answer: dict[str, Any], work: Path, batched: bool = False
 ) -> dict[str, float]:
     """Each step of a peer hit after the lookup, done alone against B's (idle) Kubo, for a result B does not
-    hold: what node/resolve/claims.py fetch_and_verify + resolver._miss do, in the same order.
+    hold: what node/services/resolve/claim_checks.py fetch_and_verify + resolver._miss do, in the same order.
 
     ``batched``: the same work arranged as the measurements suggest: receipt and execution (both named
     by the announcement) fetched at once, then envelope and structure at once; a one-block slice fetched
     with ``block/get`` instead of ``cat``; the four direct pins in one ``pin/add`` call; the three block
     puts at once; the answer's rows read from the first batch only."""
-    from node.datasets import LogicalHasher
-    from node.datasets.slices import read_slice
-    from node.errors import CairnError
-    from node.identity import public_key_from_did
-    from node.index import ExecutionRow, Index
-    from node.ipfs import KuboClient
-    from node.model import (
+    from node.adapters.identity import public_key_from_did
+    from node.adapters.index import ExecutionRow, Index
+    from node.adapters.ipfs import KuboClient
+    from node.domain.model import (
         Execution,
         Receipt,
         RecursiveDataEnvelope,
@@ -319,6 +316,9 @@ async def _probe_fetch(
         decode_object,
         parse_cid,
     )
+    from node.services.datasets import LogicalHasher
+    from node.services.datasets.slices import read_slice
+    from node.support.errors import CairnError
 
     out: dict[str, float] = {}
 
@@ -442,15 +442,8 @@ async def _probe_direct(a_api: str, kubo_api: str, kubo_auth: str | None, answer
     result slice read from A's node (``GET /ipfs/{cid}``, ``Accept: application/vnd.ipld.raw``, one
     keep-alive connection), each put into B's Kubo (whose client checks the CID), one after the other.
     A stand-in for a lookup answer that carries those blocks with the an_0 (not something the node does)."""
-    from node.ipfs import KuboClient
-    from node.model import (
-        Execution,
-        Receipt,
-        RecursiveDataEnvelope,
-        decode,
-        decode_object,
-        parse_cid,
-    )
+    from node.adapters.ipfs import KuboClient
+    from node.domain.model import Execution, Receipt, RecursiveDataEnvelope, decode, decode_object, parse_cid
 
     api = Api(a_api)
     kubo = KuboClient(kubo_api, timeout=60.0, auth=kubo_auth)
@@ -585,7 +578,7 @@ def _peer_hit_probes(
     """Each step alone, against B's idle Kubo: as the node does it, batched, and over A's HTTP API, in turn."""
     say(f"{n} probes of the fetch/verify/record steps on B's Kubo…")
     a_swarm = a.info()["kubo"].get("swarm") or []
-    from node.ipfs import home_kubo_auth
+    from node.adapters.ipfs import home_kubo_auth
 
     b_kubo, b_auth = b.info()["kubo"]["api"], home_kubo_auth(b.home)  # B's managed Kubo wants its RPC secret
     probes: list[dict[str, float]] = []
@@ -674,7 +667,7 @@ def announcement_stamp(node: PeerNode, invocation: str) -> tuple[float, float] |
     import datetime as dt
     import sqlite3
 
-    from node.model import Announcement, decode, decode_object
+    from node.domain.model import Announcement, decode, decode_object
 
     db = sqlite3.connect(f"file:{node.home / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
     try:
@@ -793,7 +786,7 @@ class PlainKubo:
     """A fresh, plain Kubo: its own repo, `init --profile=test`, daemon on free loopback ports."""
 
     def __init__(self, repo: Path) -> None:
-        from node.ipfs import find_kubo_binary
+        from node.adapters.ipfs import find_kubo_binary
 
         self.repo, self.binary = repo, str(find_kubo_binary())
         self.env = {**os.environ, "IPFS_PATH": str(repo), "IPFS_TELEMETRY": "off"}
@@ -1000,14 +993,8 @@ async def _repin_result(kubo_api: str, home: Path, execution: str) -> float:
     """B's recursive pin of the result's output list (what fetch_and_verify does last), redone on B's Kubo
     now that every block is local: pin rm, then pin add, timed (ms). B's Kubo re-hashes what it reads
     (``Datastore.HashOnRead``)."""
-    from node.ipfs import KuboClient, home_kubo_auth
-    from node.model import (
-        Execution,
-        RecursiveDataEnvelope,
-        decode,
-        decode_object,
-        parse_cid,
-    )
+    from node.adapters.ipfs import KuboClient, home_kubo_auth
+    from node.domain.model import Execution, RecursiveDataEnvelope, decode, decode_object, parse_cid
 
     kubo = KuboClient(kubo_api, timeout=600.0, auth=home_kubo_auth(home))  # B's managed Kubo wants its secret
     try:
@@ -1119,8 +1106,8 @@ def _fetch_timeline(
 
 def _verify_alone(b: PeerNode, slices: list[str], logical_hash: str, repin_ms: float) -> dict[str, Any]:
     """What B's verify and answer cost alone, on the slices it now holds (node idle)."""
-    from node.datasets import LogicalHasher
-    from node.datasets.slices import read_slice
+    from node.services.datasets import LogicalHasher
+    from node.services.datasets.slices import read_slice
 
     paths = [b.home / "cache" / "slices" / f"{s}.parquet" for s in slices]
     t = time.perf_counter()

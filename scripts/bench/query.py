@@ -237,7 +237,7 @@ async def _kubo_probes(
     kubo_api: str, kubo_auth: str | None, slice_cids: list[str], work: Path, result: pa.Table
 ) -> dict[str, Any]:
     """Each step of a miss's publish, alone, against the node's own Kubo (idle)."""
-    from node.ipfs import KuboClient
+    from node.adapters.ipfs import KuboClient
 
     out: dict[str, Any] = {}
     kubo = KuboClient(kubo_api, timeout=60.0, auth=kubo_auth)
@@ -255,8 +255,8 @@ async def _kubo_probes(
 
 async def _probe_result_write(kubo: Any, work: Path, result: pa.Table) -> dict[str, float]:
     """Writing the result's Parquet, its logical hash, adding it to Kubo."""
-    from node.datasets import LogicalHasher
-    from node.datasets.slices import write_parquet_slice
+    from node.services.datasets import LogicalHasher
+    from node.services.datasets.slices import write_parquet_slice
 
     path = work / "probe-result.parquet"
     write, add, hashing = [], [], []
@@ -284,7 +284,7 @@ async def _probe_block_puts(kubo: Any) -> tuple[list[Any], dict[str, float]]:
     """13 small dag-cbor blocks, as a miss over one input puts (abstract structure, query, invocation,
     structure, SQL leaf, module envelope, input list, input root, output list, 2 envelopes, execution,
     receipt): one RPC after the other, as the node does, then all at once. Returns the blocks too."""
-    from node.model import block_of
+    from node.domain.model import block_of
 
     out = {}
     blocks = [block_of({"probe": secrets.token_hex(16), "n": i}) for i in range(26)]
@@ -301,7 +301,7 @@ async def _probe_block_puts(kubo: Any) -> tuple[list[Any], dict[str, float]]:
 async def _probe_pins(kubo: Any, slice_cids: list[str]) -> dict[str, float]:
     """The receipt's recursive pin walks everything it links, the input dataset's slices included:
     pin a fresh root over the input slice CIDs (as a receipt's input list links them), vs a lone block."""
-    from node.model import block_of, parse_cid
+    from node.domain.model import block_of, parse_cid
 
     cids = [parse_cid(c) for c in slice_cids]
     over_inputs, lone = [], []
@@ -332,7 +332,7 @@ def _varint(n: int) -> bytes:
 
 async def _probe_dag_import(kubo: Any) -> float:
     """13 blocks in one CAR, one `dag import` call that also pins its root (which links the rest)."""
-    from node.model import block_of, encode
+    from node.domain.model import block_of, encode
 
     imports = []
     for _ in range(3):
@@ -351,7 +351,7 @@ async def _probe_dag_import(kubo: Any) -> float:
 
 
 async def _probe_provide(kubo: Any, blocks: list[Any]) -> dict[str, Any]:
-    from node.errors import CairnError
+    from node.support.errors import CairnError
 
     provide, outcome = [], ""
     for b in blocks:
@@ -368,8 +368,8 @@ async def _probe_provide(kubo: Any, blocks: list[Any]) -> dict[str, Any]:
 def probes(
     api: Api, node: BenchNode, slice_cids: list[str], schema: list[tuple[str, str]], work: Path, result_file: Path
 ) -> dict[str, Any]:
-    from node.datasets.slices import read_slice
-    from node.query import canonicalize
+    from node.domain.sql import canonicalize
+    from node.services.datasets.slices import read_slice
 
     def timed(fn: Any, n: int) -> float:
         samples = []
@@ -396,7 +396,7 @@ def probes(
         json.dumps({"rows": [list(r.values()) for r in read_slice(result_file).slice(0, 100).to_pylist()]})
 
     out["answer_rows_from_result_parquet_ms"] = timed(answer_rows, 50)
-    from node.ipfs import home_kubo_auth
+    from node.adapters.ipfs import home_kubo_auth
 
     auth = home_kubo_auth(node.home)  # the node's managed Kubo wants its RPC secret
     out.update(asyncio.run(_kubo_probes(node.kubo_api or "", auth, slice_cids, work, result)))
@@ -618,7 +618,7 @@ class _Baseline:
 
     def worker_job(self, c: str) -> tuple[float, float]:
         """The worker's own job code: its elapsed_ms (what a receipt calls compute_ms) and the call's wall time."""
-        from node.query import canonicalize
+        from node.domain.sql import canonicalize
         from spark_worker.jobs import Job
 
         statement = canonicalize(SQL.format(c=c), {"t": self.schema}).statement
@@ -918,12 +918,12 @@ def _parse_args() -> argparse.Namespace:
 def _import_node_code() -> None:
     # Everything of the node's code this process uses, imported now: the run then measures one state of it.
     for module in (
-        "node.datasets",
-        "node.datasets.slices",
-        "node.errors",
-        "node.ipfs",
-        "node.model",
-        "node.query",
+        "node.services.datasets",
+        "node.services.datasets.slices",
+        "node.support.errors",
+        "node.adapters.ipfs",
+        "node.domain.model",
+        "node.domain.sql",
         "spark_worker.server",
         "spark_worker.session",
     ):

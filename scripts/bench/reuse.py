@@ -62,7 +62,7 @@ CASES = {
     ),
 }
 
-APPEND_SQL = CASES["rollup"][0]  # GROUP BY k, s with COUNT, SUM, MAX: decomposable (node.query.rewrite.forward)
+APPEND_SQL = CASES["rollup"][0]  # GROUP BY k, s with COUNT, SUM, MAX: decomposable (node.domain.sql.rewrite.forward)
 
 
 def derived_count(api: Api, metric: str = "cairn_answers_derived") -> float:

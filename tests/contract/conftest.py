@@ -1,4 +1,4 @@
-"""Contract suites: one per port (node.ports), each run against every implementation of it (the real adapter and
+"""Contract suites: one per port (node.domain.ports), each run against every implementation of it (the real adapter and
 its in-memory twin), so that the twins cannot drift from what they stand in for."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from node.index import Index
+from node.adapters.index import Index
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -37,7 +37,7 @@ def index(make_index: Callable[[], Index]) -> Index:
 
 
 class Ticks:
-    """A clock for ``node.clock.now`` that moves only when told: rows written at known, distinct times."""
+    """A clock for ``node.support.wall_clock.now`` that moves only when told: rows written at known, distinct times."""
 
     def __init__(self) -> None:
         self.t = 1000.0
@@ -53,5 +53,5 @@ class Ticks:
 @pytest.fixture
 def ticks(monkeypatch: pytest.MonkeyPatch) -> Ticks:
     clock = Ticks()
-    monkeypatch.setattr("node.clock.now", clock)
+    monkeypatch.setattr("node.support.wall_clock.now", clock)
     return clock

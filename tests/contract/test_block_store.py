@@ -1,5 +1,5 @@
-"""BlockStore contract (node.ports.block_store): a real Kubo (the session's daemon, or fresh ones where the test
-needs a store of its own) and the in-memory twin (node.ipfs.memory) answer alike.
+"""BlockStore contract (node.domain.ports.block_store): a real Kubo (the session's daemon, or fresh ones where the test
+needs a store of its own) and the in-memory twin (node.adapters.ipfs.memory_blocks) answer alike.
 
 The session Kubo is shared by the whole run: every test here uses fresh random bytes, fresh key names, and asks
 about the CIDs it made only."""
@@ -19,13 +19,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from multiformats import CID
 
-from node.errors import KuboCIDMismatch, KuboNotFound, KuboRPCError, KuboTimeout, KuboTruncated
-from node.ipfs import ManagedKubo
-from node.ipfs.dag_walk import car_header, car_section
-from node.ipfs.memory import MemoryBlockStore, MemorySwarm, ipns_name
-from node.ipfs.unixfs import file_dag
-from node.model.cid import blake3_cid, cid_for, cid_str
-from node.ports.block_store import BlockStore
+from node.adapters.ipfs import ManagedKubo
+from node.adapters.ipfs.dag_walk import car_header, car_section
+from node.adapters.ipfs.memory_blocks import MemoryBlockStore, MemorySwarm, ipns_name
+from node.adapters.ipfs.unixfs import file_dag
+from node.domain.model.cid import blake3_cid, cid_for, cid_str
+from node.domain.ports.block_store import BlockStore
+from node.support.errors import KuboCIDMismatch, KuboNotFound, KuboRPCError, KuboTimeout, KuboTruncated
 
 MiB = 1 << 20
 NOBODY = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"  # a well-formed peer id no store has
@@ -417,7 +417,8 @@ async def test_connected_stores_fetch_and_find_each_others_blocks(
 
 
 async def test_twins_find_the_providers_of_a_cid_in_their_swarm() -> None:
-    """The twin's routing, documented in node.ipfs.memory (Kubo's DHT answers when its queries converge, which a
+    """The twin's routing, documented in node.adapters.ipfs.memory_blocks (Kubo's DHT answers when its queries converge,
+    which a
     test on two daemons cannot wait for reliably): a store's ``routing_provide`` is found by every store of the
     swarm, and a block fetched online comes from a connected store or a provider."""
     swarm = MemorySwarm()

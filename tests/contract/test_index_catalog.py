@@ -1,11 +1,11 @@
-"""CatalogRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""CatalogRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
 import pytest
 
-from node.errors import Conflict
-from node.index import Index
+from node.adapters.index import Index
+from node.support.errors import Conflict
 from tests.contract.conftest import Ticks
 
 

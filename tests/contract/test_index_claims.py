@@ -1,8 +1,8 @@
-"""ClaimRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""ClaimRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
-from node.index import ClaimRow, Index
+from node.adapters.index import ClaimRow, Index
 from tests.contract.conftest import Ticks
 
 

@@ -1,4 +1,4 @@
-"""ExecutionRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""ExecutionRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.index import TRUST_LABELS, Divergence, ExecutionRow, Index, trust_strength
-from node.model import Failure
+from node.adapters.index import TRUST_LABELS, Divergence, ExecutionRow, Index, trust_strength
+from node.domain.model import Failure
 
 
 def _row(n: int, trust: str = "computed", inv: str = "inv", created: float | None = None, **kw: object) -> ExecutionRow:

@@ -1,8 +1,8 @@
-"""PinRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""PinRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
-from node.index import Index
+from node.adapters.index import Index
 from tests.contract.conftest import Ticks
 
 

@@ -1,8 +1,8 @@
-"""ShapeRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""ShapeRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
-from node.index import Index
+from node.adapters.index import Index
 
 
 def test_candidates_of_a_shape_newest_first_first_writer_wins(index: Index) -> None:

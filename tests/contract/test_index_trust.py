@@ -1,8 +1,8 @@
-"""TrustRepository contract (node.ports.repositories): SQLite and its in-memory twin."""
+"""TrustRepository contract (node.domain.ports.repositories): SQLite and its in-memory twin."""
 
 from __future__ import annotations
 
-from node.index import Index
+from node.adapters.index import Index
 
 
 def test_trusted_keys_are_listed_by_community_then_key(index: Index) -> None:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import Conflict
-from node.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
+from node.adapters.index import TRUST_LABELS, ClaimRow, Divergence, ExecutionRow, Index
+from node.support.errors import Conflict
 
 KEYS = st.sampled_from(["a", "b", "c"])
 TIMES = st.sampled_from([1.0, 2.0, 3.0])  # few: ties are common
@@ -139,7 +139,7 @@ def test_twins_and_sqlite_agree_after_any_writes(
     fresh_pair: Callable[[], tuple[Index, Index]], monkeypatch: pytest.MonkeyPatch, ops: list[Op]
 ) -> None:
     now = [0.0]
-    monkeypatch.setattr("node.clock.now", lambda: now[0])
+    monkeypatch.setattr("node.support.wall_clock.now", lambda: now[0])
     sqlite, memory = fresh_pair()
     try:
         for n, op in enumerate(ops):

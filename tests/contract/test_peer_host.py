@@ -1,4 +1,4 @@
-"""PeerHost contract (node.ports.peer_host): real py-libp2p hosts on 127.0.0.1 (p2p.host) and the in-memory twin
+"""PeerHost contract (node.domain.ports.peer_host): real py-libp2p hosts on 127.0.0.1 (p2p.host) and the in-memory twin
 (p2p.memory) answer alike. Two hosts per test at most: real ones start in a fraction of a second."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import pytest_asyncio
 
-from node.ports.peer_host import PeerHost
+from node.domain.ports.peer_host import PeerHost
 from p2p.errors import P2PBadInput, P2PError, P2PTimeout
 from p2p.host import MAX_FRAME_BYTES, MAX_PUBLISH_BYTES, P2PHost
 from p2p.memory import MemoryHost, MemoryNetwork, peer_id_of

@@ -1,8 +1,9 @@
-"""SqlEngine contract (node.ports.sql_engine): a real Spark worker and the in-memory twin (node.resolve.memory_engine).
+"""SqlEngine contract (node.domain.ports.sql_engine): a real Spark worker and the in-memory twin
+(node.services.resolve.memory_engine).
 
 One warm worker for the module (tests/fixtures/spark.py: Spark takes seconds to start), few cases on it. The twin is
 given an ``answer`` that knows the suite's slow statement (it waits until released, as a long Spark job runs) and
-computes the others as it does by default (node.query.arrow_eval)."""
+computes the others as it does by default (node.domain.sql.arrow_eval)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from node.errors import CairnError, SparkError, SparkQueueFull, SparkTimeout
-from node.ports.sql_engine import Inputs, SqlEngine
-from node.resolve.memory_engine import MemoryEngine, arrow_answer
-from node.resolve.spark import SparkWorker
+from node.domain.ports.sql_engine import Inputs, SqlEngine
+from node.services.resolve.memory_engine import MemoryEngine, arrow_answer
+from node.services.resolve.spark import SparkWorker
+from node.support.errors import CairnError, SparkError, SparkQueueFull, SparkTimeout
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

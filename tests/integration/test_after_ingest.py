@@ -13,8 +13,8 @@ import time
 
 import pyarrow.csv as pacsv
 
-from node.datasets import LogicalHasher
-from node.model import parse_cid
+from node.domain.model import parse_cid
+from node.services.datasets import LogicalHasher
 from tests.fixtures.inprocess import InNode, add_csv
 
 DATA = b"k,v\n" + b"".join(f"{i % 7},{i}\n".encode() for i in range(5000))

@@ -24,9 +24,9 @@ import pandas as pd
 import pytest
 from aiohttp.test_utils import TestClient
 
-from node.errors import NotFound
-from node.ipfs import ManagedKubo
-from node.resolve.jobs import Jobs
+from node.adapters.ipfs import ManagedKubo
+from node.services.resolve.jobs import Jobs
+from node.support.errors import NotFound
 from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, wait_for
 
 CSV = b"city,pop\nParis,2100000\nLyon,520000\nNice,340000\n"

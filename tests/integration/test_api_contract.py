@@ -45,12 +45,12 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.config import SchemathesisConfig
 
 from node import __version__
-from node.api import create_app
-from node.api.openapi import COMMITTED, default_document, render
-from node.api.server import _FORMATS, ROUTES
+from node.adapters.identity import did_key, generate
+from node.adapters.ipfs import ManagedKubo
 from node.core import Node
-from node.identity import did_key, generate
-from node.ipfs import ManagedKubo
+from node.faces.api import create_app
+from node.faces.api.openapi import COMMITTED, default_document, render
+from node.faces.api.server import _FORMATS, ROUTES
 from tests.fixtures.inprocess import node_settings
 
 T = TypeVar("T")

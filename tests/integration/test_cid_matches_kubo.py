@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from node.cli.main import main as cairn
+from node.faces.cli.main import main as cairn
 from tests.unit.model_samples import samples
 
 SAMPLES = samples()
@@ -76,7 +76,7 @@ def test_cairn_cid_equals_kubo_dag_put(
 
 async def test_node_stores_what_kubo_computes(kubo_client) -> None:  # type: ignore[no-untyped-def]
     """The same through the RPC API of a running daemon, and the bytes round-trip."""
-    from node.model import cid_str, dagjson, encode
+    from node.domain.model import cid_str, dagjson, encode
 
     for name, text in SAMPLES[:10]:
         cid = await kubo_client.dag_put(text.encode(), input_codec="dag-json")
@@ -86,7 +86,7 @@ async def test_node_stores_what_kubo_computes(kubo_client) -> None:  # type: ign
 
 
 def _cairn_cid_text(text: str) -> str:
-    from node.model import cid_str, dagjson, encode
-    from node.model.cid import cid_for
+    from node.domain.model import cid_str, dagjson, encode
+    from node.domain.model.cid import cid_for
 
     return cid_str(cid_for(encode(dagjson.loads(text)), "dag-cbor"))

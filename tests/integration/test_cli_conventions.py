@@ -22,9 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from node.cli.main import build_parser
-from node.ipfs import ManagedKubo
-from node.resolve.spark import SparkWorker, _hide_paths
+from node.adapters.ipfs import ManagedKubo
+from node.faces.cli.main import build_parser
+from node.services.resolve.spark import SparkWorker, _hide_paths
 from tests.fixtures.inprocess import cli, inprocess_node
 from tests.fixtures.nodes import poll
 

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, cli, inprocess_node, wait_for
 from tests.fixtures.nodes import NodeProcess
 

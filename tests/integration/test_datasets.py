@@ -21,8 +21,8 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from node.ipfs import ManagedKubo
-from node.model import cid_str, parse_cid
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import cid_str, parse_cid
 from tests.fixtures.inprocess import Served, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the two nodes live for the module
@@ -232,8 +232,8 @@ async def test_pull_verifies_and_serves_same_bytes(nodes: Any, tmp_path: Path) -
 
 
 async def test_gateway_serves_verified_raw_and_car(nodes: Any, tmp_path: Path) -> None:
-    from node.ipfs.car import read_car
-    from node.model import cid_for, cid_str
+    from node.adapters.ipfs.car import read_car
+    from node.domain.model import cid_for, cid_str
 
     a, _ = nodes
     await add(a, write(tmp_path, "g.csv", CSV), "--name", "gw")
@@ -314,7 +314,7 @@ async def test_a_refused_pull_by_cid_leaves_nothing_in_kubo(nodes: Any, kubo_ses
     """B pulls a CID that is no dataset head (a page someone added to A's Kubo): B's Kubo fetches it by bitswap,
     the pull is refused, and B neither keeps it nor serves it from its gateway."""
     a, b = nodes
-    from node.ipfs import KuboClient
+    from node.adapters.ipfs import KuboClient
 
     page = b"<html><script>document.title='ran'</script>" + os.urandom(8).hex().encode() + b"</html>"
     async with kubo_session.client() as ka:
@@ -336,7 +336,7 @@ async def test_pull_by_cid_over_ipfs(nodes: Any, tmp_path: Path) -> None:
     head = (await info(a, "by-cid"))["head"]
     ka, kb = (await a.get("/api/v0/node"))[1]["kubo"], (await b.get("/api/v0/node"))[1]["kubo"]
 
-    from node.ipfs import KuboClient
+    from node.adapters.ipfs import KuboClient
 
     async with KuboClient(kb["api"], auth=b.node.settings.ipfs.api_auth) as kubo:  # B's Kubo wants its secret
         await kubo.swarm_connect(ka["swarm"][0])

@@ -23,8 +23,8 @@ import pyspark
 import pytest
 import pytest_asyncio
 
-from node.errors import SparkError, SparkStartError
-from node.resolve.spark import SparkWorker
+from node.services.resolve.spark import SparkWorker
+from node.support.errors import SparkError, SparkStartError
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

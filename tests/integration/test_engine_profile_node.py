@@ -20,7 +20,7 @@ import pyspark
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # one node, its worker and its p2p host for the module
@@ -47,7 +47,7 @@ async def _get(node: InNode, path: str) -> Any:
 
 
 async def _block(node: InNode, cid: str) -> Any:
-    from node.model import decode, decode_object, parse_cid, verify_block
+    from node.domain.model import decode, decode_object, parse_cid, verify_block
 
     resp = await node[1].get(f"/ipfs/{cid}", headers={"Accept": "application/vnd.ipld.raw"})
     data = await resp.read()  # the block's bytes, as the node's Kubo holds them
@@ -64,7 +64,7 @@ def _java() -> tuple[str, str]:
 
 
 async def test_receipt_links_an_engine_profile(node: InNode) -> None:
-    from node.model import EngineProfile, Receipt
+    from node.domain.model import EngineProfile, Receipt
 
     answer = await ask(node[1], SQL)
     assert answer["source"] == "computed" and answer["profile"]
@@ -98,8 +98,8 @@ async def test_receipt_links_an_engine_profile(node: InNode) -> None:
 
 
 async def test_divergent_peer_answer_is_recorded_not_cached(node: InNode) -> None:
-    from node.identity import generate
-    from node.model import Announcement, EngineProfile, block_of, cid_str, parse_cid
+    from node.adapters.identity import generate
+    from node.domain.model import Announcement, EngineProfile, block_of, cid_str, parse_cid
 
     mine = await ask(node[1], SQL)
     assert mine["source"] == "local"

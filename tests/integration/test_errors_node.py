@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from node.identity import generate
+from node.adapters.identity import generate
 from tests.fixtures.nodes import NodeProcess, run_cli
 
 

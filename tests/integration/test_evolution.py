@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_file, cli, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the nodes and their workers live for the module

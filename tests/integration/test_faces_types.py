@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, cli, inprocess_node
 from tests.unit.test_values import decode_back, same, strict_loads
 

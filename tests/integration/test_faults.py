@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from node.api import create_app
+from node.adapters.ipfs import ManagedKubo
+from node.adapters.ipfs.rpc_transport import auth_header
 from node.core import Node
-from node.ipfs import ManagedKubo
-from node.ipfs.rpc_transport import auth_header
+from node.faces.api import create_app
 from tests.fixtures.inprocess import InNode, inprocess_node, node_settings, wait_for
 from tests.fixtures.kubo import http_connection
 from tests.fixtures.nodes import NodeProcess, poll

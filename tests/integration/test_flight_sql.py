@@ -1,4 +1,4 @@
-"""The Arrow Flight SQL face (node/api/flight.py) with a real client: ADBC's Flight SQL driver from PyPI.
+"""The Arrow Flight SQL face (node/faces/api/flight.py) with a real client: ADBC's Flight SQL driver from PyPI.
 
 A real node (the session's Kubo, a real Spark worker) answers over Flight SQL what it answers over HTTP: the same
 query twice is computed once, then a hit (the worker gets no job); the rows equal the HTTP API's; the token rules
@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 
-from node.api import flight
-from node.api import flight_proto as proto
-from node.api.flight_rpc import Limits
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
+from node.faces.api import flight
+from node.faces.api import flight_proto as proto
+from node.faces.api.flight_rpc import Limits
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node, wait_for
 from tests.fixtures.nodes import NodeProcess, poll, run_cli
 
@@ -186,7 +186,7 @@ async def test_bad_sql_is_a_clear_error_and_the_server_still_serves(served: Any,
 
 @aio
 async def test_a_stopping_node_refuses_new_statements(kubo_session: ManagedKubo, tmp_path: Path) -> None:
-    """After the first Ctrl-C (node/daemon.py: ``Node.begin_stopping``) a statement is UNAVAILABLE, as over HTTP
+    """After the first Ctrl-C (node/faces/daemon.py: ``Node.begin_stopping``) a statement is UNAVAILABLE, as over HTTP
     (503). A node of its own: a stopping node does not start again."""
     async with inprocess_node(tmp_path / "n", kubo_session) as (node, _):
         face = flight.start(node, "127.0.0.1", 0, node.home.token())

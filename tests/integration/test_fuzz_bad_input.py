@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, inprocess_node
 
 NAMES_REFUSED = ["two\nlines", "esc\x1b[31mred", "nul\x00byte", "rtl\u202etxt.exe", "tab\there", "bidi\u2066x", " pad"]

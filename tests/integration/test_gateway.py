@@ -32,10 +32,10 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient
 from multiformats import CID, multihash
 
+from node.adapters.ipfs import CarVerifier, ManagedKubo, read_car
+from node.adapters.ipfs.car import check_block
 from node.core import Node
-from node.ipfs import CarVerifier, ManagedKubo, read_car
-from node.ipfs.car import check_block
-from node.model import block_of, cid_str, parse_cid
+from node.domain.model import block_of, cid_str, parse_cid
 from tests.fixtures.inprocess import add_csv, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -348,7 +348,7 @@ async def test_a_browser_may_fetch_a_car(gw: Gateways) -> None:
 
 
 async def test_a_foreign_host_is_still_refused(gw: Gateways) -> None:
-    """node.api.access: a Host that is not the node's (DNS rebinding) is 421 on /ipfs/ too."""
+    """node.faces.api.access: a Host that is not the node's (DNS rebinding) is 421 on /ipfs/ too."""
     got = await _cairn(gw, "GET", f"/ipfs/{gw.fx.leaf}?format=raw", {"Host": "evil.example:80"})
     assert got.status == 421
 
@@ -466,7 +466,7 @@ async def test_an_external_kubo_without_a_gateway_serves_blocks_and_whole_cars(g
 
 # -- bytes anyone put in Kubo, and paths that make Kubo work ------------------------------------------------------
 
-# Pages that would read the web page's token (node/api/web/api.js keeps it in the tab's sessionStorage)
+# Pages that would read the web page's token (node/faces/api/web/api.js keeps it in the tab's sessionStorage)
 HTML = b"<html><script>document.title='ran '+sessionStorage.getItem('cairn.api-token')</script></html>"
 SVG = b'<svg xmlns="http://www.w3.org/2000/svg"><script>document.title="ran"</script></svg>'
 IDLE = 0.25  # CPU seconds in one second: Kubo at rest uses next to none

@@ -9,9 +9,9 @@ from pathlib import Path
 import dag_cbor
 import pytest
 
-from node.ipfs import KuboClient
-from node.ipfs.car import read_car
-from node.model import cid_str, holium_data, parse_cid
+from node.adapters.ipfs import KuboClient
+from node.adapters.ipfs.car import read_car
+from node.domain.model import cid_str, holium_data, parse_cid
 from tests.fixtures.inprocess import InNode, cli
 
 SAMPLES = {

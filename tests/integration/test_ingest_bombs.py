@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import inprocess_node
 from tests.fixtures.nodes import NodeProcess, poll
 

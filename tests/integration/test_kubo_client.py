@@ -15,7 +15,8 @@ import dag_cbor
 import pytest
 from multiformats import CID, multihash
 
-from node.errors import (
+from node.adapters.ipfs import CarVerifier, KuboClient, ManagedKubo
+from node.support.errors import (
     InvalidInput,
     KuboCIDMismatch,
     KuboNotFound,
@@ -24,7 +25,6 @@ from node.errors import (
     KuboTruncated,
     KuboUnreachable,
 )
-from node.ipfs import CarVerifier, KuboClient, ManagedKubo
 
 pytestmark = pytest.mark.kubo
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import KuboRPCError, KuboStartError
-from node.ipfs import KuboClient, ManagedKubo, managed_watch
+from node.adapters.ipfs import KuboClient, ManagedKubo, managed_watch
+from node.support.errors import KuboRPCError, KuboStartError
 from tests.fixtures.kubo import post_status
 from tests.fixtures.procs import process_running
 
@@ -509,7 +509,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the starter imports this worktree'
 STARTER = """
 import asyncio, sys
 from pathlib import Path
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 
 async def main() -> None:
     kubo = ManagedKubo(Path(sys.argv[1]), Path(sys.argv[2]))

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from node.ipfs import home_kubo_auth
+from node.adapters.ipfs import home_kubo_auth
 from tests.fixtures.inprocess import add_csv, ask, inprocess_node
 from tests.fixtures.kubo import post_status
 from tests.fixtures.nodes import NodeProcess, poll

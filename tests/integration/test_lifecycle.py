@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from node.ipfs import ManagedKubo
-from node.resolve.spark import group_members
+from node.adapters.ipfs import ManagedKubo
+from node.services.resolve.spark import group_members
 from tests.fixtures.inprocess import add_csv, inprocess_node, wait_for
 from tests.fixtures.nodes import NodeProcess, poll, run_cli
 

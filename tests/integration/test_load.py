@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID, multihash
 
-from node.datasets import versions
-from node.model.cid import blake3_cid, cid_str, parse_cid
+from node.domain.model.cid import blake3_cid, cid_str, parse_cid
+from node.services.datasets import versions
 from tests.fixtures.inprocess import add_csv
 from tests.fixtures.nodes import NodeProcess
 

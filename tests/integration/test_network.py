@@ -225,8 +225,8 @@ def test_restarted_peer_keeps_peers_index_and_catches_up(net: dict[str, NodeProc
 
 def _invocation_of(node: NodeProcess, sql: str) -> str:
     """What any client can compute on its own: the invocation CID of a query over the node's "sales"."""
-    from node.model import InputIdentity, Invocation, Query, block_of, cid_str, parse_cid
-    from node.query import canonicalize
+    from node.domain.model import InputIdentity, Invocation, Query, block_of, cid_str, parse_cid
+    from node.domain.sql import canonicalize
 
     ds = node.get("/api/v0/datasets/sales")[1]
     cq = canonicalize(sql, {"sales": [tuple(c) for c in ds["schema"]]})
@@ -245,8 +245,8 @@ def _forge(
     invocation: str | None = None,
 ) -> tuple[bytes, bytes, Any]:
     """A forger's receipt and announcement about A's execution (signed by a key nobody trusts)."""
-    from node.identity import generate
-    from node.model import Announcement, Receipt, block_of, parse_cid
+    from node.adapters.identity import generate
+    from node.domain.model import Announcement, Receipt, block_of, parse_cid
 
     forger = generate()
     ex = a.get(f"/api/v0/executions/{answer['execution']}")[1]
@@ -360,20 +360,13 @@ def _forge_claim(
     import tempfile
     from pathlib import Path
 
-    from node.datasets import LogicalHasher
-    from node.datasets.slices import write_parquet_slice
-    from node.identity import generate
-    from node.model import (
-        Announcement,
-        Execution,
-        Receipt,
-        RecursiveDataEnvelope,
-        block_of,
-        parse_cid,
-    )
-    from node.query import canonicalize
-    from node.resolve.claims import bytecode_of, structure_of
-    from node.resolve.resolver import ENGINE_HANDLE
+    from node.adapters.identity import generate
+    from node.domain.model import Announcement, Execution, Receipt, RecursiveDataEnvelope, block_of, parse_cid
+    from node.domain.sql import canonicalize
+    from node.services.datasets import LogicalHasher
+    from node.services.datasets.slices import write_parquet_slice
+    from node.services.resolve.claim_checks import bytecode_of, structure_of
+    from node.services.resolve.resolver import ENGINE_HANDLE
 
     forger = forger or generate()
     target = _invocation_of(node, sql)
@@ -504,7 +497,7 @@ def test_receipt_not_matching_its_data_is_refused(net: dict[str, NodeProcess], k
 
 def test_structure_that_does_not_match_the_data_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:
     """The receipt's st_0 says the count is a string: the Parquet data says int64."""
-    from node.model import Structure
+    from node.domain.model import Structure
 
     _refused_for(net["c"], kubo, 9, "structure", structure=Structure("parquet", (("n", "string"),)))
 
@@ -526,13 +519,13 @@ def test_inputs_that_are_not_the_invocations_are_refused(net: dict[str, NodeProc
 
 def test_receipt_signed_by_another_key_is_refused(net: dict[str, NodeProcess], kubo: Any) -> None:
     """The announcement's signer relays a receipt someone else signed: trust is in what a signer computed."""
-    from node.identity import generate
+    from node.adapters.identity import generate
 
     _refused_for(net["c"], kubo, 0, "signed by", receipt_signer=generate())
 
 
 def test_signer_refused_more_often_than_accepted_is_never_used(net: dict[str, NodeProcess], kubo: Any) -> None:
-    from node.identity import generate
+    from node.adapters.identity import generate
 
     c = net["c"]
     forger = generate()
@@ -563,7 +556,7 @@ def test_unreachable_claim_is_abandoned_at_the_deadline(net: dict[str, NodeProce
     peers.resolve_timeout (8 s) lets it give up and compute; the HTTP request's 300 s timeout is the bound."""
     import os
 
-    from node.model import block_of
+    from node.domain.model import block_of
 
     c = net["c"]
     sql = _count_sql(6)
@@ -573,7 +566,7 @@ def test_unreachable_claim_is_abandoned_at_the_deadline(net: dict[str, NodeProce
     ]
     an_data, forger, target = _forge_claim(c, kubo, sql, _oracle_count(6), providers=dead)
     # The same claim, but naming a receipt that exists nowhere.
-    from node.model import Announcement, decode, decode_object
+    from node.domain.model import Announcement, decode, decode_object
 
     an = decode_object(decode(an_data))
     assert isinstance(an, Announcement)

@@ -1,5 +1,5 @@
 """The node in the test's own process: ``Node.open`` builds every part or nothing, ``close``
-stops what it started, and the HTTP app (node/api/server.py) over the built node, driven by an in-process
+stops what it started, and the HTTP app (node/faces/api/server.py) over the built node, driven by an in-process
 client. Real Kubo (the session's, or a managed one), no subprocess node; oracles: pandas on the same bytes,
 dag_cbor and Kubo's own block store, py-libp2p-free.
 """
@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 from aiohttp import ClientSession
 
+from node.adapters.ipfs import KuboClient, ManagedKubo
+from node.adapters.ipfs.car import read_car
 from node.core import Node
-from node.errors import CairnError
-from node.ipfs import KuboClient, ManagedKubo
-from node.ipfs.car import read_car
-from node.model import cid_str, parse_cid
+from node.domain.model import cid_str, parse_cid
+from node.support.errors import CairnError
 from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, node_settings
 
 CSV = b"city,pop,area\nParis,2100000,105.4\nLyon,520000,47.9\nNice,340000,71.9\n"

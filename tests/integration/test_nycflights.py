@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_file, cli, inprocess_node
 from tests.unit.test_values import strict_loads
 

@@ -28,7 +28,7 @@ from p2p.ids import peer_id
 REPO = Path(__file__).resolve().parents[2]
 FIXED_SEED = bytes(range(32))
 FIXED_PEER_ID = "12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB"
-TOPIC = "/cairn/executions/1"  # the node's names (node/peers/network.py), spelled out: p2p never imports node
+TOPIC = "/cairn/executions/1"  # the node's names (node/services/peers/network.py), spelled out: p2p never imports node
 LOOKUP = "/cairn/lookup/1.0.0"
 
 

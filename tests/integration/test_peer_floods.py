@@ -22,13 +22,13 @@ from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_varint_prefixed
 from prometheus_client.parser import text_string_to_metric_families
 
-from node import clock
+from node.adapters.identity import Identity, generate
+from node.adapters.ipfs import ManagedKubo
 from node.core import Node
-from node.identity import Identity, generate
-from node.ipfs import ManagedKubo
-from node.model import Announcement, cid_for, decode, encode
-from node.peers import CATCHUP, LOOKUP, TOPIC
-from node.peers.claim_intake import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
+from node.domain.model import Announcement, cid_for, decode, encode
+from node.services.peers import CATCHUP, LOOKUP, TOPIC
+from node.services.peers.claim_intake import CATCHUP_LIMIT, CATCHUP_MAX_BYTES, LOOKUP_ITEMS
+from node.support import wall_clock as clock
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import inprocess_node
 

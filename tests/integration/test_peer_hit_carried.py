@@ -1,6 +1,6 @@
 """A peer hit from blocks the lookup answer carried, on real in-process nodes (real Kubo, libp2p,
 index, resolver): ``/cairn/lookup/1.1.0`` answers carry a claim's small blocks; the asker hash-checks them, runs
-every check of node/resolve/claims.py on them, stores them, answers, then pins from a durable queue."""
+every check of node/services/resolve/claim_checks.py on them, stores them, answers, then pins from a durable queue."""
 
 from __future__ import annotations
 
@@ -16,14 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from node import clock
+from node.adapters.identity import generate
+from node.adapters.ipfs import ManagedKubo
 from node.core import Node
-from node.datasets import LogicalHasher
-from node.datasets.slices import write_parquet_slice
-from node.errors import ClaimRefused, KuboError
-from node.identity import generate
-from node.ipfs import ManagedKubo
-from node.model import (
+from node.domain.model import (
     CID,
     Announcement,
     Block,
@@ -35,10 +31,14 @@ from node.model import (
     cid_str,
     encode,
 )
-from node.peers import LOOKUP
-from node.peers.network import LOOKUP_CARRYING
-from node.resolve.claims import asked, bytecode_of, fetch_and_verify, structure_of
-from node.resolve.resolver import ENGINE_HANDLE
+from node.services.datasets import LogicalHasher
+from node.services.datasets.slices import write_parquet_slice
+from node.services.peers import LOOKUP
+from node.services.peers.network import LOOKUP_CARRYING
+from node.services.resolve.claim_checks import asked, bytecode_of, fetch_and_verify, structure_of
+from node.services.resolve.resolver import ENGINE_HANDLE
+from node.support import wall_clock as clock
+from node.support.errors import ClaimRefused, KuboError
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import add_csv, inprocess_node, query
 
@@ -193,7 +193,7 @@ async def test_a_lie_carried_is_refused_as_one_fetched(
     async with inprocess_node(tmp_path / "b", kubo_session) as (b, client):
         await add_csv(client, "sales", SALES)
         an_data, blocks, want = await forge(b, sql, pa.table({"n": pa.array([2], pa.int64())}), **lie)
-        from node.resolve.claims import check_announcement
+        from node.services.resolve.claim_checks import check_announcement
 
         an = check_announcement(an_data)
         carried = {bytes(blk.cid): blk.data for blk in blocks}

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from node import clock
+from node.adapters.index import ExecutionRow
+from node.adapters.ipfs import ManagedKubo
 from node.core import Node
-from node.index import ExecutionRow
-from node.ipfs import ManagedKubo
-from node.model import block_of, cid_for, cid_str
+from node.domain.model import block_of, cid_for, cid_str
+from node.support import wall_clock as clock
 from p2p.host import P2PHost
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, query, wait_for
 

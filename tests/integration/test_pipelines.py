@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
-from node.model import MetadataBlock, Pipeline, PipelineRun, decode, decode_object, parse_cid
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import MetadataBlock, Pipeline, PipelineRun, decode, decode_object, parse_cid
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -24,12 +24,12 @@ import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.home import Home
-from node.ipfs import ManagedKubo
-from node.ipfs.car import cid_length, read_varint
-from node.model import block_of, cid_str
-from node.provenance.car_source import CarSource, index_car, unixfs_bytes
-from node.provenance.proof import car_header, car_section, verify_car
+from node.adapters.home import Home
+from node.adapters.ipfs import ManagedKubo
+from node.adapters.ipfs.car import cid_length, read_varint
+from node.domain.model import block_of, cid_str
+from node.services.provenance.car_source import CarSource, index_car, unixfs_bytes
+from node.services.provenance.proof import car_header, car_section, verify_car
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

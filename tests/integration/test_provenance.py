@@ -24,11 +24,20 @@ import pyarrow as pa
 import pytest
 import pytest_asyncio
 
-from node.datasets.slices import read_slice, write_parquet_slice
-from node.identity import generate
-from node.ipfs import ManagedKubo, read_car
-from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
-from node.provenance.lineage import LineageWalk
+from node.adapters.identity import generate
+from node.adapters.ipfs import ManagedKubo, read_car
+from node.domain.model import (
+    Execution,
+    Receipt,
+    RecursiveDataEnvelope,
+    block_of,
+    cid_str,
+    decode,
+    decode_object,
+    parse_cid,
+)
+from node.services.datasets.slices import read_slice, write_parquet_slice
+from node.services.provenance.lineage import LineageWalk
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

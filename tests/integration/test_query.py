@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 from multiformats import CID
 
-from node.ipfs import ManagedKubo
-from node.model import cid_str, decode, decode_object
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import cid_str, decode, decode_object
 from tests.fixtures.inprocess import InNode, add_csv, ask, cli, inprocess_node, query, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")  # the nodes and their workers live for the module
@@ -342,7 +342,7 @@ async def test_an_equivalent_spelling_is_a_local_hit(nodes: Any, csv_dir: Path, 
 
 
 async def test_a_kept_answer_follows_its_dataset(nodes: Any) -> None:
-    """A repeated local hit comes from the node's kept answers (node/resolve/answers.py): the same bytes but
+    """A repeated local hit comes from the node's kept answers (node/services/resolve/answers.py): the same bytes but
     ``elapsed_ms``; an append moves the dataset's head, and the very next ask reads the new version."""
     a, _ = nodes
     first_rows = b"g,x\na,1\nb,2\na,3\n"
@@ -416,7 +416,7 @@ async def _receipt(node: InNode, cid: str) -> Any:
 async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_dir: Path) -> None:
     """query.answer_from_supersets on node b: a filter+projection and a roll-up are computed from
     b's cached supersets (receipt ``derived``), with the execution (slices, logical hash) node a computes from the
-    base data: in b with Arrow where node.query.arrow_eval computes the rewritten statement (receipt timings
+    base data: in b with Arrow where node.domain.sql.arrow_eval computes the rewritten statement (receipt timings
     ``arrow_ms``, no Spark job), else on Spark (a scalar expression); a query no rule covers reads the base data.
     Oracle for the rows: DuckDB over the CSV."""
     a, b = nodes
@@ -442,7 +442,7 @@ async def test_a_restriction_is_answered_from_a_cached_superset(nodes: Any, csv_
                 "rollup",
                 "arrow_ms",
             ),
-            (  # avg from sums and counts, guarded by min and max (node/query/rewrite.py "rollup"): on Spark
+            (  # avg from sums and counts, guarded by min and max (node/domain/sql/rewrite.py "rollup"): on Spark
                 "SELECT product, region, SUM(amount), COUNT(amount), MIN(amount), MAX(amount) FROM sales "
                 "GROUP BY product, region",
                 "SELECT product, AVG(amount) FROM sales GROUP BY product",
@@ -519,7 +519,7 @@ async def test_an_appended_version_is_answered_from_the_old_result(nodes: Any) -
         "SELECT g, SUM(x), COUNT(*), MAX(x) FROM grow GROUP BY g": [["a", 4, 2, 3], ["b", 12, 2, 10], ["c", 4, 1, 4]],
         "SELECT x, g FROM grow WHERE x > 1": [[2, "b"], [3, "a"], [4, "c"], [10, "b"]],
     }
-    # Where it was computed: in b with Arrow (node.query.arrow_eval.forward), or on Spark (a scalar expression).
+    # Where it was computed: in b with Arrow (node.domain.sql.arrow_eval.forward), or on Spark (a scalar expression).
     evaluated = {sql: "compute_ms" if "x * 2" in sql else "arrow_ms" for sql in expected}
     try:
         for n in (a, b):

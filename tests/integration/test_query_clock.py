@@ -12,7 +12,7 @@ import duckdb
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_file, inprocess_node, query
 from tests.unit.test_query_clock import CLOCK_QUERIES
 

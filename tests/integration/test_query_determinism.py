@@ -11,7 +11,7 @@ int/double/decimal/string/date/timestamp/bool columns with NULLs. Each accepted 
   ``-Duser.language=tr -Duser.country=TR`` in JAVA_TOOL_OPTIONS, as the C locale is all this machine has installed),
   rows shuffled over three Parquet files per table.
 
-The published rows (node.resolve.execution.published_order) must be identical, or both runs must fail alike.
+The published rows (node.services.resolve.execution.published_order) must be identical, or both runs must fail alike.
 Disagreements are collected (with the SQL and both answers) and reported by the last test, so one run lists every
 generated query that broke the property instead of stopping at the first.
 """
@@ -33,8 +33,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import QueryRefused
-from node.query import canonicalize
+from node.domain.sql import canonicalize
+from node.support.errors import QueryRefused
 from tests.fixtures.spark_oracle import Engine, Failed, Later, column_table, rows
 
 T = [

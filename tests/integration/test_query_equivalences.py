@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from node.errors import QueryRefused
-from node.query import CanonicalQuery, canonicalize
+from node.domain.sql import CanonicalQuery, canonicalize
+from node.support.errors import QueryRefused
 from tests.fixtures.spark_oracle import ARROW, Engine, Failed, Later, arrow_table, bag, rows
 from tests.unit import test_query_equivalences as pairs
 from tests.unit.test_query_canonical import T

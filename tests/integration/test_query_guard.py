@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from node.errors import SparkRefused
-from node.resolve.spark import SparkWorker
+from node.services.resolve.spark import SparkWorker
+from node.support.errors import SparkRefused
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
-from node.model import cid_str
-from node.query import canonicalize
-from node.query.limits import MAX_BOOLEAN_TERMS
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import cid_str
+from node.domain.sql import canonicalize
+from node.domain.sql.token_limits import MAX_BOOLEAN_TERMS
 from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from node.cli.progress import STAGES
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
+from node.faces.cli.progress import STAGES
 from tests.fixtures.inprocess import InNode, add_csv, cli, inprocess_node, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -7,7 +7,7 @@ data sets (``DISTINCT``: no two values of a column tie; ``TIES``: duplicates and
 (one file on ``local[1]``; rows shuffled over three files on ``local[3]``).
 
 Oracle: on ``DISTINCT`` data, whenever the user's own statement gives the same rows in both layouts (its answer is
-determined), the canonical statement's published result (node.resolve.execution.published_order) must equal it
+determined), the canonical statement's published result (node.services.resolve.execution.published_order) must equal it
 exactly, in order when it has an ORDER BY. On ``TIES`` data the multisets must be equal unless the answer itself
 depends on how ties are broken (LIMIT, row windows). Always: the canonical result must not depend on the layout
 (DESIGN.md: one answer per invocation), must be sorted by the order it claims (``CanonicalQuery.order_by``), and with
@@ -32,11 +32,11 @@ import pytest
 import sqlglot
 from hypothesis import HealthCheck, given, settings
 
-from node.datasets.logical_hash import LogicalHasher
-from node.datasets.slices import read_slice, write_parquet_slice
-from node.errors import QueryRefused
-from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, arrow_eval, canonicalize
-from node.query.rewrite import forward, rewrite
+from node.domain.sql import CANONICALIZER_VERSION, CanonicalQuery, SortKey, arrow_eval, canonicalize
+from node.domain.sql.rewrite import forward, rewrite
+from node.services.datasets.logical_hash import LogicalHasher
+from node.services.datasets.slices import read_slice, write_parquet_slice
+from node.support.errors import QueryRefused
 from tests.fixtures.spark_oracle import (
     ARROW,
     Engine,
@@ -399,7 +399,7 @@ def test_the_oracle_compared_most_cases_exactly() -> None:
     assert len(SEEN["exact"]) >= 0.7 * len(SEEN["ran"]), SEEN
 
 
-# --- answers from supersets (node/query/rewrite.py, issue 22 item 3) -------------------------------------------
+# --- answers from supersets (node/domain/sql/rewrite.py, issue 22 item 3) -------------------------------------------
 
 
 def _published_bytes(table: pa.Table) -> tuple[bytes, str]:
@@ -430,7 +430,7 @@ def _check_rewrite_bytes(engines: tuple[Engine, Engine], cached: str, new: str, 
     scratch = scratch_answer.result()
     assert isinstance(derived, pa.Table) and isinstance(scratch, pa.Table), (derived, scratch)
     assert _published_bytes(derived) == _published_bytes(scratch), (cached, new, r, rows(derived), rows(scratch))
-    # The same statement computed in the node with Arrow (node.query.arrow_eval), where it can: Spark's bytes.
+    # The same statement computed in the node with Arrow (node.domain.sql.arrow_eval), where it can: Spark's bytes.
     here = arrow_eval.evaluate(r.statement, read_slice(path).rename_columns([f"col_{i}" for i in range(width)]))
     if here is not None:
         EVALUATED.append(r.rule)
@@ -439,7 +439,7 @@ def _check_rewrite_bytes(engines: tuple[Engine, Engine], cached: str, new: str, 
     return r.rule
 
 
-EVALUATED: list[str] = []  # rewrites node.query.arrow_eval computed (compared with Spark's bytes above)
+EVALUATED: list[str] = []  # rewrites node.domain.sql.arrow_eval computed (compared with Spark's bytes above)
 
 
 def _rewrite_table(values: list[tuple[Any, ...]]) -> pa.Table:
@@ -459,7 +459,7 @@ def test_rewrites_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) ->
 
 
 def test_an_avg_rolled_up_gives_the_from_scratch_bytes_or_an_error(engines: tuple[Engine, Engine]) -> None:
-    """``avg`` rolled up from sums and counts (node/query/rewrite.py, ``rollup``) on real Spark: the from-scratch
+    """``avg`` rolled up from sums and counts (node/domain/sql/rewrite.py, ``rollup``) on real Spark: the from-scratch
     bytes (Spark adds the integers as doubles: exact below 2^53); with values whose sums a double may not hold, the
     rewritten statement fails (then the resolver computes from the inputs) instead of answering."""
     cached, new, rule = rewrite_cases.TAKEN[-1]
@@ -525,7 +525,7 @@ def test_appends_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) -> 
             rows(merged),
             rows(scratch),
         )
-        # In the node with Arrow (node.query.arrow_eval.forward) where it can: the same bytes.
+        # In the node with Arrow (node.domain.sql.arrow_eval.forward) where it can: the same bytes.
         here = arrow_eval.forward(q.statement, read_slice(path), new.rename_columns(names))
         if here is not None:
             FORWARDED_HERE.append(sql)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from node.identity import generate, public_key_from_did
-from node.model import Execution, Receipt, block_of, cid_str, decode, decode_object, parse_cid
-from node.resolve.claims import check_announcement
+from node.adapters.identity import generate, public_key_from_did
+from node.domain.model import Execution, Receipt, block_of, cid_str, decode, decode_object, parse_cid
+from node.services.resolve.claim_checks import check_announcement
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, query, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

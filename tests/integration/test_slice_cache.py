@@ -16,16 +16,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets import Datasets, LogicalHasher, SliceRef
-from node.datasets.fetching import SliceVisit
-from node.datasets.logical_hash import logical_hash
-from node.datasets.slices import write_parquet_slice
-from node.errors import InvalidInput, KuboNotFound, SliceCorrupt
-from node.index import Index
-from node.ipfs import KuboClient, ManagedKubo
-from node.ipfs.rpc_files import CHUNK_SIZE
-from node.ipfs.unixfs import UnixfsHasher
-from node.model import CID, cid_str
+from node.adapters.index import Index
+from node.adapters.ipfs import KuboClient, ManagedKubo
+from node.adapters.ipfs.rpc_files import CHUNK_SIZE
+from node.adapters.ipfs.unixfs import UnixfsHasher
+from node.domain.model import CID, cid_str
+from node.services.datasets import Datasets, LogicalHasher, SliceRef
+from node.services.datasets.fetching import SliceVisit
+from node.services.datasets.logical_hash import logical_hash
+from node.services.datasets.slices import write_parquet_slice
+from node.support.errors import InvalidInput, KuboNotFound, SliceCorrupt
 
 
 def _datasets(kubo: KuboClient, home: Path) -> Datasets:

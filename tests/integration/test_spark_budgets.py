@@ -31,9 +31,9 @@ import pytest
 import pytest_asyncio
 
 from config import SparkSettings
-from node.errors import SparkError, SparkQueueFull, SparkRefused, SparkWorkerDied
-from node.ipfs import ManagedKubo
-from node.resolve.spark import SparkWorker
+from node.adapters.ipfs import ManagedKubo
+from node.services.resolve.spark import SparkWorker
+from node.support.errors import SparkError, SparkQueueFull, SparkRefused, SparkWorkerDied
 from tests.fixtures.inprocess import InNode, add_csv, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

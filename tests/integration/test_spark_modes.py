@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from node.errors import SparkStartError
-from node.ipfs import ManagedKubo
-from node.resolve.spark import SparkWorker
+from node.adapters.ipfs import ManagedKubo
+from node.services.resolve.spark import SparkWorker
+from node.support.errors import SparkStartError
 from tests.fixtures.inprocess import InNode, add_csv, ask, inprocess_node
 from tests.fixtures.spark_cluster import Proc, alive, start_connect
 
@@ -46,7 +46,7 @@ OTHER_SETTINGS_TEST = "test_connect_server_with_other_settings_is_refused"  # it
 
 async def _answer(node: InNode) -> dict[str, Any]:
     """The miss's identities: result slices, logical hash, ex_0, and the receipt's ``engine`` map."""
-    from node.model import Receipt, decode, decode_object
+    from node.domain.model import Receipt, decode, decode_object
 
     answer = await ask(node[1], SQL)
     assert answer["source"] == "computed", answer
@@ -303,7 +303,7 @@ async def test_connect_timeout_interrupts_the_server_job(connect_port: int, work
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from node.errors import SparkTimeout
+    from node.support.errors import SparkTimeout
 
     path = tmp_path / "cross.parquet"
     pq.write_table(pa.table({"v": pa.array(range(200_000), pa.int64())}), path)

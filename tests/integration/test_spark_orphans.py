@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import SparkError
-from node.ipfs import ManagedKubo
-from node.resolve.spark import SparkWorker, group_members
+from node.adapters.ipfs import ManagedKubo
+from node.services.resolve.spark import SparkWorker, group_members
+from node.support.errors import SparkError
 from tests.fixtures.inprocess import inprocess_node
 from tests.fixtures.nodes import NodeProcess
 

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import pytest_asyncio
 
-from node.errors import CairnError, SparkError, SparkStartError, SparkTimeout, SparkWorkerDied
-from node.resolve.spark import SparkWorker, group_members
+from node.services.resolve.spark import SparkWorker, group_members
+from node.support.errors import CairnError, SparkError, SparkStartError, SparkTimeout, SparkWorkerDied
 from spark_worker.server import EXIT_USAGE
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

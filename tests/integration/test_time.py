@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
-from node.model import block_of, cid_str
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import block_of, cid_str
 from tests.fixtures.inprocess import add_csv, ask, cli, inprocess_node, query
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -130,7 +130,8 @@ async def test_a_bad_version_is_a_clear_4xx_without_spark(
 
 SNAP_V1 = b"id,city\n1,Paris\n2,Lyon\n3,Nice\n"
 SNAP_V2 = b"id,city\n1,Paris\n2,Lille\n4,Brest\n"  # 2 corrected, 3 retracted, 4 appended
-# The "as at" fold written in SQL over the changelog, an oracle independent of node/datasets/projection.py: a row is
+# The "as at" fold written in SQL over the changelog, an oracle independent of node/services/datasets/projection.py: a
+# row is
 # in the state when its appends and correct-tos outnumber its retracts and correct-froms (ODF: each of those carries
 # the old row's values exactly).
 AS_AT = "SELECT id, city FROM t GROUP BY id, city HAVING SUM(CASE WHEN op IN (0, 3) THEN 1 ELSE -1 END) > 0 ORDER BY id"

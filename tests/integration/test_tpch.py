@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from node.ipfs import ManagedKubo
+from node.adapters.ipfs import ManagedKubo
 from tests.fixtures.inprocess import InNode, add_file, inprocess_node
 
 # SF 0.02: every query returns at least one row and no NULL (at 0.01 Q17 is NULL), and the module stays short.

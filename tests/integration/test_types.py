@@ -23,10 +23,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from node.model import Receipt, Structure, cid_str, dagjson, parse_cid
-from node.model.functions import builtin
-from node.model.typecheck import NO_STRUCTURE
-from node.model.types import Type
+from node.domain.model import Receipt, Structure, cid_str, dagjson, parse_cid
+from node.domain.model.functions import builtin
+from node.domain.model.typecheck import NO_STRUCTURE
+from node.domain.model.types import Type
 from tests.fixtures.inprocess import InNode, add_csv, cli
 
 ROOT = Path(__file__).resolve().parents[2]

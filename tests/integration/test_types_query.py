@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from node.ipfs import ManagedKubo
-from node.model import Structure, cid_str, dagjson
-from node.model.types import Type
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import Structure, cid_str, dagjson
+from node.domain.model.types import Type
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, query, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -20,14 +20,23 @@ import pyarrow as pa
 import pytest
 import pytest_asyncio
 
-from node.datasets import LogicalHasher
-from node.datasets.slices import read_slice, write_parquet_slice
-from node.identity import generate, public_key_from_did
-from node.index import ExecutionRow
-from node.ipfs import ManagedKubo
-from node.model import Execution, Receipt, RecursiveDataEnvelope, block_of, cid_str, decode, decode_object, parse_cid
-from node.resolve.claims import structure_of
-from node.resolve.execution import execution_blocks
+from node.adapters.identity import generate, public_key_from_did
+from node.adapters.index import ExecutionRow
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import (
+    Execution,
+    Receipt,
+    RecursiveDataEnvelope,
+    block_of,
+    cid_str,
+    decode,
+    decode_object,
+    parse_cid,
+)
+from node.services.datasets import LogicalHasher
+from node.services.datasets.slices import read_slice, write_parquet_slice
+from node.services.resolve.claim_checks import structure_of
+from node.services.resolve.execution import execution_blocks
 from tests.fixtures.inprocess import add_csv, cli, inprocess_node, wait_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -31,9 +31,9 @@ from multiformats import CID, multihash
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page, async_playwright, expect
 
-from node.api.webui import CSP, FILES
-from node.ipfs import ManagedKubo
-from node.model import cid_str
+from node.adapters.ipfs import ManagedKubo
+from node.domain.model import cid_str
+from node.faces.api.webui import CSP, FILES
 from tests.fixtures.inprocess import add_csv, inprocess_node, wait_for
 
 pytestmark = pytest.mark.kubo

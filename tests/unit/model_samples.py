@@ -10,7 +10,7 @@ more than 19 integer digits, trailing commas, leading zeros, lone surrogates.
 
 from __future__ import annotations
 
-from node.model import (
+from node.domain.model import (
     CID,
     Connection,
     DryTransformation,
@@ -120,7 +120,8 @@ def _kind_samples(k: dict[str, CID]) -> list[tuple[str, str]]:
 
 
 def _run_pipeline(k: dict[str, CID]) -> Pipeline:
-    """node.pipelines: a vertex per root dataset version, one per step (its qy_0, or the dt_0 of a step that did
+    """node.services.pipelines: a vertex per root dataset version, one per step (its qy_0, or the dt_0 of a step that
+    did
     not run), edges from the whole output to the head's input at its index, labelled with the alias."""
     return Pipeline(
         vertices=[{"dataset": k["rde_in"]}, {"query": k["rde_out"]}, {"transformation": k["dt"]}],

@@ -1,8 +1,9 @@
-"""The kept answers of node/resolve/answers.py: an entry made at one index generation only, bounded by bytes."""
+"""The kept answers of node/services/resolve/answers.py: an entry made at one index generation only, bounded by
+bytes."""
 
 from __future__ import annotations
 
-from node.resolve.answers import AnswerCache, key_of
+from node.services.resolve.answers import AnswerCache, key_of
 
 
 def test_an_answer_is_kept_for_its_generation_only() -> None:

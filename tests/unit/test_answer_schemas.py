@@ -1,4 +1,5 @@
-"""node.api.shapes.schema_of: the API's answer schemas are made from the answers' types (node/core/results.py),
+"""node.faces.api.answer_schemas.schema_of: the API's answer schemas are made from the answers' types
+(node/core/result_types.py),
 so a field added to a result is documented by the same change."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pytest
 
-from node.api import shapes
-from node.core.results import QueryAnswer
+from node.core.result_types import QueryAnswer
+from node.faces.api import answer_schemas as shapes
 
 
 class Inner(TypedDict):

@@ -1,11 +1,14 @@
-"""docs/architecture.md matches the tree.
+"""The layers are the folders under ``node/``, and the imports follow them.
 
-- Every package and module the doc names exists, and every package (a directory with ``__init__.py`` under
-  ``node/``, and every top-level one) and every module directly under ``node/`` is named in it.
-- The imports follow the doc's layers (read from its "Layers" table, top to bottom): a module imports only from
-  its own layer or one below, with no cycle among the units; nothing but a face imports ``node.api`` or
-  ``node.cli``; ``p2p`` and ``spark_worker`` import nothing of ``node`` but ``node.errors``; ``config`` imports
-  nothing of ``node``.
+- Under ``node/`` there are only the layer folders below (and ``__init__.py``, ``__main__.py``); their order, top
+  to bottom, is ``LAYERS``. A unit is a package or module directly in a layer folder (``node.services.resolve``,
+  ``node.faces.daemon``); ``node.core`` is one unit, and so are ``node.__main__`` (a face) and the package root
+  ``node`` (support).
+- A unit imports only from its own layer or one below, with no cycle among the units; so nothing but a face
+  imports a face. ``p2p`` and ``spark_worker`` import nothing of ``node`` but ``node.support.errors`` (and ``p2p``
+  the port it implements); ``config`` imports nothing of ``node``.
+- No file name repeats under ``node/``: a name says what a module holds wherever it is met.
+- docs/architecture.md's "Packages" table names every unit and top-level package, in the layer its folder says.
 Imports are read with ``ast`` (function-level and TYPE_CHECKING imports included: they are dependencies too).
 """
 
@@ -13,59 +16,25 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+NODE = ROOT / "node"
 DOC = ROOT / "docs" / "architecture.md"
 FIRST_PARTY = ("node", "config", "p2p", "spark_worker")
+LAYERS = ("faces", "core", "services", "adapters", "domain", "support")
 
-# What the doc says of the separate packages ("Layers", last paragraph): the node modules each may import.
-# p2p implements the peer_host port, so it may read the port (its records) and nothing else of node.
+# The node modules each separate package may import. p2p implements the peer_host port, so it may read the port
+# (its records) and nothing else of node.
 SEPARATE_MAY_IMPORT: dict[str, set[str]] = {
-    "p2p": {"node.errors", "node.ports"},
-    "spark_worker": {"node.errors"},
+    "p2p": {"node.support.errors", "node.domain.ports"},
+    "spark_worker": {"node.support.errors"},
     "config": set(),
 }
-
-
-# -- reading the doc -----------------------------------------------------------------------------------------
-
-
-def _section(title: str) -> str:
-    text = DOC.read_text()
-    m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert m, f"docs/architecture.md has no '## {title}' section"
-    return m.group(1)
-
-
-def _rows(section: str) -> list[list[str]]:
-    """The body rows of the first Markdown table in ``section``, as lists of cells."""
-    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
-    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
-
-
-def _names(cell: str) -> list[str]:
-    return re.findall(r"`([A-Za-z_][\w.]*)`", cell)
-
-
-def doc_layers() -> list[tuple[str, list[str]]]:
-    return [(row[0], _names(row[1])) for row in _rows(_section("Layers"))]
-
-
-def doc_packages() -> dict[str, str]:
-    """Name -> layer, from the "Packages" table."""
-    out = {}
-    for row in _rows(_section("Packages")):
-        (name,) = _names(row[0])
-        out[name] = row[1]
-    return out
-
-
-def layer_of() -> dict[str, int]:
-    return {name: i for i, (_, names) in enumerate(doc_layers()) for name in names}
 
 
 # -- reading the tree ----------------------------------------------------------------------------------------
@@ -76,33 +45,43 @@ def _exists(name: str) -> bool:
     return (path / "__init__.py").is_file() or path.with_suffix(".py").is_file()
 
 
-def tree_packages() -> set[str]:
-    top = {p.parent.name for p in ROOT.glob("*/__init__.py")}
-    under_node = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "node").rglob("__init__.py")}
-    return top | under_node
-
-
-def node_units() -> set[str]:
-    """``node`` itself and what sits directly in it: ``node.core`` for node/core.py, ``node.api`` for node/api/."""
-    units = {"node"}
-    for p in (ROOT / "node").iterdir():
-        if p.suffix == ".py" and p.name != "__init__.py":
-            units.add(f"node.{p.stem}")
-        elif (p / "__init__.py").is_file():
-            units.add(f"node.{p.name}")
-    return units
-
-
-def unit(module: str) -> str:
-    """The unit a dotted module belongs to: ``node.query.checks`` -> ``node.query``; ``p2p.host`` -> ``p2p``."""
-    parts = module.split(".")
-    name = parts[0] if parts[0] != "node" else ".".join(parts[:2])
-    return name
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit(module: str) -> str:
+    """The unit a dotted module belongs to: ``node.domain.sql.checks`` -> ``node.domain.sql``, ``node.core.node`` ->
+    ``node.core``, ``node.__main__`` -> itself, ``p2p.host`` -> ``p2p``."""
+    parts = module.split(".")
+    if parts[0] != "node" or len(parts) == 1:
+        return parts[0]
+    if parts[1] in ("core", "__main__") or len(parts) == 2:
+        return ".".join(parts[:2])
+    return ".".join(parts[:3])
+
+
+def layer_of(name: str) -> int | None:
+    """A node unit's layer, top (0) to bottom; None outside ``node``."""
+    parts = name.split(".")
+    if parts[0] != "node":
+        return None
+    if len(parts) == 1:
+        return LAYERS.index("support")  # the package root: __version__ and the errors re-exported
+    if parts[1] == "__main__":
+        return LAYERS.index("faces")
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
+
+
+def node_units() -> set[str]:
+    units = {"node", "node.__main__", "node.core"}
+    for layer in LAYERS:
+        if layer == "core":
+            continue
+        for p in (NODE / layer).iterdir():
+            if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file():
+                units.add(f"node.{layer}.{p.stem}")
+    return units
 
 
 def imports(path: Path) -> Iterator[str]:
@@ -111,7 +90,8 @@ def imports(path: Path) -> Iterator[str]:
 
 
 def imports_of(source: str, package: str) -> Iterator[str]:
-    """First-party modules a module of ``package`` imports (``from node import values`` is ``node.values``)."""
+    """First-party modules a module of ``package`` imports (``from node.support import values`` is
+    ``node.support.values``)."""
     for n in ast.walk(ast.parse(source)):
         if isinstance(n, ast.Import):
             targets = [a.name for a in n.names]
@@ -135,11 +115,33 @@ def unit_edges() -> set[tuple[str, str]]:
     return edges
 
 
+# -- reading the doc -----------------------------------------------------------------------------------------
+
+
+def doc_packages() -> dict[str, str]:
+    """Name -> layer, from the "Packages" table of docs/architecture.md."""
+    text = DOC.read_text()
+    m = re.search(r"^## Packages\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, "docs/architecture.md has no '## Packages' section"
+    rows = [ln for ln in m.group(1).splitlines() if ln.startswith("|")][2:]
+    out = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        (name,) = re.findall(r"`([A-Za-z_][\w.]*)`", cells[0])
+        out[name] = cells[1]
+    return out
+
+
 # -- the rules, as functions of the edges (so they can be tested on made-up graphs) ------------------------
 
 
-def upward(edges: set[tuple[str, str]], layers: dict[str, int]) -> list[str]:
-    return sorted(f"{a} -> {b}" for a, b in edges if a in layers and b in layers and layers[b] < layers[a])
+def upward(edges: set[tuple[str, str]]) -> list[str]:
+    wrong = []
+    for a, b in edges:
+        la, lb = layer_of(a), layer_of(b)
+        if la is not None and lb is not None and lb < la:
+            wrong.append(f"{a} -> {b}")
+    return sorted(wrong)
 
 
 def cycle(edges: set[tuple[str, str]]) -> list[str] | None:
@@ -167,48 +169,45 @@ def cycle(edges: set[tuple[str, str]]) -> list[str] | None:
 # -- tests -----------------------------------------------------------------------------------------------------
 
 
-def test_every_name_in_the_doc_exists() -> None:
-    named = set(doc_packages()) | set(layer_of())
-    missing = sorted(n for n in named if not _exists(n))
-    assert not missing, f"docs/architecture.md names what the tree does not hold: {missing}"
+def test_node_holds_only_the_layer_folders() -> None:
+    folders = {p.name for p in NODE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    files = {p.name for p in NODE.iterdir() if p.is_file() and p.suffix == ".py"}
+    assert folders == set(LAYERS), f"folders under node/ that are not layers: {sorted(folders - set(LAYERS))}"
+    assert files == {"__init__.py", "__main__.py"}, f"modules outside the layers: {sorted(files)}"
+    assert all((NODE / layer / "__init__.py").is_file() for layer in LAYERS)
 
 
-def test_every_package_and_node_module_is_in_the_doc() -> None:
-    placed = set(layer_of())
-    listed = set(doc_packages())
-    units = {unit(u) for u in node_units()}
-    assert not (tree_packages() - listed), f"packages missing from the Packages table: {tree_packages() - listed}"
-    assert not (units - listed), f"node modules missing from the Packages table: {sorted(units - listed)}"
-    assert not (units - placed), f"node modules in no layer: {sorted(units - placed)}"
-
-
-def test_the_two_tables_agree_on_layers() -> None:
-    layers = dict(doc_layers())
-    for name, layer in doc_packages().items():
-        if name.startswith("node"):
-            assert unit(name) in layers.get(layer, []), f"{name}: Packages says layer {layer!r}, Layers does not"
+def test_no_file_name_repeats_under_node() -> None:
+    names = Counter(p.name for p in NODE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not [n for n, k in names.items() if k > 1], sorted(n for n, k in names.items() if k > 1)
 
 
 def test_imports_go_downward() -> None:
-    assert not upward(unit_edges(), layer_of()), "imports against the layers of docs/architecture.md"
+    assert not upward(unit_edges()), "imports against the layers (the folders under node/)"
 
 
 def test_no_import_cycle_between_units() -> None:
     assert cycle(unit_edges()) is None
 
 
-def test_only_faces_import_the_faces() -> None:
-    faces = dict(doc_layers())["faces"]
-    wrong = sorted(f"{a} -> {b}" for a, b in unit_edges() if b in ("node.api", "node.cli") and a not in faces)
-    assert not wrong, wrong
-
-
 def test_separate_packages_stay_separate() -> None:
-    doc = doc_packages()
     for pkg, allowed in SEPARATE_MAY_IMPORT.items():
-        assert doc[pkg].startswith("separate"), f"the doc no longer calls {pkg} separate"
         reached = {b for a, b in unit_edges() if a == pkg and b.startswith("node")}
         assert reached <= allowed, f"{pkg} imports {sorted(reached - allowed)}"
+
+
+def test_the_doc_lists_every_unit_in_its_layer() -> None:
+    doc = doc_packages()
+    tops = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"node"}
+    assert not (node_units() - set(doc)), f"missing from the Packages table: {sorted(node_units() - set(doc))}"
+    assert not (tops - set(doc)), f"packages missing from the Packages table: {sorted(tops - set(doc))}"
+    for name, layer in doc.items():
+        assert _exists(name) or name == "tests", f"docs/architecture.md names what the tree does not hold: {name}"
+        where = layer_of(name)
+        if where is not None:
+            assert layer == LAYERS[where], f"{name}: the doc says {layer!r}, its folder {LAYERS[where]!r}"
+        elif name in SEPARATE_MAY_IMPORT:
+            assert layer.startswith("separate"), f"the doc no longer calls {name} separate"
 
 
 # The checkers themselves, on made-up graphs: each rule does fail when broken.
@@ -217,12 +216,21 @@ def test_separate_packages_stay_separate() -> None:
 @pytest.mark.parametrize(
     ("edges", "expected"),
     [
-        ({("node.model", "node.core")}, ["node.model -> node.core"]),
-        ({("node.core", "node.model"), ("node.core", "node.core2")}, []),
+        ({("node.domain.model", "node.core")}, ["node.domain.model -> node.core"]),
+        ({("node.support.lru", "node.adapters.index")}, ["node.support.lru -> node.adapters.index"]),
+        ({("node.core", "node.domain.model"), ("node.services.resolve", "node.services.datasets")}, []),
+        ({("node.services.resolve", "p2p"), ("p2p", "node.support.errors")}, []),
     ],
 )
 def test_upward_finds_an_import_against_the_layers(edges: set[tuple[str, str]], expected: list[str]) -> None:
-    assert upward(edges, {"node.core": 0, "node.core2": 0, "node.model": 1}) == expected
+    assert upward(edges) == expected
+
+
+def test_units_and_layers_of_names() -> None:
+    assert unit("node.domain.sql.checks") == "node.domain.sql"
+    assert unit("node.core.wiring") == "node.core"
+    assert unit("node.faces.daemon") == "node.faces.daemon"
+    assert [layer_of(n) for n in ("node.__main__", "node.core", "node", "p2p")] == [0, 1, 5, None]
 
 
 def test_cycle_finds_a_loop_and_accepts_a_dag() -> None:
@@ -231,6 +239,12 @@ def test_cycle_finds_a_loop_and_accepts_a_dag() -> None:
 
 
 def test_from_and_relative_imports_are_resolved() -> None:
-    source = "from node import values, __version__\nfrom .checks import x\nfrom . import dialect\nimport json\n"
-    assert list(imports_of(source, "node.query")) == ["node.values", "node", "node.query.checks", "node.query.dialect"]
-    assert "node.values" in set(imports(ROOT / "node" / "api" / "export.py"))
+    source = "from node.support import values\nfrom node import __version__\nfrom .checks import x\n"
+    source += "from . import dialect\nimport json\n"
+    assert list(imports_of(source, "node.domain.sql")) == [
+        "node.support.values",
+        "node",
+        "node.domain.sql.checks",
+        "node.domain.sql.dialect",
+    ]
+    assert "node.support.values" in set(imports(NODE / "faces" / "api" / "export.py"))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from node.datasets import merge
-from node.datasets.chain import build_version
-from node.errors import InvalidInput, InvalidObject
-from node.identity import generate
-from node.model import MetadataBlock, Structure, block_of, decode, decode_object
+from node.adapters.identity import generate
+from node.domain.model import MetadataBlock, Structure, block_of, decode, decode_object
+from node.services.datasets import merge
+from node.services.datasets.chain import build_version
+from node.support.errors import InvalidInput, InvalidObject
 
 
 def _chain(key=None, forge_at: int | None = None):  # type: ignore[no-untyped-def]

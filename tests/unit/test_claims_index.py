@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import ClaimRefused
-from node.identity import generate
-from node.index import TRUST_LABELS, ExecutionRow, Index, trust_strength
-from node.model import Announcement, block_of, cid_for
-from node.resolve.claims import MAX_PROVIDERS, check_announcement
+from node.adapters.identity import generate
+from node.adapters.index import TRUST_LABELS, ExecutionRow, Index, trust_strength
+from node.domain.model import Announcement, block_of, cid_for
+from node.services.resolve.claim_checks import MAX_PROVIDERS, check_announcement
+from node.support.errors import ClaimRefused
 
 PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 
@@ -97,8 +97,8 @@ def test_an_index_from_before_trust_labels_is_migrated(tmp_path: Path) -> None:
 
 def _claimant(index: Index, invocation: object, n: int) -> tuple[object, str]:
     """A well-signed claim about ``invocation`` from a fresh signer, recorded as received."""
-    from node.index import ClaimRow
-    from node.model import cid_str
+    from node.adapters.index import ClaimRow
+    from node.domain.model import cid_str
 
     who = generate()
     ex = cid_for(f"ex{n}".encode())
@@ -126,8 +126,8 @@ def _claimant(index: Index, invocation: object, n: int) -> tuple[object, str]:
 async def test_claims_order_scores_and_policy_refusals(tmp_path: Path) -> None:
     """Refused for what it says: never again. Refused by policy: looked at again. Signer refused more often than
     accepted: not used. Otherwise best record first."""
-    from node.model import cid_str
-    from node.resolve.resolver import POLICY, Options, Resolver
+    from node.domain.model import cid_str
+    from node.services.resolve.resolver import POLICY, Options, Resolver
 
     index = Index(tmp_path / "index.sqlite")
     resolver = Resolver(None, None, index, None, generate(), Options(tmp_path, 1))  # type: ignore[arg-type]

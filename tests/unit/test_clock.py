@@ -1,4 +1,4 @@
-"""The node's one clock (``node.clock``): epoch seconds for the index, RFC 3339 text for signed objects."""
+"""The node's one clock (``node.support.wall_clock``): epoch seconds for the index, RFC 3339 text for signed objects."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node import clock
+from node.support import wall_clock as clock
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
@@ -36,7 +36,7 @@ def test_iso_utc_round_trips_any_instant(t: dt.datetime) -> None:
     assert ISO.fullmatch(text), text
     # Same instant, whatever zone it was given in (subtraction: == across zones is False in DST folds, PEP 495).
     assert dt.datetime.fromisoformat(text) - EPOCH == t - EPOCH
-    # The format signed objects had before node.clock existed (metadata blocks, receipts, announcements).
+    # The format signed objects had before node.support.wall_clock existed (metadata blocks, receipts, announcements).
     assert text == t.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 

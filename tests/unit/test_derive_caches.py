@@ -8,12 +8,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from node.datasets import SliceRef, Version
-from node.index import ExecutionRow
-from node.model import RecursiveDataEnvelope, block_of, cid_for
-from node.resolve import results
-from node.resolve.execution import input_blocks
-from node.resolve.results import Results
+from node.adapters.index import ExecutionRow
+from node.domain.model import RecursiveDataEnvelope, block_of, cid_for
+from node.services.datasets import SliceRef, Version
+from node.services.resolve import result_reading as results
+from node.services.resolve.execution import input_blocks
+from node.services.resolve.result_reading import Results
 
 
 def _row(execution: str, slices: int = 1) -> ExecutionRow:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.errors import QueryRefused, did_you_mean
-from node.query import canonicalize
+from node.domain.sql import canonicalize
+from node.support.errors import QueryRefused, did_you_mean
 
 SALES = {"sales": [("region", "utf8"), ("product", "utf8"), ("amount", "int64")]}
 

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from node.errors import InvalidObject
-from node.index import Divergence, ExecutionRow, Index
-from node.model import EngineProfile, Receipt, block_of, decode, decode_object
-from node.model.cid import cid_for
+from node.adapters.index import Divergence, ExecutionRow, Index
+from node.domain.model import EngineProfile, Receipt, block_of, decode, decode_object
+from node.domain.model.cid import cid_for
+from node.support.errors import InvalidObject
 from spark_worker.session import ALLOWED_KEYS, FORCED, JVM_PINS, SESSION_FORCED, STATIC, check_conf, effective_conf
 
 LINK = cid_for(b"x")

@@ -1,4 +1,4 @@
-"""The one error tree: every error the node raises is a CairnError of node.errors, with an HTTP
+"""The one error tree: every error the node raises is a CairnError of node.support.errors, with an HTTP
 status and a one-line message; the layers below the node (config, p2p, spark_worker) keep only the few exception
 types listed here, each mapped where the node calls them."""
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import node.errors as errors
+import node.support.errors as errors
 from config import SettingsError, load_settings
-from node.errors import (
+from node.support.errors import (
     CairnError,
     ConfigError,
     InvalidInput,
@@ -32,14 +32,15 @@ from p2p.errors import P2PBadInput, P2PError, P2PTimeout
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("node", "p2p", "config", "spark_worker")
 
-# Exception types allowed outside node/errors.py, with why each is not a CairnError.
+# Exception types allowed outside node/support/errors.py, with why each is not a CairnError.
 ALLOWED = {
-    "config.settings.SettingsError": "config must not import node; node.errors.from_settings maps it at load",
-    "p2p.errors.P2PError": "the libp2p adapter's error; node.errors.peer_failure maps it where node code calls p2p",
+    "config.settings.SettingsError": "config must not import node; node.support.errors.from_settings maps it at load",
+    "p2p.errors.P2PError": "the libp2p adapter's error; node.support.errors.peer_failure maps it where node code "
+    "calls p2p",
     "p2p.errors.P2PTimeout": "as P2PError (a TimeoutError: peer_failure makes it PeerTimeout)",
     "p2p.errors.P2PBadInput": "as P2PError (a ValueError: peer_failure makes it InvalidInput)",
-    "node.api.flight_rpc.Refused": "control flow in the Flight face: a gRPC status and its one line (a node error "
-    "becomes one by its HTTP status, flight_rpc.refusal)",
+    "node.faces.api.flight_rpc.Refused": "control flow in the Flight face: a gRPC status and its one line (a node "
+    "error becomes one by its HTTP status, flight_rpc.refusal)",
     "p2p.errors.FrameRefused": "as P2PError: a peer's frame too long or over the budget; the stream is reset",
     "spark_worker.protocol.ProtocolError": "a malformed frame on the worker socket; the node makes it a SparkError",
     "spark_worker.guard.Refused": "control flow in the worker: sent to the node as kind 'refused' (SparkRefused)",
@@ -56,7 +57,7 @@ def _tree() -> list[type[BaseException]]:
     return [
         c
         for _, c in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(c, BaseException) and c.__module__ == "node.errors"
+        if issubclass(c, BaseException) and c.__module__ == "node.support.errors"
     ]
 
 
@@ -124,7 +125,7 @@ def test_every_class_is_a_cairn_error_with_a_status_a_doc_and_one_line(cls: type
 
 
 def test_node_errors_imports_nothing_of_cairn() -> None:
-    tree = ast.parse((ROOT / "node" / "errors.py").read_text())
+    tree = ast.parse((ROOT / "node" / "support" / "errors.py").read_text())
     imported = {
         (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
         for n in ast.walk(tree)
@@ -149,8 +150,8 @@ def test_no_other_module_defines_an_exception() -> None:
         for attr, obj in vars(module).items():
             if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == name:
                 found[f"{name}.{attr}"] = obj
-    strays = sorted(k for k in found if not k.startswith("node.errors.") and k not in ALLOWED)
-    assert not strays, f"exception types outside node/errors.py: {strays}"
+    strays = sorted(k for k in found if not k.startswith("node.support.errors.") and k not in ALLOWED)
+    assert not strays, f"exception types outside node/support/errors.py: {strays}"
     assert set(ALLOWED) <= set(found), "ALLOWED names a class that no longer exists: drop it"
 
 
@@ -174,7 +175,7 @@ def test_only_one_one_line_helper_exists() -> None:
             for n in ast.walk(ast.parse(path.read_text())):
                 if isinstance(n, ast.FunctionDef) and n.name.lstrip("_") in ("one_line", "shorten"):
                     defs.append(f"{path.relative_to(ROOT)}:{n.name}")
-    assert defs == ["node/errors.py:one_line"]
+    assert defs == ["node/support/errors.py:one_line"]
 
 
 # -- one_line: a property test against plain str.split / str.splitlines ------------------------------------

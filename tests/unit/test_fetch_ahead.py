@@ -1,4 +1,5 @@
-"""Fetching a trusted claim's blocks ahead of need (node/resolve/carry.py ``FetchAhead``), without IO: only claims
+"""Fetching a trusted claim's blocks ahead of need (node/services/resolve/carry.py ``FetchAhead``), without IO: only
+claims
 of a shape this node asked lately (or, naming no shape, a deterministic share of the nodes), never for a claim whose
 signer's node is a neighbour (its lookup answer carries the blocks), one fetch per claim at a time, and an answer
 asked while the fetch is under way waits for it (``settle``) instead of fetching the same blocks beside it
@@ -12,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from node.identity import generate
-from node.index import Index
-from node.model import CID, Announcement, Invocation, cid_for, cid_str
-from node.model.query import InputIdentity
-from node.query import CanonicalQuery, canonicalize
-from node.resolve import supersets
-from node.resolve.carry import AHEAD_SHARE, ASKED_SHAPES, FetchAhead
-from node.resolve.resolver import Options, Resolver
+from node.adapters.identity import generate
+from node.adapters.index import Index
+from node.domain.model import CID, Announcement, Invocation, cid_for, cid_str
+from node.domain.model.query import InputIdentity
+from node.domain.sql import CanonicalQuery, canonicalize
+from node.services.resolve import supersets
+from node.services.resolve.carry import AHEAD_SHARE, ASKED_SHAPES, FetchAhead
+from node.services.resolve.resolver import Options, Resolver
 
 RECEIPT, EXECUTION = b"receipt block", b"execution block"
 SHAPE, OTHER = "ab" * 32, "cd" * 32

@@ -1,6 +1,8 @@
-"""Every error of the node's one error tree (node/errors.py) has its gRPC status (node.api.flight_rpc.refusal),
+"""Every error of the node's one error tree (node/support/errors.py) has its gRPC status
+(node.faces.api.flight_rpc.refusal),
 chosen by the HTTP status it carries: a client error is never a server fault, and the message is the node's one
-line. And the LIKE matcher of the catalog filters (node.api.flight.Like) agrees with SQL LIKE without backtracking."""
+line. And the LIKE matcher of the catalog filters (node.faces.api.flight.Like) agrees with SQL LIKE without
+backtracking."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node import errors
-from node.api.flight import Like
-from node.api.flight_rpc import refusal
+from node.faces.api.flight import Like
+from node.faces.api.flight_rpc import refusal
+from node.support import errors
 
 
 def _tree(cls: type[errors.CairnError]) -> list[type[errors.CairnError]]:

@@ -1,4 +1,4 @@
-"""The calls of the Flight face (node.api.flight_rpc.Calls): result streams bounded in number and in the memory
+"""The calls of the Flight face (node.faces.api.flight_rpc.Calls): result streams bounded in number and in the memory
 they reserve, both given back when gRPC says a call ended; a call that waits on its client past the idle timeout
 is cancelled, one that waits on the node is not."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from node.api.flight_rpc import Calls, Limits, Refused
+from node.faces.api.flight_rpc import Calls, Limits, Refused
 
 
 class Context:

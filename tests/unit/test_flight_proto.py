@@ -1,4 +1,4 @@
-"""The Flight SQL messages of node/api/flight_proto.py against bytes a real client sent.
+"""The Flight SQL messages of node/faces/api/flight_proto.py against bytes a real client sent.
 
 The hex constants are what ADBC's Flight SQL driver (adbc-driver-flightsql 1.13.0, the pinned test client) sent
 to a Flight server: ``cursor.execute("SELECT 1")`` (a CreatePreparedStatement action), the GetSqlInfo it asks on
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.api import flight_proto as proto
+from node.faces.api import flight_proto as proto
 
 CREATE_PREPARED_SELECT_1 = bytes.fromhex(
     "0a52747970652e676f6f676c65617069732e636f6d2f6172726f772e666c696768742e70726f746f636f6c2e73716c2e416374696f6e"

@@ -30,17 +30,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from config import PeerSettings
-from node.datasets.readers import ReadOptions, open_input
-from node.errors import CairnError, ClaimRefused, QueryRefused
-from node.identity import Identity, generate
-from node.index import Index
-from node.ipfs.addr import api_base_url
-from node.model import Announcement, block_of, cid_for, cid_str, decode, dumps, encode, loads, parse_cid
-from node.model.names import name_problem
-from node.model.plaincbor import decode_plain
-from node.peers import Network
-from node.query import canonicalize
-from node.resolve.claims import check_announcement
+from node.adapters.identity import Identity, generate
+from node.adapters.index import Index
+from node.adapters.ipfs.addr import api_base_url
+from node.domain.model import Announcement, block_of, cid_for, cid_str, decode, dumps, encode, loads, parse_cid
+from node.domain.model.names import name_problem
+from node.domain.model.plaincbor import decode_plain
+from node.domain.sql import canonicalize
+from node.services.datasets.readers import ReadOptions, open_input
+from node.services.peers import Network
+from node.services.resolve.claim_checks import check_announcement
+from node.support.errors import CairnError, ClaimRefused, QueryRefused
 from p2p.errors import P2PError
 from p2p.multiaddrs import parse_listen_addr, parse_peer_addr
 from tests.unit.model_samples import samples

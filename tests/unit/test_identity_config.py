@@ -9,9 +9,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from config import SettingsError, iter_fields, load_settings
-from node.errors import InvalidInput
-from node.home import Home
-from node.identity import Identity, public_key_from_did
+from node.adapters.home import Home
+from node.adapters.identity import Identity, public_key_from_did
+from node.support.errors import InvalidInput
 
 
 def test_peer_id_matches_py_libp2p() -> None:

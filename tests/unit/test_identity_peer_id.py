@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import multibase
 
-from node.identity import Identity, generate
+from node.adapters.identity import Identity, generate
 from p2p.host import P2PHost
 
 

@@ -1,4 +1,5 @@
-"""The ingest's reader stage (node.datasets.ingest_slices ``Prefetch``): one slice ahead, never more than two held."""
+"""The ingest's reader stage (node.services.datasets.ingest_slices ``Prefetch``): one slice ahead, never more than two
+held."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from node.datasets.ingest_slices import Prefetch
+from node.services.datasets.ingest_slices import Prefetch
 
 
 async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:

@@ -1,4 +1,5 @@
-"""The ingest caps of the readers (node/datasets/readers/limits.py): decompressed bytes (absolute and as a ratio),
+"""The ingest caps of the readers (node/services/datasets/readers/input_limits.py): decompressed bytes (absolute and as
+a ratio),
 columns counted before pyarrow builds a schema (CSV header, JSON keys, Parquet footer), rows, the stop signal, and
 the Parquet spool in the directory given. The end-to-end refusals on a real node are in
 tests/integration/test_ingest_bombs.py."""
@@ -19,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets.readers import InputLimits, ReadOptions, field_count, open_input
-from node.datasets.readers.chunking import _csv_rows, _row_pattern
-from node.datasets.readers.csv_format import _field_count
-from node.datasets.readers.limits import RATIO_ALLOWANCE
-from node.datasets.readers.parquet_format import _schema_elements
-from node.errors import IngestCancelled, TooLarge
+from node.services.datasets.readers import InputLimits, ReadOptions, field_count, open_input
+from node.services.datasets.readers.chunking import _csv_rows, _row_pattern
+from node.services.datasets.readers.csv_format import _field_count
+from node.services.datasets.readers.input_limits import RATIO_ALLOWANCE
+from node.services.datasets.readers.parquet_format import _schema_elements
+from node.support.errors import IngestCancelled, TooLarge
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MIB = 1 << 20

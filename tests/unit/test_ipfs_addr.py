@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from node.errors import ConfigError
-from node.ipfs import api_base_url
+from node.adapters.ipfs import api_base_url
+from node.support.errors import ConfigError
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ import dag_cbor
 import pytest
 from multiformats import CID, multihash
 
-from node.errors import KuboCIDMismatch, KuboTruncated
-from node.ipfs import CarVerifier
-from node.ipfs.car import CarHeaderReader, dag_pb_links
+from node.adapters.ipfs import CarVerifier
+from node.adapters.ipfs.car import CarHeaderReader, dag_pb_links
+from node.support.errors import KuboCIDMismatch, KuboTruncated
 
 
 def cid_of(data: bytes, codec: str, hashfun: str = "blake3") -> CID:

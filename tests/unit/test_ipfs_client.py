@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from multiformats import CID, multihash
 
-from node.errors import KuboCIDMismatch, KuboNotFound, KuboRPCError, KuboTimeout, KuboTruncated
-from node.ipfs import KuboClient
+from node.adapters.ipfs import KuboClient
+from node.support.errors import KuboCIDMismatch, KuboNotFound, KuboRPCError, KuboTimeout, KuboTruncated
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

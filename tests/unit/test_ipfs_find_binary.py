@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from node.errors import ConfigError
-from node.ipfs import find_kubo_binary
+from node.adapters.ipfs import find_kubo_binary
+from node.support.errors import ConfigError
 
 
 def fake_ipfs(path: Path, version: str) -> Path:

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from config import SettingsError, load_settings
-from node.errors import ConfigError
-from node.ipfs.rpc_transport import auth_header
+from node.adapters.ipfs.rpc_transport import auth_header
+from node.support.errors import ConfigError
 
 TOKEN = st.text(string.ascii_letters + string.digits + "-_.~+/", min_size=12, max_size=64)
 EXTERNAL = {"CAIRN_IPFS_API": "http://127.0.0.1:5001"}

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from node.errors import KuboStartError, KuboUnreachable
-from node.ipfs import KuboClient
-from node.ipfs.addr import SUN_PATH_MAX
-from node.ipfs.managed_repo import api_socket_path, private_dir
+from node.adapters.ipfs import KuboClient
+from node.adapters.ipfs.addr import SUN_PATH_MAX
+from node.adapters.ipfs.managed_repo import api_socket_path, private_dir
+from node.support.errors import KuboStartError, KuboUnreachable
 
 
 def test_socket_beside_the_repo(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``path=`` placement rules (node/api/local_files.py) against an independent oracle: pathlib's
+"""``path=`` placement rules (node/faces/api/local_files.py) against an independent oracle: pathlib's
 ``is_relative_to`` on the resolved paths, over generated paths with ``..``, ``.``, symlinks and names that share
 prefixes (``/a`` vs ``/ab``). The end-to-end behaviour on a real node is tests/integration/test_confine.py."""
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.api.local_files import check_place, open_local
-from node.errors import InvalidInput, PathRefused
+from node.faces.api.local_files import check_place, open_local
+from node.support.errors import InvalidInput, PathRefused
 
 NAMES = ["a", "ab", "home", "home2", "..", ".", "link", "data.csv"]
 

@@ -19,15 +19,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import node.datasets.logical_hash as lh
-from node.datasets.logical_hash import (
-    HEADER,
-    LogicalHash,
-    LogicalHasher,
-    canonical_type,
-    logical_hash,
-)
-from node.errors import InvalidInput
+import node.services.datasets.logical_hash as lh
+from node.services.datasets.logical_hash import HEADER, LogicalHash, LogicalHasher, canonical_type, logical_hash
+from node.support.errors import InvalidInput
 
 EXAMPLE_HEX = "877d16ca45ef6b9828c0939c771af8be12c916c46f39d03a9f184819615fe9c0"
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -313,7 +307,8 @@ def test_rechunking_does_not_change_the_hash(table: pa.Table, cuts: list[int]) -
 @SETTINGS
 @given(tables(), st.integers(0, 1000))
 def test_a_copied_hasher_resumes_where_its_original_was(table: pa.Table, cut: int) -> None:
-    """An appended version's hash resumes from a copy of the older version's hasher (node.datasets.version_hashes):
+    """An appended version's hash resumes from a copy of the older version's hasher
+    (node.services.datasets.version_hashes):
     the copy fed the rest gives the whole table's hash, and the original, left alone, still gives its rows'."""
     cut %= table.num_rows + 1
     head, rest = table.slice(0, cut), table.slice(cut)

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 from multiformats import CID, multihash
 
-from node.errors import CairnError, HashMismatch, InvalidCID, InvalidInput
-from node.model import CBOR, DAG_CBOR, DAG_PB, RAW, cid_for, cid_str, parse_cid, same_cid, verify_block
+from node.domain.model import CBOR, DAG_CBOR, DAG_PB, RAW, cid_for, cid_str, parse_cid, same_cid, verify_block
+from node.support.errors import CairnError, HashMismatch, InvalidCID, InvalidInput
 
 NULL_LEAF = "bafir4idbvg7rb4h75xd5y52ytlrkwtfibmagzadomy3oig3aiegnr4f3yq"  # holium-rs test vector
 V0 = "QmdfTbBqBPQ7VNxZEYEj14VmRuZBkqFbiwReogJgS1zR1n"

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID, multihash
 
-from node.errors import EncodingError, HashMismatch
-from node.model import INT64_MAX, INT64_MIN, Block, block_of, cid_for, decode, encode
+from node.domain.model import INT64_MAX, INT64_MIN, Block, block_of, cid_for, decode, encode
+from node.support.errors import EncodingError, HashMismatch
 
 # ----------------------------------------------------------------------- strategies (shared)
 
@@ -227,7 +227,7 @@ def test_remembered_blocks_are_the_blocks_a_fresh_encoding_gives() -> None:
     """st_0, qy_0 and iv_0 blocks are remembered by value (a hit rebuilds them): the remembered block is
     byte-identical to encoding the object again, an object differing in any field gets its own block, and the
     memory stays bounded."""
-    from node.model import InputIdentity, Invocation, Query, Structure, codec
+    from node.domain.model import InputIdentity, Invocation, Query, Structure, codec
 
     st = Structure("parquet", (("col_0", "int64"), ("col_1", "string")))
     qy = Query("sql", "spark", "sqlglot", "SELECT col_0 FROM a", (block_of(st).cid,))

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import EncodingError, InvalidDagJson
-from node.model import cid_for, dumps, encode, loads, parse_cid
-from node.model.dagjson import MAX_DEPTH
+from node.domain.model import cid_for, dumps, encode, loads, parse_cid
+from node.domain.model.dagjson import MAX_DEPTH
+from node.support.errors import EncodingError, InvalidDagJson
 from tests.unit.test_model_codec import ipld_values, same, shuffled
 
 json_values = ipld_values(st.text(max_size=8).filter(lambda k: k != "/"))

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from node.errors import InvalidInput
-from node.model import (
+from node.domain.model import (
     CID,
     DataTree,
     block_of,
@@ -22,6 +21,7 @@ from node.model import (
     import_file,
     import_json,
 )
+from node.support.errors import InvalidInput
 
 NULL_LEAF = "bafir4idbvg7rb4h75xd5y52ytlrkwtfibmagzadomy3oig3aiegnr4f3yq"
 LIST_OF_NULL = "bafyr4iaboxtdci2fq5i65vzoe4jzjeqsafdmh46mz6qzhyfszd4ocealaa"

@@ -10,8 +10,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from node.errors import EncodingError, InvalidObject, UnknownKind
-from node.model import (
+from node.domain.model import (
     KINDS,
     Connection,
     DryTransformation,
@@ -40,7 +39,8 @@ from node.model import (
     selector_from_ipld,
     validate,
 )
-from node.model._shape import Ctx, want_int, want_map
+from node.domain.model._shape import Ctx, want_int, want_map
+from node.support.errors import EncodingError, InvalidObject, UnknownKind
 
 A, B, C, D = (cid_for(bytes([i])) for i in range(4))
 DID = "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
@@ -118,7 +118,7 @@ def _run() -> dict[str, Any]:
 
 
 def test_a_pipeline_run_is_signed_over_its_content_without_sig() -> None:
-    from node.identity import generate
+    from node.adapters.identity import generate
 
     key = generate()
     run = PipelineRun("p", A, None, "ok", RUN_STEPS, key.node_key, "t").signed(key.sign)

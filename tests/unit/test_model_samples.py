@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from node.model import SelectorEnvelope, cid_for, decode, decode_object, dumps, encode, loads
+from node.domain.model import SelectorEnvelope, cid_for, decode, decode_object, dumps, encode, loads
 from tests.unit.model_samples import samples
 
 

@@ -63,11 +63,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import NotFound
-from node.model import block_of
-from node.model import typecheck as tc
-from node.model.structure import Structure
-from node.model.typecheck import (
+from node.domain.model import block_of
+from node.domain.model import typecheck as tc
+from node.domain.model.structure import Structure
+from node.domain.model.typecheck import (
     NO_STRUCTURE,
     TypeContext,
     is_simple_type_normal_form,
@@ -75,7 +74,8 @@ from node.model.typecheck import (
     is_valid_asset,
     normalize_type,
 )
-from node.model.types import Asset, Type
+from node.domain.model.types import Asset, Type
+from node.support.errors import NotFound
 
 R = TypeVar("R")
 BLOCKS: dict[Any, Any] = {}  # content-addressed, so one registry serves every test
@@ -473,7 +473,8 @@ def test_arrow_schema_positional_ignores_names() -> None:
 
 
 def test_arrow_schema_asks_structure_of_for_other_data() -> None:
-    """A dataset version (an mb_0 block) has the structure node.types finds for it; other data has none."""
+    """A dataset version (an mb_0 block) has the structure node.services.type_checks finds for it; other data has
+    none."""
     seen: list[Any] = []
 
     async def structure_of(d: Any) -> Structure | None:

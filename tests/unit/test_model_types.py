@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from node.errors import InvalidInput, InvalidObject
-from node.model import block_of, cid_for, decode, decode_object, encode, parse_cid
-from node.model.functions import BUILTINS, builtin, builtin_output
-from node.model.typecheck import normalize_type
-from node.model.types import Asset, Function, Type, object_kind, parse_object
+from node.domain.model import block_of, cid_for, decode, decode_object, encode, parse_cid
+from node.domain.model.functions import BUILTINS, builtin, builtin_output
+from node.domain.model.typecheck import normalize_type
+from node.domain.model.types import Asset, Function, Type, object_kind, parse_object
+from node.support.errors import InvalidInput, InvalidObject
 
 S = parse_cid("bafyr4iczwqktrxwxfudcti3vybfyzsz7h6jgm2i2djsajd4v4cdvbilzpm")
 A = {"x": "A"}  # stand-ins for simple types: the built-ins work on normal forms, whatever the types are

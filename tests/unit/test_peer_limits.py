@@ -1,4 +1,5 @@
-"""The admission state machines (node/peers/limits.py) and the claim quotas (ClaimRepository.prune_claims), over
+"""The admission state machines (node/services/peers/admission.py) and the claim quotas (ClaimRepository.prune_claims),
+over
 generated event sequences: bounds hold for any flood, an honest sender within its rate is never refused."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.index import ClaimRow, Index
-from node.peers.limits import MAX_TRACKED, RECENT_PER_SIGNER, Admission, Limits, Lru, Replays, TokenBucket
+from node.adapters.index import ClaimRow, Index
+from node.services.peers.admission import MAX_TRACKED, RECENT_PER_SIGNER, Admission, Limits, Lru, Replays, TokenBucket
 
 gaps = st.lists(st.floats(min_value=0.0, max_value=5.0, allow_nan=False), min_size=1, max_size=300)
 

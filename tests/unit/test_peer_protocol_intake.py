@@ -1,14 +1,15 @@
-"""The inbound half of the peer protocol without IO (node/peers/claim_intake.py): what a node does with what peers
+"""The inbound half of the peer protocol without IO (node/services/peers/claim_intake.py): what a node does with what
+peers
 send (gossip, catch-up, lookup answers), driven with explicit times and real signed announcements."""
 
 from __future__ import annotations
 
 import pytest
 
-from node.errors import ClaimRefused
-from node.identity import Identity, generate
-from node.model import Announcement, cid_for, encode
-from node.peers.claim_intake import (
+from node.adapters.identity import Identity, generate
+from node.domain.model import Announcement, cid_for, encode
+from node.services.peers.admission import Admission, Limits
+from node.services.peers.claim_intake import (
     CATCHUP_LIMIT,
     CATCHUP_MAX_BYTES,
     LOOKUP_ITEMS,
@@ -19,8 +20,8 @@ from node.peers.claim_intake import (
     limit_kind,
     signed_at,
 )
-from node.peers.limits import Admission, Limits
-from node.resolve.claims import UNREACHABLE
+from node.services.resolve.claim_checks import UNREACHABLE
+from node.support.errors import ClaimRefused
 
 PEER = "12D3KooWPeer"
 T0 = 1000.0

@@ -1,10 +1,10 @@
-"""What the node sends to peers and whom it asks, without IO (node/peers/outbound_choices.py)."""
+"""What the node sends to peers and whom it asks, without IO (node/services/peers/outbound_choices.py)."""
 
 from __future__ import annotations
 
-from node.index import ExecutionRow
-from node.model import cid_for, cid_str, encode
-from node.peers.outbound_choices import (
+from node.adapters.index import ExecutionRow
+from node.domain.model import cid_for, cid_str, encode
+from node.services.peers.outbound_choices import (
     ProvidersCache,
     announceable,
     announcement_key,
@@ -15,7 +15,7 @@ from node.peers.outbound_choices import (
     provider_addrs,
     sort_answers,
 )
-from node.resolve.claims import MAX_PROVIDERS
+from node.services.resolve.claim_checks import MAX_PROVIDERS
 from p2p.errors import P2PError, P2PTimeout
 
 NOT_CAIRN = P2PError("peer 12D3KooWx does not speak that protocol")

@@ -1,5 +1,5 @@
 """Peers' shapes: the an_0 ``shape`` field, its record with the claim, and which
-peers' claims a miss tries as candidate supersets (node.resolve.supersets)."""
+peers' claims a miss tries as candidate supersets (node.services.resolve.supersets)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from typing import Any, cast
 
 import pytest
 
-from node.errors import ClaimRefused
-from node.identity import generate
-from node.index import ClaimRow, Index
-from node.model import Announcement, Invocation, block_of, cid_for, decode, encode
-from node.model.query import InputIdentity
-from node.query import CanonicalQuery, canonicalize
-from node.resolve import supersets
-from node.resolve.claims import check_announcement
-from node.resolve.peer_supersets import PeerSupersets
-from node.resolve.resolver import Flights
+from node.adapters.identity import generate
+from node.adapters.index import ClaimRow, Index
+from node.domain.model import Announcement, Invocation, block_of, cid_for, decode, encode
+from node.domain.model.query import InputIdentity
+from node.domain.sql import CanonicalQuery, canonicalize
+from node.services.resolve import supersets
+from node.services.resolve.claim_checks import check_announcement
+from node.services.resolve.peer_supersets import PeerSupersets
+from node.services.resolve.resolver import Flights
+from node.support.errors import ClaimRefused
 
 PEER = "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
 SHAPE = "ab" * 32
@@ -228,7 +228,7 @@ async def test_work_behind_answers_waits_for_quiet_misses_at_most_defer_max(monk
     ended, and no longer than ``DEFER_MAX``: a burst of answers is not slowed by the work of the ones before.
     With ``DEFER_MAX`` an hour, only the misses can end the wait before the 60 s bound (which only a hang fails);
     with it short, the deferral ends the wait while a miss is still in flight."""
-    from node.resolve import resolver
+    from node.services.resolve import resolver
 
     monkeypatch.setattr(resolver, "QUIET_FOR", 0.02)
     monkeypatch.setattr(resolver, "DEFER_MAX", 3600.0)

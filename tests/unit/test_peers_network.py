@@ -1,4 +1,5 @@
-"""The node's peer logic (``node.peers.Network``) in process: two real libp2p hosts, real indexes and real signed
+"""The node's peer logic (``node.services.peers.Network``) in process: two real libp2p hosts, real indexes and real
+signed
 announcements; the resolver and Kubo around it are small fakes (what they do is tested on real parts elsewhere:
 tests/integration/test_network.py)."""
 
@@ -9,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from config import PeerSettings
-from node import clock
-from node.errors import KuboUnreachable
-from node.identity import Identity, generate
-from node.index import ExecutionRow, Index
-from node.ipfs.client import NodeIdentity
-from node.model import CID, Announcement, cid_for, cid_str, decode, parse_cid
-from node.peers import TOPIC, Network
-from node.resolve.peer_link import PeerLink
+from node.adapters.identity import Identity, generate
+from node.adapters.index import ExecutionRow, Index
+from node.adapters.ipfs.kubo_client import NodeIdentity
+from node.domain.model import CID, Announcement, cid_for, cid_str, decode, parse_cid
+from node.services.peers import TOPIC, Network
+from node.services.resolve.peer_link import PeerLink
+from node.support import wall_clock as clock
+from node.support.errors import KuboUnreachable
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Pipeline files (node/pipelines/spec.py): YAML and JSON read alike, steps put in dependency order, and every
+"""Pipeline files (node/services/pipelines/spec.py): YAML and JSON read alike, steps put in dependency order, and every
 error one line naming the step (docs/provenance.md "Pipelines")."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from node.errors import InvalidInput
-from node.pipelines import parse_spec
+from node.services.pipelines import parse_spec
+from node.support.errors import InvalidInput
 
 YAML = """
 name: sales

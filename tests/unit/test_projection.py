@@ -1,5 +1,7 @@
-"""The state "as at" a snapshot version (node/datasets/projection.py; ODF "Projection", AS AT): for any sequence
-of snapshot states, the projection of the changelog ingest writes (node/datasets/merge.py, the real code path) up to
+"""The state "as at" a snapshot version (node/services/datasets/projection.py; ODF "Projection", AS AT): for any
+sequence
+of snapshot states, the projection of the changelog ingest writes (node/services/datasets/merge.py, the real code path)
+up to
 each version is that version's snapshot, as a multiset of rows, whatever happened before it."""
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import CID
 
-from node.datasets import merge as merging
-from node.datasets import projection
-from node.datasets.chain import SliceRef, Version
-from node.datasets.slices import read_slice
-from node.model import Structure
+from node.domain.model import Structure
+from node.services.datasets import merge as merging
+from node.services.datasets import projection
+from node.services.datasets.chain import SliceRef, Version
+from node.services.datasets.slices import read_slice
 
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string())])
 PK = ["id"]

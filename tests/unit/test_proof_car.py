@@ -1,4 +1,4 @@
-"""The proof file reader (node/provenance/car_source.py): strict CARv1, UnixFS files put back together.
+"""The proof file reader (node/services/provenance/car_source.py): strict CARv1, UnixFS files put back together.
 
 Hand-built files, no node: each fault of docs/provenance.md "Proofs" ("How the file is read") is a BadCar naming
 it, and ``verify_car`` turns it into a failed answer, never an exception. The reassembly against Kubo's own
@@ -13,11 +13,11 @@ from pathlib import Path
 import dag_cbor
 import pytest
 
-from node.ipfs.unixfs import _field, _varint
-from node.model import block_of, cid_str
-from node.model.cid import cid_for
-from node.provenance.car_source import BadCar, CarSource, index_car, unixfs_bytes
-from node.provenance.proof import car_header, car_section, verify_car
+from node.adapters.ipfs.unixfs import _field, _varint
+from node.domain.model import block_of, cid_str
+from node.domain.model.cid import cid_for
+from node.services.provenance.car_source import BadCar, CarSource, index_car, unixfs_bytes
+from node.services.provenance.proof import car_header, car_section, verify_car
 
 A, B = block_of({"a": 1}), block_of({"b": [1, 2]})
 

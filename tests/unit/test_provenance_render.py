@@ -1,4 +1,5 @@
-"""node.provenance.render: DOT, Mermaid and SVG text of a lineage graph, parsed back (docs/provenance.md "Lineage").
+"""node.services.provenance.render: DOT, Mermaid and SVG text of a lineage graph, parsed back (docs/provenance.md
+"Lineage").
 
 Labels carry what a peer may put in a name or an error (quotes, backslashes, angle brackets, newlines): each
 format must still parse, with one edge per link."""
@@ -9,7 +10,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from node.provenance.render import layers, node_text, to_dot, to_mermaid, to_svg
+from node.services.provenance.render import layers, node_text, to_dot, to_mermaid, to_svg
 
 NASTY = 'a "quoted" <b>name</b> & \\ back\nslash'
 

@@ -1,4 +1,5 @@
-"""Pull sources (node/datasets/transfer.py): which redirects are followed (only within the source's origin, checked
+"""Pull sources (node/services/datasets/transfer.py): which redirects are followed (only within the source's origin,
+checked
 against an independent oracle, urllib.parse's urljoin and urlsplit with default ports, over generated Locations),
 and the free-disk check. The hostile servers themselves are in tests/integration/test_confine.py."""
 
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from yarl import URL
 
-from node.datasets.transfer import _origin, _redirect_target
+from node.services.datasets.transfer import _origin, _redirect_target
 
 BASE = "http://127.0.0.1:5000/odf/x/refs/head"
 PORTS = {"http": 80, "https": 443}
@@ -63,10 +64,10 @@ def test_slices_that_would_not_fit_the_disk_are_refused_before_fetching(tmp_path
     import shutil
     from types import SimpleNamespace
 
-    from node.datasets.chain import SliceRef
-    from node.datasets.transfer import _refuse_overfill
-    from node.errors import InsufficientStorage
-    from node.model import parse_cid
+    from node.domain.model import parse_cid
+    from node.services.datasets.chain import SliceRef
+    from node.services.datasets.transfer import _refuse_overfill
+    from node.support.errors import InsufficientStorage
 
     ds: Any = SimpleNamespace(tmp_dir=tmp_path)  # a small fake: only where the pull would write
     src: Any = SimpleNamespace(base="http://127.0.0.1:1/odf/x")

@@ -1,4 +1,4 @@
-"""Appends brought forward (node/query/rewrite.py ``forward``, node/resolve/supersets.py ``appended``):
+"""Appends brought forward (node/domain/sql/rewrite.py ``forward``, node/services/resolve/supersets.py ``appended``):
 which statements decompose over old ∪ new, and that the merge is sound.
 
 Oracle: SQLite (the standard library's) runs the canonical statement over old ∪ new rows from scratch, and the
@@ -21,12 +21,12 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets import SliceRef, Version
-from node.index import Index
-from node.model import block_of
-from node.query import arrow_eval
-from node.query.rewrite import Rewrite, forward
-from node.resolve import supersets
+from node.adapters.index import Index
+from node.domain.model import block_of
+from node.domain.sql import arrow_eval
+from node.domain.sql.rewrite import Rewrite, forward
+from node.services.datasets import SliceRef, Version
+from node.services.resolve import supersets
 from tests.unit.test_query_rewrite import COLUMNS, TABLE, _bag, _pair, _q, _row, _rows, _sqlite
 
 
@@ -100,7 +100,7 @@ def test_decomposable_statements_are_forwarded_soundly(sql: str) -> None:
 
 
 def test_arrow_forwards_plain_statements() -> None:
-    """Not vacuous: node.query.arrow_eval.forward computes the plain forwarded statements (a projection, an integer
+    """Not vacuous: node.domain.sql.arrow_eval.forward computes the plain forwarded statements (a projection, an integer
     GROUP BY) and declines the rest (an expression, a float), which Spark then runs."""
     FORWARDED_HERE.clear()
     for sql in FORWARDED:

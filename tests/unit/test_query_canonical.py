@@ -9,8 +9,8 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.errors import InvalidInput, QueryRefused
-from node.query import CANONICALIZER_VERSION, CanonicalQuery, SortKey, abstract_table_name, canonicalize
+from node.domain.sql import CANONICALIZER_VERSION, CanonicalQuery, SortKey, abstract_table_name, canonicalize
+from node.support.errors import InvalidInput, QueryRefused
 
 T = [("k", "int64"), ("x", "float64"), ("s", "utf8"), ("d", "date32"), ("b", "bool")]
 T_RENAMED = [("id", "int64"), ("amount", "float64"), ("label", "utf8"), ("day", "date32"), ("flag", "bool")]
@@ -829,7 +829,7 @@ def test_version_names_sqlglot_and_rules():
 
 
 def test_version_changes_with_the_allowlist(monkeypatch):
-    from node.query import allowlist, canonical
+    from node.domain.sql import allowlist, canonical
 
     before = canonical._rules_digest()
     monkeypatch.setattr(allowlist, "SCALAR_FUNCTIONS", allowlist.SCALAR_FUNCTIONS | {"some_new_function"})

@@ -10,9 +10,10 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import QueryRefused
-from node.query import canonicalize, clock
-from node.query.dialect import DIALECT
+from node.domain.sql import canonicalize
+from node.domain.sql import clock_rule as clock
+from node.domain.sql.dialect import DIALECT
+from node.support.errors import QueryRefused
 
 T = {
     "t": [
@@ -24,7 +25,8 @@ T = {
     ]
 }
 
-# Each spelling of a clock value (node/query/clock.py), plus the other places Spark casts a string to a date/time.
+# Each spelling of a clock value (node/domain/sql/clock_rule.py), plus the other places Spark casts a string to a
+# date/time.
 CLOCK_QUERIES = [
     "SELECT CAST('now' AS TIMESTAMP) FROM t",
     "SELECT DATE 'today' FROM t",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from node.errors import QueryRefused
-from node.query import canonicalize, environment
-from node.query.dialect import DIALECT
+from node.domain.sql import canonicalize, environment
+from node.domain.sql.dialect import DIALECT
+from node.support.errors import QueryRefused
 
 T = {
     "t": [

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.query import canonicalize
-from node.query.equivalences import MIRRORED
+from node.domain.sql import canonicalize
+from node.domain.sql.equivalences import MIRRORED
 from tests.unit.test_query_canonical import ONE, TWO, key, roundtrip
 
 # (name, first spelling, second spelling, inputs): must collide.

@@ -1,4 +1,4 @@
-"""Structural limits before parsing (node/query/limits.py): statements the parser handles
+"""Structural limits before parsing (node/domain/sql/token_limits.py): statements the parser handles
 slowly are refused from their token counts, each refusal naming its limit; statements within the limits are not."""
 
 from __future__ import annotations
@@ -7,10 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import QueryRefused
-from node.query import canonicalize
-from node.query.dialect import DIALECT
-from node.query.limits import MAX_BOOLEAN_TERMS, MAX_NESTING, MAX_SET_OPERATIONS, MAX_SQL_TOKENS, check_tokens
+from node.domain.sql import canonicalize
+from node.domain.sql.dialect import DIALECT
+from node.domain.sql.token_limits import (
+    MAX_BOOLEAN_TERMS,
+    MAX_NESTING,
+    MAX_SET_OPERATIONS,
+    MAX_SQL_TOKENS,
+    check_tokens,
+)
+from node.support.errors import QueryRefused
 
 ONE = {"t": [("id", "int64"), ("name", "utf8")]}
 

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from node.errors import QueryRefused
-from node.query import checks, inputs, naming, order, printing, qualify
-from node.query.dialect import DIALECT
+from node.domain.sql import checks, naming, order, printing, qualify
+from node.domain.sql import declared_inputs as inputs
+from node.domain.sql.dialect import DIALECT
+from node.support.errors import QueryRefused
 
 T = {"t": [("k", "int64"), ("x", "float64"), ("s", "utf8")]}
 

@@ -1,4 +1,4 @@
-"""The canonical row order of results without ORDER BY (node.query.result_order, docs/queries.md "Order"):
+"""The canonical row order of results without ORDER BY (node.domain.sql.result_order, docs/queries.md "Order"):
 total over every type, nested ones included, so any layout of the same rows gives byte-identical Parquet."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import InvalidInput
-from node.query.result_order import canonical_order, encode
-from node.resolve.execution import published_order
+from node.domain.sql.result_order import canonical_order, encode
+from node.services.resolve.execution import published_order
+from node.support.errors import InvalidInput
 
 NESTED = pa.schema(
     [
@@ -134,7 +134,7 @@ def test_a_value_with_no_encoding_is_a_4xx(monkeypatch: pytest.MonkeyPatch) -> N
     def no_encoding(value: object) -> bytes:
         raise TypeError("no canonical encoding for a thing")
 
-    monkeypatch.setattr("node.query.result_order.encode", no_encoding)
+    monkeypatch.setattr("node.domain.sql.result_order.encode", no_encoding)
     with pytest.raises(InvalidInput, match="canonical order"):
         published_order(pa.table({"a": pa.array([[1], [2]], pa.list_(pa.int64()))}), None)
     with pytest.raises(TypeError):

@@ -1,4 +1,4 @@
-"""Answers from supersets (node/query/rewrite.py): the rules' decisions and their soundness.
+"""Answers from supersets (node/domain/sql/rewrite.py): the rules' decisions and their soundness.
 
 Oracle: SQLite (the standard library's, not Cairn's engine) runs the canonical statements translated by sqlglot
 over tiny generated tables: the new query from scratch must give the same multiset of rows as the rewritten
@@ -20,12 +20,12 @@ import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets import Version
-from node.index import ExecutionRow, Index
-from node.model import block_of
-from node.query import CanonicalQuery, arrow_eval, canonicalize
-from node.query.rewrite import Rewrite, _holds, implies, rewrite, shape_key
-from node.resolve import supersets
+from node.adapters.index import ExecutionRow, Index
+from node.domain.model import block_of
+from node.domain.sql import CanonicalQuery, arrow_eval, canonicalize
+from node.domain.sql.rewrite import Rewrite, _holds, implies, rewrite, shape_key
+from node.services.datasets import Version
+from node.services.resolve import supersets
 
 COLUMNS = [("x", "int64"), ("y", "int32"), ("k", "int64"), ("s", "utf8"), ("f", "float64")]
 MORE = {"t": [*COLUMNS, ("u", "uint32"), ("ts", "timestamp[us]")]}
@@ -78,7 +78,7 @@ def check_sound(cached: str, new: str, table: Sequence[Sequence[Any]]) -> Rewrit
     return r
 
 
-EVALUATED: list[str] = []  # rules whose rewritten statement node.query.arrow_eval computed
+EVALUATED: list[str] = []  # rules whose rewritten statement node.domain.sql.arrow_eval computed
 
 
 def _arrow(rows: Sequence[Sequence[Any]], columns: int) -> pa.Table:
@@ -162,7 +162,7 @@ def test_rules_are_taken_and_sound(cached: str, new: str, rule: str) -> None:
 
 
 def test_arrow_evaluates_the_rules_plain_forms() -> None:
-    """Not vacuous: node.query.arrow_eval computes both rules' rewritten statements (sound: check_sound); outside
+    """Not vacuous: node.domain.sql.arrow_eval computes both rules' rewritten statements (sound: check_sound); outside
     its subset (a scalar expression, a float sum, a float key) it declines and Spark runs them."""
     EVALUATED.clear()
     for cached, new, _ in TAKEN:
@@ -272,7 +272,8 @@ def _row(invocation: str, trust: str) -> ExecutionRow:
 
 
 def test_candidates_are_local_computed_rows_over_the_same_versions(tmp_path: Path) -> None:
-    """node.resolve.supersets over a real index: same shape and a proved rule; a peer's row is never a superset."""
+    """node.services.resolve.supersets over a real index: same shape and a proved rule; a peer's row is never a
+    superset."""
     index = Index(tmp_path / "index.db")
     here, other = [Version(block_of({"v": 1}).cid, [])], [Version(block_of({"v": 2}).cid, [])]
     wide, narrow = _q("SELECT x, y, k FROM t"), _q("SELECT x FROM t WHERE k < 10")

@@ -1,4 +1,4 @@
-"""The canonicalizer in bounded child processes (node/query/sandbox.py), on real child
+"""The canonicalizer in bounded child processes (node/domain/sql/sandbox.py), on real child
 processes: the same answers as the in-process canonicalizer (the oracle), a budget that kills the child, refusals
 remembered so a repeated statement never reaches a child, single-flight, and children that end with the sandbox."""
 
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node.errors import QueryRefused
-from node.query import canonicalize
-from node.query.sandbox import Sandbox
+from node.domain.sql import canonicalize
+from node.domain.sql.sandbox import Sandbox
+from node.support.errors import QueryRefused
 
 ONE = {"t": [("id", "int64"), ("name", "utf8"), ("x", "float64")]}
 TWO = {**ONE, "u": [("id", "int64"), ("v", "utf8")]}
@@ -176,7 +176,7 @@ def test_close_ends_every_child(loop: asyncio.AbstractEventLoop) -> None:
 
 ORPHAN = """
 import asyncio, os, sys
-from node.query.sandbox import Sandbox
+from node.domain.sql.sandbox import Sandbox
 async def main():
     sandbox = Sandbox()
     await sandbox.canonicalize("SELECT id FROM t", {"t": [("id", "int64")]})

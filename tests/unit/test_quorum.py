@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.errors import InvalidInput
-from node.resolve.quorum import Mode, parse, tally
-from node.resolve.resolver import accepts, valid_mode
+from node.services.resolve.quorum import Mode, parse, tally
+from node.services.resolve.resolver import accepts, valid_mode
+from node.support.errors import InvalidInput
 
 X, Y = ("hx", 3), ("hy", 3)
 

@@ -1,4 +1,4 @@
-"""Input readers (node/datasets/readers/): formats, compressions, streams, types, errors,
+"""Input readers (node/services/datasets/readers/): formats, compressions, streams, types, errors,
 bounded memory."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.datasets.logical_hash import logical_hash
-from node.datasets.readers import (
+from node.services.datasets.logical_hash import logical_hash
+from node.services.datasets.readers import (
     DEFAULT_BLOCK_SIZE,
     EVENT_TIME_TYPE,
     Input,
@@ -27,8 +27,8 @@ from node.datasets.readers import (
     open_input,
     parse_type_name,
 )
-from node.datasets.slices import canonical_slice_schema
-from node.errors import InvalidInput
+from node.services.datasets.slices import canonical_slice_schema
+from node.support.errors import InvalidInput
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UTC = dt.UTC
@@ -199,7 +199,7 @@ def test_every_format_and_compression_gives_the_same_table(tmp_path, fmt, codec,
 
 def test_batches_round_trip_through_a_slice():
     """What the reader hands out is what a slice stores: same schema, same logical hash."""
-    from node.datasets.slices import read_slice, slice_bytes
+    from node.services.datasets.slices import read_slice, slice_bytes
 
     data = b"t,d,h,n\n2024-01-01 10:00:00,2024-01-01,10:00:00,1\n2024-01-02 11:00:00,2024-01-02,11:30:00,2\n"
     table = read_all(io.BytesIO(data))
@@ -742,9 +742,9 @@ def test_tsv_with_quotes_and_custom_delimiter():
 
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_results_do_not_depend_on_threads(monkeypatch, workers):
-    from node.datasets import readers
+    from node.services.datasets import readers
 
-    monkeypatch.setattr(readers.inputs, "_WORKERS", workers)
+    monkeypatch.setattr(readers.opened_input, "_WORKERS", workers)
     rows = sample_rows()
     data = to_csv(rows)
     t = read_all(io.BytesIO(data), block_size=2048)

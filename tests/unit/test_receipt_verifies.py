@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from node.errors import InvalidObject
-from node.identity import generate, public_key_from_did
-from node.model import Receipt, block_of, decode, decode_object
+from node.adapters.identity import generate, public_key_from_did
+from node.domain.model import Receipt, block_of, decode, decode_object
+from node.support.errors import InvalidObject
 
 LINK = block_of({"a": 1}).cid
 CHECKED = block_of({"rc": "checked"}).cid

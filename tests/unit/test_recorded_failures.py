@@ -10,12 +10,12 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from node.errors import SparkError, SparkQueueFull, SparkRefused, SparkTimeout, SparkWorkerDied
-from node.identity import generate, public_key_from_did
-from node.index import ExecutionRow, Index
-from node.model import Announcement, Failure, Receipt, block_of, decode, decode_object
-from node.resolve.failures import DETERMINISTIC, deterministic, error_class
-from node.resolve.resolver import recorded_failure
+from node.adapters.identity import generate, public_key_from_did
+from node.adapters.index import ExecutionRow, Index
+from node.domain.model import Announcement, Failure, Receipt, block_of, decode, decode_object
+from node.services.resolve.failures import DETERMINISTIC, deterministic, error_class
+from node.services.resolve.resolver import recorded_failure
+from node.support.errors import SparkError, SparkQueueFull, SparkRefused, SparkTimeout, SparkWorkerDied
 
 LINK = block_of({"a": 1}).cid
 DIV = Failure("DIVIDE_BY_ZERO", "22012", "[DIVIDE_BY_ZERO] Division by zero.")

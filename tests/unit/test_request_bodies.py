@@ -1,4 +1,4 @@
-"""node.api.bodies: a JSON request body is checked against its route's schema (the document's), and a body that
+"""node.faces.api.bodies: a JSON request body is checked against its route's schema (the document's), and a body that
 fails is told in the route's words, one line: the messages clients and the CLI have always seen."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from node.api import bodies
-from node.errors import InvalidCID, InvalidInput
-from node.model import INT64_MAX
+from node.domain.model import INT64_MAX
+from node.faces.api import bodies
+from node.support.errors import InvalidCID, InvalidInput
 
 SQL = {"sql": "SELECT 1 AS one"}
 TRUST = '"trust" must be one of self, community, verify, any, or quorum:K[:communities]'

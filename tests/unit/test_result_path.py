@@ -9,11 +9,11 @@ import random
 import pyarrow as pa
 import pytest
 
-from node.datasets.slices import iter_slices, slice_bytes
-from node.errors import SparkError, SparkRefused
-from node.query.result_order import canonical_indices, canonical_order
-from node.resolve.spark import _answer_table
-from node.resolve.spark_wire import own_batch as _own_batch
+from node.domain.sql.result_order import canonical_indices, canonical_order
+from node.services.datasets.slices import iter_slices, slice_bytes
+from node.services.resolve.spark import _answer_table
+from node.services.resolve.spark_wire import own_batch as _own_batch
+from node.support.errors import SparkError, SparkRefused
 from spark_worker import budget, guard
 from spark_worker.jobs import ClientGone, Job
 from spark_worker.results import Batches
@@ -97,7 +97,8 @@ def test_budgets_stop_the_stream_before_the_batch_that_passes_them() -> None:
 
 @pytest.mark.parametrize("rows_per_slice", [1, 7, 64, 1000])
 def test_slices_taken_by_indices_are_the_bytes_of_the_sorted_table(rows_per_slice: int) -> None:
-    """node.resolve.publish.Publisher._write_result takes each slice's rows by the sort indices instead of sorting the
+    """node.services.resolve.publish.Publisher._write_result takes each slice's rows by the sort indices instead of
+    sorting the
     whole table: the slices' bytes must be those of the whole sorted table cut into slices."""
     table = pa.Table.from_batches(_table(300, seed=3).to_batches(max_chunksize=11))
     whole = canonical_order(table)

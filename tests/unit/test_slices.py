@@ -1,4 +1,4 @@
-"""Slices (node/datasets/slices.py): deterministic Parquet bytes, re-cutting streams of batches."""
+"""Slices (node/services/datasets/slices.py): deterministic Parquet bytes, re-cutting streams of batches."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import node.datasets.slices as slices
-from node.datasets.logical_hash import logical_hash
-from node.datasets.slices import (
+import node.services.datasets.slices as slices
+from node.services.datasets.logical_hash import logical_hash
+from node.services.datasets.slices import (
     SLICE_WRITER_VERSION,
     WRITER_OPTIONS,
     canonical_slice_schema,
@@ -25,7 +25,7 @@ from node.datasets.slices import (
     slice_bytes,
     write_parquet_slice,
 )
-from node.errors import InvalidInput, NotFound
+from node.support.errors import InvalidInput, NotFound
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.resolve.spark import SparkWorker
+from node.services.resolve.spark import SparkWorker
 from spark_worker.protocol import TOKEN_ENV
 from spark_worker.server import _check_mode, parse_args
 from spark_worker.session import _grpc_why, remote_url

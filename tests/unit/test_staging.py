@@ -1,4 +1,4 @@
-"""``spark.staging`` (node/resolve/staging.py): slices staged once under their CID, shared by
+"""``spark.staging`` (node/services/resolve/staging.py): slices staged once under their CID, shared by
 nodes, never overwritten, checked before use. The end-to-end test (Spark executors reading a staging directory two
 nodes share) is in tests/integration/test_spark_modes.py."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from config import SettingsError, load_settings, staging_problem
-from node.errors import SliceCorrupt
-from node.ipfs.unixfs import UnixfsHasher
-from node.resolve.spark import _run_request
-from node.resolve.staging import Staging
+from node.adapters.ipfs.unixfs import UnixfsHasher
+from node.services.resolve.spark import _run_request
+from node.services.resolve.staging import Staging
+from node.support.errors import SliceCorrupt
 
 
 def _slice(path: Path, data: bytes) -> tuple[Path, object]:

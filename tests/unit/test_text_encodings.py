@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from node.datasets.readers import SNIFFED_DELIMITERS, ReadOptions, open_input
-from node.errors import InvalidInput
+from node.services.datasets.readers import SNIFFED_DELIMITERS, ReadOptions, open_input
+from node.support.errors import InvalidInput
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,4 +1,4 @@
-"""node.values: one rendering of every Arrow type, checked by decoding it back with independent parsers
+"""node.support.values: one rendering of every Arrow type, checked by decoding it back with independent parsers
 (json with a strict parser, decimal.Decimal, datetime.fromisoformat, base64, Python's csv module)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node import values
-from node.api import export
+from node.faces.api import export
+from node.support import values
 
 
 def strict_loads(text: str | bytes) -> Any:
@@ -30,7 +30,7 @@ def strict_loads(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=refuse)
 
 
-# -- what a rendered value must decode back to (independent of node.values) ---------------------------
+# -- what a rendered value must decode back to (independent of node.support.values) ---------------------------
 
 
 def decode_back(t: pa.DataType, v: Any) -> Any:
@@ -247,8 +247,8 @@ def test_duplicate_names_become_unique_keys_in_jsonl() -> None:
 )
 def test_empty_input_schema_from_canonical_types(t: pa.DataType, tmp_path: Any) -> None:
     """An input with no rows reaches Spark as an empty Parquet file whose types give the same canonical strings."""
-    from node.datasets import canonical_type
-    from node.resolve.empty_input import arrow_type, write_empty
+    from node.services.datasets import canonical_type
+    from node.services.resolve.empty_input import arrow_type, write_empty
 
     assert canonical_type(arrow_type(canonical_type(t))) == canonical_type(t)
     back = pa.parquet.read_table(write_empty(tmp_path / "e.parquet", [("c", canonical_type(t))]))

@@ -1,7 +1,7 @@
-"""The web page's files (docs/web.md, node/api/webui.py): what is served is what is shipped, in the wheel too, and
+"""The web page's files (docs/web.md, node/faces/api/webui.py): what is served is what is shipped, in the wheel too, and
 the scripts never render data as HTML.
 
-- ``test_served_files_are_the_shipped_files``: ``FILES`` names exactly the files of ``node/api/web/``, and each is
+- ``test_served_files_are_the_shipped_files``: ``FILES`` names exactly the files of ``node/faces/api/web/``, and each is
   matched by the package-data globs of pyproject.toml (so an installed wheel carries it).
 - ``test_every_file_the_page_loads_is_served``: the page's ``/ui/…`` references and the modules' imports are in
   ``FILES`` (a missing one would be a 404 in the browser).
@@ -16,14 +16,14 @@ import re
 import tomllib
 from pathlib import Path
 
-from node.api.webui import FILES, WEB_DIR
+from node.faces.api.webui import FILES, WEB_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_served_files_are_the_shipped_files() -> None:
     assert set(FILES) == {p.name for p in WEB_DIR.iterdir() if p.is_file()}
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["node.api"]
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["node.faces.api"]
     for name in FILES:
         assert any(fnmatch.fnmatch(f"web/{name}", g) for g in globs), f"{name} is not in the package data"
 

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from node.core import WorkerStart
-from node.errors import CairnError
-from node.resolve import SparkWorker
+from node.services.resolve import SparkWorker
+from node.support.errors import CairnError
 
 
 class FakeWorker:
