@@ -1,4 +1,5 @@
-"""Every shell command shown in README.md and docs/*.md runs, and prints what the doc shows (issue 20 item 3).
+"""Every shell command shown in README.md and docs/*.md runs, and prints what the doc shows: a doc whose commands no
+longer run, or print something else, is caught here rather than by a reader.
 
 `tests/docs_blocks.py` extracts the blocks and compares output shapes. Here each block belongs to one *session*:
 a fresh `$HOME` (so `~/.cairn` is the default home, `~/.cairn-1` another), a `cairn` on `PATH` and `.venv` beside
@@ -102,8 +103,8 @@ SESSIONS: dict[str, Session] = {
         (
             "datasets.md › Schema evolution #1",
             "datasets.md › Snapshot datasets, as queries see them #1",
-            "queries.md › Inputs: declared, or by the dataset's name (issue 16) #1",
-            "queries.md › An earlier version: `NAME@BLOCKCID`, `NAME@-N` (issue 17 item 6) #1",
+            "queries.md › Inputs: declared, or by the dataset's name #1",
+            "queries.md › An earlier version: `NAME@BLOCKCID`, `NAME@-N` #1",
         ),
         setup=(
             r"printf 'id,city\n1,Paris\n2,Lyon\n3,Nice\n' > s1.csv",

@@ -1,4 +1,4 @@
-"""Issue 15 item 5: faults on real processes, and the data survives.
+"""Faults on real processes, and the data survives.
 
 SIGKILL of Kubo mid-ingest and mid-pull, SIGKILL of the node mid-ingest and mid-publish, a full disk during an
 ingest. Each case ends with ``check_consistent``: the index passes ``PRAGMA integrity_check`` and every head and

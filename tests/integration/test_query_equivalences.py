@@ -1,4 +1,4 @@
-"""Canonical equivalences on a real Spark worker (issue 16 item 6; docs/queries.md "The rewrite", step 7).
+"""Canonical equivalences on a real Spark worker (docs/queries.md "The rewrite", step 7).
 
 Each pair that the canonicalizer makes collide (tests/unit/test_query_equivalences.py SAME) runs as the user wrote
 both spellings, over the user's tables, on the Spark worker Cairn uses (its forced settings: ANSI, UTC…): the two

@@ -399,7 +399,7 @@ def test_the_oracle_compared_most_cases_exactly() -> None:
     assert len(SEEN["exact"]) >= 0.7 * len(SEEN["ran"]), SEEN
 
 
-# --- answers from supersets (node/domain/sql/rewrite.py, issue 22 item 3) -------------------------------------------
+# --- answers from supersets (node/domain/sql/rewrite.py) ------------------------------------------------------------
 
 
 def _published_bytes(table: pa.Table) -> tuple[bytes, str]:
@@ -492,7 +492,7 @@ def test_generated_rewrites_give_the_from_scratch_bytes(
 
 
 def test_appends_give_the_from_scratch_bytes(engines: tuple[Engine, Engine]) -> None:
-    """rewrite.forward (issue 22 item 4) on real Spark: the statement's published result over the first rows (table
+    """rewrite.forward on real Spark: the statement's published result over the first rows (table
     ``b``) brought forward over the appended rows alone (table ``a``) gives the bytes, types and logical hash of the
     statement from scratch over all rows (local[3], shuffled over three files); so does Arrow's forward in the node
     where it computes the statement."""

@@ -1,4 +1,4 @@
-"""Spark modes (issue 21 item 1; docs/spark.md "Modes"): the same miss answered in ``local``, ``standalone`` and
+"""Spark modes (docs/spark.md "Modes"): the same miss answered in ``local``, ``standalone`` and
 ``connect`` mode gives the same result slice CIDs, logical hash and ``ex_0`` CID.
 
 Real components only: a standalone master and one worker, and a Spark Connect server with a token, all started from
@@ -67,7 +67,8 @@ async def _answer(node: InNode) -> dict[str, Any]:
 
 async def _miss(base: Path, kubo: ManagedKubo, staging: Path, **settings: Any) -> dict[str, Any]:
     """A miss on a fresh node whose Spark reads its inputs from ``staging`` (spark.staging, shared by every node of
-    the module: issue 21 item 2), over 3 input slices of 2 rows."""
+    the module, so a later node finds the slices the first one staged under their CIDs and reuses them), over 3 input
+    slices of 2 rows."""
     settings = {"spark.staging": f"file://{staging}", "datasets.rows_per_slice": 2, **settings}
     async with inprocess_node(base, kubo, **settings) as node:
         await node[0].spark.ensure()

@@ -12,7 +12,6 @@ tests, and no ``.md`` file of the docs, may cite one. Two shapes count as a cita
 from __future__ import annotations
 
 import ast
-import functools
 import io
 import re
 import tokenize
@@ -29,25 +28,6 @@ MD_DIRS = ("docs", "scripts")
 ISSUE = re.compile(r"\bissues?\b[\s#]*\d", re.IGNORECASE)
 # "item" then a number, looked for in prose only.
 ITEM = re.compile(r"\bitems?\s+\d", re.IGNORECASE)
-
-# Until the lead merges the other helpers' branches: files (or folders, by a trailing "/") that another helper owns
-# and is rewriting, which still cite issues. The lead empties this after merging them; `test_allowed_is_not_stale` fails
-# for an entry with nothing left to allow, so the set cannot outlive its reason.
-ALLOWED = {
-    "node/faces/api/",
-    "tests/fixtures/",
-    "tests/test_docs.py",
-    "tests/integration/test_query_spark.py",
-    "tests/integration/test_query_equivalences.py",
-    "tests/integration/test_spark_modes.py",
-    "tests/integration/test_faults.py",
-}
-# Two headings whose command blocks tests/test_docs.py names by their text: they are renamed together with it (the
-# lead, after merging), so until then these lines, by their start, keep their number.
-ALLOWED_LINES = {
-    ("docs/queries.md", "## Inputs: declared, or by the dataset's name ("),
-    ("docs/queries.md", "### An earlier version: `NAME@BLOCKCID`, `NAME@-N` ("),
-}
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -90,19 +70,12 @@ def citations(text: str, markdown: bool = False) -> list[tuple[int, str]]:
     return [(n, lines[min(n, len(lines)) - 1].strip()) for n in sorted(hits)]
 
 
-def _allowed(rel: str, line: str = "") -> bool:
-    if any(rel == entry or (entry.endswith("/") and rel.startswith(entry)) for entry in ALLOWED):
-        return True
-    return any(rel == path and line.startswith(start) for path, start in ALLOWED_LINES)
-
-
 def _checked_files() -> list[tuple[Path, bool]]:
     py = [p for d in PY_DIRS for p in (ROOT / d).rglob("*.py")]
     md = [ROOT / f for f in MD_FILES] + [p for d in MD_DIRS for p in (ROOT / d).rglob("*.md")]
     return sorted({(p, p.suffix == ".md") for p in py + md if ".venv" not in p.parts})
 
 
-@functools.cache
 def _found() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for path, markdown in _checked_files():
@@ -114,24 +87,8 @@ def _found() -> dict[str, list[str]]:
 
 
 def test_no_comment_docstring_or_doc_cites_an_issue() -> None:
-    offending = [
-        f"{rel}:{cite}"
-        for rel, cited in _found().items()
-        for cite in cited
-        if not _allowed(rel, cite.split(": ", 1)[1])
-    ]
+    offending = [f"{rel}:{cite}" for rel, cited in _found().items() for cite in cited]
     assert not offending, "say why instead of citing an issue:\n" + "\n".join(offending)
-
-
-def test_allowed_is_not_stale() -> None:
-    found = _found()
-    stale = sorted(e for e in ALLOWED if not any(rel == e or (e.endswith("/") and rel.startswith(e)) for rel in found))
-    stale += sorted(
-        f"{path}: {start}…"
-        for path, start in ALLOWED_LINES
-        if not any(cite.split(": ", 1)[1].startswith(start) for cite in found.get(path, []))
-    )
-    assert not stale, "cited nothing any more, take them out of ALLOWED / ALLOWED_LINES:\n" + "\n".join(stale)
 
 
 def test_the_walk_finds_the_code_and_the_docs() -> None:

@@ -1,9 +1,10 @@
 """Who may call a route, and with what body: the checks ``create_app`` wraps around every route of the table.
 
-Issue 15 item 1 ("Access and limits, declared once per route"). Each route of ``node.faces.api.server.ROUTES`` is a
-:class:`Route`; :func:`guard` turns it into the handler aiohttp runs, so a route cannot be served without its
-checks. In order: the ``Host`` header (every request, :func:`host_middleware`: DNS rebinding), the ``Origin``
-(web pages other than the node's own may only read open data), the token, the content type and the body cap.
+Access and limits are declared once per route, beside it, so that no handler can forget one. Each route of
+``node.faces.api.server.ROUTES`` is a :class:`Route`; :func:`guard` turns it into the handler aiohttp runs, so a route
+cannot be served without its checks. In order: the ``Host`` header (every request, :func:`host_middleware`: DNS
+rebinding), the ``Origin`` (web pages other than the node's own may only read open data), the token, the content type
+and the body cap.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""``path=``: the files a client on the node's machine may have it ingest in place (issue 15, "token holders reach
-too far"; docs/api.md "Ingesting a local file").
+"""``path=``: the files a client on the node's machine may have it ingest in place, and no others: a token holder
+must not reach every file the node can read (docs/api.md "Ingesting a local file").
 
 A dataset is readable without the token and pinned where peers fetch it, so ``path=`` must not turn the node into
 a reader of whatever it can open (``node.key``, ``api.token``, ``~/.ssh``). The rules, in order:
