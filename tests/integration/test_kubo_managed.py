@@ -106,7 +106,11 @@ async def test_supervise_restarts_after_sigkill(kubo: ManagedKubo) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     await until(lambda: not kubo.alive(), what="daemon exit")
-    await asyncio.sleep(0.2)  # give a (wrongly) surviving supervisor the time it would need
+    # Nothing is left that could restart it: the supervisor ended cancelled, and no task of the loop is still
+    # running ManagedKubo code (a restart would run in one).
+    assert task.cancelled()
+    running = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not [t for t in running if "ManagedKubo" in t.get_coro().__qualname__], running  # type: ignore[union-attr]
     assert kubo.restarts == 1 and not kubo.alive()
 
 

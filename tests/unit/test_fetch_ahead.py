@@ -8,6 +8,8 @@ asked while the fetch is under way waits for it (``settle``) instead of fetching
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,23 @@ from node.services.resolve.resolver import Options, Resolver
 RECEIPT, EXECUTION = b"receipt block", b"execution block"
 SHAPE, OTHER = "ab" * 32, "cd" * 32
 PROVIDER = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWA"
+DEADLINE = 30.0  # seconds: only a bound for a test that fails, never a wait a passing one needs
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Poll ``check`` on the event loop until it holds; fail after ``DEADLINE`` s."""
+    end = time.monotonic() + DEADLINE
+    while not check():
+        assert time.monotonic() < end, f"{what} not met within {DEADLINE} s"
+        await asyncio.sleep(0.001)
+
+
+async def background_done(since: set[asyncio.Task[object]]) -> None:
+    """Wait for every task started after the snapshot ``since`` (a connect, a fetch ahead) to end: whatever the
+    calls made since then began has run to its end, so what it did not do, it never will."""
+    new = asyncio.all_tasks() - since - {asyncio.current_task()}
+    if new:
+        await asyncio.wait_for(asyncio.gather(*new, return_exceptions=True), DEADLINE)
 
 
 class SlowKubo:
@@ -95,11 +114,13 @@ def test_a_claim_naming_no_shape_is_fetched_by_a_deterministic_share_of_the_node
 
 async def test_a_neighbours_claim_is_not_fetched_ahead() -> None:
     kubo = SlowKubo()
+    kubo.release.set()  # a fetch wrongly started would run to its end
     ahead = FetchAhead(kubo, 4096)  # type: ignore[arg-type]  # the two calls FetchAhead makes
     ahead.asked(SHAPE)  # even of a shape asked here
     an = _claim()
+    since = asyncio.all_tasks()
     assert not ahead.wanted(an, near=True) and not ahead.start(an, near=True)
-    await asyncio.sleep(0)
+    await background_done(since)
     assert kubo.gets == [] and ahead.fetched == 0
 
 
@@ -111,11 +132,12 @@ async def test_an_answer_waits_for_the_fetch_under_way_and_takes_its_blocks() ->
     key = cid_str(an.execution)
     assert ahead.start(an)
     assert not ahead.wanted(an) and not ahead.start(an)  # one fetch per claim at a time
-    waiting = asyncio.ensure_future(ahead.settle([key, "bafyother"]))
-    await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(ahead.settle([key, "bafyother"], timeout=DEADLINE))
+    # Both blocks asked of Kubo, held there until released: the settle task has run meanwhile (it was ready first).
+    await until(lambda: len(kubo.gets) == 2, what="the fetch ahead to ask Kubo for both blocks")
     assert not waiting.done() and ahead.blocks(key) == {}  # the answer waits rather than fetch beside it
     kubo.release.set()
-    await asyncio.wait_for(waiting, 1.0)
+    await asyncio.wait_for(waiting, DEADLINE)
     assert ahead.blocks(key) == {bytes(an.receipt): RECEIPT, bytes(an.execution): EXECUTION}
     assert len(kubo.gets) == 2 and ahead.fetched == 1
     assert not ahead.wanted(an)  # kept: not fetched again
@@ -128,8 +150,9 @@ async def test_settle_is_bounded() -> None:
     ahead.asked(SHAPE)
     an = _claim()
     assert ahead.start(an)
-    await asyncio.wait_for(ahead.settle([cid_str(an.execution)], timeout=0.05), 1.0)  # gives up, fetch goes on
-    assert ahead.blocks(cid_str(an.execution)) == {}
+    # Kubo never answers: settle gives up after its own (short) timeout, the fetch goes on.
+    await asyncio.wait_for(ahead.settle([cid_str(an.execution)], timeout=0.05), DEADLINE)
+    assert ahead.blocks(cid_str(an.execution)) == {} and not ahead.wanted(an)  # still under way
     await ahead.stop()
 
 
@@ -187,13 +210,14 @@ async def test_a_trusted_claim_of_a_shape_we_asked_is_fetched_ahead(
     resolver, signer = _resolver(tmp_path, kubo)
     cq = "SELECT k, SUM(x) FROM t GROUP BY k"
     before = _claim(_shape(cq), signer, b"before")
+    since = asyncio.all_tasks()
     resolver.reach_ahead(before)
-    await asyncio.sleep(0.05)
+    await background_done(since)
     assert kubo.connects == [PROVIDER] and kubo.gets == [] and resolver.ahead.fetched == 0
     assert await _ask(resolver, monkeypatch, cq) == before.shape
     an = _claim(before.shape, signer)  # another query of the same shape: a coarser roll-up, say
     resolver.reach_ahead(an)
-    await asyncio.wait_for(resolver.ahead.settle([cid_str(an.execution)]), 1.0)
+    await asyncio.wait_for(resolver.ahead.settle([cid_str(an.execution)], timeout=DEADLINE), DEADLINE)
     assert resolver.ahead.fetched == 1 and len(kubo.gets) == 2 and kubo.connects == [PROVIDER, PROVIDER]
     assert set(resolver.ahead.blocks(cid_str(an.execution))) == {bytes(an.receipt), bytes(an.execution)}
     await resolver.stop_pins()
@@ -210,10 +234,12 @@ async def test_a_trusted_claim_of_a_shape_we_never_asked_is_only_connected_to(
     resolver, signer = _resolver(tmp_path, kubo)
     asked = await _ask(resolver, monkeypatch, "SELECT k, SUM(x) FROM t GROUP BY k", logical="other data")
     assert asked is not None and asked != SHAPE
+    since = asyncio.all_tasks()
     resolver.reach_ahead(_claim(SHAPE, signer))
-    await asyncio.sleep(0.05)
+    await background_done(since)
     assert kubo.connects == [PROVIDER] and kubo.gets == [] and resolver.ahead.fetched == 0
+    since = asyncio.all_tasks()
     resolver.reach_ahead(_claim(SHAPE, signer, b"another"))  # its providers dialled lately: not again
-    await asyncio.sleep(0.05)
+    await background_done(since)
     assert kubo.connects == [PROVIDER] and kubo.gets == []
     await resolver.stop_pins()
