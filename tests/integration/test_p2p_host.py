@@ -475,11 +475,22 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _sigint_as_fresh() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("stop_in_finally", [True, False], ids=["stop-in-finally", "forgotten-stop"])
 def test_plain_asyncio_program_exits_on_sigint(tmp_path, stop_in_finally):
     script = tmp_path / "host_script.py"
     script.write_text(SCRIPT.format(repo=str(REPO), stop_in_finally=stop_in_finally))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_as_fresh,  # an ignored or blocked SIGINT is inherited from whatever ran in this process
+    )
     try:
         deadline = time.monotonic() + 60
         line = ""

@@ -15,6 +15,7 @@ import os
 import pty
 import re
 import select
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -48,7 +49,9 @@ def in_terminal(argv: list[str], env: dict[str, str], react: Callable[[bytes], b
     """Run ``argv`` with a pty as its terminal (stdin, stdout, stderr): its exit code and all it wrote.
     ``react`` sees the output so far and may answer keystrokes (b"\\x03" is Ctrl-C)."""
     pid, fd = pty.fork()
-    if pid == 0:  # the child: exec at once
+    if pid == 0:  # the child: exec at once, Ctrl-C as a fresh terminal gives it (ignored or blocked is inherited)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(argv[0], argv, env)
     out, deadline = b"", time.monotonic() + 300
     try:
